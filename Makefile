@@ -1,0 +1,30 @@
+# Two entry points, each doing all of its own setup on a fresh machine:
+#   make demo   profile a built-in model and print the report
+#   make test   run the whole test suite
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip install -q -c constraints.txt
+
+.PHONY: demo test clean
+
+# torch is installed first and pinned, so `torch>=2.2` in pyproject is already satisfied
+# and pip never resolves it to the registry's CUDA build.
+$(VENV)/.core: pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) torch==2.13.0
+	$(PIP) -e .
+	touch $@
+
+$(VENV)/.test: $(VENV)/.core
+	$(PIP) -e '.[test]'
+	touch $@
+
+demo: $(VENV)/.core
+	$(PY) -m flopsight
+
+test: $(VENV)/.test
+	$(PY) -m pytest -q
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info

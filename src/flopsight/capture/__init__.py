@@ -1,0 +1,1 @@
+"""Capture: run the model and record raw facts (ops, module spans, phases)."""

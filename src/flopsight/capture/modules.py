@@ -1,0 +1,192 @@
+"""The module tree and the stack of active modules.
+
+:func:`describe` walks a model once and records, per state_dict-style path, what the
+result needs (type, parent, children, parameters, ``extra_repr``). :class:`ModuleTracker`
+installs a forward pre-hook and an always-called forward hook on each module object and
+keeps a *stack* of active calls, so ops can be attributed to the innermost module,
+recursion and re-entry work, and a module object reachable from two parents is
+attributed per call to the path that called it.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+import torch
+from torch import nn
+
+from .params import count_params
+
+__all__ = ["ModuleInfo", "describe", "ModuleTracker", "CallRecord"]
+
+
+@dataclass
+class ModuleInfo:
+    path: str
+    module: nn.Module
+    type_name: str
+    depth: int
+    parent: str | None
+    children: list[str]
+    extra_repr: str
+    params: int
+    params_trainable: int
+    shared_with: list[str] = field(default_factory=list)
+
+
+def _extra_repr(module: nn.Module) -> str:
+    try:
+        return module.extra_repr()
+    except Exception:  # a user's extra_repr must never break profiling
+        return ""
+
+
+def describe(model: nn.Module) -> dict[str, ModuleInfo]:
+    """Every module path of ``model`` in pre-order (shared modules at each of their paths)."""
+    infos: dict[str, ModuleInfo] = {}
+
+    def visit(module: nn.Module, path: str, parent: str | None, depth: int, ancestors: tuple[int, ...]) -> None:
+        params, trainable = count_params(module)
+        info = ModuleInfo(path, module, type(module).__name__, depth, parent, [], _extra_repr(module), params, trainable)
+        infos[path] = info
+        for key, child in module._modules.items():
+            if child is None or id(child) in ancestors:  # skip empty slots and cycles
+                continue
+            child_path = f"{path}.{key}" if path else key
+            info.children.append(child_path)
+            visit(child, child_path, path, depth + 1, ancestors + (id(child),))
+
+    visit(model, "", None, 0, (id(model),))
+
+    by_object: dict[int, list[str]] = {}
+    for info in infos.values():
+        by_object.setdefault(id(info.module), []).append(info.path)
+    for paths in by_object.values():
+        if len(paths) > 1:
+            for p in paths:
+                infos[p].shared_with = [q for q in paths if q != p]
+    return infos
+
+
+def _parent_of(path: str) -> str:
+    return path.rpartition(".")[0]
+
+
+def choose_path(paths: list[str], caller: str | None) -> str:
+    """The path of a module object for one call, given the path of the calling module.
+
+    >>> choose_path(["enc.norm", "dec.norm"], "dec")
+    'dec.norm'
+    >>> choose_path(["enc.norm", "dec.norm"], "dec.layer.0")  # closest shared prefix
+    'dec.norm'
+    """
+    if len(paths) == 1 or caller is None:
+        return paths[0]
+    for p in paths:
+        if _parent_of(p) == caller:
+            return p
+
+    def shared_prefix(p: str) -> int:
+        a, b = p.split("."), caller.split(".")
+        n = 0
+        while n < min(len(a), len(b)) and a[n] == b[n]:
+            n += 1
+        return n
+
+    return max(paths, key=shared_prefix)
+
+
+class CallRecord:
+    """One module call: its path, phase and the stamps around it."""
+
+    __slots__ = ("index", "path", "phase", "module", "parent", "start", "end", "ovh_start", "ovh_end", "exc")
+
+    def __init__(self, index: int, path: str, phase: str, module: nn.Module, parent: int, exc):
+        self.index = index  # position in the call log
+        self.path = path
+        self.phase = phase
+        self.module = module
+        self.parent = parent  # log index of the enclosing call, -1 for none
+        self.exc = exc  # the exception being handled when the call began, if any
+        self.start = self.end = None
+        self.ovh_start = self.ovh_end = 0.0
+
+
+class ModuleTracker:
+    """Hooks every module object of a model and keeps the stack of active calls.
+
+    ``session`` provides ``clock``, ``phase``, ``overhead`` (host seconds spent in the
+    profiler so far) and ``on_module_error(record, exc, root)``.
+    """
+
+    def __init__(self, infos: dict[str, ModuleInfo], session, ignore: Callable[[nn.Module], bool]):
+        self.session = session
+        self.stack: list[CallRecord] = []
+        self.log: list[CallRecord] = []
+        self._handles: list = []
+        self._objects: dict[int, tuple[nn.Module, list[str]]] = {}
+        for info in infos.values():
+            if not ignore(info.module):
+                self._objects.setdefault(id(info.module), (info.module, []))[1].append(info.path)
+
+    @property
+    def current_path(self) -> str:
+        """The innermost active module's path; the root (``""``) outside every module."""
+        return self.stack[-1].path if self.stack else ""
+
+    def install(self) -> None:
+        try:
+            for module, paths in self._objects.values():
+                pre, post = self._make_hooks(paths)
+                self._handles.append(module.register_forward_pre_hook(pre, prepend=True, with_kwargs=True))
+                self._handles.append(module.register_forward_hook(post, always_call=True))
+        except BaseException:
+            self.remove()
+            raise
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+    def _make_hooks(self, paths: list[str]):
+        session, stack, log = self.session, self.stack, self.log
+        clock = session.clock
+        now, stamp = clock.now, clock.stamp
+
+        def pre_hook(module, args, kwargs):
+            h0 = now()
+            top = stack[-1] if stack else None
+            if top is None and session.first_inputs is None:
+                session.first_inputs = (args, kwargs)
+            path = paths[0] if len(paths) == 1 else choose_path(paths, top.path if top else None)
+            rec = CallRecord(len(log), path, session.phase, module, top.index if top else -1, sys.exc_info()[1])
+            log.append(rec)
+            stack.append(rec)
+            session.overhead += now() - h0
+            rec.ovh_start = session.overhead
+            rec.start = stamp()
+
+        def post_hook(module, args, output):
+            end = stamp()
+            h0 = now()
+            ovh_end = session.overhead
+            # Unwind to this module's frame: a child whose exception was caught by user
+            # code never reached its own post-hook and is abandoned.
+            while stack and stack[-1].module is not module:
+                stack.pop()
+            if not stack:
+                return
+            rec = stack.pop()
+            exc = sys.exc_info()[1]
+            if exc is not None and exc is not rec.exc:
+                # Called from torch's except-block: the forward raised.
+                session.on_module_error(rec, exc, root=not stack)
+            else:
+                rec.end = end
+                rec.ovh_end = ovh_end
+            session.overhead += now() - h0
+
+        return pre_hook, post_hook

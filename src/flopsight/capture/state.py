@@ -1,0 +1,63 @@
+"""Snapshot and restore what a profiled run may change: buffers, RNG, training flags.
+
+Warm-up and counting passes must not leave a trace: BatchNorm running statistics,
+counters and caches held in buffers are restored, the RNG is rewound so every pass
+draws the same numbers (and dropout or sampling picks the same path), and training
+flags set by a front-end are put back.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+__all__ = ["ModelState"]
+
+
+def _same_entries(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(a[k] is b[k] for k in a)
+
+
+class ModelState:
+    """What ``rewind`` and ``restore`` put back.
+
+    >>> bn = torch.nn.BatchNorm1d(2)
+    >>> state = ModelState(bn)
+    >>> _ = bn(torch.randn(4, 2))
+    >>> state.restore(); int(bn.num_batches_tracked)
+    0
+    """
+
+    def __init__(self, model: nn.Module):
+        self._modules = list(model.modules())
+        self._training = [m.training for m in self._modules]
+        self._buffers = [dict(m._buffers) for m in self._modules]
+        seen: set[int] = set()
+        self._values: list[tuple[torch.Tensor, torch.Tensor]] = []
+        with torch.no_grad():
+            for buffers in self._buffers:
+                for b in buffers.values():
+                    if b is not None and id(b) not in seen:
+                        seen.add(id(b))
+                        self._values.append((b, b.detach().clone()))
+        self._cpu_rng = torch.get_rng_state()
+        self._cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+
+    def rewind(self) -> None:
+        """Buffers and RNG back to the snapshot (training flags untouched)."""
+        for module, buffers in zip(self._modules, self._buffers):
+            if not _same_entries(module._buffers, buffers):  # a forward replaced or added buffers
+                module._buffers.clear()
+                module._buffers.update(buffers)
+        with torch.no_grad():
+            for live, saved in self._values:
+                live.copy_(saved)
+        torch.set_rng_state(self._cpu_rng)
+        if self._cuda_rng is not None:
+            torch.cuda.set_rng_state_all(self._cuda_rng)
+
+    def restore(self) -> None:
+        """Everything back to the snapshot, training flags included."""
+        self.rewind()
+        for module, flag in zip(self._modules, self._training):
+            module.training = flag

@@ -1,0 +1,23 @@
+"""Cost formulas, one op family per module, all registered in :data:`REGISTRY`."""
+
+from .registry import REGISTRY, ZERO, Cost, Registry, op_key, op_name
+
+# Importing a family registers its formulas.
+from . import (  # noqa: E402,F401  isort: skip
+    activation,
+    attention,
+    conv,
+    dropout,
+    elementwise,
+    embedding,
+    interpolate,
+    loss,
+    matmul,
+    norm,
+    pooling,
+    reduction,
+    rnn,
+    zero,
+)
+
+__all__ = ["REGISTRY", "ZERO", "Cost", "Registry", "op_key", "op_name"]

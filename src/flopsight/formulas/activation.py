@@ -1,0 +1,1 @@
+"""Formulas: activation (being written)."""

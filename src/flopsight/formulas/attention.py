@@ -1,0 +1,1 @@
+"""Formulas: attention (being written)."""

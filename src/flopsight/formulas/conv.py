@@ -1,0 +1,1 @@
+"""Formulas: conv (being written)."""

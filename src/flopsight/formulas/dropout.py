@@ -1,0 +1,1 @@
+"""Formulas: dropout (being written)."""

@@ -1,0 +1,1 @@
+"""Formulas: elementwise (being written)."""

@@ -1,0 +1,1 @@
+"""Formulas: embedding (being written)."""

@@ -1,0 +1,1 @@
+"""Formulas: interpolate (being written)."""

@@ -1,0 +1,1 @@
+"""Formulas: loss (being written)."""

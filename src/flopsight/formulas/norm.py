@@ -1,0 +1,1 @@
+"""Formulas: norm (being written)."""

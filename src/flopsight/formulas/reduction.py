@@ -1,0 +1,1 @@
+"""Formulas: reduction (being written)."""

@@ -1,0 +1,1 @@
+"""Formulas: rnn (being written)."""

@@ -1,0 +1,1 @@
+"""Formulas: zero (being written)."""

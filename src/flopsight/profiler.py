@@ -1,0 +1,279 @@
+"""The native API: :func:`profile` a call, or wrap any code in a :class:`Profiler`.
+
+>>> import torch, flopsight
+>>> model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU())
+>>> result = flopsight.profile(model, torch.ones(1, 3, 10, 10))
+>>> result.module("0").forward.macs  # 8 out-channels * 3*3*3 kernel * 8*8 positions
+13824
+>>> with flopsight.Profiler(model) as prof:
+...     _ = model(torch.ones(2, 3, 10, 10))
+>>> prof.result.total.forward.macs
+27648
+"""
+
+from __future__ import annotations
+
+import platform
+from typing import Any, Callable, Iterable
+
+import torch
+from torch import nn
+
+from . import __version__
+from ._compat import original_module
+from .capture.inputs import batch_size, describe_inputs, model_device, model_dtype
+from .capture.modules import describe
+from .capture.session import CaptureSession, build_result
+from .capture.state import ModelState
+from .capture.timing import Clock, default_clock
+from .formulas import REGISTRY
+from .formulas.registry import Registry
+from .result import ProfileResult
+
+__all__ = ["profile", "Profiler", "MODES", "TIMINGS"]
+
+#: What ``mode`` may name: the method that is profiled.
+MODES = ("forward", "generate")
+#: How latency is kept free of the counting overhead.
+TIMINGS = ("auto", "separate", "subtract")
+
+
+# -- argument checks ---------------------------------------------------------------------
+def check_model(model: Any) -> nn.Module:
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
+    return model
+
+
+def check_warm_up(warm_up: Any) -> int:
+    if isinstance(warm_up, bool) or not isinstance(warm_up, int) or warm_up < 0:
+        raise ValueError(f"warm_up: expected a non-negative int, got {warm_up!r}")
+    return warm_up
+
+
+def method_name(model: nn.Module, mode: str, func_name: str | None) -> str:
+    """The method to profile: ``func_name`` if given, else the one ``mode`` names."""
+    if mode not in MODES:
+        raise ValueError(f"mode: expected one of {', '.join(map(repr, MODES))}, got {mode!r}")
+    name = func_name if func_name is not None else mode
+    if not isinstance(name, str) or not callable(getattr(model, name, None)):
+        arg = "func_name" if func_name is not None else "mode"
+        raise ValueError(f"{arg}: {type(model).__name__} has no method {name!r} to profile")
+    return name
+
+
+def as_args(args: Any) -> tuple:
+    if args is None:
+        return ()
+    if isinstance(args, torch.Tensor):
+        return (args,)
+    if isinstance(args, (list, tuple)):
+        return tuple(args)
+    raise TypeError(f"args: expected a tensor, a tuple or a list of positional arguments, got {type(args).__name__}")
+
+
+def as_kwargs(kwargs: Any) -> dict:
+    if kwargs is None:
+        return {}
+    if not isinstance(kwargs, dict):
+        raise TypeError(f"kwargs: expected a dict of keyword arguments, got {type(kwargs).__name__}")
+    return dict(kwargs)
+
+
+def ignore_predicate(ignore_modules: Iterable[type] | None) -> Callable[[nn.Module], bool]:
+    """``isinstance`` test for module types whose costs are folded into their parent."""
+    if not ignore_modules:
+        return lambda m: False
+    types = tuple(ignore_modules)
+    bad = [t for t in types if not (isinstance(t, type) and issubclass(t, nn.Module))]
+    if bad:
+        raise TypeError(f"ignore_modules: expected nn.Module subclasses, got {bad[0]!r}")
+    return lambda m: isinstance(m, types)
+
+
+def _world() -> tuple[int, int]:
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size(), dist.get_rank()
+    return 1, 0
+
+
+def run_metadata(model: nn.Module, args: tuple, kwargs: dict, **extra: Any) -> dict[str, Any]:
+    """What the result records about the run besides the measurements."""
+    device = model_device(model, args, kwargs)
+    world_size, rank = _world()
+    meta = {
+        "flopsight_version": __version__,
+        "torch_version": torch.__version__.split("+")[0],
+        "python_version": platform.python_version(),
+        "model": type(model).__name__,
+        "device": str(device),
+        "device_type": device.type,
+        "dtype": str(model_dtype(model, args, kwargs)).replace("torch.", ""),
+        "world_size": world_size,
+        "rank": rank,
+    }
+    if args or kwargs:
+        meta["inputs"] = describe_inputs(args, kwargs)
+        meta["batch_size"] = batch_size(args, kwargs)
+    meta.update(extra)
+    return meta
+
+
+def _timing_meta(clock: Clock, separate: bool) -> dict[str, Any]:
+    if separate:
+        method = "separate-pass"
+    elif clock.subtracts_overhead:
+        method = "overhead-subtracted"
+    else:
+        method = "single-pass"
+    return {"method": method, "clock": clock.name}
+
+
+# -- profile() -----------------------------------------------------------------------------
+def profile(
+    model: nn.Module,
+    args: Any = (),
+    kwargs: dict | None = None,
+    *,
+    warm_up: int = 1,
+    mode: str = "forward",
+    func_name: str | None = None,
+    ignore_modules: Iterable[type] | None = None,
+    timing: str = "auto",
+    clock: Clock | None = None,
+    registry: Registry | None = None,
+) -> ProfileResult:
+    """Profile one call of ``model`` (its forward, ``generate``, or any method).
+
+    Args:
+        model: the module to profile.
+        args, kwargs: what the method is called with (a single tensor is accepted as args).
+        warm_up: un-measured calls before the measured one.
+        mode: ``"forward"`` or ``"generate"``.
+        func_name: profile this method instead (overrides ``mode``).
+        ignore_modules: module types not broken down; their cost goes to their parent.
+        timing: ``"separate"`` counts in one pass and times another with only light
+            module hooks (the counting pass doubles as the first warm-up);
+            ``"subtract"`` counts and times in one pass and subtracts the profiler's
+            measured overhead; ``"auto"`` separates when ``warm_up >= 1``.
+        clock: a clock from :mod:`flopsight.capture.timing` (tests inject ``FakeClock``).
+        registry: formulas to count with (default: the global registry).
+
+    The model is left as found: buffers (BatchNorm statistics), RNG state and training
+    flags are restored, and every pass sees the same RNG state. Grad mode is the
+    caller's: wrap the call in ``torch.no_grad()`` to profile inference.
+    """
+    check_model(model)
+    args, kwargs = as_args(args), as_kwargs(kwargs)
+    warm_up = check_warm_up(warm_up)
+    name = method_name(model, mode, func_name)
+    if timing not in TIMINGS:
+        raise ValueError(f"timing: expected one of {', '.join(map(repr, TIMINGS))}, got {timing!r}")
+    ignore = ignore_predicate(ignore_modules)
+    registry = registry or REGISTRY
+
+    # Count on the eager module: a dispatch mode run through a torch.compile'd wrapper
+    # can leave it running eagerly afterwards. Time the model as given.
+    target = original_module(model)
+    count_call, time_call = getattr(target, name), getattr(model, name)
+    infos = describe(target)
+    clock = clock or default_clock(model_device(target, args, kwargs))
+    separate = timing == "separate" or (timing == "auto" and warm_up >= 1)
+    state = ModelState(target)
+
+    def captured(count: bool):
+        state.rewind()
+        session = CaptureSession(infos, registry=registry, clock=clock, count=count, ignore=ignore)
+        session.start()
+        try:
+            (count_call if count else time_call)(*args, **kwargs)
+        finally:
+            raw = session.stop()
+        return raw
+
+    def plain() -> None:
+        state.rewind()
+        time_call(*args, **kwargs)
+
+    try:
+        if separate:
+            counts = captured(count=True)  # doubles as the first warm-up
+            for _ in range(warm_up - 1):
+                plain()
+            times = captured(count=False)
+        else:
+            for _ in range(warm_up):
+                plain()
+            counts = times = captured(count=True)
+    finally:
+        state.restore()
+
+    meta = run_metadata(
+        target, args, kwargs, mode=mode, method=name, warm_up=warm_up, timing=_timing_meta(clock, separate)
+    )
+    return build_result(infos, counts, times if separate else None, ignored=ignore, metadata=meta)
+
+
+# -- Profiler ------------------------------------------------------------------------------
+class Profiler:
+    """Profile whatever runs between :meth:`start` and :meth:`stop` (or inside ``with``).
+
+    Counting and timing happen in the same pass, so latencies have the profiler's own
+    measured overhead subtracted (on CPU). Starting twice or stopping when not started
+    is harmless.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        ignore_modules: Iterable[type] | None = None,
+        clock: Clock | None = None,
+        registry: Registry | None = None,
+    ):
+        self.model = check_model(model)
+        self._target = original_module(model)
+        self._ignore = ignore_predicate(ignore_modules)
+        self._clock = clock
+        self._registry = registry or REGISTRY
+        self._session: CaptureSession | None = None
+        self._infos = None
+        self._result: ProfileResult | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._session is not None
+
+    def start(self) -> "Profiler":
+        if self._session is None:
+            self._infos = describe(self._target)
+            clock = self._clock or default_clock(model_device(self._target))
+            session = CaptureSession(self._infos, registry=self._registry, clock=clock, ignore=self._ignore)
+            session.start()
+            self._session = session
+        return self
+
+    def stop(self) -> ProfileResult | None:
+        """Stop and build the result (returns the last result if not running)."""
+        session, self._session = self._session, None
+        if session is None:
+            return self._result
+        raw = session.stop()
+        args, kwargs = session.first_inputs or ((), {})
+        meta = run_metadata(self._target, args, kwargs, mode="custom", timing=_timing_meta(session.clock, False))
+        self._result = build_result(self._infos, raw, ignored=self._ignore, metadata=meta)
+        return self._result
+
+    @property
+    def result(self) -> ProfileResult:
+        if self._result is None:
+            raise RuntimeError("result: nothing profiled yet; call start() and stop(), or use `with Profiler(model)`")
+        return self._result
+
+    def __enter__(self) -> "Profiler":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+

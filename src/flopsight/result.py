@@ -1,0 +1,257 @@
+"""The profile as plain, serialisable data.
+
+A :class:`ProfileResult` holds, per module path, the *self* cost of each phase (what ran
+in the module itself, not in its submodules) and derives inclusive totals from them, so
+``module.forward == module.self.forward + sum(child.forward for child in children)``
+holds by construction. Parameters are the exception: they are stored inclusive, counting
+each tensor once, because a weight shared by two submodules would otherwise be summed
+twice.
+
+>>> import torch, flopsight
+>>> model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+>>> result = flopsight.profile(model, (torch.ones(3, 4),), warm_up=0)
+>>> result.total.forward.macs, result.module("0").forward.macs, result.total.params
+(144, 96, 58)
+>>> flopsight.ProfileResult.from_dict(result.to_dict()) == result
+True
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterator
+
+__all__ = ["PhaseStats", "OpStats", "PhaseSet", "ModuleStats", "ProfileResult", "load", "SCHEMA_VERSION"]
+
+SCHEMA_VERSION = 1
+
+#: Phases in the order reports show them.
+PHASES = ("forward", "backward", "recompute", "step")
+
+
+@dataclass
+class PhaseStats:
+    """Cost of one module in one phase: MACs, FLOPs, latency (seconds) and call count."""
+
+    macs: int = 0
+    flops: int = 0
+    latency: float = 0.0
+    calls: int = 0
+
+    @property
+    def flops_per_second(self) -> float:
+        """Achieved FLOP/s (0 when no time was measured)."""
+        return self.flops / self.latency if self.latency > 0 else 0.0
+
+
+@dataclass
+class OpStats:
+    """One operator's tally: calls, MACs, FLOPs and the time spent executing it."""
+
+    name: str
+    calls: int = 0
+    macs: int = 0
+    flops: int = 0
+    latency: float = 0.0
+
+
+class PhaseSet:
+    """Read-only phase -> :class:`PhaseStats` view; a phase that never ran reads as zeros.
+
+    >>> PhaseSet({"forward": PhaseStats(macs=3)}).forward.macs, PhaseSet({}).backward.macs
+    (3, 0)
+    """
+
+    __slots__ = ("_phases",)
+
+    def __init__(self, phases: dict[str, PhaseStats]):
+        self._phases = phases
+
+    def __getattr__(self, name: str) -> PhaseStats:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return self._phases.get(name, PhaseStats())
+
+    def __getitem__(self, name: str) -> PhaseStats:
+        return self._phases.get(name, PhaseStats())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._phases)
+
+    def __repr__(self) -> str:
+        return f"PhaseSet({self._phases!r})"
+
+
+@dataclass
+class ModuleStats:
+    """Everything measured for one module path.
+
+    ``name`` is the state_dict-style path (``""`` for the root). ``self_phases`` and
+    ``self_ops`` are stored; ``.forward`` and the other phase properties are inclusive
+    totals derived by the owning :class:`ProfileResult`.
+    """
+
+    name: str
+    type_name: str
+    depth: int
+    parent: str | None
+    children: list[str]
+    params: int
+    params_trainable: int
+    extra_repr: str = ""
+    shared_with: list[str] = field(default_factory=list)
+    ignored: bool = False
+    self_phases: dict[str, PhaseStats] = field(default_factory=dict)
+    self_ops: dict[str, dict[str, OpStats]] = field(default_factory=dict)
+    _inclusive: dict[str, PhaseStats] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def self(self) -> PhaseSet:
+        """Self cost per phase (excluding submodules)."""
+        return PhaseSet(self.self_phases)
+
+    @property
+    def inclusive(self) -> PhaseSet:
+        """Inclusive cost per phase (this module and all its submodules)."""
+        return PhaseSet(self._inclusive)
+
+    @property
+    def forward(self) -> PhaseStats:
+        return self.inclusive.forward
+
+    @property
+    def backward(self) -> PhaseStats:
+        return self.inclusive.backward
+
+    @property
+    def calls(self) -> int:
+        """How many times the module's forward was called."""
+        return self.self.forward.calls
+
+    @property
+    def params_frozen(self) -> int:
+        return self.params - self.params_trainable
+
+    @property
+    def ran(self) -> bool:
+        """True if the module or any submodule was called (containers like ModuleList are
+        never called themselves but run through their children)."""
+        return any(p.calls for p in self._inclusive.values())
+
+
+@dataclass
+class ProfileResult:
+    """A whole profile: per-module stats, unsupported ops and run metadata."""
+
+    modules: dict[str, ModuleStats]
+    unsupported_ops: dict[str, int] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if "" not in self.modules:
+            raise ValueError("modules: a profile needs a root module stored under the path ''")
+        self._derive_inclusive()
+
+    # -- tree -----------------------------------------------------------------------
+    def _derive_inclusive(self) -> None:
+        # children come after their parent in pre-order, so a reversed walk is post-order
+        for stats in reversed(list(self.modules.values())):
+            inclusive: dict[str, PhaseStats] = {}
+            for phase, own in stats.self_phases.items():
+                inclusive[phase] = PhaseStats(own.macs, own.flops, own.latency, own.calls)
+            for child in stats.children:
+                for phase, sub in self.modules[child]._inclusive.items():
+                    acc = inclusive.setdefault(phase, PhaseStats())
+                    acc.macs += sub.macs
+                    acc.flops += sub.flops
+                    acc.latency += sub.latency
+            stats._inclusive = inclusive
+
+    @property
+    def total(self) -> ModuleStats:
+        """The root module's stats: totals of the whole model."""
+        return self.modules[""]
+
+    def module(self, name: str) -> ModuleStats:
+        """Stats of the module at path ``name`` (``""`` is the root)."""
+        try:
+            return self.modules[name]
+        except KeyError:
+            close = difflib.get_close_matches(name, list(self.modules), n=3)
+            hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+            raise KeyError(f"name: no module at path {name!r} in this profile{hint}") from None
+
+    def walk(self, max_depth: int | None = None) -> Iterator[ModuleStats]:
+        """Modules in pre-order (parents before children), optionally down to ``max_depth``."""
+        for stats in self.modules.values():
+            if max_depth is None or stats.depth <= max_depth:
+                yield stats
+
+    @property
+    def phases(self) -> list[str]:
+        """The phases that were measured, in report order."""
+        present = {p for s in self.modules.values() for p in s.self_phases}
+        return [p for p in PHASES if p in present] + sorted(present - set(PHASES))
+
+    def ops(self, phase: str = "forward") -> list[OpStats]:
+        """Per-operator totals over the whole model for one phase, most FLOPs first."""
+        totals: dict[str, OpStats] = {}
+        for stats in self.modules.values():
+            for name, op in stats.self_ops.get(phase, {}).items():
+                acc = totals.setdefault(name, OpStats(name))
+                acc.calls += op.calls
+                acc.macs += op.macs
+                acc.flops += op.flops
+                acc.latency += op.latency
+        return sorted(totals.values(), key=lambda o: (-o.flops, -o.latency, o.name))
+
+    # -- serialisation ----------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (what ``save`` writes and ``from_dict`` reads)."""
+        modules = []
+        for s in self.modules.values():
+            d = asdict(s)
+            d.pop("_inclusive")
+            d["self_ops"] = {ph: [asdict(o) for o in ops.values()] for ph, ops in s.self_ops.items()}
+            modules.append(d)
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "metadata": self.metadata,
+            "unsupported_ops": dict(self.unsupported_ops),
+            "modules": modules,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ProfileResult":
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise ValueError(f"data: unsupported flopsight schema_version {version!r} (expected {SCHEMA_VERSION})")
+        modules = {}
+        for d in data["modules"]:
+            d = dict(d)
+            d["self_phases"] = {ph: PhaseStats(**v) for ph, v in d["self_phases"].items()}
+            d["self_ops"] = {ph: {o["name"]: OpStats(**o) for o in ops} for ph, ops in d["self_ops"].items()}
+            modules[d["name"]] = ModuleStats(**d)
+        return cls(modules, dict(data.get("unsupported_ops", {})), dict(data.get("metadata", {})))
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the profile as JSON to ``path``."""
+        _check_parent_dir(path, "path")
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(self.to_dict(), f, indent=1)
+            f.write("\n")
+
+
+def load(path: str | os.PathLike) -> ProfileResult:
+    """Read a profile written by :meth:`ProfileResult.save`."""
+    with open(path, encoding="utf-8") as f:
+        return ProfileResult.from_dict(json.load(f))
+
+
+def _check_parent_dir(path: str | os.PathLike, arg: str) -> None:
+    parent = os.path.dirname(os.path.abspath(os.fspath(path)))
+    if not os.path.isdir(parent):
+        raise FileNotFoundError(f"{arg}: directory {parent!r} does not exist")
