@@ -16,3 +16,31 @@ def torch_left_clean():
     assert active_dispatch_modes() == [], "a TorchDispatchMode was left active"
     assert active_function_modes() == [], "a TorchFunctionMode was left active"
     assert global_module_hooks() == before, "global module hooks were left installed"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--regen-golden", action="store_true", help="rewrite tests/golden/* from the current output")
+
+
+@pytest.fixture
+def golden(request):
+    """``golden(name, text)``: compare ``text`` with tests/golden/<name> (or rewrite it with --regen-golden)."""
+    from pathlib import Path
+
+    def check(name: str, text: str) -> None:
+        path = Path(__file__).parent / "golden" / name
+        if request.config.getoption("--regen-golden"):
+            path.write_text(text)
+        assert path.exists(), f"missing golden file {path}; run pytest --regen-golden and review the diff"
+        assert text == path.read_text()
+
+    return check
+
+
+@pytest.fixture
+def fake_clock(monkeypatch):
+    """Make every profile in the test use a deterministic FakeClock (1 ms per stamp)."""
+    import flopsight
+    import flopsight.profiler
+
+    monkeypatch.setattr(flopsight.profiler, "default_clock", lambda device: flopsight.FakeClock(step=1e-3))

@@ -2,45 +2,95 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Callable
 
 import torch
 from torch import nn
 
 import flopsight
+from flopsight.formulas import REGISTRY, Cost, Registry
 from flopsight.result import PhaseStats, ProfileResult
 
 
-def run_profiled(fn: Callable, *args: Any, **kwargs: Any) -> ProfileResult:
-    """Profile ``fn(*args, **kwargs)`` with every op attributed to a bare root module."""
-    with flopsight.Profiler(nn.Module()) as prof:
+def run_profiled(fn: Callable, *args: Any, registry: Registry | None = None, **kwargs: Any) -> ProfileResult:
+    """Profile ``fn(*args, **kwargs)`` with every op attributed to a bare root module.
+
+    ``registry``: the formulas to count with (default: flopsight's global registry).
+    """
+    with flopsight.Profiler(nn.Module(), registry=registry) as prof:
         fn(*args, **kwargs)
     return prof.result
 
 
-def measure(fn: Callable, *args: Any, **kwargs: Any) -> PhaseStats:
+def measure(fn: Callable, *args: Any, registry: Registry | None = None, **kwargs: Any) -> PhaseStats:
     """MACs/FLOPs of ``fn(*args, **kwargs)``."""
-    return run_profiled(fn, *args, **kwargs).total.forward
+    return run_profiled(fn, *args, registry=registry, **kwargs).total.forward
 
 
-def ops_of(fn: Callable, *args: Any, **kwargs: Any) -> dict[str, tuple[int, int, int]]:
+def ops_of(
+    fn: Callable, *args: Any, registry: Registry | None = None, **kwargs: Any
+) -> dict[str, tuple[int, int, int]]:
     """op name -> (calls, macs, flops) for ``fn(*args, **kwargs)``."""
-    result = run_profiled(fn, *args, **kwargs)
+    result = run_profiled(fn, *args, registry=registry, **kwargs)
     return {o.name: (o.calls, o.macs, o.flops) for o in result.ops()}
 
 
-def to_device(value: Any, device: str) -> Any:
-    """Tensors (also inside lists/tuples/dicts) and modules moved to ``device``."""
-    if isinstance(value, (torch.Tensor, nn.Module)):
+def to_device(value: Any, device: str, _memo: dict | None = None) -> Any:
+    """Tensors (also inside lists/tuples/dicts) moved to ``device``; modules *copied* there.
+
+    A module is deep-copied before ``.to`` (which moves in place), so the caller's module
+    stays where it was and can be measured again on another device. The modules of one
+    call share a copy memo: a module passed twice (or with its submodule) is copied once.
+    """
+    memo = {} if _memo is None else _memo
+    if isinstance(value, nn.Module):
+        return copy.deepcopy(value, memo).to(device)
+    if isinstance(value, torch.Tensor):
         return value.to(device)
     if isinstance(value, (list, tuple)):
-        return type(value)(to_device(v, device) for v in value)
+        moved = [to_device(v, device, memo) for v in value]
+        return type(value)(*moved) if hasattr(value, "_fields") else type(value)(moved)  # namedtuple or not
     if isinstance(value, dict):
-        return {k: to_device(v, device) for k, v in value.items()}
+        return {k: to_device(v, device, memo) for k, v in value.items()}
     return value
 
 
-def measure_on(device: str, fn: Callable, *args: Any, **kwargs: Any) -> tuple[int, int]:
-    """(macs, flops) of ``fn`` with every tensor/module argument moved to ``device``."""
-    stats = measure(fn, *to_device(args, device), **to_device(kwargs, device))
+def measure_on(
+    device: str, fn: Callable, *args: Any, registry: Registry | None = None, **kwargs: Any
+) -> tuple[int, int]:
+    """(macs, flops) of ``fn(*args, **kwargs)`` with every tensor/module argument moved to
+    ``device``; ``fn`` itself too when it is a module (a copy: see :func:`to_device`)."""
+    fn, args, kwargs = to_device((fn, args, kwargs), device)
+    stats = measure(fn, *args, registry=registry, **kwargs)
     return stats.macs, stats.flops
+
+
+def ops_on(
+    device: str, fn: Callable, *args: Any, registry: Registry | None = None, **kwargs: Any
+) -> dict[str, tuple[int, int, int]]:
+    """:func:`ops_of` with every tensor/module argument (and a module ``fn``) moved to ``device``."""
+    fn, args, kwargs = to_device((fn, args, kwargs), device)
+    return ops_of(fn, *args, registry=registry, **kwargs)
+
+
+def measure_cpu_meta(fn: Callable, *args: Any, registry: Registry | None = None, **kwargs: Any) -> tuple[int, int]:
+    """(macs, flops) of ``fn(*args, **kwargs)`` on CPU, after checking that the meta device
+    counts exactly the same (the device independence every formula promises)."""
+    cpu = measure_on("cpu", fn, *args, registry=registry, **kwargs)
+    meta = measure_on("meta", fn, *args, registry=registry, **kwargs)
+    assert meta == cpu, f"meta counts {meta}, CPU {cpu}"
+    return cpu
+
+
+def formula_of(op: Any, registry: Registry | None = None) -> Callable[..., Cost]:
+    """The formula registered for ``op`` (failing if there is none), to call directly, e.g.
+    with meta tensors for kernels that run only on GPUs."""
+    name, fn = (registry or REGISTRY).lookup(op)
+    assert fn is not None, f"{name} is not registered"
+    return fn
+
+
+def meta(*shape: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """An empty tensor of ``shape`` on the meta device (shapes only: for formula calls)."""
+    return torch.empty(*shape, dtype=dtype, device="meta")

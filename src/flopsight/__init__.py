@@ -9,6 +9,19 @@
 __version__ = "0.1.0"
 
 from .capture.dispatch import UnsupportedOpWarning
+from .compat import (
+    FlopsProfiler,
+    bytes_to_string,
+    duration_to_string,
+    flops_to_string,
+    get_model_profile,
+    get_module_duration,
+    get_module_flops,
+    get_module_macs,
+    macs_to_string,
+    number_to_string,
+    params_to_string,
+)
 from .capture.timing import FakeClock
 from .formulas import REGISTRY, Cost
 from .profiler import Profiler, profile
@@ -45,4 +58,16 @@ __all__ = [
     "mark_zero_cost",
     "UnsupportedOpWarning",
     "FakeClock",
+    # DeepSpeed-compatible API
+    "get_model_profile",
+    "FlopsProfiler",
+    "get_module_flops",
+    "get_module_macs",
+    "get_module_duration",
+    "number_to_string",
+    "macs_to_string",
+    "flops_to_string",
+    "bytes_to_string",
+    "params_to_string",
+    "duration_to_string",
 ]

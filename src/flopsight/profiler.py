@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import platform
 from typing import Any, Callable, Iterable
 
@@ -176,15 +177,25 @@ def profile(
     # Count on the eager module: a dispatch mode run through a torch.compile'd wrapper
     # can leave it running eagerly afterwards. Time the model as given.
     target = original_module(model)
-    count_call, time_call = getattr(target, name), getattr(model, name)
+    # forward goes through __call__ so the root's hooks fire; other methods (generate)
+    # call the model themselves
+    count_call, time_call = (target, model) if name == "forward" else (getattr(target, name), getattr(model, name))
     infos = describe(target)
+    compiled = model is not target
+    if compiled:
+        # Compiled code runs fused and skips hooks added after compilation: time the
+        # compiled model as a whole, through its wrapper, in a separate pass.
+        timing = "separate"
+        time_infos = {"": dataclasses.replace(infos[""], module=model)}
+    else:
+        time_infos = infos
     clock = clock or default_clock(model_device(target, args, kwargs))
     separate = timing == "separate" or (timing == "auto" and warm_up >= 1)
     state = ModelState(target)
 
     def captured(count: bool):
         state.rewind()
-        session = CaptureSession(infos, registry=registry, clock=clock, count=count, ignore=ignore)
+        session = CaptureSession(infos if count else time_infos, registry=registry, clock=clock, count=count, ignore=ignore)
         session.start()
         try:
             (count_call if count else time_call)(*args, **kwargs)
@@ -209,9 +220,10 @@ def profile(
     finally:
         state.restore()
 
-    meta = run_metadata(
-        target, args, kwargs, mode=mode, method=name, warm_up=warm_up, timing=_timing_meta(clock, separate)
-    )
+    timing_meta = _timing_meta(clock, separate)
+    if compiled:
+        timing_meta["compiled"] = "latency of the whole compiled call only; counts from the eager module"
+    meta = run_metadata(target, args, kwargs, mode=mode, method=name, warm_up=warm_up, timing=timing_meta)
     return build_result(infos, counts, times if separate else None, ignored=ignore, metadata=meta)
 
 
@@ -234,6 +246,14 @@ class Profiler:
     ):
         self.model = check_model(model)
         self._target = original_module(model)
+        if self._target is not model:
+            # Running the counting modes through compiled code leaves the model running
+            # eagerly afterwards; only flopsight.profile() can route around that.
+            raise ValueError(
+                "model: a torch.compile'd module cannot be profiled around your own calls without "
+                "de-optimizing it; profile model._orig_mod here, or use flopsight.profile(model, ...), "
+                "which counts on the eager module and times the compiled one"
+            )
         self._ignore = ignore_predicate(ignore_modules)
         self._clock = clock
         self._registry = registry or REGISTRY
@@ -259,11 +279,19 @@ class Profiler:
         session, self._session = self._session, None
         if session is None:
             return self._result
-        raw = session.stop()
+        self._result = self._build(session, session.stop())
+        return self._result
+
+    def snapshot(self) -> ProfileResult:
+        """The result so far, while still running (module calls in progress are left out)."""
+        if self._session is None:
+            return self.result
+        return self._build(self._session, self._session.snapshot())
+
+    def _build(self, session: CaptureSession, raw) -> ProfileResult:
         args, kwargs = session.first_inputs or ((), {})
         meta = run_metadata(self._target, args, kwargs, mode="custom", timing=_timing_meta(session.clock, False))
-        self._result = build_result(self._infos, raw, ignored=self._ignore, metadata=meta)
-        return self._result
+        return build_result(self._infos, raw, ignored=self._ignore, metadata=meta)
 
     @property
     def result(self) -> ProfileResult:

@@ -107,6 +107,7 @@ class ModuleStats:
     self_phases: dict[str, PhaseStats] = field(default_factory=dict)
     self_ops: dict[str, dict[str, OpStats]] = field(default_factory=dict)
     _inclusive: dict[str, PhaseStats] = field(default_factory=dict, compare=False, repr=False)
+    _ran: bool = field(default=False, compare=False, repr=False)
 
     @property
     def self(self) -> PhaseSet:
@@ -139,7 +140,7 @@ class ModuleStats:
     def ran(self) -> bool:
         """True if the module or any submodule was called (containers like ModuleList are
         never called themselves but run through their children)."""
-        return any(p.calls for p in self._inclusive.values())
+        return self._ran
 
 
 @dataclass
@@ -160,15 +161,19 @@ class ProfileResult:
         # children come after their parent in pre-order, so a reversed walk is post-order
         for stats in reversed(list(self.modules.values())):
             inclusive: dict[str, PhaseStats] = {}
+            ran = False
             for phase, own in stats.self_phases.items():
                 inclusive[phase] = PhaseStats(own.macs, own.flops, own.latency, own.calls)
+                ran = ran or own.calls > 0
             for child in stats.children:
+                ran = ran or self.modules[child]._ran
                 for phase, sub in self.modules[child]._inclusive.items():
                     acc = inclusive.setdefault(phase, PhaseStats())
                     acc.macs += sub.macs
                     acc.flops += sub.flops
                     acc.latency += sub.latency
             stats._inclusive = inclusive
+            stats._ran = ran
 
     @property
     def total(self) -> ModuleStats:
@@ -215,6 +220,7 @@ class ProfileResult:
         for s in self.modules.values():
             d = asdict(s)
             d.pop("_inclusive")
+            d.pop("_ran")
             d["self_ops"] = {ph: [asdict(o) for o in ops.values()] for ph, ops in s.self_ops.items()}
             modules.append(d)
         return {

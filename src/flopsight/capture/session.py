@@ -89,6 +89,11 @@ class CaptureSession:
         self.clock.finish()
         return self._resolve()
 
+    def snapshot(self) -> RawCapture:
+        """What was measured so far, without stopping (completed module calls only)."""
+        self.clock.finish()
+        return self._resolve()
+
     def _exit_modes(self) -> None:
         while self._modes:
             self._modes.pop().__exit__(None, None, None)

@@ -1,1 +1,266 @@
-"""Formulas: elementwise (being written)."""
+"""Elementwise ops: arithmetic, math functions, comparisons, logic, clamps, selections.
+
+Convention (see ``docs/conventions/elementwise.md`` for the table):
+
+* Cost is counted per element of the **result**, i.e. of the broadcast output:
+  ``(4, 1) + (1, 5)`` costs 20, more than either input has. In-place (``add_``) and
+  ``out=`` forms cost what the functional form costs.
+* **1 FLOP per element** for every arithmetic op, math function (``exp``, ``sin``,
+  ``pow``, ``erf``...), rounding, comparison and clamp: one op, one elementary function
+  evaluation per element, the constant DeepSpeed uses for ``add``/``mul`` and for its
+  activations. Fused ops count the arithmetic a user would otherwise write as separate
+  ops: ``add``/``sub``/``rsub`` with ``alpha != 1`` are 2 (a multiply and an add),
+  ``addcmul``/``addcdiv`` are 2 (3 with ``value != 1``), ``lerp`` is 3 (sub, mul, add).
+* **FLOPs only for floating-point work**: an op costs 0 unless a float/complex tensor is
+  among its operands or is its result. Integer and bool arithmetic, bitwise ops and
+  comparisons of integers are free. ``int / int`` (true division) and ``int * 0.5``
+  return floats computed in floating point, so they count.
+* **Selection is free**: ``where`` and ``masked_fill`` only pick elements, they do no
+  arithmetic (the comparison that builds the mask is counted where it runs).
+* Composite functions (``isclose``, ``float_power``, ``square``, ``softsign``, Python
+  ``2 / a`` = ``reciprocal`` + ``mul``) are counted through the ops they dispatch.
+* Complex tensors count 1 per element too (not per real component).
+
+``sigmoid`` and the activation kernels live in :mod:`.activation`; ``tanh`` is here
+with the other math functions (``nn.Tanh`` dispatches the same op).
+
+>>> import torch
+>>> from flopsight.formulas.elementwise import pointwise, scaled_add, lerp
+>>> x, y = torch.ones(4, 1), torch.ones(1, 5)
+>>> pointwise(x * y, x, y)  # one FLOP per element of the broadcast (4, 5) result
+Cost(macs=0, flops=20)
+>>> scaled_add(x + 2 * y, x, y, alpha=2)  # x + 2*y: a multiply and an add per element
+Cost(macs=0, flops=40)
+>>> lerp(x.lerp(y, 0.5), x, y, 0.5)  # x + w*(y - x)
+Cost(macs=0, flops=60)
+>>> i = torch.ones(4, dtype=torch.int64)
+>>> pointwise(i + i, i, i)  # integer arithmetic is not FLOPs
+Cost(macs=0, flops=0)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from .registry import REGISTRY, Cost
+from .shapes import first_tensor, float_arithmetic, result_numel
+
+aten = torch.ops.aten
+
+__all__ = [
+    "pointwise", "scaled_add", "addcmul", "lerp", "equal", "allclose", "foreach", "packets", "elementwise_flops",
+]
+
+
+def packets(*names: str) -> list:
+    """``aten.<name>`` and its in-place twin ``aten.<name>_`` for each name, where they exist.
+
+    >>> [str(p) for p in packets("add", "maximum")]
+    ['aten.add', 'aten.add_', 'aten.maximum']
+    """
+    found = []
+    for name in names:
+        for n in (name, name + "_"):
+            try:
+                found.append(getattr(aten, n))
+            except AttributeError:  # no in-place twin (maximum_), or not in this torch
+                pass
+    return found
+
+
+def _is_one(x: Any) -> bool:
+    """Is a scalar coefficient (alpha, value) 1, so that multiplying by it is no work?
+
+    A tensor coefficient counts as not 1: formulas never read tensor values.
+    """
+    if isinstance(x, torch.Tensor):
+        return False
+    try:
+        return bool(x == 1)
+    except Exception:  # a symbolic or exotic scalar: assume it is a real multiply
+        return False
+
+
+def _is_zero(x: Any) -> bool:
+    """Is a scalar tolerance 0? (A tensor is assumed not to be: values are never read.)"""
+    if isinstance(x, torch.Tensor):
+        return False
+    try:
+        return bool(x == 0)
+    except Exception:
+        return False
+
+
+def elementwise_flops(n: int, ops: int = 1) -> int:
+    """FLOPs of ``ops`` elementwise arithmetic operations (add, multiply, ...) on ``n``
+    elements: 1 per operation per element. For formulas that know only element counts
+    (a residual add or an attention mask inside a fused kernel).
+
+    >>> elementwise_flops(20), elementwise_flops(20, ops=3)
+    (20, 60)
+    """
+    return ops * n
+
+
+def _flops(per_element: int, out: Any, args: tuple, kwargs: dict) -> Cost:
+    if not float_arithmetic(out, args, kwargs):
+        return Cost()
+    return Cost.of_flops(elementwise_flops(result_numel(out, args), per_element))
+
+
+# -- 1 FLOP per output element --------------------------------------------------------------
+#: Unary math functions: one function evaluation per element. Rounding (floor, round...)
+#: and sign manipulation (abs, neg, sign) are floating-point instructions too.
+UNARY = (
+    "abs", "neg", "sqrt", "rsqrt", "reciprocal", "exp", "exp2", "expm1",
+    "log", "log1p", "log2", "log10",
+    "sin", "cos", "tan", "tanh", "sinh", "cosh", "asin", "acos", "atan", "asinh", "acosh", "atanh",
+    "erf", "erfc", "erfinv", "sign", "sgn", "floor", "ceil", "round", "trunc", "frac",
+    "nan_to_num", "logit", "i0", "lgamma", "digamma", "polygamma", "mvlgamma", "sinc",
+    "deg2rad", "rad2deg", "angle", "conj_physical", "_conj_physical", "frexp",
+    "special_entr", "special_erfcx", "special_i0e", "special_i1", "special_i1e",
+    "special_ndtri", "special_log_ndtr", "special_bessel_j0", "special_bessel_j1",
+    "special_bessel_y0", "special_bessel_y1", "special_modified_bessel_i0",
+    "special_modified_bessel_i1", "special_modified_bessel_k0", "special_modified_bessel_k1",
+    "special_scaled_modified_bessel_k0", "special_scaled_modified_bessel_k1",
+    "special_spherical_bessel_j0", "special_airy_ai",
+)  # fmt: skip
+
+#: Binary arithmetic and math functions: one evaluation per output element, whatever its
+#: internal cost (``pow``, ``atan2`` and ``hypot`` count 1 like ``exp``). ``div`` counts 1
+#: in every rounding mode: the mode picks which quotient is computed, it adds no op.
+BINARY = (
+    "mul", "div", "floor_divide", "remainder", "fmod", "pow",
+    "maximum", "minimum", "fmax", "fmin", "atan2", "hypot", "copysign", "nextafter",
+    "heaviside", "ldexp", "xlogy", "special_xlog1py", "special_zeta", "logaddexp", "logaddexp2",
+    "igamma", "igammac", "gcd", "lcm",
+    "special_chebyshev_polynomial_t", "special_chebyshev_polynomial_u",
+    "special_chebyshev_polynomial_v", "special_chebyshev_polynomial_w",
+    "special_shifted_chebyshev_polynomial_t", "special_shifted_chebyshev_polynomial_u",
+    "special_shifted_chebyshev_polynomial_v", "special_shifted_chebyshev_polynomial_w",
+    "special_hermite_polynomial_h", "special_hermite_polynomial_he",
+    "special_laguerre_polynomial_l", "special_legendre_polynomial_p",
+)  # fmt: skip
+
+#: Comparisons and classification: a float compare per element (0 on integers).
+#: ``isfinite``/``isclose`` are composite and arrive as the ops below plus ``abs``/``sub``...
+COMPARISON = ("eq", "ne", "lt", "le", "gt", "ge", "isnan", "isinf", "isposinf", "isneginf", "signbit")
+
+#: Logic and bit ops: bool/int only, so 0 -- except ``logical_*`` on float tensors, which
+#: compare each operand with zero in floating point.
+LOGICAL = (
+    "logical_and", "logical_or", "logical_xor", "logical_not",
+    "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not",
+    "bitwise_left_shift", "bitwise_right_shift", "__lshift__", "__rshift__", "__ilshift__", "__irshift__",
+)  # fmt: skip
+
+#: Clamps: one saturation per element, with one bound or two (``F.relu6``/``hardtanh``,
+#: the same clamp, is DeepSpeed's 1 per element). ``clip`` is an alias that arrives as clamp.
+CLAMP = ("clamp", "clamp_min", "clamp_max")
+
+
+@REGISTRY.register(*packets(*UNARY, *BINARY, *COMPARISON, *LOGICAL, *CLAMP))
+def pointwise(out, *args, **kwargs) -> Cost:
+    """1 FLOP per element of the result, if the op works in floating point."""
+    return _flops(1, out, args, kwargs)
+
+
+# -- fused arithmetic: count each operation they fuse ------------------------------------------
+@REGISTRY.register(*packets("add", "sub", "rsub"))
+def scaled_add(out, a, b, alpha=1, *args, **kwargs) -> Cost:
+    """``a ± alpha*b`` (``rsub``: ``b - alpha*a``): 1 per element, 2 when ``alpha != 1``.
+
+    ``alpha`` is keyword-only in ``add.Tensor`` and positional in ``add.Scalar``; both bind
+    here. SGD's ``p.add_(grad, alpha=-lr)`` is a multiply and an add per parameter.
+    """
+    return _flops(1 if _is_one(alpha) else 2, out, (a, b) + args, kwargs)
+
+
+@REGISTRY.register(*packets("addcmul", "addcdiv"))
+def addcmul(out, input, tensor1, tensor2, value=1, *args, **kwargs) -> Cost:
+    """``input + value * tensor1 (*|/) tensor2``: 2 per element, 3 when ``value != 1``."""
+    return _flops(2 if _is_one(value) else 3, out, (input, tensor1, tensor2) + args, kwargs)
+
+
+@REGISTRY.register(*packets("lerp"))
+def lerp(out, start, end, weight, *args, **kwargs) -> Cost:
+    """``start + weight * (end - start)``: a sub, a mul and an add per element."""
+    return _flops(3, out, (start, end, weight) + args, kwargs)
+
+
+@REGISTRY.register(aten.equal)
+def equal(out, a, b, *args, **kwargs) -> Cost:
+    """``torch.equal`` returns a Python bool: one compare per element when the shapes match
+    (different shapes are unequal without comparing anything)."""
+    if a.shape != b.shape or not float_arithmetic(None, (a, b)):
+        return Cost()
+    return Cost.of_flops(a.numel())
+
+
+@REGISTRY.register(aten.allclose)
+def allclose(out, a, b, rtol=1e-05, atol=1e-08, equal_nan=False, *args, **kwargs) -> Cost:
+    """``allclose`` runs as one kernel on CPU/CUDA; it costs what the composite ``isclose``
+    it runs inside dispatches (counted op by op when called directly), the final ``all``
+    of a bool tensor being free:
+
+    ``eq(a, b)`` [+ ``isnan(a)``, ``isnan(b)`` with ``equal_nan``]; unless
+    ``rtol == atol == 0``: ``atol + |rtol * b|`` (3 ops on b's elements), then
+    ``|a - b|`` (sub, abs), ``isfinite`` of it (abs, ne, eq) and ``<=``: 6 ops on the
+    broadcast elements. Integer inputs are compared exactly (free) and cast to float for
+    the tolerance part.
+    """
+    floats = float_arithmetic(None, (a, b))
+    both = result_numel(None, (a, b))
+    flops = both if floats else 0
+    if equal_nan and floats:
+        flops += a.numel() + b.numel()
+    if not (_is_zero(rtol) and _is_zero(atol)):
+        flops += 3 * b.numel() + 6 * both
+    return Cost.of_flops(flops)
+
+
+# -- selection: no arithmetic ------------------------------------------------------------------
+REGISTRY.zero_cost(*packets("where", "masked_fill"))
+
+
+# -- _foreach_* (optimizers' multi-tensor ops): the per-tensor formula, summed ----------------
+def foreach(per_tensor: Callable[..., Cost]) -> Callable[..., Cost]:
+    """A formula for ``_foreach_<op>`` from the formula of ``<op>``: the sum over the list.
+
+    List arguments are indexed per tensor (``Tensor[]`` and ``Scalar[]`` alike); others
+    (a shared scalar or tensor) are passed to every call. In-place forms return nothing:
+    each result is then the tensor updated, the first of the call's arguments.
+
+    >>> xs = [torch.ones(3), torch.ones(2, 2)]
+    >>> foreach(scaled_add)(None, xs, xs, alpha=0.5)  # (3 + 4) elements * 2
+    Cost(macs=0, flops=14)
+    """
+
+    def formula(out, *args, **kwargs) -> Cost:
+        lists = [a for a in args if isinstance(a, (list, tuple))]
+        n = len(lists[0]) if lists else 0
+        outs = out if isinstance(out, (list, tuple)) and len(out) == n else None
+        total = Cost()
+        for i in range(n):
+            args_i = tuple(a[i] if isinstance(a, (list, tuple)) else a for a in args)
+            kwargs_i = {k: v[i] if isinstance(v, (list, tuple)) else v for k, v in kwargs.items()}
+            out_i = outs[i] if outs is not None else first_tensor(args_i)
+            total = total.plus(per_tensor(out_i, *args_i, **kwargs_i))
+        return total
+
+    formula.__name__ = f"foreach_{getattr(per_tensor, '__name__', 'op')}"
+    return formula
+
+
+def _register_foreach() -> None:
+    by_name = {name: pointwise for name in UNARY + BINARY + CLAMP + ("sigmoid",)}
+    by_name.update(add=scaled_add, sub=scaled_add, addcmul=addcmul, addcdiv=addcmul, lerp=lerp)
+    for name, per_tensor in by_name.items():
+        ops = packets("_foreach_" + name)
+        if ops:
+            REGISTRY.register(*ops)(foreach(per_tensor))
+
+
+_register_foreach()

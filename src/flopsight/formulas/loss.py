@@ -1,1 +1,208 @@
-"""Formulas: loss (being written)."""
+"""Loss functions with their own aten kernels: nll, mse, smooth L1, Huber, BCE, ...
+
+Convention (as for :mod:`.reduction`): each arithmetic operation, transcendental
+function or comparison in the kernel's per-element expression is one FLOP. A loss over
+``n`` elements costs ``k * n`` for its per-element expression, plus its reduction:
+
+* ``reduction='none'``: nothing more;
+* ``'sum'``: ``n`` adds;
+* ``'mean'``: ``n`` adds and one divide (``n + 1``).
+
+Where the expression branches on values (``|d| < beta``), the costlier branch is
+counted, so the count never depends on data. Per-element constants ``k``:
+
+======================================  ==============================================  ===
+op                                      expression counted                              k
+======================================  ==============================================  ===
+mse_loss                                (x - y)^2                                        2
+l1_loss                                 |x - y|                                          2
+smooth_l1_loss                          |d| < b ? 0.5 d^2 / b : |d| - 0.5 b              6
+huber_loss                              |d| < δ ? 0.5 d^2 : δ (|d| - 0.5 δ)              5
+binary_cross_entropy                    (y-1) max(log1p(-x), -100) - y max(log x, -100)  9
+  + weight                              w * ·                                           +1
+binary_cross_entropy_with_logits        (1 - y) x - logsigmoid(x)                         4
+  + pos_weight                          ((pw - 1) y + 1) * logsigmoid(x)                +4
+  + weight                              w * ·                                           +1
+soft_margin_loss                        log(1 + exp(-y x))                                5
+======================================  ==============================================  ===
+
+``nll_loss`` picks one log-probability per target and negates it: 1 per target, +1 with
+class weights (multiply); a weighted mean also sums the picked weights (``n``) before
+its divide. ``ignore_index`` is not read (dense: every target counted).
+``cross_entropy`` is not a kernel: it dispatches ``_log_softmax`` (counted by the
+activation family) and ``nll_loss_forward``; with ``label_smoothing`` or probability
+targets, the extra ops are counted by the elementwise and reduction families. The same
+goes for the other composite losses (``kl_div``, ``margin_ranking``, ``hinge_embedding``,
+``cosine_embedding``, ``triplet_margin``, ``poisson_nll``, ``gaussian_nll``,
+``multilabel_soft_margin``): they are counted op by op through their decomposition.
+
+>>> import torch
+>>> from flopsight.formulas.loss import mse_loss, nll_loss
+>>> x = torch.ones(8, 10)
+>>> mse_loss(torch.tensor(0.), x, x, 1)   # mean: 2*80 + 80 + 1
+Cost(macs=0, flops=241)
+>>> nll_loss((torch.tensor(0.), torch.tensor(8.)), x, torch.zeros(8, dtype=torch.long), None, 2, -100)
+Cost(macs=0, flops=16)
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .reduction import mean_flops
+from .registry import REGISTRY, Cost
+from .shapes import any_float, numel, prod
+
+__all__ = [
+    "reduction_cost", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss",
+    "binary_cross_entropy", "binary_cross_entropy_with_logits", "soft_margin_loss",
+    "multi_margin_loss", "multilabel_margin_loss", "ctc_loss",
+]
+
+aten = torch.ops.aten
+
+_REDUCTIONS = {0: "none", 1: "mean", 2: "sum", "none": "none", "mean": "mean", "sum": "sum",
+               "batchmean": "mean", "elementwise_mean": "mean"}
+
+
+def _mode(reduction) -> str:
+    try:
+        return _REDUCTIONS[reduction]
+    except (KeyError, TypeError):
+        raise ValueError(f"reduction: expected 0/1/2 or 'none'/'mean'/'sum', got {reduction!r}") from None
+
+
+def reduction_cost(n: int, reduction) -> int:
+    """FLOPs to reduce ``n`` loss values: 0 (``none``), ``n`` (``sum``), ``n + 1`` (``mean``),
+    as the reduction family counts ``sum`` and ``mean``."""
+    mode = _mode(reduction)
+    if mode == "none":
+        return 0
+    return mean_flops(n, 1) if mode == "mean" else n
+
+
+def _pointwise(k: int, x, y, reduction) -> Cost:
+    """``k`` FLOPs per (broadcast) element plus the reduction."""
+    if not any_float((x, y)):
+        return Cost()
+    n = prod(torch.broadcast_shapes(x.shape, y.shape))
+    return Cost.of_flops(k * n + reduction_cost(n, reduction))
+
+
+# -- classification ---------------------------------------------------------------------
+@REGISTRY.register(aten.nll_loss_forward, aten.nll_loss2d_forward, aten.nll_loss, aten.nll_loss2d,
+                   aten.nll_loss_nd)
+def nll_loss(out, x, target, weight=None, reduction=1, ignore_index=-100, *args, **kwargs) -> Cost:
+    """Negate one picked log-probability per target (1), times its class weight (+1),
+    accumulated (+1 unless 'none'); a weighted mean also sums the weights (+1) and
+    divides once."""
+    if not any_float((x,)):
+        return Cost()
+    mode = _mode(reduction)
+    n = max(numel(target), 1)
+    weighted = weight is not None
+    flops = n * (1 + weighted)
+    if mode != "none":
+        flops += n
+    if mode == "mean":
+        flops += n * weighted + 1
+    return Cost.of_flops(flops)
+
+
+@REGISTRY.register(aten.multi_margin_loss)
+def multi_margin_loss(out, x, target, p=1, margin=1, weight=None, reduction=1, *args, **kwargs) -> Cost:
+    """Per (sample, class): ``margin - x[y] + x[c]`` (2), clamp at 0 (1), accumulate (1);
+    +1 for ``p=2`` (square), +1 with ``weight``; a divide by C per sample; the reduction."""
+    if not any_float((x,)):
+        return Cost()
+    samples = x.shape[0] if x.dim() == 2 else 1
+    k = 4 + (p == 2) + (weight is not None)
+    return Cost.of_flops(k * numel(x) + samples + reduction_cost(samples, reduction))
+
+
+@REGISTRY.register(aten.multilabel_margin_loss_forward, aten.multilabel_margin_loss)
+def multilabel_margin_loss(out, x, target, reduction=1, *args, **kwargs) -> Cost:
+    """Per (sample, target slot, class): ``1 - x[y_j] + x[c]`` (2), clamp (1), accumulate
+    (1). Dense: every one of the C target slots is counted (the real number of targets is
+    data); a divide by C per sample; the reduction."""
+    if not any_float((x,)):
+        return Cost()
+    classes = x.shape[-1] if x.dim() else 1
+    samples = x.shape[0] if x.dim() == 2 else 1
+    return Cost.of_flops(4 * samples * classes * classes + samples + reduction_cost(samples, reduction))
+
+
+# -- regression ---------------------------------------------------------------------------
+@REGISTRY.register(aten.mse_loss)
+def mse_loss(out, x, y, reduction=1, *args, **kwargs) -> Cost:
+    """Subtract and square: 2 per element."""
+    return _pointwise(2, x, y, reduction)
+
+
+@REGISTRY.register(aten.l1_loss)
+def l1_loss(out, x, y, reduction=1, *args, **kwargs) -> Cost:
+    """Subtract and abs: 2 per element (torch decomposes it to ``sub``/``abs``/``mean``
+    before dispatch, which costs the same)."""
+    return _pointwise(2, x, y, reduction)
+
+
+@REGISTRY.register(aten.smooth_l1_loss)
+def smooth_l1_loss(out, x, y, reduction=1, *args, **kwargs) -> Cost:
+    """Subtract, abs, compare with beta, then the quadratic branch ``0.5 d^2 / beta``
+    (square, scale, divide): 6 per element."""
+    return _pointwise(6, x, y, reduction)
+
+
+@REGISTRY.register(aten.huber_loss)
+def huber_loss(out, x, y, reduction=1, *args, **kwargs) -> Cost:
+    """Subtract, abs, compare with delta, then a 2-op branch (``0.5 d^2`` or
+    ``delta (|d| - 0.5 delta)``): 5 per element."""
+    return _pointwise(5, x, y, reduction)
+
+
+@REGISTRY.register(aten.soft_margin_loss)
+def soft_margin_loss(out, x, y, reduction=1, *args, **kwargs) -> Cost:
+    """``log(1 + exp(-y x))``: multiply, negate, exp, add, log = 5 per element."""
+    return _pointwise(5, x, y, reduction)
+
+
+# -- binary cross-entropy -------------------------------------------------------------------
+@REGISTRY.register(aten.binary_cross_entropy)
+def binary_cross_entropy(out, x, y, weight=None, reduction=1, *args, **kwargs) -> Cost:
+    """PyTorch's kernel ``(y - 1) max(log1p(-x), -100) - y max(log(x), -100)``: negate,
+    log1p, clamp, log, clamp, subtract, 2 multiplies, subtract = 9 per element; +1 for
+    ``weight``."""
+    return _pointwise(9 + (weight is not None), x, y, reduction)
+
+
+@REGISTRY.register(aten.binary_cross_entropy_with_logits)
+def binary_cross_entropy_with_logits(out, x, y, weight=None, pos_weight=None, reduction=1, *args,
+                                     **kwargs) -> Cost:
+    """PyTorch's kernel ``(1 - y) x - lw * logsigmoid(x)``: subtract, multiply,
+    logsigmoid (1, as an activation), subtract = 4 per element; ``pos_weight`` builds
+    ``lw = (pw - 1) y + 1`` and multiplies by it (+4); ``weight`` multiplies (+1)."""
+    k = 4 + 4 * (pos_weight is not None) + (weight is not None)
+    return _pointwise(k, x, y, reduction)
+
+
+# -- sequence -----------------------------------------------------------------------------
+#: FLOPs per cell of CTC's forward (alpha) table: a log-sum-exp of the three predecessor
+#: cells (2 compares for the max, 3 subtracts, 3 exps, 2 adds, log, add back the max = 12)
+#: plus adding the emission log-probability (1).
+CTC_FLOPS_PER_CELL = 13
+#: Per sample at the end: log-sum-exp of the two final cells (compare, 2 subtracts, 2 exps,
+#: add, log, add = 8) and the negation (1).
+CTC_FLOPS_PER_SAMPLE = 9
+
+
+@REGISTRY.register(aten._ctc_loss)
+def ctc_loss(out, log_probs, *args, **kwargs) -> Cost:
+    """Dense over the ``(N, T, 2S+1)`` alpha table the kernel returns (lengths are data).
+
+    No meta kernel exists for ``_ctc_loss``; it is counted on CPU and CUDA.
+    """
+    if not any_float((log_probs,)):
+        return Cost()
+    log_alpha = out[1]
+    samples = log_probs.shape[1] if log_probs.dim() == 3 else 1
+    return Cost.of_flops(CTC_FLOPS_PER_CELL * numel(log_alpha) + CTC_FLOPS_PER_SAMPLE * samples)

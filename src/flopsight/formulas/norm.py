@@ -1,1 +1,233 @@
-"""Formulas: norm (being written)."""
+"""Normalisation: layer, group, batch (every kernel), instance, RMS, weight norm.
+
+Per-element constants, 0 MACs -- DeepSpeed's wherever it has one, so totals match it:
+
+==========================  ===========================  ==================
+op                          with affine weight           without
+==========================  ===========================  ==================
+layer norm, group norm      5 per input element          4
+batch norm, batch stats     5 (mean, var, normalise,     4
+(training)                  scale, shift)
+batch norm, running stats   2 (normalise, scale+shift)   1 (normalise)
+(eval)
+RMS norm (none in           4 (square, mean, scale by    3
+DeepSpeed)                  1/rms, weight)
+==========================  ===========================  ==================
+
+"Affine" means a ``weight`` is passed (as DeepSpeed decides it); the bias add is folded
+into the constant. The few per-row/per-channel FLOPs (``rsqrt`` of the variance, running
+stat updates) are not counted, as in DeepSpeed.
+
+Which batch-norm constant applies is decided by the statistics the kernel really uses:
+batch statistics when ``training`` is true *or* there are no running stats (a BatchNorm
+with ``track_running_stats=False`` normalises with batch statistics in eval too, and so
+does ``nn.InstanceNorm`` without running stats); the running statistics otherwise.
+
+What dispatches (torch 2.13, identical on CPU and meta): ``native_layer_norm``,
+``native_group_norm``, ``native_batch_norm`` (CUDA: ``cudnn_batch_norm`` or
+``native_batch_norm``; ROCm: ``miopen_batch_norm``; export/compile: the
+``_native_batch_norm_legit*`` and ``_batch_norm_{with,no}_update*`` family).
+``F.instance_norm`` is composite: it views the input as ``(1, N*C, *spatial)`` and runs
+batch norm on it in training mode (batch statistics) -- so instance norm costs 5/4 per
+element like DeepSpeed's, except in eval with ``track_running_stats=True``, where it
+really is a running-stats batch norm (2/1; DeepSpeed says 5/4). ``SyncBatchNorm``'s CUDA
+path splits batch norm into ``batch_norm_stats`` (3 per element: the training minus eval
+constants) and ``batch_norm_elemt`` (2/1), which add up to the same 5/4.
+``LocalResponseNorm`` is composite (``mul``, ``constant_pad_nd``, ``avg_pool``, ``add``,
+``pow``, ``div``): each piece is counted by its own family.
+
+``F.rms_norm``/``torch.rms_norm`` decompose into ``pow, mean, add, rsqrt, mul`` on CPU and
+meta but run one fused kernel (``aten._fused_rms_norm``) on CUDA, so the function is
+counted as a **unit** (one entry, ``rms_norm``) and the fused kernel is registered with the
+same formula. The constant is layer norm's minus the mean subtraction: square (1), mean
+accumulation (1), scale by 1/rms (1), weight (1) = 4; 3 without weight. The decomposition
+it replaces would count about the same (pow 1, mean 1, mul 1, mul 1 per element plus per-row
+add and rsqrt).
+
+Weight norm's fused kernel (``_weight_norm_interface``) counts what its decomposition
+would: a 2-norm, a divide per norm and a scale per element, ``3*numel(v) + 2*numel(g)``.
+
+>>> import torch
+>>> from flopsight.formulas.norm import native_layer_norm
+>>> x = torch.ones(2, 8, 16)
+>>> native_layer_norm(None, x, [16], torch.ones(16), torch.ones(16), 1e-5)  # 5 * 2*8*16
+Cost(macs=0, flops=1280)
+>>> from flopsight.formulas.norm import rms_norm
+>>> rms_norm(None, x, [16], weight=None)  # the rms_norm unit: 3 * 2*8*16 without weight
+Cost(macs=0, flops=768)
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .registry import REGISTRY, Cost
+from .shapes import is_float, numel
+
+__all__ = [
+    "layer_norm_flops", "layer_norm_cost", "batch_norm_cost", "rms_norm_cost", "native_layer_norm", "rms_norm",
+]
+
+# Private and backend kernels (``_batch_norm_with_update`` since 2.4, ``_fused_rms_norm``,
+# MIOpen...) vary across torch versions: registrations name their ops with ``missing_ok=True``.
+
+#: Per-element FLOPs (with weight, without). DeepSpeed's constants, except RMS norm,
+#: which DeepSpeed does not count: layer norm's without the mean subtraction.
+LAYER_NORM = (5, 4)
+BATCH_NORM_TRAIN = (5, 4)
+BATCH_NORM_EVAL = (2, 1)
+RMS_NORM = (4, 3)
+#: Batch statistics alone (SyncBatchNorm's split): training minus eval, 5-2 == 4-1.
+BATCH_STATS = 3
+#: Weight norm, per element of v: square and accumulate the norm (2), scale (1).
+WEIGHT_NORM = 3
+
+
+def _per_element(x, weight, constants: tuple[int, int]) -> Cost:
+    if not is_float(x):  # quantized/integer inputs: no floating-point arithmetic
+        return Cost()
+    return Cost.of_flops(numel(x) * constants[0 if weight is not None else 1])
+
+
+def layer_norm_flops(n: int, affine: bool = True) -> int:
+    """FLOPs of a layer (or group) norm over ``n`` elements, from counts alone (used by the
+    attention fast paths, which know only shapes of their inner tensors).
+
+    >>> layer_norm_flops(10), layer_norm_flops(10, affine=False)
+    (50, 40)
+    """
+    return n * LAYER_NORM[0 if affine else 1]
+
+
+def layer_norm_cost(x, weight) -> Cost:
+    """5 FLOPs per element with a weight, 4 without (layer and group norm)."""
+    return _per_element(x, weight, LAYER_NORM)
+
+
+def batch_norm_cost(x, weight, batch_stats: bool) -> Cost:
+    """5/4 per element when normalising with batch statistics, 2/1 with running ones."""
+    return _per_element(x, weight, BATCH_NORM_TRAIN if batch_stats else BATCH_NORM_EVAL)
+
+
+def rms_norm_cost(x, weight) -> Cost:
+    """4 FLOPs per element with a weight, 3 without."""
+    return _per_element(x, weight, RMS_NORM)
+
+
+# -- layer / group norm ----------------------------------------------------------------
+@REGISTRY.register("aten::native_layer_norm", "aten::layer_norm", missing_ok=True)
+def native_layer_norm(out, x, normalized_shape=None, weight=None, bias=None, *args, **kwargs) -> Cost:
+    return layer_norm_cost(x, weight)
+
+
+@REGISTRY.register("aten::native_group_norm", missing_ok=True)
+def native_group_norm(out, x, weight=None, bias=None, *args, **kwargs) -> Cost:
+    """(input, weight, bias, N, C, HxW, group, eps)."""
+    return layer_norm_cost(x, weight)
+
+
+@REGISTRY.register("aten::group_norm", missing_ok=True)
+def group_norm(out, x, num_groups=None, weight=None, bias=None, *args, **kwargs) -> Cost:
+    """The composite front door: (input, num_groups, weight, bias, eps, cudnn_enabled)."""
+    return layer_norm_cost(x, weight)
+
+
+# -- batch norm ------------------------------------------------------------------------
+# Schemas with (input, weight, bias, running_mean, running_var, training, ...):
+# instance_norm has use_input_stats where the others have training -- the same meaning.
+@REGISTRY.register(
+    "aten::native_batch_norm",
+    "aten::cudnn_batch_norm",
+    "aten::miopen_batch_norm",
+    "aten::_native_batch_norm_legit_functional",
+    "aten::batch_norm",
+    "aten::_batch_norm_impl_index",
+    "aten::instance_norm",
+    missing_ok=True,
+)
+def native_batch_norm(out, x, weight=None, bias=None, running_mean=None, running_var=None,
+                      training=False, *args, **kwargs) -> Cost:
+    return batch_norm_cost(x, weight, bool(training) or running_mean is None)
+
+
+@REGISTRY.register("aten::_native_batch_norm_legit", missing_ok=True)
+def native_batch_norm_legit(out, x, weight=None, bias=None, *args, **kwargs) -> Cost:
+    """Two overloads: (.., running_mean, running_var, training, ..) and .no_stats (.., training, ..)."""
+    if args and isinstance(args[0], bool):  # .no_stats: no running stats, batch statistics
+        return batch_norm_cost(x, weight, True)
+    running_mean = args[0] if args else kwargs.get("running_mean")
+    training = args[2] if len(args) > 2 else kwargs.get("training", False)
+    return batch_norm_cost(x, weight, bool(training) or running_mean is None)
+
+
+@REGISTRY.register(
+    "aten::_native_batch_norm_legit_no_training",
+    "aten::_batch_norm_no_update",
+    "aten::quantized_batch_norm",
+    missing_ok=True,
+)
+def batch_norm_no_update(out, x, weight=None, bias=None, running_mean=None, *args, **kwargs) -> Cost:
+    """Normalises with the running statistics (batch ones only if there are none)."""
+    return batch_norm_cost(x, weight, running_mean is None)
+
+
+@REGISTRY.register("aten::_batch_norm_with_update", "aten::_batch_norm_with_update_functional", missing_ok=True)
+def batch_norm_with_update(out, x, weight=None, *args, **kwargs) -> Cost:
+    """Training-mode batch norm that also updates the running statistics."""
+    return batch_norm_cost(x, weight, True)
+
+
+# SyncBatchNorm's CUDA path: statistics, all-gather, combine, normalise.
+@REGISTRY.register("aten::batch_norm_stats", "aten::batch_norm_update_stats", missing_ok=True)
+def batch_norm_stats(out, x, *args, **kwargs) -> Cost:
+    """Per-channel mean and variance of the local batch: 3 FLOPs per element."""
+    return Cost.of_flops(BATCH_STATS * numel(x) if is_float(x) else 0)
+
+
+@REGISTRY.register("aten::batch_norm_gather_stats", "aten::batch_norm_gather_stats_with_counts", missing_ok=True)
+def batch_norm_gather_stats(out, x, mean, invstd, *args, **kwargs) -> Cost:
+    """Combines the replicas' (world, C) statistics: 1 FLOP per gathered value (negligible)."""
+    return Cost.of_flops(numel(mean) + numel(invstd))
+
+
+@REGISTRY.register("aten::batch_norm_elemt", missing_ok=True)
+def batch_norm_elemt(out, x, weight=None, *args, **kwargs) -> Cost:
+    """Normalise with given statistics (+ scale and shift): the eval constants, 2/1."""
+    return batch_norm_cost(x, weight, False)
+
+
+# -- RMS norm ------------------------------------------------------------------------
+def _rms_args(args: tuple, kwargs: dict):
+    x = args[0] if args else kwargs.get("input")
+    weight = args[2] if len(args) > 2 else kwargs.get("weight")
+    return x, weight
+
+
+# Both entry points: nn.RMSNorm and most code call F.rms_norm, which calls torch.rms_norm;
+# the unit mode counts the outermost one only. (Absent before torch 2.4.)
+_RMS_FUNCTIONS = tuple(f for f in (getattr(torch.nn.functional, "rms_norm", None), getattr(torch, "rms_norm", None))
+                       if f is not None)  # fmt: skip
+
+
+@REGISTRY.register_unit(*_RMS_FUNCTIONS, name="rms_norm")
+def rms_norm(out, *args, **kwargs) -> Cost:
+    """``F.rms_norm(input, normalized_shape, weight=None, eps=None)``, any argument by keyword."""
+    return rms_norm_cost(*_rms_args(args, kwargs))
+
+
+# The CUDA fused kernel, and the composite aten op for modes that see composites.
+REGISTRY.register("aten::_fused_rms_norm", "aten::rms_norm", missing_ok=True)(rms_norm)
+
+
+# -- weight norm ------------------------------------------------------------------------
+@REGISTRY.register("aten::_weight_norm_interface", "aten::_weight_norm", missing_ok=True)
+def weight_norm(out, v, g=None, *args, **kwargs) -> Cost:
+    """``v * (g / ||v||)``, the norm taken over every dim but ``dim``.
+
+    What its decomposition counts step by step: the 2-norm (square and add per element of
+    ``v``, a square root per norm: the reduction family's ``2n + n_out``), ``g / norm`` (a
+    divide per norm) and the scale (a multiply per element): ``3 * numel(v) + 2 * numel(g)``.
+    """
+    if not is_float(v):
+        return Cost()
+    return Cost.of_flops(WEIGHT_NORM * numel(v) + 2 * numel(g))

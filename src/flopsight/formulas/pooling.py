@@ -1,1 +1,116 @@
-"""Formulas: pooling (being written)."""
+"""Pooling: max, average, adaptive, fractional, unpooling.
+
+Convention (DeepSpeed's, kept so totals match it): **1 FLOP per input element**, 0 MACs,
+for every max, average, adaptive-max and fractional pool of any dimensionality -- the
+comparisons or additions that fold the input into the output. It is an estimate:
+overlapping windows (``kernel > stride``) touch some inputs more than once and are not
+charged for it, as in DeepSpeed. Integer inputs (and quantized ones) cost 0 FLOPs, like
+every elementwise op on integers.
+
+One exception, for consistency with torch's own dispatch: **adaptive average pools cost
+``numel(input) + numel(out)``** (an add per input element, a divide per output element).
+Torch runs ``adaptive_avg_pool*`` with an all-ones output size (global average pooling,
+ResNet's ``avgpool``) as ``aten.mean`` -- on CPU, CUDA and meta alike, in either memory
+format -- and the reduction family counts a mean exactly so. The adaptive formula matches
+it, so ``AdaptiveAvgPool2d(1)`` and ``AdaptiveAvgPool2d(k)`` follow one rule whichever op
+torch picked. DeepSpeed counts only ``numel(input)``: the difference is one FLOP per output
+element (``N*C`` for global pooling).
+
+What dispatches (torch 2.13, identical on CPU and meta):
+
+* ``max_pool1d``/``avg_pool1d``/``adaptive_*_pool1d`` unsqueeze to the 2-D op
+  (``max_pool2d_with_indices``, ``avg_pool2d``, ``_adaptive_avg_pool2d``,
+  ``adaptive_max_pool2d``); ``max_pool2d/3d`` arrive as ``max_pool{2,3}d_with_indices``
+  whether or not indices are returned or gradients needed.
+* ``F.interpolate(mode='area')`` is an adaptive average pool and is counted as one.
+* ``LPPool*`` and ``LocalResponseNorm`` are composite: ``pow``, ``avg_pool``, ``sign``,
+  ``abs``, ``relu``, ``mul``...; each op is counted by its own family.
+* The composite front doors (``max_pool2d``, ``adaptive_avg_pool2d``, ...) and the backend
+  kernels (``mkldnn_*``, ``quantized_max_pool*``) are registered with the same formulas for
+  modes that see them (other backends, tracing levels).
+
+``max_unpool2d/3d`` scatter values to the positions recorded by a max pool: no arithmetic,
+an indexing op, so 0 FLOPs (DeepSpeed does not count it either).
+
+>>> import torch
+>>> from flopsight.formulas.pooling import pool, adaptive_avg_pool
+>>> x = torch.ones(2, 3, 8, 8)
+>>> pool(torch.ones(2, 3, 4, 4), x, [2, 2])  # max/avg pool: 2*3*8*8 input elements
+Cost(macs=0, flops=384)
+>>> adaptive_avg_pool(torch.ones(2, 3, 2, 2), x, [2, 2])  # 2*3*8*8 adds + 2*3*2*2 divides
+Cost(macs=0, flops=408)
+"""
+
+from __future__ import annotations
+
+from .reduction import mean_flops
+from .registry import REGISTRY, Cost
+from .shapes import is_float, numel
+
+__all__ = ["pool", "adaptive_avg_pool"]
+
+# Backend kernels (mkldnn, quantized) vary across torch versions and builds: registrations
+# below name their ops with ``missing_ok=True``.
+
+
+def _input(args: tuple, kwargs: dict):
+    if args:
+        return args[0]
+    return kwargs.get("self", kwargs.get("input"))
+
+
+@REGISTRY.register(
+    # max pooling: dispatched kernels, then composite front doors and backend variants
+    "aten::max_pool2d_with_indices",
+    "aten::max_pool3d_with_indices",
+    "aten::max_pool1d_with_indices",
+    "aten::max_pool1d",
+    "aten::max_pool2d",
+    "aten::max_pool3d",
+    "aten::mkldnn_max_pool2d",
+    "aten::mkldnn_max_pool3d",
+    "aten::quantized_max_pool1d",
+    "aten::quantized_max_pool2d",
+    "aten::quantized_max_pool3d",
+    # average pooling
+    "aten::avg_pool1d",
+    "aten::avg_pool2d",
+    "aten::avg_pool3d",
+    # adaptive max pooling (adaptive *average* pooling is below)
+    "aten::adaptive_max_pool1d",
+    "aten::adaptive_max_pool2d",
+    "aten::adaptive_max_pool3d",
+    # fractional max pooling (its random_samples come from a separate aten.rand)
+    "aten::fractional_max_pool2d",
+    "aten::fractional_max_pool3d",
+    missing_ok=True,
+)
+def pool(out, *args, **kwargs) -> Cost:
+    """1 FLOP per input element (0 for integer or quantized inputs)."""
+    x = _input(args, kwargs)
+    return Cost.of_flops(numel(x) if is_float(x) else 0)
+
+
+@REGISTRY.register(
+    "aten::_adaptive_avg_pool2d",
+    "aten::_adaptive_avg_pool3d",
+    "aten::adaptive_avg_pool1d",
+    "aten::adaptive_avg_pool2d",
+    "aten::adaptive_avg_pool3d",
+    "aten::mkldnn_adaptive_avg_pool2d",
+    missing_ok=True,
+)
+def adaptive_avg_pool(out, *args, **kwargs) -> Cost:
+    """An add per input element and a divide per output element: ``aten.mean``'s count.
+
+    Torch turns the all-ones output size (global average pooling) into ``aten.mean``,
+    which the reduction family counts as ``numel(input) + numel(out)``; counting every
+    adaptive average pool the same way keeps ``AdaptiveAvgPool2d(1)`` and
+    ``AdaptiveAvgPool2d(k)`` on one rule whichever op torch picked.
+    """
+    x = _input(args, kwargs)
+    return Cost.of_flops(mean_flops(numel(x), numel(out)) if is_float(x) else 0)
+
+
+# Scatter by indices: no arithmetic (see the module docstring).
+REGISTRY.zero_cost("aten::max_unpool2d", "aten::max_unpool3d", missing_ok=True)

@@ -66,6 +66,10 @@ def _zero_formula(out, *args, **kwargs) -> Cost:
 ZERO = _zero_formula
 
 
+class _NoSuchOp(ValueError):
+    """A well-formed op name that the installed torch does not define."""
+
+
 def op_key(op: OpLike) -> OpOverloadPacket:
     """Normalise an op to the registry key: its ``OpOverloadPacket``.
 
@@ -87,7 +91,7 @@ def op_key(op: OpLike) -> OpOverloadPacket:
         try:
             return getattr(getattr(torch.ops, ns), name)
         except (AttributeError, RuntimeError) as e:
-            raise ValueError(f"op: no operator named {op!r} is registered with torch") from e
+            raise _NoSuchOp(f"op: no operator named {op!r} is registered with torch") from e
     raise TypeError(
         f"op: expected a torch.ops OpOverload/OpOverloadPacket or a qualified name, got {type(op).__name__}"
     )
@@ -112,13 +116,47 @@ class Registry:
     def __init__(self) -> None:
         self._ops: dict[OpOverloadPacket, Callable[..., Cost]] = {}
         self._units: dict[Any, tuple[str, Callable[..., Cost]]] = {}
+        self._missing: list[str] = []
 
     # -- registration ---------------------------------------------------------------
-    def register(self, *ops: OpLike) -> Callable[[Callable[..., Cost]], Callable[..., Cost]]:
-        """Decorator: ``fn`` counts every op in ``ops`` (replacing any earlier formula)."""
+    def _keys(self, ops: tuple[OpLike, ...], missing_ok: bool) -> list[OpOverloadPacket]:
         if not ops:
             raise ValueError("register: pass at least one op")
-        keys = [op_key(op) for op in ops]
+        keys = []
+        for op in ops:
+            try:
+                keys.append(op_key(op))
+            except _NoSuchOp:
+                # Only a well-formed *name* can be missing (a malformed one still raises).
+                if not missing_ok:
+                    raise
+                if op not in self._missing:
+                    self._missing.append(op)
+        return keys
+
+    def register(
+        self, *ops: OpLike, missing_ok: bool = False
+    ) -> Callable[[Callable[..., Cost]], Callable[..., Cost]]:
+        """Decorator: ``fn`` counts every op in ``ops`` (replacing any earlier formula).
+
+        With ``missing_ok=True``, ops given by name (``"aten::_mps_convolution"``) that the
+        installed torch does not define are skipped instead of raising: flopsight supports
+        torch >= 2.2, and private kernels come and go between releases and builds. The
+        names skipped are listed by :meth:`missing`.
+
+        >>> reg = Registry()
+        >>> @reg.register("aten::mm", "aten::no_such_kernel", missing_ok=True)
+        ... def mm(out, a, b):
+        ...     return Cost.of_product(a.shape[0] * a.shape[1] * b.shape[1])
+        >>> reg.is_registered("aten::mm"), reg.missing()
+        (True, ('aten::no_such_kernel',))
+        >>> try:  # without missing_ok, an unknown name is an error
+        ...     reg.register("aten::no_such_kernel")(mm)
+        ... except ValueError as e:
+        ...     print(e)
+        op: no operator named 'aten::no_such_kernel' is registered with torch
+        """
+        keys = self._keys(ops, missing_ok)
 
         def deco(fn: Callable[..., Cost]) -> Callable[..., Cost]:
             if not callable(fn):
@@ -129,9 +167,24 @@ class Registry:
 
         return deco
 
-    def zero_cost(self, *ops: OpLike) -> None:
-        """Mark ops as costing nothing (so they are not reported as unsupported)."""
-        self.register(*ops)(ZERO)
+    def zero_cost(self, *ops: OpLike, missing_ok: bool = False) -> None:
+        """Mark ops as costing nothing (so they are not reported as unsupported).
+
+        ``missing_ok`` as in :meth:`register`: names this torch lacks are skipped.
+
+        >>> reg = Registry()
+        >>> reg.zero_cost("aten::view", "aten::no_such_view", missing_ok=True)
+        >>> reg.lookup("aten::view")[1] is ZERO, reg.missing()
+        (True, ('aten::no_such_view',))
+        """
+        self.register(*ops, missing_ok=missing_ok)(ZERO)
+
+    def missing(self) -> tuple[str, ...]:
+        """Op names passed with ``missing_ok=True`` that the installed torch does not define.
+
+        Useful to catch typos: on the torch a project is tested with, it should be empty.
+        """
+        return tuple(self._missing)
 
     def register_unit(self, *functions: Callable, name: str) -> Callable[[Callable[..., Cost]], Callable[..., Cost]]:
         """Decorator: count calls of the torch-level ``functions`` as one unit named ``name``."""
@@ -152,6 +205,7 @@ class Registry:
         new = Registry()
         new._ops = dict(self._ops)
         new._units = dict(self._units)
+        new._missing = list(self._missing)
         return new
 
     # -- lookup -----------------------------------------------------------------------

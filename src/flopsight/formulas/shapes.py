@@ -1,4 +1,4 @@
-"""Small shape helpers shared by the formula families (pure functions of shapes)."""
+"""Small helpers shared by the formula families (pure functions of shapes and arguments)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,30 @@ from typing import Any, Iterable
 
 import torch
 
-__all__ = ["prod", "numel", "is_float", "any_float", "tensors", "first_tensor"]
+__all__ = [
+    "arg",
+    "prod",
+    "numel",
+    "is_float",
+    "any_float",
+    "tensors",
+    "first_tensor",
+    "float_arithmetic",
+    "result_numel",
+]
+
+
+def arg(args: tuple, kwargs: dict, index: int, name: str, default: Any = None) -> Any:
+    """Argument ``name`` of an op: ``args[index]`` when given positionally, else by keyword.
+
+    ``args`` is what a formula's ``*args`` caught, so ``index`` counts from there.
+
+    >>> arg((2,), {}, 0, "p", 2), arg((), {"p": 1}, 0, "p", 2), arg((), {}, 0, "p", 2)
+    (2, 1, 2)
+    """
+    if len(args) > index:
+        return args[index]
+    return kwargs.get(name, default)
 
 
 def prod(dims: Iterable[int]) -> int:
@@ -55,3 +78,35 @@ def first_tensor(value: Any) -> torch.Tensor | None:
             if t is not None:
                 return t
     return None
+
+
+def float_arithmetic(out: Any, args: Iterable[Any] = (), kwargs: dict | None = None) -> bool:
+    """True if an op computes in floating point: a float/complex tensor among its
+    arguments (one level into lists) or in its result ``out``.
+
+    The result matters where float work starts from integer tensors: ``int / int`` (true
+    division) and ``int_tensor * 0.5`` both compute and return floats.
+
+    >>> i = torch.ones(2, dtype=torch.int64)
+    >>> float_arithmetic(i / i, [i, i])
+    True
+    >>> float_arithmetic(i + i, [i, i]), float_arithmetic(i > 0, [i, 0])
+    (False, False)
+    """
+    return any_float(args) or any_float((kwargs or {}).values()) or any_float([out])
+
+
+def result_numel(out: Any, args: Iterable[Any] = ()) -> int:
+    """Elements of an op's (first) result; if it returned no tensor (an in-place list op),
+    the broadcast shape of the tensors among ``args``.
+
+    >>> result_numel(torch.ones(4, 5))
+    20
+    >>> result_numel(None, [torch.ones(4, 1), torch.ones(1, 5)])
+    20
+    """
+    t = first_tensor(out)
+    if t is not None:
+        return t.numel()
+    shapes = [t.shape for t in tensors(args)]
+    return prod(torch.broadcast_shapes(*shapes)) if shapes else 0

@@ -1,1 +1,134 @@
-"""Formulas: zero (being written)."""
+"""Zero-cost operators: views, copies, creation, random sampling, indexing, ordering.
+
+These ops move, select, reinterpret or create data; they do no floating-point
+arithmetic, so they cost 0 MACs and 0 FLOPs (the DeepSpeed convention for
+reshapes, copies and embedding lookups). They are *registered* rather than left out
+so that an op nobody has a formula for is still reported, never silently counted as 0.
+
+Families (one list each below, so coverage is easy to review):
+
+* **views and metadata**: ``view``, ``reshape``, ``permute``, ``transpose``, ``expand``,
+  ``select``, ``slice``, ``split``, ``unbind``, ``as_strided``, ``sym_size``, asserts ...
+* **copies and conversions**: ``clone``, ``copy_``, ``_to_copy`` (``.to``, dtype casts),
+  ``fill_``, ``zero_``, ``*_like``, the functionalised ``*_copy`` / ``*_scatter`` forms.
+* **creation and random sampling**: ``empty``, ``zeros``, ``arange``, ``linspace``,
+  ``eye``, ``rand*``, ``normal_``, ``bernoulli_``, ``multinomial`` ... Generating a
+  random number is not counted as arithmetic (DeepSpeed counts dropout as 0 too).
+* **masking**: ``tril``/``triu`` keep or zero elements by position: no arithmetic.
+* **indexing and gathering**: ``index``, ``index_select``, ``gather``, ``take``,
+  ``masked_select``, ``nonzero``, ``cat``, ``stack``, ``roll``, ``flip``, ``repeat``,
+  padding, ``pixel_shuffle``/``pixel_unshuffle``/``channel_shuffle``, ``im2col``
+  (``F.unfold``), ``one_hot``, ``_local_scalar_dense`` (``.item()``),
+  ``_pack_padded_sequence`` (``pack_padded_sequence``: a gather of the valid timesteps).
+* **ordering, binning and set membership**: ``sort``, ``argsort``, ``topk``,
+  ``kthvalue``, ``median``, ``mode``, ``unique``, ``bucketize``, ``searchsorted``,
+  ``histc``, ``isin``. These do
+  compare values, but how many comparisons depends on the algorithm and the data
+  (n log n for a sort, a selection for ``kthvalue``), not on shapes; like fvcore and
+  PyTorch's FlopCounterMode we count them as 0. Single-pass reductions with a fixed
+  number of comparisons (``max``, ``argmax``, ``amax``...) *are* counted, in
+  :mod:`.reduction`.
+
+Not here, though they look like indexing: ops whose packet has an accumulating form
+(``index_put(accumulate=True)``, ``scatter(reduce=...)``, ``scatter_add``, ``index_add``,
+``put(accumulate=True)``, ``col2im``) are in :mod:`.reduction`, where they cost 0 when
+they only write and one FLOP per accumulated element when they add. ``where`` and
+``masked_fill`` belong to :mod:`.elementwise`.
+
+Names absent from the installed torch are skipped (the package supports several torch
+versions); ``REGISTRY.missing()`` lists them, and the tests require it to be empty on
+the torch they run with, which catches typos.
+
+>>> import torch
+>>> from flopsight.formulas import REGISTRY
+>>> name, formula = REGISTRY.lookup(torch.ops.aten.view.default)
+>>> formula(None, torch.ones(2, 3), [6])
+Cost(macs=0, flops=0)
+>>> all(REGISTRY.is_registered(getattr(torch.ops.aten, n)) for n in ("clone", "cat", "sort"))
+True
+"""
+
+from __future__ import annotations
+
+from .registry import REGISTRY, op_key
+
+__all__ = ["ZERO_COST_OPS"]
+
+
+# -- views, reshapes and tensor metadata ------------------------------------------------
+_VIEWS = """
+    view _unsafe_view _reshape_alias reshape view_as alias
+    expand expand_as broadcast_to broadcast_tensors
+    permute transpose transpose_ t t_ numpy_T mT mH matrix_H adjoint
+    movedim moveaxis swapaxes swapaxes_ swapdims swapdims_
+    squeeze squeeze_ unsqueeze unsqueeze_ flatten unflatten
+    atleast_1d atleast_2d atleast_3d
+    select slice narrow diagonal unfold as_strided as_strided_
+    split split_with_sizes unsafe_split unsafe_split_with_sizes chunk unsafe_chunk
+    tensor_split hsplit vsplit dsplit unbind meshgrid
+    view_as_real view_as_complex _conj conj _neg_view resolve_conj resolve_neg
+    detach detach_ lift lift_fresh
+    _fw_primal _make_dual _unpack_dual
+    sym_size sym_stride sym_numel sym_storage_offset is_same_size
+    _has_compatible_shallow_copy_type is_pinned
+    _assert_async _assert_tensor_metadata _functional_assert_async _assert_scalar
+    sym_constrain_range _functional_sym_constrain_range _make_dep_token
+    record_stream _print
+"""
+
+# -- copies, conversions, in-place overwrites; functionalised (``*_copy``) forms ----------
+_COPIES = """
+    clone contiguous _lazy_clone copy copy_ _copy_from _copy_from_and_resize
+    _to_copy to type_as lift_fresh_copy pin_memory _pin_memory _to_dense to_dense
+    fill fill_ zero zero_ resize_ resize_as_ _resize_output_ set_
+    view_copy expand_copy permute_copy transpose_copy t_copy squeeze_copy unsqueeze_copy
+    select_copy slice_copy split_copy split_with_sizes_copy unbind_copy as_strided_copy
+    alias_copy detach_copy diagonal_copy _reshape_alias_copy _reshape_copy unfold_copy
+    narrow_copy view_as_real_copy view_as_complex_copy _conj_copy _neg_view_copy
+    indices_copy values_copy
+    slice_scatter select_scatter diagonal_scatter as_strided_scatter
+"""
+
+# -- creation (constant or random), masking by position ---------------------------------
+_CREATION = """
+    empty empty_strided empty_permuted new_empty new_empty_strided _efficientzerotensor
+    zeros ones full scalar_tensor new_zeros new_ones new_full
+    empty_like zeros_like ones_like full_like
+    arange linspace logspace eye triu_indices tril_indices
+    diag diag_embed diagflat block_diag
+    rand randn randint randperm rand_like randn_like randint_like
+    normal normal_ uniform_ bernoulli bernoulli_ random_ exponential_ cauchy_
+    log_normal_ geometric_ poisson multinomial
+    tril triu
+"""
+
+# -- indexing, gathering, concatenation, padding, data movement ---------------------------
+_INDEXING = """
+    index _unsafe_index _unsafe_masked_index index_select gather take take_along_dim
+    masked_select masked_scatter nonzero nonzero_static argwhere index_fill index_copy
+    _local_scalar_dense item is_nonzero
+    cat concat concatenate stack _stack hstack vstack dstack column_stack row_stack
+    cartesian_prod
+    roll flip fliplr flipud rot90 repeat repeat_interleave tile
+    pad _pad_enum _pad_circular constant_pad_nd
+    reflection_pad1d reflection_pad2d reflection_pad3d
+    replication_pad1d replication_pad2d replication_pad3d
+    pixel_shuffle pixel_unshuffle channel_shuffle native_channel_shuffle im2col
+    one_hot _pack_padded_sequence
+"""
+
+# -- ordering, order statistics, set membership (comparisons, algorithm-dependent) --------
+_ORDERING = """
+    sort argsort msort topk kthvalue median nanmedian mode
+    _unique _unique2 unique_dim unique_consecutive unique_dim_consecutive
+    bucketize searchsorted isin histc histogram
+"""
+
+
+_BLOCKS = (_VIEWS, _COPIES, _CREATION, _INDEXING, _ORDERING)
+_NAMES = tuple(f"aten::{name}" for block in _BLOCKS for name in block.split())
+# Names the installed torch lacks are skipped (and listed by ``REGISTRY.missing()``).
+REGISTRY.zero_cost(*_NAMES, missing_ok=True)
+
+#: Every op this module registers as free (``OpOverloadPacket``s).
+ZERO_COST_OPS: tuple = tuple(op_key(name) for name in _NAMES if name not in REGISTRY.missing())

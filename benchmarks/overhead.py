@@ -1,0 +1,148 @@
+"""Profiling overhead against a plain forward, all variants measured in one run.
+
+    python benchmarks/overhead.py                 # BERT-base, GPT-2 small, ResNet-18 (CPU)
+    python benchmarks/overhead.py --models bert-base --repeats 11
+
+For each model, the variants run interleaved (plain, flopsight, torch, DeepSpeed, plain,
+...) so drift affects them alike; the table gives medians and the ratio of each to the
+plain forward's median:
+
+* plain forward                   ``model(x)``
+* flopsight one profiled pass     ``with flopsight.Profiler(model): model(x)`` (counts and
+                                  times in the same pass, builds the result)
+* flopsight get_model_profile     ``warm_up=1``, no printing (one warm-up pass that also
+                                  counts, then a separately timed pass)
+* torch FlopCounterMode           one forward under ``torch.utils.flop_counter``
+* DeepSpeed one profiled pass     ``FlopsProfiler`` start/stop around one forward
+* DeepSpeed get_model_profile     ``warm_up=1``, no printing
+
+The last column compares the forward latency each profiler *reports* with the plain
+forward's measured median: how much of its own overhead leaks into its latencies.
+Everything runs under ``torch.no_grad()``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import statistics
+import time
+import warnings
+
+import torch
+
+import flopsight
+
+
+def build(name: str):
+    if name == "resnet18":
+        model, inputs = flopsight.zoo.build("resnet18", batch_size=1)
+        return model, inputs, {}
+    import transformers
+
+    torch.manual_seed(0)
+    if name == "bert-base":
+        model = transformers.BertModel(transformers.BertConfig())
+        return model.eval(), (torch.ones(1, 128, dtype=torch.long),), {}
+    if name == "gpt2":
+        model = transformers.GPT2LMHeadModel(transformers.GPT2Config())
+        return model.eval(), (torch.ones(1, 128, dtype=torch.long),), {"use_cache": False}
+    raise ValueError(f"--models: unknown model {name!r}")
+
+
+def variants(model, args, kwargs):
+    """name -> callable returning the forward latency the profiler reports (or None)."""
+
+    def plain():
+        model(*args, **kwargs)
+
+    def flopsight_pass():
+        with flopsight.Profiler(model) as prof:
+            model(*args, **kwargs)
+        return prof.result.total.forward.latency
+
+    def flopsight_gmp():
+        flopsight.get_model_profile(model, args=list(args), kwargs=kwargs, warm_up=1, print_profile=False)
+
+    def torch_counter():
+        from torch.utils.flop_counter import FlopCounterMode
+
+        with FlopCounterMode(display=False):
+            model(*args, **kwargs)
+
+    out = {
+        "plain forward": plain,
+        "flopsight one profiled pass": flopsight_pass,
+        "flopsight get_model_profile(warm_up=1)": flopsight_gmp,
+        "torch FlopCounterMode pass": torch_counter,
+    }
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from deepspeed.profiling.flops_profiler import FlopsProfiler
+            from deepspeed.profiling.flops_profiler import get_model_profile as ds_get_model_profile
+            from deepspeed.utils import logger as ds_logger
+
+        ds_logger.setLevel("ERROR")
+
+        def ds_pass():
+            prof = FlopsProfiler(model)
+            prof.start_profile()
+            model(*args, **kwargs)
+            prof.stop_profile()
+            latency = prof.get_total_duration()
+            prof.end_profile()
+            return latency
+
+        def ds_gmp():
+            ds_get_model_profile(model, args=list(args), kwargs=kwargs, warm_up=1, print_profile=False)
+
+        out["DeepSpeed one profiled pass"] = ds_pass
+        out["DeepSpeed get_model_profile(warm_up=1)"] = ds_gmp
+    except ImportError:
+        pass
+    return out
+
+
+def measure(name: str, repeats: int) -> list[tuple[str, float, float | None]]:
+    model, args, kwargs = build(name)
+    runs = variants(model, args, kwargs)
+    times: dict[str, list[float]] = {k: [] for k in runs}
+    reported: dict[str, list[float]] = {k: [] for k in runs}
+    with torch.no_grad():
+        for fn in runs.values():  # warm every path once (lazy imports, allocator)
+            fn()
+        for _ in range(repeats):
+            for key, fn in runs.items():
+                t0 = time.perf_counter()
+                latency = fn()
+                times[key].append(time.perf_counter() - t0)
+                if latency:
+                    reported[key].append(latency)
+    base = statistics.median(times["plain forward"])
+    rows = []
+    for key in runs:
+        med = statistics.median(times[key])
+        rep = statistics.median(reported[key]) / base if reported[key] else None
+        rows.append((key, med, rep))
+    return rows, base
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="bert-base,gpt2,resnet18")
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args(argv)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, median of {args.repeats} interleaved runs\n")
+    print("| model | variant | median | x plain forward | reported fwd latency / plain |")
+    print("|---|---|---:|---:|---:|")
+    for name in args.models.split(","):
+        rows, base = measure(name, args.repeats)
+        for key, med, rep in rows:
+            rep_s = f"{rep:.2f}" if rep is not None else ""
+            print(f"| {name} | {key} | {med * 1e3:.1f} ms | {med / base:.2f}x | {rep_s} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+"""``python -m flopsight``: profile a built-in model and print the report.
+
+>>> main(["--model", "resnet18", "--no-detailed", "--depth", "0"])  # doctest: +ELLIPSIS
+<BLANKLINE>
+...
+fwd MACs per device:                                                    1.82 GMACs
+...
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+from .profiler import profile
+from .renderers.text_renderer import render_text
+from .zoo import MODELS, build
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="flopsight", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="resnet18", choices=sorted(MODELS), help="built-in model (default: resnet18)")
+    parser.add_argument("--batch-size", type=int, default=1)
+    parser.add_argument("--depth", type=int, default=-1, help="aggregated profile depth (-1: all)")
+    parser.add_argument("--top", type=int, default=3, help="top modules per depth")
+    parser.add_argument("--no-detailed", action="store_true", help="omit the per-module tree")
+    parser.add_argument("--warm-up", type=int, default=1)
+    args = parser.parse_args(argv)
+
+    model, inputs = build(args.model, args.batch_size)
+    with torch.no_grad():
+        result = profile(model, inputs, warm_up=args.warm_up)
+    sys.stdout.write(
+        render_text(
+            result, profile_step=args.warm_up, module_depth=args.depth, top_modules=args.top, detailed=not args.no_detailed
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,294 @@
+"""DeepSpeed-compatible API: ``get_model_profile``, ``FlopsProfiler`` and the module getters.
+
+Same names, arguments, defaults and return values as DeepSpeed 0.19's
+``deepspeed.profiling.flops_profiler``, so switching is one import line. Built on the
+native :func:`flopsight.profile` / :class:`flopsight.Profiler`; nothing is patched and
+no attribute is set on the user's modules.
+
+>>> import torch
+>>> from flopsight import get_model_profile
+>>> model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU())
+>>> get_model_profile(model, input_shape=(4, 64), print_profile=False)
+('16.64 K', '8.19 KMACs', '2.08 K')
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import weakref
+from typing import Any
+
+import torch
+from torch import nn
+
+from .profiler import Profiler, as_args, as_kwargs, check_model, check_warm_up, profile
+from .renderers.text_renderer import ParallelInfo, render_aggregated, render_text
+from .result import ProfileResult, _check_parent_dir
+from .units import (
+    bytes_to_string,
+    duration_to_string,
+    flops_to_string,
+    macs_to_string,
+    number_to_string,
+    params_to_string,
+)
+
+__all__ = [
+    "get_model_profile",
+    "FlopsProfiler",
+    "get_module_flops",
+    "get_module_macs",
+    "get_module_duration",
+    "number_to_string",
+    "macs_to_string",
+    "flops_to_string",
+    "bytes_to_string",
+    "params_to_string",
+    "duration_to_string",
+]
+
+# module object -> (profiler, path): what the get_module_* helpers read. Weak, so a
+# profiled model is never kept alive, and nothing is stored on the module itself.
+_PROFILED: "weakref.WeakKeyDictionary[nn.Module, tuple[FlopsProfiler, str]]" = weakref.WeakKeyDictionary()
+
+
+def _write_report(text: str, output_file: str | None) -> None:
+    if output_file:
+        with open(output_file, "w", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
+
+
+def _check_output_file(output_file: Any) -> None:
+    if output_file is not None and output_file != "":
+        if not isinstance(output_file, (str, os.PathLike)):
+            raise TypeError(f"output_file: expected a path or None, got {type(output_file).__name__}")
+        _check_parent_dir(output_file, "output_file")
+
+
+def _parallel_info(ds_engine: Any) -> ParallelInfo | None:
+    if ds_engine is None:
+        return None
+    return ParallelInfo(
+        world_size=ds_engine.world_size,
+        dp_size=ds_engine.dp_world_size,
+        mp_size=ds_engine.mp_world_size,
+        batch_size=ds_engine.train_micro_batch_size_per_gpu(),
+    )
+
+
+class FlopsProfiler:
+    """Measures the latency, MACs, FLOPs and parameters of each module of ``model``.
+
+    DeepSpeed's training-workflow API::
+
+        prof = FlopsProfiler(model)
+        prof.start_profile()
+        loss = model(batch)
+        prof.stop_profile()
+        flops, macs, params = prof.get_total_flops(), prof.get_total_macs(), prof.get_total_params()
+        prof.print_model_profile(profile_step=5)
+        prof.end_profile()
+
+    Start twice, stop without start and end twice are harmless.
+    """
+
+    def __init__(self, model: nn.Module, ds_engine: Any = None, recompute_fwd_factor: float = 0.0):
+        self.model = check_model(model)
+        self.ds_engine = ds_engine
+        self.recompute_fwd_factor = recompute_fwd_factor
+        self.started = False
+        self._profiler: Profiler | None = None
+        self._result: ProfileResult | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def start_profile(self, ignore_list: list[type] | None = None) -> None:
+        """Start counting and timing everything the model runs (restarts if running)."""
+        if self._profiler is not None and self._profiler.running:
+            self._profiler.stop()
+        self._result = None
+        self._profiler = Profiler(self.model, ignore_modules=ignore_list).start()
+        self.started = True
+        self._register()
+
+    def stop_profile(self) -> None:
+        """Stop counting; the profile stays available to the getters and printers."""
+        if self._profiler is not None and self._profiler.running:
+            self._result = self._profiler.stop()
+
+    def reset_profile(self) -> None:
+        """Discard what was measured so far (and keep profiling if running)."""
+        if self._profiler is not None and self._profiler.running:
+            self._profiler.stop()
+            self._profiler.start()
+        self._result = None
+
+    def end_profile(self) -> None:
+        """Stop and clean up; the last profile's totals stay readable."""
+        self.stop_profile()
+        self.started = False
+        for module in list(_PROFILED.keys()):
+            if _PROFILED.get(module, (None,))[0] is self:
+                del _PROFILED[module]
+
+    def _register(self) -> None:
+        for name, module in self.model.named_modules():
+            _PROFILED[module] = (self, name)
+
+    # -- results --------------------------------------------------------------------------
+    @property
+    def result(self) -> ProfileResult:
+        """The native :class:`~flopsight.ProfileResult` (a snapshot while still running)."""
+        if self._result is not None:
+            return self._result
+        if self._profiler is not None and self._profiler.running:
+            return self._profiler.snapshot()
+        raise RuntimeError("FlopsProfiler: nothing measured yet; call start_profile() and run the model")
+
+    def get_total_flops(self, as_string: bool = False):
+        """Forward FLOPs of the whole model."""
+        flops = self.result.total.forward.flops
+        return number_to_string(flops) if as_string else flops
+
+    def get_total_macs(self, as_string: bool = False):
+        """Forward MACs of the whole model."""
+        macs = self.result.total.forward.macs
+        return macs_to_string(macs) if as_string else macs
+
+    def get_total_duration(self, as_string: bool = False):
+        """Forward latency of the whole model, in seconds."""
+        duration = self.result.total.forward.latency
+        return duration_to_string(duration) if as_string else duration
+
+    def get_total_params(self, as_string: bool = False):
+        """Parameters of the model (each tensor once)."""
+        params = self.result.total.params
+        return params_to_string(params) if as_string else params
+
+    # -- printing -------------------------------------------------------------------------
+    def print_model_profile(
+        self,
+        profile_step: int = 1,
+        module_depth: int = -1,
+        top_modules: int = 1,
+        detailed: bool = True,
+        output_file: str | None = None,
+    ) -> None:
+        """Print the summary, aggregated and detailed profile (to ``output_file`` if given)."""
+        if not self.started:
+            return
+        _check_output_file(output_file)
+        text = render_text(
+            self.result,
+            profile_step=profile_step,
+            module_depth=module_depth,
+            top_modules=top_modules,
+            detailed=detailed,
+            parallel=_parallel_info(self.ds_engine),
+        )
+        _write_report(text, output_file)
+
+    def print_model_aggregated_profile(self, module_depth: int = -1, top_modules: int = 1) -> None:
+        """Print only the top modules per depth."""
+        if not self.started:
+            return
+        sys.stdout.write(render_aggregated(self.result, module_depth=module_depth, top_modules=top_modules))
+
+
+def _lookup(module: nn.Module):
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"module: expected a torch.nn.Module, got {type(module).__name__}")
+    entry = _PROFILED.get(module)
+    if entry is None:
+        raise ValueError("module: not part of a model profiled by a FlopsProfiler (call start_profile() first)")
+    profiler, path = entry
+    return profiler.result.module(path)
+
+
+def get_module_flops(module: nn.Module) -> int:
+    """Forward FLOPs of ``module`` and its submodules in the current profile."""
+    return _lookup(module).forward.flops
+
+
+def get_module_macs(module: nn.Module) -> int:
+    """Forward MACs of ``module`` and its submodules in the current profile."""
+    return _lookup(module).forward.macs
+
+
+def get_module_duration(module: nn.Module) -> float:
+    """Forward latency (seconds) of ``module`` in the current profile; containers sum their children."""
+    return _lookup(module).forward.latency
+
+
+def _check_input_shape(input_shape: Any) -> tuple[int, ...]:
+    ok = (
+        isinstance(input_shape, tuple)
+        and len(input_shape) >= 1
+        and all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in input_shape)
+    )
+    if not ok:
+        raise TypeError(f"input_shape: expected a non-empty tuple of positive ints, got {input_shape!r}")
+    return input_shape
+
+
+def _input_from_shape(model: nn.Module, shape: tuple[int, ...]) -> torch.Tensor:
+    """A tensor of ``shape`` on the model's device and floating dtype (ones, not garbage)."""
+    for p in model.parameters():
+        return torch.ones(shape, dtype=p.dtype if p.is_floating_point() else None, device=p.device)
+    return torch.ones(shape)
+
+
+def get_model_profile(
+    model: nn.Module,
+    input_shape: tuple[int, ...] | None = None,
+    args: list = [],  # noqa: B006  (DeepSpeed's signature; never mutated)
+    kwargs: dict = {},  # noqa: B006
+    print_profile: bool = True,
+    detailed: bool = True,
+    module_depth: int = -1,
+    top_modules: int = 1,
+    warm_up: int = 1,
+    as_string: bool = True,
+    output_file: str | None = None,
+    ignore_modules: list[type] | None = None,
+    mode: str = "forward",
+    func_name: str | None = None,
+):
+    """Profile one forward (or ``generate``, or ``func_name``) call; returns (flops, macs, params).
+
+    As in DeepSpeed, the model is put in eval mode for the run (and, unlike DeepSpeed,
+    put back afterwards). ``input_shape`` builds a single tensor of ones on the model's
+    device and dtype; otherwise ``args``/``kwargs`` are the call's inputs.
+    """
+    check_model(model)
+    check_warm_up(warm_up)
+    args, kwargs = as_args(args), as_kwargs(kwargs)
+    if input_shape is not None:
+        if args:
+            raise ValueError("input_shape: give either input_shape or args, not both")
+        args = (_input_from_shape(model, _check_input_shape(input_shape)),)
+    if not args and not kwargs:
+        raise ValueError("input_shape: the model needs inputs; pass input_shape=(...), args=[...] or kwargs={...}")
+    _check_output_file(output_file)
+
+    flags = [(m, m.training) for m in model.modules()]
+    model.eval()
+    try:
+        result = profile(
+            model, args, kwargs, warm_up=warm_up, mode=mode, func_name=func_name, ignore_modules=ignore_modules
+        )
+    finally:
+        for m, flag in flags:
+            m.training = flag
+
+    if print_profile:
+        text = render_text(result, profile_step=warm_up, module_depth=module_depth, top_modules=top_modules,
+                           detailed=detailed)
+        _write_report(text, output_file)
+    total = result.total
+    flops, macs, params = total.forward.flops, total.forward.macs, total.params
+    if as_string:
+        return number_to_string(flops), macs_to_string(macs), params_to_string(params)
+    return flops, macs, params

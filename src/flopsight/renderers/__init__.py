@@ -1,0 +1,1 @@
+"""Renderers: format a ProfileResult; they never measure."""

@@ -1,0 +1,55 @@
+"""Counts do not depend on the device: CPU and meta agree for every reference model."""
+
+import pytest
+import torch
+from torch import nn
+
+import flopsight
+from flopsight import zoo
+from models import JSC_Tiny, KwargsOnly, LeNet, Recursive, SharedChild, Stack, TiedLM
+
+MODELS = {
+    "lenet": (LeNet, lambda d: ((torch.ones(2, 3, 32, 32, device=d),), {})),
+    "jsc_tiny": (JSC_Tiny, lambda d: ((torch.ones(4, 16, device=d),), {})),
+    "stack": (Stack, lambda d: ((torch.ones(2, 8, device=d),), {})),
+    "shared": (SharedChild, lambda d: ((torch.ones(2, 4, device=d),), {})),
+    "recursive": (Recursive, lambda d: ((torch.ones(2, 4, device=d),), {"depth": 3})),
+    "kwargs_only": (KwargsOnly, lambda d: ((), {"x": torch.ones(2, 4, device=d)})),
+    "tied_lm": (TiedLM, lambda d: ((torch.zeros(2, 3, dtype=torch.long, device=d),), {})),
+    "lstm_tagger": (
+        lambda: nn.Sequential(nn.LSTM(8, 16, num_layers=2, bidirectional=True, batch_first=True)),
+        lambda d: ((torch.ones(2, 5, 8, device=d),), {}),
+    ),
+    "transformer": (
+        lambda: nn.TransformerEncoder(nn.TransformerEncoderLayer(16, 4, 32, batch_first=True), 2),
+        lambda d: ((torch.ones(2, 5, 16, device=d),), {}),
+    ),
+    "resnet18": (lambda: zoo.build("resnet18")[0], lambda d: ((torch.ones(1, 3, 64, 64, device=d),), {})),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("grad", [False, True])
+def test_cpu_and_meta_counts_are_identical(name, grad):
+    factory, inputs = MODELS[name]
+    torch.manual_seed(0)
+    cpu_model = factory().eval()
+    with torch.device("meta"):
+        meta_model = factory().eval()
+    with torch.set_grad_enabled(grad):
+        cpu = flopsight.profile(cpu_model, *inputs("cpu"), warm_up=0)
+        meta = flopsight.profile(meta_model, *inputs("meta"), warm_up=0)
+    counts = {s.name: (s.forward.macs, s.forward.flops, s.calls) for s in cpu.walk()}
+    assert cpu.total.forward.flops > 0
+    assert counts == {s.name: (s.forward.macs, s.forward.flops, s.calls) for s in meta.walk()}
+    assert cpu.unsupported_ops == meta.unsupported_ops == {}
+
+
+def test_unsupported_op_is_warned_once_however_often_it_runs():
+    registry = flopsight.REGISTRY.copy()
+    registry.unregister(torch.ops.aten.addmm)
+    model = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2), nn.Linear(2, 2))
+    with pytest.warns(flopsight.UnsupportedOpWarning) as record:
+        result = flopsight.profile(model, torch.ones(1, 2), warm_up=0, registry=registry)
+    assert [str(w.message).count("aten.addmm") for w in record] == [1]
+    assert result.unsupported_ops == {"aten.addmm": 3}

@@ -1,0 +1,105 @@
+"""The result is plain data: inclusive totals derived, serialisation round-trips."""
+
+import json
+
+import pytest
+import torch
+
+import flopsight
+from flopsight.result import SCHEMA_VERSION
+from models import LeNet, Stack
+
+
+@pytest.fixture
+def result():
+    return flopsight.profile(LeNet(), torch.ones(2, 3, 32, 32), clock=flopsight.FakeClock())
+
+
+def test_save_and_load_round_trip(result, tmp_path):
+    path = tmp_path / "lenet.json"
+    result.save(path)
+    loaded = flopsight.load(path)
+    assert loaded == result
+    assert loaded.module("conv1").forward == result.module("conv1").forward
+    data = json.loads(path.read_text())
+    assert data["schema_version"] == SCHEMA_VERSION
+    assert data["modules"][0]["name"] == ""
+
+
+def test_to_dict_is_json_ready_and_from_dict_inverts_it(result):
+    again = flopsight.ProfileResult.from_dict(json.loads(json.dumps(result.to_dict())))
+    assert again == result
+    assert [s.name for s in again.walk()] == [s.name for s in result.walk()]
+
+
+def test_unknown_schema_version_is_rejected(result):
+    data = result.to_dict()
+    data["schema_version"] = 99
+    with pytest.raises(ValueError, match="data: unsupported flopsight schema_version 99"):
+        flopsight.ProfileResult.from_dict(data)
+
+
+def test_save_into_a_missing_directory(result, tmp_path):
+    with pytest.raises(FileNotFoundError, match="path: directory"):
+        result.save(tmp_path / "missing" / "r.json")
+
+
+def test_contract_fields(result):
+    conv = result.module("conv1")
+    assert (conv.name, conv.type_name, conv.params, conv.calls) == ("conv1", "Conv2d", 456, 1)
+    assert conv.forward.macs == 6 * 28 * 28 * 3 * 25 * 2
+    assert conv.forward.flops == 2 * conv.forward.macs + 6 * 28 * 28 * 2
+    assert conv.forward.latency > 0
+    assert result.total is result.module("")
+    assert result.unsupported_ops == {}
+    assert result.metadata["device"] == "cpu" and result.metadata["batch_size"] == 2
+
+
+def test_walk_with_depth_limit_and_per_op_totals():
+    result = flopsight.profile(Stack(width=8, depth=2), torch.ones(2, 8))
+    assert [s.name for s in result.walk(max_depth=1)] == ["", "layers", "norms", "head"]
+    ops = {o.name: o for o in result.ops()}
+    assert ops["aten.addmm"].calls == 3
+    assert ops["aten.addmm"].macs == result.total.forward.macs
+
+
+def test_unsupported_ops_are_listed_with_call_counts():
+    lib = torch.library.Library("flopsight_test_unsupported", "DEF")
+    lib.define("twice(Tensor x) -> Tensor")
+    lib.impl("twice", lambda x: x * 2, "CompositeExplicitAutograd")
+    op = torch.ops.flopsight_test_unsupported.twice
+
+    class UsesCustomOp(torch.nn.Module):
+        def forward(self, x):
+            return op(op(x))
+
+    with pytest.warns(flopsight.UnsupportedOpWarning, match="flopsight_test_unsupported.twice"):
+        result = flopsight.profile(UsesCustomOp(), torch.ones(3), warm_up=0)
+    assert result.unsupported_ops == {"flopsight_test_unsupported.twice": 2}
+
+
+def test_custom_op_formula_and_zero_cost_marking():
+    lib = torch.library.Library("flopsight_test_custom", "DEF")
+    lib.define("scaled_mm(Tensor a, Tensor b, float s) -> Tensor")
+    lib.define("tag(Tensor x) -> Tensor")
+    lib.impl("scaled_mm", lambda a, b, s: (a @ b) * s, "CompositeExplicitAutograd")
+    lib.impl("tag", lambda x: x.clone(), "CompositeExplicitAutograd")
+    ns = torch.ops.flopsight_test_custom
+    registry = flopsight.REGISTRY.copy()
+
+    @flopsight.register_formula(ns.scaled_mm, registry=registry)
+    def scaled_mm(out, a, b, s):
+        # m*k*n products, then one scale multiply per output element
+        return flopsight.Cost.of_product(a.shape[0] * a.shape[1] * b.shape[1], extra_flops=out.numel())
+
+    flopsight.mark_zero_cost("flopsight_test_custom::tag", registry=registry)
+
+    class UsesBoth(torch.nn.Module):
+        def forward(self, a, b):
+            return ns.tag(ns.scaled_mm(a, b, 0.5))
+
+    result = flopsight.profile(UsesBoth(), (torch.ones(4, 5), torch.ones(5, 6)), registry=registry)
+    assert result.total.forward.macs == 4 * 5 * 6
+    assert result.total.forward.flops == 2 * 4 * 5 * 6 + 4 * 6
+    assert result.unsupported_ops == {}
+    assert not flopsight.REGISTRY.is_registered(ns.scaled_mm)  # the global registry is untouched

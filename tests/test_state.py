@@ -1,0 +1,188 @@
+"""Profiling leaves the model and torch exactly as it found them, also after an error."""
+
+import pytest
+import torch
+from torch import nn
+
+import flopsight
+from models import LeNet
+
+
+def bn_model():
+    return nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6), nn.Dropout(0.5), nn.Linear(6, 2))
+
+
+def snapshot(model):
+    """Everything about a model profiling could change."""
+    return {
+        "training": [m.training for m in model.modules()],
+        "state": {k: v.clone() for k, v in model.state_dict().items()},
+        "attrs": [sorted(vars(m)) for m in model.modules()],
+        "hooks": [
+            (len(m._forward_hooks), len(m._forward_pre_hooks), len(m._backward_hooks), len(m._backward_pre_hooks))
+            for m in model.modules()
+        ],
+    }
+
+
+def assert_same(before, after):
+    assert before["training"] == after["training"]
+    assert before["attrs"] == after["attrs"]
+    assert before["hooks"] == after["hooks"]
+    assert before["state"].keys() == after["state"].keys()
+    for k in before["state"]:
+        assert torch.equal(before["state"][k], after["state"][k]), k
+
+
+@pytest.mark.parametrize("train", [True, False])
+@pytest.mark.parametrize("timing", ["separate", "subtract"])
+def test_profile_leaves_model_rng_and_batchnorm_stats_untouched(train, timing):
+    model = bn_model().train(train)
+    x = torch.randn(8, 4)
+    before, rng = snapshot(model), torch.get_rng_state()
+    flopsight.profile(model, x, warm_up=3, timing=timing)
+    assert_same(before, snapshot(model))
+    assert torch.equal(rng, torch.get_rng_state())
+
+
+def test_get_model_profile_restores_training_flags_and_prints_only_when_asked(capsys):
+    model = bn_model().train()
+    model[1].eval()  # mixed flags must come back as they were
+    before = snapshot(model)
+    flopsight.get_model_profile(model, input_shape=(8, 4), print_profile=False)
+    assert_same(before, snapshot(model))
+    assert capsys.readouterr().out == ""
+
+
+def test_every_pass_sees_the_same_random_numbers():
+    # dropout in training draws from the RNG: counting and timing passes must agree
+    model = nn.Sequential(nn.Dropout(0.5), nn.Linear(4, 4)).train()
+    a = flopsight.profile(model, torch.ones(2, 4), warm_up=2)
+    b = flopsight.profile(model, torch.ones(2, 4), warm_up=0)
+    assert a.total.forward.flops == b.total.forward.flops
+
+
+class Boom(nn.Module):
+    def forward(self, x):
+        raise RuntimeError("boom")
+
+
+class Faulty(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ok = nn.Linear(4, 4)
+        self.inner = nn.Sequential(nn.Linear(4, 4), Boom())
+
+    def forward(self, x):
+        return self.inner(self.ok(x))
+
+
+@pytest.mark.parametrize("warm_up", [0, 1])
+def test_error_in_forward_propagates_naming_the_module_and_leaves_nothing_behind(warm_up):
+    model = Faulty()
+    before = snapshot(model)
+    with pytest.raises(RuntimeError, match="boom") as info:
+        flopsight.profile(model, torch.ones(2, 4), warm_up=warm_up)
+    notes = getattr(info.value, "__notes__", [])
+    assert notes == ["flopsight: raised in module 'inner.1' (Boom)"]
+    assert_same(before, snapshot(model))
+    # and the profiler works normally afterwards
+    assert flopsight.profile(model.ok, torch.ones(2, 4)).total.forward.macs == 2 * 4 * 4
+
+
+def test_flops_profiler_stops_counting_when_the_model_raises():
+    from flopsight._compat import active_dispatch_modes, active_function_modes
+
+    model = Faulty()
+    prof = flopsight.FlopsProfiler(model)
+    prof.start_profile()
+    with pytest.raises(RuntimeError):
+        model(torch.ones(2, 4))
+    # no mode outlives the failed call even before stop/end is reached
+    assert active_dispatch_modes() == [] and active_function_modes() == []
+    prof.end_profile()
+    prof.end_profile()
+    assert all(len(m._forward_hooks) == 0 for m in model.modules())
+
+
+def test_caught_exception_inside_the_model_does_not_confuse_the_stack():
+    class Tolerant(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.boom = Boom()
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, x):
+            try:
+                self.boom(x)
+            except RuntimeError:
+                pass
+            return self.lin(x)
+
+    result = flopsight.profile(Tolerant(), torch.ones(2, 4))
+    assert result.module("lin").forward.macs == 32
+    assert result.total.forward.macs == 32
+    assert result.module("boom").calls == 1
+
+
+def test_lifecycle_calls_in_any_order_are_harmless():
+    model = LeNet()
+    prof = flopsight.FlopsProfiler(model)
+    prof.stop_profile()
+    prof.end_profile()
+    prof.start_profile()
+    prof.start_profile()  # restarts
+    model(torch.ones(1, 3, 32, 32))
+    prof.stop_profile()
+    prof.stop_profile()
+    assert prof.get_total_macs() == LeNet.expected_macs(1)[""]
+    prof.end_profile()
+    prof.end_profile()
+    assert all(len(m._forward_hooks) == len(m._forward_pre_hooks) == 0 for m in model.modules())
+    assert prof.get_total_macs() == LeNet.expected_macs(1)[""]  # still readable after end
+
+
+def test_native_profiler_start_twice_and_stop_without_start():
+    model = nn.Linear(3, 3)
+    prof = flopsight.Profiler(model)
+    assert prof.stop() is None
+    prof.start()
+    prof.start()
+    model(torch.ones(1, 3))
+    result = prof.stop()
+    assert result.total.forward.macs == 9 and prof.stop() is result
+    with pytest.raises(RuntimeError, match="nothing profiled"):
+        flopsight.Profiler(model).result
+
+
+def test_compiled_model_is_counted_eagerly_and_stays_compiled():
+    compiles, graph_calls = [], []
+
+    def backend(gm, example_inputs):  # a backend that records compiles and graph runs
+        compiles.append(gm)
+
+        def run(*args):
+            graph_calls.append(1)
+            return gm.forward(*args)
+
+        return run
+
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
+    compiled = torch.compile(model, backend=backend)
+    x = torch.ones(4, 8)
+    compiled(x)
+    result = flopsight.profile(compiled, x, warm_up=1)
+    assert result.module("0").forward.macs == 4 * 8 * 8 and result.total.forward.macs == 4 * 8 * 8 + 4 * 8 * 2
+    assert result.total.forward.latency > 0  # timed as a whole through the compiled wrapper
+    before = len(graph_calls)
+    compiled(x)
+    assert len(graph_calls) == before + 1  # still runs the compiled graph afterwards
+    assert len(compiles) == 1  # and was never recompiled
+
+
+def test_profiler_refuses_a_compiled_model_instead_of_deoptimizing_it():
+    compiled = torch.compile(nn.Linear(2, 2), backend="eager")
+    with pytest.raises(ValueError, match="model: a torch.compile'd module cannot be profiled around your own calls"):
+        flopsight.Profiler(compiled)
+    with pytest.raises(ValueError, match="profile model._orig_mod here"):
+        flopsight.FlopsProfiler(compiled).start_profile()
