@@ -4,14 +4,15 @@
     python benchmarks/overhead.py --models bert-base --repeats 11
 
 For each model, the variants run interleaved (plain, flopsight, torch, DeepSpeed, plain,
-...) so drift affects them alike; the table gives medians and the ratio of each to the
-plain forward's median:
+...) so drift affects them alike; the table gives each variant's median time and the
+median, over rounds, of its time divided by the plain forward's time in the same round:
 
 * plain forward                   ``model(x)``
 * flopsight one profiled pass     ``with flopsight.Profiler(model): model(x)`` (counts and
                                   times in the same pass, builds the result)
 * flopsight get_model_profile     ``warm_up=1``, no printing (one warm-up pass that also
                                   counts, then a separately timed pass)
+* flopsight profile               the native equivalent, ``flopsight.profile(model, x, warm_up=1)``
 * torch FlopCounterMode           one forward under ``torch.utils.flop_counter``
 * DeepSpeed one profiled pass     ``FlopsProfiler`` start/stop around one forward
 * DeepSpeed get_model_profile     ``warm_up=1``, no printing
@@ -37,7 +38,9 @@ import flopsight
 
 def build(name: str):
     if name == "resnet18":
-        model, inputs = flopsight.zoo.build("resnet18", batch_size=1)
+        from flopsight import zoo
+
+        model, inputs = zoo.build("resnet18", batch_size=1)
         return model, inputs, {}
     import transformers
 
@@ -65,6 +68,9 @@ def variants(model, args, kwargs):
     def flopsight_gmp():
         flopsight.get_model_profile(model, args=list(args), kwargs=kwargs, warm_up=1, print_profile=False)
 
+    def flopsight_profile():
+        return flopsight.profile(model, args, kwargs, warm_up=1).total.forward.latency
+
     def torch_counter():
         from torch.utils.flop_counter import FlopCounterMode
 
@@ -75,6 +81,7 @@ def variants(model, args, kwargs):
         "plain forward": plain,
         "flopsight one profiled pass": flopsight_pass,
         "flopsight get_model_profile(warm_up=1)": flopsight_gmp,
+        "flopsight profile(warm_up=1)": flopsight_profile,
         "torch FlopCounterMode pass": torch_counter,
     }
     try:
@@ -105,7 +112,8 @@ def variants(model, args, kwargs):
     return out
 
 
-def measure(name: str, repeats: int) -> list[tuple[str, float, float | None]]:
+def measure(name: str, repeats: int) -> list[tuple[str, float, float, float | None]]:
+    """(variant, median seconds, median ratio to plain in the same round, reported latency / plain)."""
     model, args, kwargs = build(name)
     runs = variants(model, args, kwargs)
     times: dict[str, list[float]] = {k: [] for k in runs}
@@ -120,28 +128,27 @@ def measure(name: str, repeats: int) -> list[tuple[str, float, float | None]]:
                 times[key].append(time.perf_counter() - t0)
                 if latency:
                     reported[key].append(latency)
-    base = statistics.median(times["plain forward"])
+    plain = times["plain forward"]
     rows = []
     for key in runs:
-        med = statistics.median(times[key])
-        rep = statistics.median(reported[key]) / base if reported[key] else None
-        rows.append((key, med, rep))
-    return rows, base
+        ratio = statistics.median(t / p for t, p in zip(times[key], plain))
+        rep = statistics.median(r / p for r, p in zip(reported[key], plain)) if reported[key] else None
+        rows.append((key, statistics.median(times[key]), ratio, rep))
+    return rows
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="bert-base,gpt2,resnet18")
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--repeats", type=int, default=15)
     args = parser.parse_args(argv)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, median of {args.repeats} interleaved runs\n")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.repeats} interleaved rounds\n")
     print("| model | variant | median | x plain forward | reported fwd latency / plain |")
     print("|---|---|---:|---:|---:|")
     for name in args.models.split(","):
-        rows, base = measure(name, args.repeats)
-        for key, med, rep in rows:
+        for key, med, ratio, rep in measure(name, args.repeats):
             rep_s = f"{rep:.2f}" if rep is not None else ""
-            print(f"| {name} | {key} | {med * 1e3:.1f} ms | {med / base:.2f}x | {rep_s} |")
+            print(f"| {name} | {key} | {med * 1e3:.1f} ms | {ratio:.2f}x | {rep_s} |")
 
 
 if __name__ == "__main__":

@@ -38,24 +38,35 @@ def warn_unsupported(name: str) -> None:
     )
 
 
+def warn_formula_failed(name: str, error: Exception) -> None:
+    warnings.warn(
+        f"flopsight: the formula for {name!r} failed ({error!r}); its cost is not counted and it is "
+        "listed in result.unsupported_ops",
+        UnsupportedOpWarning,
+        stacklevel=3,
+    )
+
+
 class CountingMode(TorchDispatchMode):
     """Records each aten op's cost against the session's current module and phase."""
 
     def __init__(self, session):
         super().__init__()
         self.session = session
+        # bound once: this runs for every op of the model
+        self._stamp, self._now, self._record = session.clock.stamp, session.clock.now, session.record_op
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        session = self.session
-        stamp = session.clock.stamp
-        kwargs = kwargs or {}
+        stamp = self._stamp
         t0 = stamp()
-        out = func(*args, **kwargs)
+        out = func(*args, **kwargs) if kwargs else func(*args)
         t1 = stamp()
+        session = self.session
         if not session.unit_depth:
-            h0 = session.clock.now()
-            session.record_op(func, out, args, kwargs, t0, t1)
-            session.overhead += session.clock.now() - h0
+            now = self._now
+            h0 = now()
+            self._record(func, out, args, kwargs or _NO_KWARGS, t0, t1)
+            session.overhead += now() - h0
         return out
 
 
@@ -68,7 +79,8 @@ class UnitMode(TorchFunctionMode):
         self._unit = session.registry.unit
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
+        if kwargs is None:
+            kwargs = _NO_KWARGS
         session = self.session
         unit = self._unit(func)
         if unit is None or session.unit_depth:
@@ -85,3 +97,6 @@ class UnitMode(TorchFunctionMode):
         session.record_unit(unit, out, args, kwargs, t0, t1)
         session.overhead += session.clock.now() - h0
         return out
+
+
+_NO_KWARGS: dict = {}  # shared, never written to

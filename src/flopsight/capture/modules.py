@@ -14,10 +14,10 @@ import sys
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-import torch
 from torch import nn
+from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
-from .params import count_params
+from .params import param_numel
 
 __all__ = ["ModuleInfo", "describe", "ModuleTracker", "CallRecord"]
 
@@ -46,23 +46,32 @@ def _extra_repr(module: nn.Module) -> str:
 def describe(model: nn.Module) -> dict[str, ModuleInfo]:
     """Every module path of ``model`` in pre-order (shared modules at each of their paths)."""
     infos: dict[str, ModuleInfo] = {}
+    params_of: dict[str, dict[int, object]] = {}  # path -> {id: parameter} of its subtree
 
-    def visit(module: nn.Module, path: str, parent: str | None, depth: int, ancestors: tuple[int, ...]) -> None:
-        params, trainable = count_params(module)
-        info = ModuleInfo(path, module, type(module).__name__, depth, parent, [], _extra_repr(module), params, trainable)
+    def visit(module: nn.Module, path: str, parent: str | None, depth: int, ancestors: tuple[int, ...]) -> dict:
+        info = ModuleInfo(path, module, type(module).__name__, depth, parent, [], _extra_repr(module), 0, 0)
         infos[path] = info
+        # a parameter tied into several submodules is one tensor: collect by identity
+        subtree = {id(p): p for p in module._parameters.values() if p is not None}
         for key, child in module._modules.items():
             if child is None or id(child) in ancestors:  # skip empty slots and cycles
                 continue
             child_path = f"{path}.{key}" if path else key
             info.children.append(child_path)
-            visit(child, child_path, path, depth + 1, ancestors + (id(child),))
+            subtree.update(visit(child, child_path, path, depth + 1, ancestors + (id(child),)))
+        params_of[path] = subtree
+        return subtree
 
     visit(model, "", None, 0, (id(model),))
 
     by_object: dict[int, list[str]] = {}
     for info in infos.values():
         by_object.setdefault(id(info.module), []).append(info.path)
+        for p in params_of[info.path].values():
+            n = param_numel(p)
+            info.params += n
+            if p.requires_grad:
+                info.params_trainable += n
     for paths in by_object.values():
         if len(paths) > 1:
             for p in paths:
@@ -115,10 +124,15 @@ class CallRecord:
 
 
 class ModuleTracker:
-    """Hooks every module object of a model and keeps the stack of active calls.
+    """Keeps the stack of active module calls of one model.
+
+    Two process-wide module hooks (a forward pre-hook and an always-called forward hook)
+    see every module call; calls of modules outside the model are ignored. Installing
+    and removing them costs the same whatever the size of the model. The root also gets a
+    pre-hook with keyword arguments, to record what the model was first called with.
 
     ``session`` provides ``clock``, ``phase``, ``overhead`` (host seconds spent in the
-    profiler so far) and ``on_module_error(record, exc, root)``.
+    profiler so far), ``first_inputs`` and ``on_module_error(record, exc, root)``.
     """
 
     def __init__(self, infos: dict[str, ModuleInfo], session, ignore: Callable[[nn.Module], bool]):
@@ -126,10 +140,11 @@ class ModuleTracker:
         self.stack: list[CallRecord] = []
         self.log: list[CallRecord] = []
         self._handles: list = []
-        self._objects: dict[int, tuple[nn.Module, list[str]]] = {}
+        self._paths: dict[int, list[str]] = {}  # id(module) -> its paths in the model
         for info in infos.values():
             if not ignore(info.module):
-                self._objects.setdefault(id(info.module), (info.module, []))[1].append(info.path)
+                self._paths.setdefault(id(info.module), []).append(info.path)
+        self._root = infos[""].module
 
     @property
     def current_path(self) -> str:
@@ -137,11 +152,11 @@ class ModuleTracker:
         return self.stack[-1].path if self.stack else ""
 
     def install(self) -> None:
+        pre, post = self._make_hooks()
         try:
-            for module, paths in self._objects.values():
-                pre, post = self._make_hooks(paths)
-                self._handles.append(module.register_forward_pre_hook(pre, prepend=True, with_kwargs=True))
-                self._handles.append(module.register_forward_hook(post, always_call=True))
+            self._handles.append(register_module_forward_pre_hook(pre))
+            self._handles.append(register_module_forward_hook(post, always_call=True))
+            self._handles.append(self._root.register_forward_pre_hook(self._record_inputs, with_kwargs=True))
         except BaseException:
             self.remove()
             raise
@@ -151,16 +166,21 @@ class ModuleTracker:
             handle.remove()
         self._handles.clear()
 
-    def _make_hooks(self, paths: list[str]):
-        session, stack, log = self.session, self.stack, self.log
+    def _record_inputs(self, module, args, kwargs) -> None:
+        if self.session.first_inputs is None:
+            self.session.first_inputs = (args, kwargs)
+
+    def _make_hooks(self):
+        session, stack, log, paths_of = self.session, self.stack, self.log, self._paths
         clock = session.clock
         now, stamp = clock.now, clock.stamp
 
-        def pre_hook(module, args, kwargs):
+        def pre_hook(module, args):
+            paths = paths_of.get(id(module))
+            if paths is None:  # not a module of this model (or an ignored one)
+                return
             h0 = now()
             top = stack[-1] if stack else None
-            if top is None and session.first_inputs is None:
-                session.first_inputs = (args, kwargs)
             path = paths[0] if len(paths) == 1 else choose_path(paths, top.path if top else None)
             rec = CallRecord(len(log), path, session.phase, module, top.index if top else -1, sys.exc_info()[1])
             log.append(rec)
@@ -171,6 +191,8 @@ class ModuleTracker:
 
         def post_hook(module, args, output):
             end = stamp()
+            if id(module) not in paths_of:
+                return
             h0 = now()
             ovh_end = session.overhead
             # Unwind to this module's frame: a child whose exception was caught by user

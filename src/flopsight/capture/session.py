@@ -14,15 +14,16 @@ from typing import Callable
 from torch import nn
 
 from .._compat import prime_modes
-from ..formulas.registry import Cost, Registry
+from ..formulas.registry import ZERO, Cost, Registry
 from ..result import ModuleStats, OpStats, PhaseStats, ProfileResult
-from .dispatch import CountingMode, UnitMode, UnsupportedOpWarning, warn_unsupported
+from .dispatch import CountingMode, UnitMode, warn_formula_failed, warn_unsupported
 from .modules import ModuleInfo, ModuleTracker
 from .timing import Clock
 
 __all__ = ["CaptureSession", "RawCapture", "build_result"]
 
 _NOTE_PREFIX = "flopsight: raised in module"
+_FREE = Cost()
 
 
 @dataclass
@@ -104,43 +105,50 @@ class CaptureSession:
         if entry is None:
             entry = self._resolved[func] = self.registry.lookup(func)
         name, formula = entry
-        if "out" in kwargs:  # an out= overload: the result is ``out`` itself
-            kwargs = {k: v for k, v in kwargs.items() if k != "out"}
-        self._tally(name, self._cost(name, formula, out, args, kwargs), t0, t1)
+        acc = self._accumulator(name)
+        acc[0] += 1
+        acc[3].append((t0, t1))
+        if formula is not ZERO:  # most ops (views, copies) cost nothing: skip the formula
+            if "out" in kwargs:  # an out= overload: the result is ``out`` itself
+                kwargs = {k: v for k, v in kwargs.items() if k != "out"}
+            cost = self._cost(name, formula, out, args, kwargs)
+            acc[1] += cost.macs
+            acc[2] += cost.flops
 
     def record_unit(self, unit, out, args, kwargs, t0, t1) -> None:
         name, formula = unit
-        self._tally(name, self._cost(name, formula, out, args, kwargs), t0, t1)
+        acc = self._accumulator(name)
+        acc[0] += 1
+        acc[3].append((t0, t1))
+        cost = self._cost(name, formula, out, args, kwargs)
+        acc[1] += cost.macs
+        acc[2] += cost.flops
 
-    def _cost(self, name, formula, out, args, kwargs) -> Cost:
-        if formula is None:
-            self._unsupported[name] += 1
-            if self._unsupported[name] == 1:
-                warn_unsupported(name)
-            return Cost()
-        try:
-            return self.registry.cost(formula, name, out, args, kwargs)
-        except Exception as e:  # a formula bug must not break the user's model
-            self._unsupported[name] += 1
-            if self._unsupported[name] == 1:
-                import warnings
-
-                warnings.warn(f"flopsight: the formula for {name!r} failed ({e!r}); its cost is not counted",
-                              UnsupportedOpWarning, stacklevel=4)
-            return Cost()
-
-    def _tally(self, name: str, cost: Cost, t0, t1) -> None:
-        key = (self.tracker.current_path, self.phase)
+    def _accumulator(self, name: str) -> list:
+        """[calls, macs, flops, stamp pairs] of op ``name`` in the current module and phase."""
+        stack = self.tracker.stack
+        key = (stack[-1].path if stack else "", self.phase)
         ops = self._ops.get(key)
         if ops is None:
             ops = self._ops[key] = {}
         acc = ops.get(name)
         if acc is None:
             acc = ops[name] = [0, 0, 0, []]
-        acc[0] += 1
-        acc[1] += cost.macs
-        acc[2] += cost.flops
-        acc[3].append((t0, t1))
+        return acc
+
+    def _cost(self, name, formula, out, args, kwargs) -> Cost:
+        if formula is None:
+            self._unsupported[name] += 1
+            if self._unsupported[name] == 1:
+                warn_unsupported(name)
+            return _FREE
+        try:
+            return self.registry.cost(formula, name, out, args, kwargs)
+        except Exception as e:  # a formula bug must not break the user's model
+            self._unsupported[name] += 1
+            if self._unsupported[name] == 1:
+                warn_formula_failed(name, e)
+            return _FREE
 
     def on_module_error(self, record, exc: BaseException, root: bool) -> None:
         """A module's forward raised: name it on the exception; end capture at the root."""

@@ -66,7 +66,7 @@ from .matmul import linear_cost
 from .norm import layer_norm_flops
 from .reduction import mean_flops
 from .registry import REGISTRY, Cost
-from .shapes import numel, prod
+from .shapes import broadcast_shape, numel, prod
 
 __all__ = [
     "attention_cost",
@@ -124,10 +124,8 @@ def _batch_heads(query, key, value) -> int:
     in ``matmul``. Grouped-query attention (fewer key/value heads, which do not broadcast
     against the query's) counts the query's heads."""
     leading = query.shape[:-2]
-    try:
-        return prod(torch.broadcast_shapes(leading, key.shape[:-2], value.shape[:-2]))
-    except RuntimeError:  # GQA: Hkv divides Hq
-        return prod(leading)
+    shape = broadcast_shape(leading, key.shape[:-2], value.shape[:-2])
+    return prod(leading if shape is None else shape)  # None: GQA, Hkv divides Hq
 
 
 def _bhle(query, key, value, *, masked, dropout_p, is_causal) -> Cost:

@@ -51,7 +51,7 @@ import torch
 
 from .reduction import mean_flops
 from .registry import REGISTRY, Cost
-from .shapes import any_float, numel, prod
+from .shapes import any_float, broadcast_shape, numel, prod
 
 __all__ = [
     "reduction_cost", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss",
@@ -85,7 +85,7 @@ def _pointwise(k: int, x, y, reduction) -> Cost:
     """``k`` FLOPs per (broadcast) element plus the reduction."""
     if not any_float((x, y)):
         return Cost()
-    n = prod(torch.broadcast_shapes(x.shape, y.shape))
+    n = prod(broadcast_shape(x.shape, y.shape))
     return Cost.of_flops(k * n + reduction_cost(n, reduction))
 
 

@@ -49,7 +49,7 @@ import math
 import torch
 
 from .registry import REGISTRY, Cost
-from .shapes import arg, first_tensor, is_float, numel, prod
+from .shapes import arg, broadcast_shape, first_tensor, is_float, numel, prod
 
 __all__ = [
     "sum_", "nansum", "mean_flops", "mean", "nanmean", "prod_", "extremum", "aminmax", "var", "std",
@@ -205,7 +205,7 @@ def dist(out, a, b, *args, **kwargs) -> Cost:
     """``‖a - b‖_p``: a subtract per (broadcast) element, then the p-norm."""
     if not (_counts(a, out) or is_float(b)):
         return Cost()
-    n = prod(torch.broadcast_shapes(a.shape, b.shape))
+    n = prod(broadcast_shape(a.shape, b.shape))
     return Cost.of_flops(n + norm_cost(n, 1, arg(args, kwargs, 0, "p", 2)))
 
 
@@ -287,7 +287,7 @@ def _indexed_numel(x, indices) -> int:
             d += 1
     rest *= prod(x.shape[d:])
     try:
-        return prod(torch.broadcast_shapes(*idx_shapes)) * rest
+        return prod(broadcast_shape(*idx_shapes)) * rest
     except RuntimeError:  # dense mask sizes need not broadcast with integer indices
         return max(prod(s) for s in idx_shapes) * rest
 
