@@ -1,10 +1,7 @@
 """``python -m flopsight``: profile a built-in model and print the report.
 
->>> main(["--model", "resnet18", "--no-detailed", "--depth", "0"])  # doctest: +ELLIPSIS
-<BLANKLINE>
-...
-fwd MACs per device:                                                    1.82 GMACs
-...
+    python -m flopsight                                  # ResNet-18, batch 1, full report
+    python -m flopsight --model resnet50 --no-detailed --top 2
 """
 
 from __future__ import annotations

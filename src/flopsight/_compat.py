@@ -6,6 +6,8 @@ these is a one-file change. Nothing in this module patches torch.
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 import torch.nn.modules.module as _module_mod
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: F401  (re-exported)
@@ -39,7 +41,10 @@ def prime_modes() -> None:
     """
     global _primed
     if not _primed:
-        import torch._dynamo  # noqa: F401
+        with warnings.catch_warnings():
+            # torch's import notes a missing NumPy, which flopsight does not use
+            warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+            import torch._dynamo  # noqa: F401
 
         _primed = True
 
