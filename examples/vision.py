@@ -6,7 +6,6 @@
 
 import argparse
 
-import torch
 from transformers import ResNetConfig, ResNetForImageClassification, ViTConfig, ViTForImageClassification
 
 from flopsight import get_model_profile

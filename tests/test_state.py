@@ -152,7 +152,7 @@ def test_native_profiler_start_twice_and_stop_without_start():
     result = prof.stop()
     assert result.total.forward.macs == 9 and prof.stop() is result
     with pytest.raises(RuntimeError, match="nothing profiled"):
-        flopsight.Profiler(model).result
+        _ = flopsight.Profiler(model).result
 
 
 def test_compiled_model_is_counted_eagerly_and_stays_compiled():

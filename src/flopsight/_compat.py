@@ -25,7 +25,6 @@ __all__ = [
     "active_function_modes",
     "global_module_hooks",
     "original_module",
-    "native_mha_callables",
     "prime_modes",
 ]
 
@@ -80,9 +79,3 @@ def original_module(model: torch.nn.Module) -> torch.nn.Module:
     if isinstance(inner, torch.nn.Module) and type(model).__name__ == "OptimizedModule":
         return inner
     return model
-
-
-def native_mha_callables() -> tuple:
-    """The private fused entry points of nn.MultiheadAttention / TransformerEncoderLayer."""
-    names = ("_native_multi_head_attention", "_transformer_encoder_layer_fwd")
-    return tuple(getattr(torch, n) for n in names if hasattr(torch, n))

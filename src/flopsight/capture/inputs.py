@@ -7,6 +7,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..formulas.shapes import first_tensor
+
 __all__ = ["describe_inputs", "model_device", "model_dtype", "batch_size"]
 
 
@@ -31,26 +33,13 @@ def describe_inputs(args: tuple, kwargs: dict) -> dict[str, Any]:
     return {"args": _describe(list(args)), "kwargs": _describe(dict(kwargs))}
 
 
-def _first_tensor(values: Any) -> torch.Tensor | None:
-    if isinstance(values, torch.Tensor):
-        return values
-    if isinstance(values, dict):
-        values = list(values.values())
-    if isinstance(values, (list, tuple)):
-        for v in values:
-            t = _first_tensor(v)
-            if t is not None:
-                return t
-    return None
-
-
 def model_device(model: nn.Module, args: tuple = (), kwargs: dict | None = None) -> torch.device:
     """The device of the model's first parameter or buffer, else of the first input tensor."""
     for t in model.parameters():
         return t.device
     for t in model.buffers():
         return t.device
-    t = _first_tensor([args, kwargs or {}])
+    t = first_tensor([args, kwargs or {}])
     return t.device if t is not None else torch.device("cpu")
 
 
@@ -59,11 +48,11 @@ def model_dtype(model: nn.Module, args: tuple = (), kwargs: dict | None = None) 
     for t in model.parameters():
         if t.is_floating_point():
             return t.dtype
-    t = _first_tensor([args, kwargs or {}])
+    t = first_tensor([args, kwargs or {}])
     return t.dtype if t is not None else torch.get_default_dtype()
 
 
 def batch_size(args: tuple, kwargs: dict | None = None) -> int | None:
     """The first dimension of the first input tensor (None without one)."""
-    t = _first_tensor([args, kwargs or {}])
+    t = first_tensor([args, kwargs or {}])
     return int(t.shape[0]) if t is not None and t.dim() else None

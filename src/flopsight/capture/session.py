@@ -55,7 +55,6 @@ class CaptureSession:
         self.phase = "forward"
         self.overhead = 0.0  # host seconds spent inside the profiler's own code
         self.unit_depth = 0  # > 0 while a unit function runs: its aten ops are not counted again
-        self.active = False
         self.error: str | None = None
         self.first_inputs: tuple | None = None  # (args, kwargs) of the first top-level module call
         self.tracker = ModuleTracker(infos, self, ignore)
@@ -78,7 +77,6 @@ class CaptureSession:
                 self._exit_modes()
                 self.tracker.remove()
                 raise
-        self.active = True
 
     def stop(self) -> RawCapture:
         """Remove everything that was installed and resolve the measurements."""
@@ -86,7 +84,6 @@ class CaptureSession:
             self._exit_modes()
         finally:
             self.tracker.remove()
-            self.active = False
         self.clock.finish()
         return self._resolve()
 
@@ -235,8 +232,7 @@ def build_result(
             self_phases=self_phases,
             self_ops=self_ops,
         )
-    unsupported = Counter(counts.unsupported)
     meta = dict(metadata or {})
     if counts.error or (times is not counts and times.error):
         meta["error"] = counts.error or times.error
-    return ProfileResult(modules, dict(unsupported), meta)
+    return ProfileResult(modules, dict(counts.unsupported), meta)

@@ -1,6 +1,6 @@
 """Cost formulas, one op family per module, all registered in :data:`REGISTRY`."""
 
-from .registry import REGISTRY, ZERO, Cost, Registry, op_key, op_name
+from .registry import REGISTRY, ZERO, Cost, Registry, op_key
 
 # Importing a family registers its formulas.
 from . import (  # noqa: E402,F401  isort: skip
@@ -20,4 +20,4 @@ from . import (  # noqa: E402,F401  isort: skip
     zero,
 )
 
-__all__ = ["REGISTRY", "ZERO", "Cost", "Registry", "op_key", "op_name"]
+__all__ = ["REGISTRY", "ZERO", "Cost", "Registry", "op_key"]

@@ -31,7 +31,7 @@ import torch
 
 from .._compat import OpOverload, OpOverloadPacket
 
-__all__ = ["Cost", "Registry", "REGISTRY", "ZERO", "op_key", "op_name"]
+__all__ = ["Cost", "Registry", "REGISTRY", "ZERO", "op_key"]
 
 OpLike = Union[OpOverload, OpOverloadPacket, str]
 
@@ -95,11 +95,6 @@ def op_key(op: OpLike) -> OpOverloadPacket:
     raise TypeError(
         f"op: expected a torch.ops OpOverload/OpOverloadPacket or a qualified name, got {type(op).__name__}"
     )
-
-
-def op_name(op: OpLike) -> str:
-    """Display name of an op, e.g. ``'aten.mm'``."""
-    return str(op_key(op))
 
 
 def _as_cost(value: Any, name: str) -> Cost:

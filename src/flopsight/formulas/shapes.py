@@ -69,9 +69,15 @@ def any_float(values: Iterable[Any]) -> bool:
 
 
 def first_tensor(value: Any) -> torch.Tensor | None:
-    """``value`` if it is a tensor, else the first tensor inside a list/tuple."""
+    """``value`` if it is a tensor, else the first tensor inside a list, tuple or dict.
+
+    >>> first_tensor([None, {"ids": torch.ones(2)}]).shape
+    torch.Size([2])
+    """
     if isinstance(value, torch.Tensor):
         return value
+    if isinstance(value, dict):
+        value = list(value.values())
     if isinstance(value, (list, tuple)):
         for v in value:
             t = first_tensor(v)
