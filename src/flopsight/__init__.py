@@ -9,23 +9,19 @@
 __version__ = "0.1.0"
 
 from .capture.dispatch import UnsupportedOpWarning
-from .compat import (
-    FlopsProfiler,
-    bytes_to_string,
-    duration_to_string,
-    flops_to_string,
-    get_model_profile,
-    get_module_duration,
-    get_module_flops,
-    get_module_macs,
-    macs_to_string,
-    number_to_string,
-    params_to_string,
-)
+from .compat import FlopsProfiler, get_model_profile, get_module_duration, get_module_flops, get_module_macs
 from .capture.timing import FakeClock
 from .formulas import REGISTRY, Cost
 from .profiler import Profiler, profile
 from .result import ModuleStats, OpStats, PhaseStats, ProfileResult, load
+from .units import (
+    bytes_to_string,
+    duration_to_string,
+    flops_to_string,
+    macs_to_string,
+    number_to_string,
+    params_to_string,
+)
 
 
 def register_formula(*ops, registry=None):

@@ -25,14 +25,7 @@ from torch import nn
 from .profiler import Profiler, as_args, as_kwargs, check_model, check_warm_up, profile
 from .renderers.text_renderer import ParallelInfo, render_aggregated, render_text
 from .result import ProfileResult, _check_parent_dir
-from .units import (
-    bytes_to_string,
-    duration_to_string,
-    flops_to_string,
-    macs_to_string,
-    number_to_string,
-    params_to_string,
-)
+from .units import duration_to_string, macs_to_string, number_to_string, params_to_string
 
 __all__ = [
     "get_model_profile",
@@ -40,12 +33,6 @@ __all__ = [
     "get_module_flops",
     "get_module_macs",
     "get_module_duration",
-    "number_to_string",
-    "macs_to_string",
-    "flops_to_string",
-    "bytes_to_string",
-    "params_to_string",
-    "duration_to_string",
 ]
 
 # module object -> (profiler, path): what the get_module_* helpers read. Weak, so a
