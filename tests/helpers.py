@@ -94,3 +94,51 @@ def formula_of(op: Any, registry: Registry | None = None) -> Callable[..., Cost]
 def meta(*shape: int, dtype: torch.dtype | None = None) -> torch.Tensor:
     """An empty tensor of ``shape`` on the meta device (shapes only: for formula calls)."""
     return torch.empty(*shape, dtype=dtype, device="meta")
+
+
+class _Holder(nn.Module):
+    """A root around one layer, so the layer is the module ``"layer"`` and the ``.sum()``
+    of a training-step test stays at the root."""
+
+    def __init__(self, layer: Callable):
+        super().__init__()
+        self.layer = layer if isinstance(layer, nn.Module) else _Call(layer)
+
+    def forward(self, *args: Any) -> Any:
+        return self.layer(*args)
+
+
+class _Call(nn.Module):
+    def __init__(self, fn: Callable):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args: Any) -> Any:
+        return self.fn(*args)
+
+
+def layer_backward(
+    device: str, layer: Callable, *inputs: Any, registry: Registry | None = None
+) -> tuple[tuple[int, int], dict[str, tuple[int, int, int]]]:
+    """A user's training step ``layer(*inputs).sum().backward()`` on ``device``: the layer's
+    backward ``(macs, flops)`` and its backward ops ``{name: (calls, macs, flops)}``
+    (submodules included).
+
+    ``layer`` (a module, copied there, or a function wrapped in one) keeps its parameters'
+    ``requires_grad``; each tensor input is recreated on ``device`` as a leaf with the
+    ``requires_grad`` it had.
+    """
+    model = _Holder(to_device(layer, device) if isinstance(layer, nn.Module) else layer)
+    xs = [x.detach().to(device).requires_grad_(x.requires_grad) if isinstance(x, torch.Tensor) else x
+          for x in inputs]  # fmt: skip
+    with flopsight.Profiler(model, registry=registry) as prof:
+        model(*xs).sum().backward()
+    result = prof.result
+    ops: dict[str, tuple[int, int, int]] = {}
+    for stats in result.modules.values():  # the layer and its submodules
+        if stats.name == "layer" or stats.name.startswith("layer."):
+            for name, o in stats.self_ops.get("backward", {}).items():
+                calls, macs, flops = ops.get(name, (0, 0, 0))
+                ops[name] = (calls + o.calls, macs + o.macs, flops + o.flops)
+    total = result.module("layer").backward
+    return (total.macs, total.flops), ops

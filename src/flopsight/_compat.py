@@ -26,6 +26,9 @@ __all__ = [
     "global_module_hooks",
     "original_module",
     "prime_modes",
+    "autograd_sequence_nr",
+    "current_autograd_node",
+    "ACCUMULATE_GRAD_SEQUENCE_NR",
 ]
 
 
@@ -46,6 +49,15 @@ def prime_modes() -> None:
             import torch._dynamo  # noqa: F401
 
         _primed = True
+
+
+#: Sequence number of the next autograd node this thread creates (nodes are numbered as
+#: they are created, so a module call's nodes fall in the range seen around it).
+autograd_sequence_nr = torch._C._autograd._get_sequence_nr
+#: The autograd node being executed by the backward pass, or None outside backward.
+current_autograd_node = torch._C._current_autograd_node
+#: ``AccumulateGrad`` nodes carry this sequence number instead of a creation index.
+ACCUMULATE_GRAD_SEQUENCE_NR = 2**64 - 1
 
 
 def active_dispatch_modes() -> list:

@@ -79,6 +79,14 @@ class FlopsProfiler:
         prof.print_model_profile(profile_step=5)
         prof.end_profile()
 
+    Put ``start_profile()``/``stop_profile()`` around a whole training step (forward,
+    ``loss.backward()``, ``optimizer.step()``) and the backward pass and the step are
+    measured too: ``get_total_backward_flops/macs/duration``, ``get_total_step_duration``
+    and ``get_total_iteration_duration`` read them, and ``print_model_profile`` prints
+    DeepSpeed's training lines from them. The other getters keep DeepSpeed's meaning (the
+    forward). Any optimizer's ``step()`` counts. ``recompute_fwd_factor`` is accepted and
+    unused: activation checkpointing's recomputed forward is measured.
+
     Start twice, stop without start and end twice are harmless.
     """
 
@@ -92,11 +100,12 @@ class FlopsProfiler:
 
     # -- lifecycle ------------------------------------------------------------------------
     def start_profile(self, ignore_list: list[type] | None = None) -> None:
-        """Start counting and timing everything the model runs (restarts if running)."""
+        """Start counting and timing everything the model runs, its backward pass and
+        any optimizer's step included (restarts if running)."""
         if self._profiler is not None and self._profiler.running:
             self._profiler.stop()
         self._result = None
-        self._profiler = Profiler(self.model, ignore_modules=ignore_list).start()
+        self._profiler = Profiler(self.model, optimizer=None, ignore_modules=ignore_list).start()
         self.started = True
         self._register()
 
@@ -154,6 +163,33 @@ class FlopsProfiler:
         params = self.result.total.params
         return params_to_string(params) if as_string else params
 
+    # Beyond DeepSpeed (which estimates the backward as 2 * forward): what the backward
+    # pass and optimizer.step() between start_profile() and stop_profile() really cost.
+    def get_total_backward_flops(self, as_string: bool = False):
+        """Measured backward FLOPs of the whole model (0 if no backward ran)."""
+        flops = self.result.iteration.backward.flops
+        return number_to_string(flops) if as_string else flops
+
+    def get_total_backward_macs(self, as_string: bool = False):
+        """Measured backward MACs of the whole model (0 if no backward ran)."""
+        macs = self.result.iteration.backward.macs
+        return macs_to_string(macs) if as_string else macs
+
+    def get_total_backward_duration(self, as_string: bool = False):
+        """Wall-clock seconds of the backward pass(es)."""
+        duration = self.result.iteration.backward.latency
+        return duration_to_string(duration) if as_string else duration
+
+    def get_total_step_duration(self, as_string: bool = False):
+        """Wall-clock seconds of ``optimizer.step()`` (any optimizer's)."""
+        duration = self.result.step.latency
+        return duration_to_string(duration) if as_string else duration
+
+    def get_total_iteration_duration(self, as_string: bool = False):
+        """Wall-clock seconds from ``start_profile()`` to ``stop_profile()``."""
+        duration = self.result.iteration.latency
+        return duration_to_string(duration) if as_string else duration
+
     # -- printing -------------------------------------------------------------------------
     def print_model_profile(
         self,
@@ -163,7 +199,8 @@ class FlopsProfiler:
         detailed: bool = True,
         output_file: str | None = None,
     ) -> None:
-        """Print the summary, aggregated and detailed profile (to ``output_file`` if given)."""
+        """Print the summary, aggregated and detailed profile (to ``output_file`` if given);
+        with the training lines when a backward pass or an optimizer step was measured."""
         if not self.started:
             return
         _check_output_file(output_file)

@@ -233,7 +233,14 @@ def profile(
 
 # -- Profiler ------------------------------------------------------------------------------
 class Profiler:
-    """Profile whatever runs between :meth:`start` and :meth:`stop` (or inside ``with``).
+    """Profile whatever runs between :meth:`start` and :meth:`stop` (or inside ``with``):
+    a forward, a whole training step, several micro-batches, generate().
+
+    The backward pass is measured op by op and attributed to the modules whose forward
+    created it, activation checkpointing's recomputed forward is its own phase, and
+    ``optimizer.step()`` (of ``optimizer``, or of any optimizer when None) is the step
+    phase; ``result.iteration`` sums up the span. ``batch_size`` overrides the batch size
+    read from the first dimension of each model call's first input.
 
     Counting and timing happen in the same pass, so latencies have the profiler's own
     measured overhead subtracted (on CPU). Starting twice or stopping when not started
@@ -244,11 +251,19 @@ class Profiler:
         self,
         model: nn.Module,
         *,
+        optimizer: torch.optim.Optimizer | None = None,
+        batch_size: int | None = None,
         ignore_modules: Iterable[type] | None = None,
         clock: Clock | None = None,
         registry: Registry | None = None,
     ):
         self.model = check_model(model)
+        if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(f"optimizer: expected a torch.optim.Optimizer or None, got {type(optimizer).__name__}")
+        if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
+            raise ValueError(f"batch_size: expected a positive int or None, got {batch_size!r}")
+        self.optimizer = optimizer
+        self.batch_size = batch_size
         self._target = original_module(model)
         if self._target is not model:
             # Running the counting modes through compiled code leaves the model running
@@ -273,7 +288,9 @@ class Profiler:
         if self._session is None:
             self._infos = describe(self._target)
             clock = self._clock or default_clock(model_device(self._target))
-            session = CaptureSession(self._infos, registry=self._registry, clock=clock, ignore=self._ignore)
+            session = CaptureSession(
+                self._infos, registry=self._registry, clock=clock, ignore=self._ignore, optimizer=self.optimizer
+            )
             session.start()
             self._session = session
         return self
@@ -295,6 +312,8 @@ class Profiler:
     def _build(self, session: CaptureSession, raw) -> ProfileResult:
         args, kwargs = session.first_inputs or ((), {})
         meta = run_metadata(self._target, args, kwargs, mode="custom", timing=_timing_meta(session.clock, False))
+        if self.batch_size is not None:
+            meta["batch_size_given"] = self.batch_size
         return build_result(self._infos, raw, ignored=self._ignore, metadata=meta)
 
     @property

@@ -22,9 +22,12 @@ import difflib
 import json
 import os
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
-__all__ = ["PhaseStats", "OpStats", "PhaseSet", "ModuleStats", "ProfileResult", "load", "SCHEMA_VERSION"]
+if TYPE_CHECKING:  # the derived views live in analysis/, which imports this module
+    from .analysis.training import GenerationStats, IterationStats
+
+__all__ = ["PhaseStats", "OpStats", "CallStats", "PhaseSet", "ModuleStats", "ProfileResult", "load", "SCHEMA_VERSION"]
 
 SCHEMA_VERSION = 1
 
@@ -56,6 +59,16 @@ class OpStats:
     macs: int = 0
     flops: int = 0
     latency: float = 0.0
+
+
+@dataclass
+class CallStats:
+    """One forward call of the model itself (generate() makes one per token)."""
+
+    macs: int = 0
+    flops: int = 0
+    latency: float = 0.0
+    batch_size: int | None = None
 
 
 class PhaseSet:
@@ -128,6 +141,11 @@ class ModuleStats:
         return self.inclusive.backward
 
     @property
+    def recompute(self) -> PhaseStats:
+        """The forward re-run during backward by activation checkpointing."""
+        return self.inclusive.recompute
+
+    @property
     def calls(self) -> int:
         """How many times the module's forward was called."""
         return self.self.forward.calls
@@ -145,11 +163,19 @@ class ModuleStats:
 
 @dataclass
 class ProfileResult:
-    """A whole profile: per-module stats, unsupported ops and run metadata."""
+    """A whole profile: per-module stats, unsupported ops, wall-clock spans and metadata.
+
+    ``spans`` holds the measured wall-clock seconds of each span: ``forward`` (each
+    top-level forward call), ``backward`` (each backward pass), ``step`` (each
+    ``optimizer.step()``) and ``iteration`` (the whole profiled span), the profiler's own
+    overhead subtracted. ``root_calls`` has one entry per forward call of the model.
+    """
 
     modules: dict[str, ModuleStats]
     unsupported_ops: dict[str, int] = field(default_factory=dict)
     metadata: dict[str, Any] = field(default_factory=dict)
+    spans: dict[str, list[float]] = field(default_factory=dict)
+    root_calls: list[CallStats] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if "" not in self.modules:
@@ -213,6 +239,34 @@ class ProfileResult:
                 acc.latency += op.latency
         return sorted(totals.values(), key=lambda o: (-o.flops, -o.latency, o.name))
 
+    # -- training and generation views (derived) --------------------------------------
+    def phase_total(self, phase: str) -> PhaseStats:
+        """Model-wide MACs/FLOPs of ``phase``, with its wall-clock latency and span count
+        (for ``recompute``, which has no span of its own: its modules' time)."""
+        inc = self.total.inclusive[phase]
+        walls = self.spans.get(phase)
+        latency, calls = (sum(walls), len(walls)) if walls is not None else (inc.latency, inc.calls)
+        return PhaseStats(inc.macs, inc.flops, latency, calls)
+
+    @property
+    def step(self) -> PhaseStats:
+        """The optimizer step(s): FLOPs counted like any ops, latency from the step hooks."""
+        return self.phase_total("step")
+
+    @property
+    def iteration(self) -> "IterationStats":
+        """The whole profiled span: per-phase figures, samples/second, FLOPS."""
+        from .analysis.training import iteration_stats
+
+        return iteration_stats(self)
+
+    @property
+    def generation(self) -> "GenerationStats | None":
+        """Prefill and decode figures of a generate() profile (None for other profiles)."""
+        from .analysis.training import generation_stats
+
+        return generation_stats(self)
+
     # -- serialisation ----------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (what ``save`` writes and ``from_dict`` reads)."""
@@ -227,6 +281,8 @@ class ProfileResult:
             "schema_version": SCHEMA_VERSION,
             "metadata": self.metadata,
             "unsupported_ops": dict(self.unsupported_ops),
+            "spans": {k: list(v) for k, v in self.spans.items()},
+            "root_calls": [asdict(c) for c in self.root_calls],
             "modules": modules,
         }
 
@@ -241,7 +297,13 @@ class ProfileResult:
             d["self_phases"] = {ph: PhaseStats(**v) for ph, v in d["self_phases"].items()}
             d["self_ops"] = {ph: {o["name"]: OpStats(**o) for o in ops} for ph, ops in d["self_ops"].items()}
             modules[d["name"]] = ModuleStats(**d)
-        return cls(modules, dict(data.get("unsupported_ops", {})), dict(data.get("metadata", {})))
+        return cls(
+            modules,
+            dict(data.get("unsupported_ops", {})),
+            dict(data.get("metadata", {})),
+            spans={k: list(v) for k, v in data.get("spans", {}).items()},
+            root_calls=[CallStats(**c) for c in data.get("root_calls", [])],
+        )
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the profile as JSON to ``path``."""

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import warnings
 
+import torch
 from torch.overrides import TorchFunctionMode
 
-from .._compat import TorchDispatchMode
+from .._compat import TorchDispatchMode, autograd_sequence_nr
 
-__all__ = ["CountingMode", "UnitMode", "UnsupportedOpWarning"]
+__all__ = ["CountingMode", "UnitMode", "UnsupportedOpWarning", "UnprofiledForwardWarning"]
 
 
 class UnsupportedOpWarning(UserWarning):
@@ -43,6 +44,20 @@ def warn_formula_failed(name: str, error: Exception) -> None:
         f"flopsight: the formula for {name!r} failed ({error!r}); its cost is not counted and it is "
         "listed in result.unsupported_ops",
         UnsupportedOpWarning,
+        stacklevel=3,
+    )
+
+
+class UnprofiledForwardWarning(UserWarning):
+    """A backward pass ran through a graph whose forward was not profiled."""
+
+
+def warn_unprofiled_forward() -> None:
+    warnings.warn(
+        "flopsight: the backward pass runs through autograd nodes created before profiling started (their "
+        "forward was not profiled), so they cannot be attributed to modules and their cost goes to the root. "
+        "Start profiling before the forward pass.",
+        UnprofiledForwardWarning,
         stacklevel=3,
     )
 
@@ -76,27 +91,42 @@ class UnitMode(TorchFunctionMode):
     def __init__(self, session):
         super().__init__()
         self.session = session
-        self._unit = session.registry.unit
+        # the functions this mode acts on, in one table: it is looked up for every torch call
+        self._special = {**session.registry.units(), **dict.fromkeys(BACKWARD_ENTRY_POINTS, _BACKWARD)}
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if kwargs is None:
             kwargs = _NO_KWARGS
+        try:
+            unit = self._special.get(func)
+        except TypeError:  # an unhashable callable is neither a unit nor a backward
+            unit = None
+        if unit is None:
+            return func(*args, **kwargs)
         session = self.session
-        unit = self._unit(func)
-        if unit is None or session.unit_depth:
+        if unit is _BACKWARD:
+            return session.run_backward(func, args, kwargs)
+        if session.unit_depth:
             return func(*args, **kwargs)
         stamp = session.clock.stamp
         session.unit_depth += 1
         try:
+            seq_start = autograd_sequence_nr()
             t0 = stamp()
             out = func(*args, **kwargs)
             t1 = stamp()
+            seq_end = autograd_sequence_nr()  # the unit's autograd nodes are numbered in between
         finally:
             session.unit_depth -= 1
         h0 = session.clock.now()
-        session.record_unit(unit, out, args, kwargs, t0, t1)
+        session.record_unit(unit, out, args, kwargs, t0, t1, seq_start, seq_end)
         session.overhead += session.clock.now() - h0
         return out
 
 
 _NO_KWARGS: dict = {}  # shared, never written to
+
+#: Where a backward pass starts from Python: timed as a whole, and checked for a loss that
+#: cannot be differentiated.
+BACKWARD_ENTRY_POINTS = frozenset({torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad})
+_BACKWARD = object()

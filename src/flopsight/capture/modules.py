@@ -10,6 +10,7 @@ attributed per call to the path that called it.
 
 from __future__ import annotations
 
+import bisect
 import sys
 from dataclasses import dataclass, field
 from typing import Callable
@@ -17,6 +18,8 @@ from typing import Callable
 from torch import nn
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
+from .._compat import autograd_sequence_nr, current_autograd_node
+from .inputs import batch_size
 from .params import param_numel
 
 __all__ = ["ModuleInfo", "describe", "ModuleTracker", "CallRecord"]
@@ -108,19 +111,26 @@ def choose_path(paths: list[str], caller: str | None) -> str:
 
 
 class CallRecord:
-    """One module call: its path, phase and the stamps around it."""
+    """One module call: its path, phase, the stamps around it and the autograd nodes it made."""
 
-    __slots__ = ("index", "path", "phase", "module", "parent", "start", "end", "ovh_start", "ovh_end", "exc")
+    __slots__ = (
+        "index", "path", "phase", "module", "parent", "start", "end", "ovh_start", "ovh_end", "exc",
+        "seq_start", "seq_end", "root_id", "batch_size",
+    )
 
     def __init__(self, index: int, path: str, phase: str, module: nn.Module, parent: int, exc):
         self.index = index  # position in the call log
         self.path = path
-        self.phase = phase
+        self.phase = phase  # "forward", or "recompute" for a forward re-run during backward
         self.module = module
         self.parent = parent  # log index of the enclosing call, -1 for none
         self.exc = exc  # the exception being handled when the call began, if any
         self.start = self.end = None
         self.ovh_start = self.ovh_end = 0.0
+        # autograd nodes created by this call are numbered seq_start <= n < seq_end
+        self.seq_start = self.seq_end = None
+        self.root_id = -1  # index among the model's own forward calls, -1 for other calls
+        self.batch_size = None
 
 
 class ModuleTracker:
@@ -145,6 +155,7 @@ class ModuleTracker:
             if not ignore(info.module):
                 self._paths.setdefault(id(info.module), []).append(info.path)
         self._root = infos[""].module
+        self._seq_starts: list[int] = []
 
     @property
     def current_path(self) -> str:
@@ -167,11 +178,15 @@ class ModuleTracker:
         self._handles.clear()
 
     def _record_inputs(self, module, args, kwargs) -> None:
+        # runs after the global pre-hook, so the root's call record is on top of the stack
         if self.session.first_inputs is None:
             self.session.first_inputs = (args, kwargs)
+        if self.stack and self.stack[-1].root_id >= 0:
+            self.stack[-1].batch_size = batch_size(args, kwargs)
 
     def _make_hooks(self):
         session, stack, log, paths_of = self.session, self.stack, self.log, self._paths
+        root_calls = session.root_calls
         clock = session.clock
         now, stamp = clock.now, clock.stamp
 
@@ -182,7 +197,14 @@ class ModuleTracker:
             h0 = now()
             top = stack[-1] if stack else None
             path = paths[0] if len(paths) == 1 else choose_path(paths, top.path if top else None)
-            rec = CallRecord(len(log), path, session.phase, module, top.index if top else -1, sys.exc_info()[1])
+            # a forward that runs while the backward pass executes a node is activation
+            # checkpointing re-running it
+            phase = "recompute" if current_autograd_node() is not None else session.phase
+            rec = CallRecord(len(log), path, phase, module, top.index if top else -1, sys.exc_info()[1])
+            if top is None and path == "" and phase == "forward":
+                rec.root_id = len(root_calls)
+                root_calls.append(rec)
+            rec.seq_start = autograd_sequence_nr()
             log.append(rec)
             stack.append(rec)
             session.overhead += now() - h0
@@ -202,13 +224,37 @@ class ModuleTracker:
             if not stack:
                 return
             rec = stack.pop()
+            rec.seq_end = autograd_sequence_nr()
             exc = sys.exc_info()[1]
             if exc is not None and exc is not rec.exc:
-                # Called from torch's except-block: the forward raised.
-                session.on_module_error(rec, exc, root=not stack)
+                # Called from torch's except-block: the forward raised (checkpointing also
+                # stops a recompute early by raising, which is not the model failing).
+                session.on_module_error(rec, exc, root=not stack and rec.phase == "forward")
             else:
                 rec.end = end
                 rec.ovh_end = ovh_end
             session.overhead += now() - h0
 
         return pre_hook, post_hook
+
+    def owner_of(self, sequence_nr: int) -> str:
+        """Path of the innermost module call whose forward created autograd node
+        ``sequence_nr`` (the root when none did)."""
+        log = self.log
+        i = bisect.bisect_right(self._starts, sequence_nr) - 1
+        while i >= 0:
+            rec = log[i]
+            if rec.seq_start <= sequence_nr and (rec.seq_end is None or sequence_nr < rec.seq_end):
+                return rec.path
+            i = rec.parent
+        return ""
+
+    @property
+    def _starts(self) -> list[int]:
+        # calls are logged in the order they start, and sequence numbers only grow, so
+        # the log is sorted by seq_start; extended lazily as the log grows
+        starts = self._seq_starts
+        log = self.log
+        if len(starts) < len(log):
+            starts.extend(rec.seq_start for rec in log[len(starts):])
+        return starts

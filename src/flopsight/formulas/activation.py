@@ -17,11 +17,27 @@ Convention (see ``docs/conventions/elementwise.md``, section "Activations"):
   (``GELUActivation`` binds ``F.gelu``: 1). ``tanh`` is counted in :mod:`.elementwise`.
 * Integer/bool inputs cost 0 (only ``relu``/``threshold``... accept them).
 
-Every kernel here dispatches as the same aten op on CPU, CUDA and meta (there is no
-device-dependent decomposition), so no unit functions are needed.
+Every forward kernel here dispatches as the same aten op on CPU, CUDA and meta.
+
+Backward (see ``docs/conventions/elementwise.md``, section "Backward"):
+
+* every activation's backward kernel (``threshold_backward`` for relu, ``gelu_backward``,
+  ``silu_backward``, ``sigmoid_backward``, ``elu_backward``, ``hardtanh_backward``...)
+  costs :func:`activation_backward_flops` = **2 per element of each gradient it returns**:
+  the derivative (1, by the forward convention) and the chain-rule multiply (1).
+  ``glu_backward`` returns the gradient of the whole (doubled) input;
+  ``_prelu_kernel_backward`` always returns two input-sized gradients (input and weight,
+  whether or not they are needed), so it costs ``4n``; the reduction of the weight's
+  gradient to the weight's shape is a ``sum`` that autograd runs (counted as a sum).
+* ``_softmax_backward_data`` / ``_log_softmax_backward_data`` / ``_masked_softmax_backward``:
+  :func:`softmax_backward_flops` = 4 per element.
+* ``F.mish`` is a **unit**: its backward kernel (``mish_backward``) has no meta kernel, and
+  on meta autograd runs its 9-op decomposition instead. Counted whole (forward 1, backward
+  2 per element) it costs the same on every device; ``mish_backward`` reached at dispatch
+  without the unit costs the same 2 per element.
 
 >>> import torch
->>> from flopsight.formulas.activation import activation, softmax
+>>> from flopsight.formulas.activation import activation, softmax, activation_backward, softmax_backward
 >>> x = torch.ones(8, 16)
 >>> activation(torch.relu(x), x)
 Cost(macs=0, flops=128)
@@ -29,18 +45,28 @@ Cost(macs=0, flops=128)
 Cost(macs=0, flops=64)
 >>> softmax(x.softmax(-1), x, -1, False)
 Cost(macs=0, flops=128)
+>>> g = torch.ones(8, 16)
+>>> activation_backward(g, g, torch.relu(x), 0)   # threshold_backward: 2 per element
+Cost(macs=0, flops=256)
+>>> softmax_backward(g, g, x.softmax(-1), -1, torch.float32)   # 4 per element
+Cost(macs=0, flops=512)
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from .registry import REGISTRY, Cost
-from .shapes import float_arithmetic, numel, result_numel
+from .shapes import float_arithmetic, numel, result_numel, tensors
 
 aten = torch.ops.aten
 
-__all__ = ["activation", "softmax", "activation_flops", "softmax_flops", "ACTIVATION_OPS", "SOFTMAX_OPS"]
+__all__ = [
+    "activation", "softmax", "activation_flops", "softmax_flops", "activation_backward_flops",
+    "softmax_backward_flops", "activation_backward", "softmax_backward", "mish_unit", "mish_unit_backward",
+    "ACTIVATION_OPS", "SOFTMAX_OPS", "ACTIVATION_BACKWARD_OPS", "SOFTMAX_BACKWARD_OPS",
+]  # fmt: skip
 
 
 def activation_flops(n: int) -> int:
@@ -51,6 +77,21 @@ def activation_flops(n: int) -> int:
 def softmax_flops(n: int) -> int:
     """FLOPs of a softmax (or log-softmax) over ``n`` elements: 1 per element (DeepSpeed's)."""
     return n
+
+
+def activation_backward_flops(n: int) -> int:
+    """FLOPs of an elementwise function's backward over ``n`` elements: 2 per element, the
+    derivative (1, by the forward convention) and the chain-rule multiply by the incoming
+    gradient (1)."""
+    return 2 * n
+
+
+def softmax_backward_flops(n: int) -> int:
+    """FLOPs of a softmax (or log-softmax) backward over ``n`` elements: 4 per element.
+    Softmax: ``y * (g - sum(g * y))`` is a multiply, an accumulate, a subtract and a
+    multiply; log-softmax: ``g - exp(y) * sum(g)`` an exp, an accumulate, a multiply and a
+    subtract."""
+    return 4 * n
 
 
 #: Fused activation kernels as they arrive at dispatch (with their in-place twins).
@@ -80,8 +121,30 @@ ACTIVATION_OPS = (
 )  # fmt: skip
 
 #: Softmax kernels. ``softmax``/``log_softmax`` themselves decompose into ``_softmax``/
-#: ``_log_softmax`` (only their ``out=`` overloads dispatch whole).
-SOFTMAX_OPS = (aten._softmax, aten._log_softmax, aten._safe_softmax, aten.softmax, aten.log_softmax)
+#: ``_log_softmax`` (only their ``out=`` overloads dispatch whole). ``_masked_softmax`` is
+#: the kernel of the native (fast-path) attention and transformer layers.
+SOFTMAX_OPS = (aten._softmax, aten._log_softmax, aten._safe_softmax, aten.softmax, aten.log_softmax,
+               aten._masked_softmax)
+
+#: The backward kernels of the activations above (``sigmoid_backward`` included; ``tanh``'s
+#: and ``logit``'s are with their forward in :mod:`.elementwise`). ``nn.SELU``/``nn.CELU``
+#: arrive as ``elu_backward``, ``nn.ReLU6`` as ``hardtanh_backward``, ``nn.ReLU`` and
+#: ``nn.Threshold`` as ``threshold_backward``. ``infinitely_differentiable_gelu_backward`` is
+#: composite (never dispatched on CPU/CUDA/meta); it is named for modes that see composites.
+ACTIVATION_BACKWARD_OPS = (
+    "aten::threshold_backward", "aten::hardtanh_backward", "aten::leaky_relu_backward",
+    "aten::elu_backward", "aten::gelu_backward", "aten::infinitely_differentiable_gelu_backward",
+    "aten::silu_backward", "aten::mish_backward", "aten::softplus_backward", "aten::sigmoid_backward",
+    "aten::hardsigmoid_backward", "aten::hardswish_backward", "aten::hardshrink_backward",
+    "aten::softshrink_backward", "aten::_prelu_kernel_backward", "aten::rrelu_with_noise_backward",
+    "aten::glu_backward", "aten::log_sigmoid_backward",
+)  # fmt: skip
+
+#: Softmax backward kernels (``F.softmax``, ``F.log_softmax``, ``F.cross_entropy``'s first
+#: half, the attention math path, the native attention fast path).
+SOFTMAX_BACKWARD_OPS = (
+    "aten::_softmax_backward_data", "aten::_log_softmax_backward_data", "aten::_masked_softmax_backward",
+)
 
 
 @REGISTRY.register(*ACTIVATION_OPS)
@@ -100,3 +163,49 @@ def softmax(out, input, *args, **kwargs) -> Cost:
     if not float_arithmetic(out, (input,)):
         return Cost()
     return Cost.of_flops(softmax_flops(numel(input)))
+
+
+# -- backward ------------------------------------------------------------------------------
+@REGISTRY.register(*ACTIVATION_BACKWARD_OPS, missing_ok=True)
+def activation_backward(out, *args, **kwargs) -> Cost:
+    """2 FLOPs per element of each gradient the kernel returns (derivative + chain rule).
+
+    Most return one gradient, the size of the forward input; ``_prelu_kernel_backward``
+    returns two input-sized ones (input's and weight's, the latter broadcast: autograd then
+    sums it down to the weight's shape, counted as a ``sum``); ``glu_backward`` returns the
+    gradient of the whole input, twice the size of the incoming gradient.
+    """
+    if not float_arithmetic(out, args, kwargs):
+        return Cost()
+    grads = tensors(out if isinstance(out, (list, tuple)) else (out,))
+    return Cost.of_flops(sum(activation_backward_flops(g.numel()) for g in grads))
+
+
+@REGISTRY.register(*SOFTMAX_BACKWARD_OPS, missing_ok=True)
+def softmax_backward(out, grad_output, output, *args, **kwargs) -> Cost:
+    """``(grad_output, output, dim, ...)``: 4 FLOPs per element (:func:`softmax_backward_flops`)."""
+    if not float_arithmetic(out, (grad_output, output)):
+        return Cost()
+    return Cost.of_flops(softmax_backward_flops(numel(output)))
+
+
+# -- mish: a unit, because its backward decomposes on meta --------------------------------------
+# ``mish_backward`` has CPU and CUDA kernels but only a composite (9 ops: softplus, tanh,
+# sigmoid, 3 multiplies, 1 - t^2, add, multiply) for every other device, meta included. Counted
+# as a unit, the function costs 1 per element forward and 2 per element backward everywhere.
+_MISH_FUNCTIONS = tuple(f for f in (F.mish, getattr(torch._C._nn, "mish", None), getattr(torch._C._nn, "mish_", None))
+                        if f is not None)
+
+
+def mish_unit_backward(out, input, *args, **kwargs) -> Cost:
+    """The backward of ``F.mish(input)``: 2 per element (only charged if ``input`` needed a
+    gradient: otherwise autograd made no node and no backward runs)."""
+    if not float_arithmetic(out, (input,)):
+        return Cost()
+    return Cost.of_flops(activation_backward_flops(numel(input)))
+
+
+@REGISTRY.register_unit(*_MISH_FUNCTIONS, name="mish", backward=mish_unit_backward)
+def mish_unit(out, input, *args, **kwargs) -> Cost:
+    """``F.mish(input, inplace=False)``: 1 per element, as the ``mish`` kernel."""
+    return activation(out, input)

@@ -43,6 +43,35 @@ attention core above + out-projection. ``aten._native_multi_head_attention`` and
 ``aten._transformer_encoder_layer_fwd`` (the eval + no_grad fast paths, reached only without
 a function mode or when called directly) are counted to equal the slow path's total.
 
+Backward (dense, device-independent model FLOPs)
+------------------------------------------------
+Each unit has a backward formula, evaluated at forward time from which operands require
+grad, and charged once (as ``<unit>.backward``) whatever kernels the backward runs -- the
+CPU flash backward kernel, the math decomposition's ``bmm``/``_softmax_backward_data``/``mul``
+ops, meta, or CUDA's fused kernels. For the attention core (:func:`attention_backward_cost`):
+
+* ``dV = P^T dO`` if V requires grad: ``scores * Ev`` MACs;
+* if Q, K or the mask requires grad, the gradient of the scores: ``dP = dO V^T``
+  (``scores * Ev`` MACs), the dropout backward (1 per score when ``dropout_p > 0``) and the
+  softmax backward (``activation.softmax_backward_flops``: 4 per score);
+* the scale's backward, 1 per score, if Q or K requires grad (counted on the scores, as in
+  the forward; the math path scales ``dQ`` and ``dK`` instead);
+* ``dQ = dS K`` and ``dK = dS^T Q``: ``scores * E`` MACs each, if Q (K) requires grad;
+* a mask gets no gradient unless it requires grad; then the add passes the score
+  gradient through (0 FLOPs), summed back over the dims it was broadcast along;
+* gradients of operands shared across query heads or broadcast batch dims -- the KV heads
+  of grouped-query attention -- are computed per query head and summed back: 1 FLOP per
+  element summed (the reduction convention).
+
+A flash kernel's backward recomputes the scores and the softmax instead of storing them: that
+recomputation trades compute for memory, is an implementation detail, and is not counted.
+The fused backward kernels are registered at dispatch with the same cost (all of ``dQ``,
+``dK``, ``dV``, which they always return, or those their ``grad_input_mask`` asks for).
+
+``F.multi_head_attention_forward``'s backward = out-projection backward + the core's +
+in-projection backward, each gradient counted where something requires it (see
+:func:`multi_head_attention_backward`).
+
 >>> import torch
 >>> from flopsight.formulas.attention import scaled_dot_product_attention
 >>> q = torch.ones(2, 4, 16, 8)      # B=2, H=4, L=16, E=8
@@ -50,6 +79,11 @@ a function mode or when called directly) are counted to equal the slow path's to
 >>> # scores = 2*4*16*32 = 4096; MACs = 4096*8 + 4096*8; FLOPs = 2*MACs + scale + softmax
 >>> scaled_dot_product_attention(None, q, kv, kv)
 Cost(macs=65536, flops=139264)
+>>> from flopsight.formulas.attention import scaled_dot_product_attention_backward
+>>> _ = q.requires_grad_()           # only Q requires grad: dP, softmax and scale backward, dQ
+>>> # MACs = 4096*8 (dP) + 4096*8 (dQ); FLOPs = 2*MACs + 4*4096 (softmax) + 4096 (scale)
+>>> scaled_dot_product_attention_backward(None, q, kv, kv)
+Cost(macs=65536, flops=151552)
 """
 
 from __future__ import annotations
@@ -59,8 +93,8 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from .activation import activation_flops, softmax_flops
-from .dropout import dropout_flops
+from .activation import activation_flops, softmax_backward_flops, softmax_flops
+from .dropout import dropout_backward_flops, dropout_flops
 from .elementwise import elementwise_flops
 from .matmul import linear_cost
 from .norm import layer_norm_flops
@@ -70,8 +104,11 @@ from .shapes import broadcast_shape, numel, prod
 
 __all__ = [
     "attention_cost",
+    "attention_backward_cost",
     "scaled_dot_product_attention",
+    "scaled_dot_product_attention_backward",
     "multi_head_attention",
+    "multi_head_attention_backward",
     "native_multi_head_attention",
     "transformer_encoder_layer_fwd",
 ]
@@ -159,16 +196,19 @@ def _varlen(query, key, value, total_q, total_k, max_q, max_k, *, masked, dropou
     head: exact when every sequence of the batch has the same length, an upper bound
     otherwise. ``total_k`` is None for a paged KV cache.
     """
+    q_len, kv_len = _varlen_dims(total_q, total_k, max_q, max_k)
     heads, e, ev = query.shape[-2], query.shape[-1], value.shape[-1]
+    return attention_cost(heads, q_len, kv_len, e, ev, masked=masked, dropout_p=dropout_p or 0.0, is_causal=is_causal)
+
+
+def _varlen_dims(total_q, total_k, max_q, max_k) -> tuple[int, int]:
+    """(query length, key length) per head whose product bounds the packed scores (see
+    :func:`_varlen`); shared by the forward and backward kernels."""
     max_q = int(max_q) if max_q is not None else total_q
     max_k = int(max_k) if max_k is not None else (total_k or 0)
-    if total_k is None:
-        q_len, kv_len = total_q, max_k
-    elif total_q * max_k <= total_k * max_q:
-        q_len, kv_len = total_q, max_k
-    else:
-        q_len, kv_len = max_q, total_k
-    return attention_cost(heads, q_len, kv_len, e, ev, masked=masked, dropout_p=dropout_p or 0.0, is_causal=is_causal)
+    if total_k is None or total_q * max_k <= total_k * max_q:
+        return total_q, max_k
+    return max_q, total_k
 
 
 def _first_float(values, default=0.0) -> float:
@@ -333,6 +373,16 @@ def _in_projection(
     )
 
 
+def _mha_dims(query, key, num_heads, bias_k, add_zero_attn, static_k) -> tuple[int, ...]:
+    """(batch, query length, key length, embed dim, head dim, attended key positions) of an
+    ``F.multi_head_attention_forward`` call: ``(L, N, D)`` inputs or unbatched ``(L, D)``."""
+    batch = query.shape[1] if query.dim() == 3 else 1
+    q_len, kv_len, embed_dim = query.shape[0], key.shape[0], query.shape[-1]
+    attended = static_k.shape[1] if static_k is not None else kv_len
+    attended += (bias_k is not None) + bool(add_zero_attn)  # one appended position each
+    return batch, q_len, kv_len, embed_dim, embed_dim // num_heads, attended
+
+
 @REGISTRY.register_unit(F.multi_head_attention_forward, name="multi_head_attention")
 def multi_head_attention(
     out,
@@ -378,21 +428,13 @@ def multi_head_attention(
       are the softmax output and cost nothing more.
     * dropout on the weights only when ``training`` and ``dropout_p > 0``.
     """
-    batched = query.dim() == 3
-    q_len, kv_len = query.shape[0], key.shape[0]
-    batch = query.shape[1] if batched else 1
-    embed_dim = query.shape[-1]
-    head_dim = embed_dim // num_heads
+    batch, q_len, kv_len, embed_dim, head_dim, attended = _mha_dims(query, key, num_heads, bias_k, add_zero_attn,
+                                                                   static_k)
     batch_heads = batch * num_heads
 
     cost = _in_projection(batch, q_len, kv_len, embed_dim, query.shape[-1], key.shape[-1], value.shape[-1],
                           in_proj_bias is not None)
 
-    attended = static_k.shape[1] if static_k is not None else kv_len
-    if bias_k is not None:
-        attended += 1
-    if add_zero_attn:
-        attended += 1
     scores = batch_heads * q_len * attended
     if attn_mask is not None and key_padding_mask is not None:
         cost = cost.plus(Cost.of_flops(elementwise_flops(scores)))  # merging the masks: an add
@@ -452,3 +494,286 @@ def transformer_encoder_layer_fwd(
         + elementwise_flops(tokens * embed_dim, ops=2)  # the two residual adds
     )
     return cost.plus(Cost.of_flops(elementwise))
+
+
+# -- backward ----------------------------------------------------------------------------------
+# Model FLOPs of the gradients the backward pass needs, dense and device-independent (see the
+# module docstring). Flash kernels recompute the scores and the softmax in their backward
+# instead of storing them: that recomputation is an implementation detail (a memory/compute
+# trade) and is not counted, so a flash kernel, the math decomposition and meta agree.
+def _requires_grad(t) -> bool:
+    return isinstance(t, torch.Tensor) and t.requires_grad
+
+
+def attention_backward_cost(
+    batch_heads: int,
+    q_len: int,
+    kv_len: int,
+    head_dim: int,
+    value_dim: int,
+    *,
+    query_grad: bool = True,
+    key_grad: bool = True,
+    value_grad: bool = True,
+    mask_grad: bool = False,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    summed: int = 0,
+) -> Cost:
+    """Backward of ``O = dropout(softmax(Q K^T * scale + mask)) V`` for ``batch_heads`` (query)
+    heads, computing only the gradients asked for (``*_grad``), dense:
+
+    * ``dV = P^T dO`` (``value_grad``): ``scores * Ev`` MACs;
+    * the gradient of the scores, needed for ``dQ``, ``dK`` or a mask that requires grad:
+      ``dP = dO V^T`` (``scores * Ev`` MACs), the dropout backward (1 per score when
+      ``dropout_p > 0``), the softmax backward (``softmax_backward_flops``: 4 per score);
+    * the scale's backward (1 per score) when ``dQ`` or ``dK`` is needed (the mask's
+      gradient is taken before the scale: the add passes it through unchanged);
+    * ``dQ = dS K`` (``query_grad``) and ``dK = dS^T Q`` (``key_grad``): ``scores * E`` MACs each;
+    * ``summed``: gradient elements summed back over broadcast dimensions -- shared KV heads
+      (GQA), broadcast batch dims, a broadcast mask --, 1 FLOP each (the reduction
+      convention: ``aten.sum`` counts every element it reads).
+
+    ``is_causal`` is ignored, as in :func:`attention_cost`.
+    """
+    del is_causal  # dense count
+    scores = batch_heads * q_len * kv_len
+    macs = 0
+    flops = summed
+    if value_grad:
+        macs += scores * value_dim  # dV = P^T dO
+    if query_grad or key_grad or mask_grad:
+        macs += scores * value_dim  # dP = dO V^T
+        flops += dropout_backward_flops(scores, dropout_p, training=True)  # dP * mask * scale
+        flops += softmax_backward_flops(scores)
+    if query_grad or key_grad:
+        flops += elementwise_flops(scores)  # dS * scale
+    if query_grad:
+        macs += scores * head_dim  # dQ = dS K
+    if key_grad:
+        macs += scores * head_dim  # dK = dS^T Q
+    return Cost.of_product(macs, flops)
+
+
+def _summed(t, grad: bool, full: int) -> int:
+    """Elements summed to reduce a gradient computed at ``full`` elements (one per query
+    head and batch) back to ``t``'s shape, when ``t`` is smaller (broadcast or shared)."""
+    return full if grad and t is not None and numel(t) < full else 0
+
+
+def _dense_backward(query, key, value, mask, *, layout, grads, dropout_p, is_causal) -> Cost:
+    """Backward of one attention call in layout ``"bhle"`` or ``"blhe"`` (see the forward
+    helpers); ``grads`` = which of (query, key, value, mask) get a gradient."""
+    if layout == "bhle":
+        bh, q_len, kv_len = _batch_heads(query, key, value), query.shape[-2], key.shape[-2]
+    else:
+        b, q_len, heads, _ = query.shape
+        bh, kv_len = b * heads, key.shape[1]
+    e, ev = query.shape[-1], value.shape[-1]
+    q_g, k_g, v_g, m_g = grads
+    m_g = bool(m_g) and mask is not None
+    summed = (
+        _summed(query, q_g, bh * q_len * e)
+        + _summed(key, k_g, bh * kv_len * e)  # GQA: dK of the shared heads sums over the group
+        + _summed(value, v_g, bh * kv_len * ev)
+        + _summed(mask, m_g, bh * q_len * kv_len)
+    )
+    return attention_backward_cost(
+        bh, q_len, kv_len, e, ev, query_grad=bool(q_g), key_grad=bool(k_g), value_grad=bool(v_g), mask_grad=m_g,
+        dropout_p=dropout_p or 0.0, is_causal=is_causal, summed=summed,
+    )
+
+
+def _varlen_backward(query, key, value, total_q, total_k, max_q, max_k, *, dropout_p, is_causal) -> Cost:
+    """Backward of packed variable-length attention (``(total, H, E)`` operands), all of
+    ``dQ``, ``dK``, ``dV`` (what the varlen kernels return): the same scores bound as the
+    forward's; with fewer KV heads, ``dK``/``dV`` of every key position sum over the group."""
+    q_len, kv_len = _varlen_dims(total_q, total_k, max_q, max_k)
+    heads, e, ev = query.shape[-2], query.shape[-1], value.shape[-1]
+    summed = 0
+    if key.shape[-2] < heads:
+        keys = numel(key) // (key.shape[-2] * e)  # total key positions
+        summed = heads * keys * (e + ev)
+    return attention_backward_cost(heads, q_len, kv_len, e, ev, dropout_p=dropout_p or 0.0, is_causal=is_causal,
+                                   summed=summed)
+
+
+def scaled_dot_product_attention_backward(
+    out, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False, **kwargs
+) -> Cost:
+    """Backward of ``F.scaled_dot_product_attention``: the gradients of the operands that
+    require grad (read at forward time), whatever kernel the device runs."""
+    grads = (_requires_grad(query), _requires_grad(key), _requires_grad(value), _requires_grad(attn_mask))
+    return _dense_backward(query, key, value, attn_mask, layout="bhle", grads=grads, dropout_p=dropout_p,
+                           is_causal=is_causal)
+
+
+REGISTRY.set_unit_backward("scaled_dot_product_attention", scaled_dot_product_attention_backward)
+
+# The fused backward kernels compute dQ, dK and dV whenever they run (the efficient and
+# overrideable ones take a ``grad_input_mask`` for (q, k, v, bias)); a bias gets a gradient
+# only when asked for.
+_ALL = (True, True, True, False)
+
+
+@REGISTRY.register("aten::_scaled_dot_product_flash_attention_for_cpu_backward", missing_ok=True)
+def sdpa_flash_cpu_backward(
+    out, grad_out, query, key, value, output, logsumexp, dropout_p=0.0, is_causal=False, *, attn_mask=None, **kwargs
+) -> Cost:
+    """The CPU flash kernel's backward: ``(B, H, L, E)``; no gradient for the mask."""
+    return _dense_backward(query, key, value, attn_mask, layout="bhle", grads=_ALL, dropout_p=dropout_p,
+                           is_causal=is_causal)
+
+
+@REGISTRY.register("aten::_scaled_dot_product_flash_attention_backward", missing_ok=True)
+def sdpa_flash_backward(
+    out, grad_out, query, key, value, output, logsumexp, cum_seq_q=None, cum_seq_k=None, max_q=None, max_k=None,
+    dropout_p=0.0, is_causal=False, *args, **kwargs,
+) -> Cost:
+    """CUDA flash backward: ``(B, H, L, E)``, no mask."""
+    return _dense_backward(query, key, value, None, layout="bhle", grads=_ALL, dropout_p=dropout_p,
+                           is_causal=is_causal)
+
+
+@REGISTRY.register("aten::_scaled_dot_product_efficient_attention_backward", missing_ok=True)
+def sdpa_efficient_backward(
+    out, grad_out, query, key, value, attn_bias, output, logsumexp, philox_seed=None, philox_offset=None,
+    dropout_p=0.0, grad_input_mask=(True, True, True, False), is_causal=False, **kwargs,
+) -> Cost:
+    """Memory-efficient backward: ``(B, H, L, E)``; ``grad_input_mask`` says which of
+    (q, k, v, bias) it computes."""
+    return _dense_backward(query, key, value, attn_bias, layout="bhle", grads=tuple(grad_input_mask),
+                           dropout_p=dropout_p, is_causal=is_causal)
+
+
+@REGISTRY.register("aten::_scaled_dot_product_cudnn_attention_backward", "aten::_cudnn_attention_backward",
+                   missing_ok=True)
+def sdpa_cudnn_backward(
+    out, grad_out, query, key, value, output, logsumexp, philox_seed=None, philox_offset=None, attn_bias=None,
+    cum_seq_q=None, cum_seq_k=None, max_q=None, max_k=None, dropout_p=0.0, is_causal=False, *args, **kwargs,
+) -> Cost:
+    """cuDNN backward: ``(B, H, L, E)``, or packed ``(total, H, E)`` with ``cum_seq_q``; it
+    returns no gradient for ``attn_bias``."""
+    if cum_seq_q is not None:
+        total_k = key.shape[0] if cum_seq_k is not None else None
+        return _varlen_backward(query, key, value, query.shape[0], total_k, max_q, max_k, dropout_p=dropout_p,
+                                is_causal=is_causal)
+    return _dense_backward(query, key, value, attn_bias, layout="bhle", grads=_ALL, dropout_p=dropout_p,
+                           is_causal=is_causal)
+
+
+@REGISTRY.register("aten::_scaled_dot_product_fused_attention_overrideable_backward", missing_ok=True)
+def sdpa_overrideable_backward(
+    out, grad_out, query, key, value, attn_bias=None, grad_input_mask=(True, True, True, False), output=None,
+    logsumexp=None, cum_seq_q=None, cum_seq_k=None, max_q=None, max_k=None, dropout_p=0.0, is_causal=False,
+    *args, **kwargs,
+) -> Cost:
+    """The out-of-tree backends' hook: ``(B, H, L, E)``, gradients per ``grad_input_mask``."""
+    return _dense_backward(query, key, value, attn_bias, layout="bhle", grads=tuple(grad_input_mask),
+                           dropout_p=dropout_p, is_causal=is_causal)
+
+
+@REGISTRY.register("aten::_flash_attention_backward", missing_ok=True)
+def flash_attention_backward(
+    out, grad_out, query, key, value, output, logsumexp, cum_seq_q=None, cum_seq_k=None, max_q=None, max_k=None,
+    dropout_p=0.0, is_causal=False, *args, **kwargs,
+) -> Cost:
+    """The flash kernel's backward: ``(B, L, H, E)``, or packed ``(total, H, E)`` when
+    ``cum_seq_q`` is given."""
+    if cum_seq_q is not None:
+        total_k = key.shape[0] if cum_seq_k is not None else None
+        return _varlen_backward(query, key, value, query.shape[0], total_k, max_q, max_k, dropout_p=dropout_p,
+                                is_causal=is_causal)
+    return _dense_backward(query, key, value, None, layout="blhe", grads=_ALL, dropout_p=dropout_p,
+                           is_causal=is_causal)
+
+
+@REGISTRY.register("aten::_efficient_attention_backward", missing_ok=True)
+def efficient_attention_backward(
+    out, grad_out, query, key, value, bias, output, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
+    max_seqlen_k=None, logsumexp=None, dropout_p=0.0, philox_seed=None, philox_offset=None, custom_mask_type=0,
+    bias_requires_grad=False, **kwargs,
+) -> Cost:
+    """The memory-efficient kernel's backward: ``(B, L, H, E)``, or packed ``(1, total, H, E)``
+    with ``cu_seqlens_q``; the bias gets a gradient when ``bias_requires_grad``."""
+    if cu_seqlens_q is not None:
+        total_k = key.shape[1] if cu_seqlens_k is not None else None
+        return _varlen_backward(query, key, value, query.shape[1], total_k, max_seqlen_q, max_seqlen_k,
+                                dropout_p=dropout_p, is_causal=bool(custom_mask_type))
+    return _dense_backward(query, key, value, bias, layout="blhe", grads=(True, True, True, bias_requires_grad),
+                           dropout_p=dropout_p, is_causal=bool(custom_mask_type))
+
+
+# -- multi-head attention backward ---------------------------------------------------------------
+def _linear_backward(rows: int, in_features: int, out_features: int, *, input_grad, weight_grad, bias_grad) -> Cost:
+    """Backward of ``rows`` vectors through a linear map, the products priced by
+    :func:`matmul.linear_cost`: ``dX = dY W`` and ``dW = dY^T X`` are ``rows * in * out``
+    MACs each; the bias gradient sums ``dY`` over the rows (1 FLOP per element summed)."""
+    cost = Cost()
+    if input_grad:
+        cost = cost.plus(linear_cost(rows, out_features, in_features, False))
+    if weight_grad:
+        cost = cost.plus(linear_cost(in_features, rows, out_features, False))
+    if bias_grad:
+        cost = cost.plus(Cost.of_flops(rows * out_features))
+    return cost
+
+
+def multi_head_attention_backward(
+    out, query, key, value, embed_dim_to_check, num_heads, in_proj_weight=None, in_proj_bias=None, bias_k=None,
+    bias_v=None, add_zero_attn=False, dropout_p=0.0, out_proj_weight=None, out_proj_bias=None, training=True,
+    key_padding_mask=None, need_weights=True, attn_mask=None, use_separate_proj_weight=False, q_proj_weight=None,
+    k_proj_weight=None, v_proj_weight=None, static_k=None, static_v=None, average_attn_weights=True,
+    is_causal=False, **kwargs,
+) -> Cost:
+    """Backward of ``F.multi_head_attention_forward``: out-projection backward + attention
+    core backward (:func:`attention_backward_cost`, as for SDPA) + in-projection backward,
+    each gradient only where something requires it:
+
+    * a projection's input gets a gradient when it requires grad, its weight and bias when
+      they do (packed or separate weights cost the same);
+    * the projected queries / keys / values need a gradient when their projection's input,
+      weight or bias does (keys also for ``bias_k``; ``static_k`` replaces the projected
+      keys, whose projection then gets no gradient); the core's output gradient (the
+      out-projection's ``dX``) is needed when any of them, or a mask, does;
+    * ``bias_k``/``bias_v`` are repeated over the batch: their gradient sums it (``N * D``);
+    * the ``need_weights`` head average is not counted: the averaged weights are a
+      by-product whose backward runs only if a loss uses them (see the conventions doc).
+    """
+    rg = _requires_grad
+    batch, q_len, kv_len, embed_dim, head_dim, attended = _mha_dims(query, key, num_heads, bias_k, add_zero_attn,
+                                                                   static_k)
+    if use_separate_proj_weight:
+        w_q, w_k, w_v = q_proj_weight, k_proj_weight, v_proj_weight
+    else:
+        w_q = w_k = w_v = in_proj_weight
+    bias_grad = rg(in_proj_bias)
+    q_proj = rg(query) or rg(w_q) or bias_grad
+    k_proj = static_k is None and (rg(key) or rg(w_k) or bias_grad)
+    v_proj = static_v is None and (rg(value) or rg(w_v) or bias_grad)
+    q_grad = q_proj
+    k_grad = k_proj or rg(bias_k) or rg(static_k)
+    v_grad = v_proj or rg(bias_v) or rg(static_v)
+    mask_grad = rg(attn_mask) or rg(key_padding_mask)
+
+    batch_heads = batch * num_heads
+    scores = batch_heads * q_len * attended
+    out_features = out_proj_weight.shape[0] if out_proj_weight is not None else embed_dim
+    cost = _linear_backward(batch * q_len, embed_dim, out_features, input_grad=q_grad or k_grad or v_grad or mask_grad,
+                            weight_grad=rg(out_proj_weight), bias_grad=rg(out_proj_bias))
+    # masks broadcast over heads (and batch, for an (L, S) attn_mask): their gradients sum back
+    summed = _summed(attn_mask, rg(attn_mask), scores) + _summed(key_padding_mask, rg(key_padding_mask), scores)
+    summed += batch * embed_dim * (rg(bias_k) + rg(bias_v))  # bias_k.repeat(1, N, 1) summed back
+    cost = cost.plus(attention_backward_cost(
+        batch_heads, q_len, attended, head_dim, head_dim,
+        query_grad=q_grad, key_grad=k_grad, value_grad=v_grad, mask_grad=mask_grad,
+        dropout_p=dropout_p if training else 0.0, is_causal=is_causal, summed=summed,
+    ))
+    for needed, rows, x, w in ((q_proj, q_len, query, w_q), (k_proj, kv_len, key, w_k), (v_proj, kv_len, value, w_v)):
+        if needed:
+            cost = cost.plus(_linear_backward(batch * rows, x.shape[-1], embed_dim, input_grad=rg(x),
+                                              weight_grad=rg(w), bias_grad=bias_grad))
+    return cost
+
+
+REGISTRY.set_unit_backward("multi_head_attention", multi_head_attention_backward)

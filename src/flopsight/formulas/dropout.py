@@ -15,6 +15,13 @@ Convention
   add per element; torch runs exactly these two ops on the input).
 * Integer/bool inputs cost nothing (no floating-point arithmetic).
 
+Backward: **1 FLOP per element** in training with ``p > 0`` (every kind), 0 otherwise.
+The gradient is ``grad * mask * scale`` -- one multiply per element by the saved scaled
+mask, as in the forward (``aten.native_dropout_backward``; a ``mul`` on CPU and meta).
+Alpha dropout's backward is the same single multiply (``grad * a``: its ``+ b`` has no
+gradient). Each unit has this backward formula, charged once when its autograd node runs;
+in eval (or with ``p == 0``) dropout returns its input and creates no autograd node.
+
 Why units: on CPU and meta, dropout decomposes into ``bernoulli_ + div_ + mul`` (the feature
 variants on a broadcast ``(N, C, 1, ...)`` mask), on CUDA into the fused
 ``aten.native_dropout``. Counting the Python-level call as one unit makes every device agree;
@@ -30,6 +37,10 @@ Cost(macs=0, flops=32)
 Cost(macs=0, flops=0)
 >>> dropout_flops(x, p=0.5, training=True, kind="alpha")
 64
+>>> from flopsight.formulas.dropout import dropout_backward
+>>> _ = x.requires_grad_()
+>>> dropout_backward(None, x, p=0.1, training=True)  # grad * mask * scale: 1 per element
+Cost(macs=0, flops=32)
 """
 
 from __future__ import annotations
@@ -42,18 +53,27 @@ from .shapes import is_float, numel
 
 __all__ = [
     "FLOPS_PER_ELEMENT",
+    "BACKWARD_FLOPS_PER_ELEMENT",
     "dropout_flops",
     "dropout",
     "feature_dropout",
     "alpha_dropout",
     "feature_alpha_dropout",
     "native_dropout",
+    "dropout_backward_flops",
+    "dropout_backward",
+    "alpha_dropout_backward",
+    "torch_dropout_backward",
+    "native_dropout_backward",
 ]
 
 aten = torch.ops.aten
 
 #: FLOPs per input element of each dropout kind, in training with ``p > 0``.
 FLOPS_PER_ELEMENT = {"dropout": 1, "alpha": 2}
+#: FLOPs per element of the backward of every kind: the multiply by the saved scaled mask
+#: (alpha dropout: by ``a``; its ``+ b`` has no gradient).
+BACKWARD_FLOPS_PER_ELEMENT = 1
 
 
 def dropout_flops(x, p=0.5, training=True, kind: str = "dropout") -> int:
@@ -72,47 +92,85 @@ def dropout_flops(x, p=0.5, training=True, kind: str = "dropout") -> int:
     return FLOPS_PER_ELEMENT[kind] * n
 
 
+def dropout_backward_flops(x, p=0.5, training=True) -> int:
+    """FLOPs of one dropout's backward over tensor (or element count) ``x``: 1 per element
+    in training with ``p > 0``, whatever the kind (shared with the attention formulas)."""
+    if not training or p is None or p <= 0:
+        return 0
+    if isinstance(x, torch.Tensor):
+        return BACKWARD_FLOPS_PER_ELEMENT * numel(x) if is_float(x) else 0
+    return BACKWARD_FLOPS_PER_ELEMENT * int(x)
+
+
+def _backward(input, p, training) -> Cost:
+    # An input that does not require grad gets no gradient (and the unit made no autograd
+    # node, so this is never charged then; checked for direct calls).
+    if not (isinstance(input, torch.Tensor) and input.requires_grad):
+        return Cost()
+    return Cost.of_flops(dropout_backward_flops(input, p, training))
+
+
+# Unit backward formulas, one per signature: the functionals name their flag ``training``
+# (F.alpha_dropout and F.feature_alpha_dropout default it to False, the others to True), the
+# torch-level builtins name it ``train`` (no default).
+def dropout_backward(out, input, p=0.5, training=True, inplace=False, **kwargs) -> Cost:
+    """Backward of ``F.dropout`` / ``F.dropout1d/2d/3d``: ``grad * mask * scale``."""
+    return _backward(input, p, training)
+
+
+def alpha_dropout_backward(out, input, p=0.5, training=False, inplace=False, **kwargs) -> Cost:
+    """Backward of ``F.alpha_dropout`` / ``F.feature_alpha_dropout``: ``grad * a``."""
+    return _backward(input, p, training)
+
+
+def torch_dropout_backward(out, input, p, train, **kwargs) -> Cost:
+    """Backward of ``torch.dropout``, ``torch.feature_dropout``, ``torch.alpha_dropout``... ."""
+    return _backward(input, p, train)
+
+
 # -- the torch.nn.functional level (F.dropout, nn.Dropout, ...) -----------------------------
-# F.alpha_dropout and F.feature_alpha_dropout default to training=False, the others to True.
-@REGISTRY.register_unit(F.dropout, name="dropout")
+@REGISTRY.register_unit(F.dropout, name="dropout", backward=dropout_backward)
 def dropout(out, input, p=0.5, training=True, inplace=False, **kwargs) -> Cost:
     return Cost.of_flops(dropout_flops(input, p, training))
 
 
-@REGISTRY.register_unit(F.dropout1d, F.dropout2d, F.dropout3d, name="feature_dropout")
+@REGISTRY.register_unit(F.dropout1d, F.dropout2d, F.dropout3d, name="feature_dropout", backward=dropout_backward)
 def feature_dropout(out, input, p=0.5, training=True, inplace=False, **kwargs) -> Cost:
     # The mask is (N, C, 1, ...) and broadcast: still one multiply per input element.
     return Cost.of_flops(dropout_flops(input, p, training))
 
 
-@REGISTRY.register_unit(F.alpha_dropout, name="alpha_dropout")
+@REGISTRY.register_unit(F.alpha_dropout, name="alpha_dropout", backward=alpha_dropout_backward)
 def alpha_dropout(out, input, p=0.5, training=False, inplace=False, **kwargs) -> Cost:
     return Cost.of_flops(dropout_flops(input, p, training, kind="alpha"))
 
 
-@REGISTRY.register_unit(F.feature_alpha_dropout, name="feature_alpha_dropout")
+@REGISTRY.register_unit(F.feature_alpha_dropout, name="feature_alpha_dropout", backward=alpha_dropout_backward)
 def feature_alpha_dropout(out, input, p=0.5, training=False, inplace=False, **kwargs) -> Cost:
     return Cost.of_flops(dropout_flops(input, p, training, kind="alpha"))
 
 
 # -- the torch-level builtins the functionals call (also public: torch.dropout(x, p, train)) --
 # Their third argument is named ``train`` and has no default.
-@REGISTRY.register_unit(torch.dropout, torch.dropout_, name="dropout")
+@REGISTRY.register_unit(torch.dropout, torch.dropout_, name="dropout", backward=torch_dropout_backward)
 def torch_dropout(out, input, p, train, **kwargs) -> Cost:
     return Cost.of_flops(dropout_flops(input, p, train))
 
 
-@REGISTRY.register_unit(torch.feature_dropout, torch.feature_dropout_, name="feature_dropout")
+@REGISTRY.register_unit(torch.feature_dropout, torch.feature_dropout_, name="feature_dropout",
+                        backward=torch_dropout_backward)
 def torch_feature_dropout(out, input, p, train, **kwargs) -> Cost:
     return Cost.of_flops(dropout_flops(input, p, train))
 
 
-@REGISTRY.register_unit(torch.alpha_dropout, torch.alpha_dropout_, name="alpha_dropout")
+@REGISTRY.register_unit(torch.alpha_dropout, torch.alpha_dropout_, name="alpha_dropout",
+                        backward=torch_dropout_backward)
 def torch_alpha_dropout(out, input, p, train, **kwargs) -> Cost:
     return Cost.of_flops(dropout_flops(input, p, train, kind="alpha"))
 
 
-@REGISTRY.register_unit(torch.feature_alpha_dropout, torch.feature_alpha_dropout_, name="feature_alpha_dropout")
+@REGISTRY.register_unit(torch.feature_alpha_dropout, torch.feature_alpha_dropout_, name="feature_alpha_dropout",
+                        backward=torch_dropout_backward)
 def torch_feature_alpha_dropout(out, input, p, train, **kwargs) -> Cost:
     return Cost.of_flops(dropout_flops(input, p, train, kind="alpha"))
 
@@ -126,3 +184,10 @@ def native_dropout(out, input, p, train=None, **kwargs) -> Cost:
     the unit, although the kernel still runs then.
     """
     return Cost.of_flops(dropout_flops(input, p, train is not False))
+
+
+@REGISTRY.register(aten.native_dropout_backward)
+def native_dropout_backward(out, grad_output, mask, scale, **kwargs) -> Cost:
+    """``grad_output * mask * scale``: 1 FLOP per element (the kernel runs only in training;
+    ``scale`` is ``1/(1-p)``, folded into the one multiply as in the forward)."""
+    return Cost.of_flops(dropout_backward_flops(grad_output))

@@ -24,6 +24,20 @@ Convention (see ``docs/conventions/elementwise.md`` for the table):
 ``sigmoid`` and the activation kernels live in :mod:`.activation`; ``tanh`` is here
 with the other math functions (``nn.Tanh`` dispatches the same op).
 
+Backward: the gradients of elementwise ops are elementwise ops themselves (``a * b``'s
+backward is two ``mul``, ``exp``'s a ``mul``, ``where``'s a free ``where``): autograd
+dispatches them as ordinary aten ops, counted by the formulas here. Only two math
+functions have backward *kernels*: ``tanh_backward`` and ``logit_backward``, 2 per
+element (:func:`flopsight.formulas.activation.activation_backward_flops`).
+
+Optimizer steps: the foreach (``_foreach_*``) and single-tensor implementations dispatch
+the per-tensor ops above, counted as such; the fused kernels (``_fused_adam_``,
+``_fused_adamw_``, ``_fused_sgd_``, ``_fused_adagrad_``) are costed per parameter element
+as the sum of the ops the foreach implementation runs for the same settings, so an
+optimizer costs the same whichever implementation runs. AdamW (default settings) is
+:data:`ADAMW_FLOPS_PER_ELEMENT` = 14 FLOPs per parameter element, plus 1 per parameter
+tensor for its step count (see :func:`adam_flops_per_element`).
+
 >>> import torch
 >>> from flopsight.formulas.elementwise import pointwise, scaled_add, lerp
 >>> x, y = torch.ones(4, 1), torch.ones(1, 5)
@@ -44,13 +58,17 @@ from typing import Any, Callable
 
 import torch
 
+from .activation import activation_backward_flops
 from .registry import REGISTRY, Cost
-from .shapes import first_tensor, float_arithmetic, result_numel
+from .shapes import first_tensor, float_arithmetic, is_float, numel, result_numel, tensors
 
 aten = torch.ops.aten
 
 __all__ = [
     "pointwise", "scaled_add", "addcmul", "lerp", "equal", "allclose", "foreach", "packets", "elementwise_flops",
+    "math_backward", "adam_flops_per_element", "sgd_flops_per_element", "adagrad_flops_per_element",
+    "fused_adam", "fused_adamw", "fused_sgd", "fused_adagrad", "amp_unscale", "amp_update_scale",
+    "ADAMW_FLOPS_PER_ELEMENT",
 ]
 
 
@@ -264,3 +282,167 @@ def _register_foreach() -> None:
 
 
 _register_foreach()
+
+
+# -- backward kernels of math functions ------------------------------------------------------
+@REGISTRY.register("aten::tanh_backward", "aten::logit_backward", missing_ok=True)
+def math_backward(out, *args, **kwargs) -> Cost:
+    """``tanh_backward(grad, output)``: ``grad * (1 - y^2)``; ``logit_backward(grad, x, eps)``:
+    ``grad / (x (1 - x))``. Counted as every elementwise function's backward: 2 per element
+    (the derivative, 1; the chain-rule multiply, 1)."""
+    if not float_arithmetic(out, args, kwargs):
+        return Cost()
+    return Cost.of_flops(activation_backward_flops(result_numel(out, args)))
+
+
+# -- fused optimizer kernels ------------------------------------------------------------------
+# Each fused kernel costs, per parameter element, what torch's foreach implementation of the
+# same optimizer dispatches for the same settings (and the single-tensor implementation
+# dispatches the same per element), counted by the formulas above. The step counters
+# (``state_steps``) are incremented outside the fused kernels, by a ``_foreach_add_``
+# (1 FLOP per parameter tensor), as in the other implementations.
+
+
+def adam_flops_per_element(
+    *, decoupled: bool, weight_decay=0.0, amsgrad=False, maximize=False, grad_scale=False
+) -> int:
+    """FLOPs per parameter element of one Adam (``decoupled=False``) or AdamW step.
+
+    The foreach implementation (``capturable=False``) runs, per element::
+
+        exp_avg.lerp_(grad, 1 - beta1)                         3  (lerp: sub, mul, add)
+        exp_avg_sq.mul_(beta2)                                 1
+        exp_avg_sq.addcmul_(grad, grad, value=1 - beta2)       3  (value != 1)
+        denom = exp_avg_sq.sqrt()                              1
+        denom.div_(bias_correction2_sqrt)                      1
+        denom.add_(eps)                                        1
+        param.addcdiv_(exp_avg, denom, value=-step_size)       3
+                                                              13
+
+    plus ``param.mul_(1 - lr * wd)`` (1, AdamW) or ``grad = grad + wd * param`` (2, Adam)
+    when ``weight_decay != 0``; ``maximum_(max_exp_avg_sq, exp_avg_sq)`` (1) with
+    ``amsgrad``; ``grad = -grad`` (1) with ``maximize``; and, in the fused kernel, the
+    division by ``grad_scale`` (1) under a ``GradScaler``. The bias corrections are Python
+    scalars (``capturable=False``): no tensor op.
+
+    >>> adam_flops_per_element(decoupled=True, weight_decay=0.01)   # AdamW's defaults
+    14
+    >>> adam_flops_per_element(decoupled=False)                     # Adam's defaults
+    13
+    """
+    flops = 13
+    if not _is_zero(weight_decay):
+        flops += 1 if decoupled else 2
+    return flops + bool(amsgrad) + bool(maximize) + bool(grad_scale)
+
+
+#: FLOPs per parameter element of an AdamW step with torch's defaults (weight_decay=0.01).
+ADAMW_FLOPS_PER_ELEMENT = adam_flops_per_element(decoupled=True, weight_decay=0.01)
+
+
+def sgd_flops_per_element(
+    *, momentum=0.0, dampening=0.0, nesterov=False, weight_decay=0.0, maximize=False, first_step=False,
+    grad_scale=False,
+) -> int:
+    """FLOPs per parameter element of one SGD step::
+
+        grad = -grad                                  1  (maximize)
+        grad = grad + wd * param                      2  (weight_decay != 0)
+        buf.mul_(momentum).add_(grad, alpha=1 - d)    2, 3 if dampening != 0  (momentum, after
+                                                         the first step, which copies grad: 0)
+        grad = grad + momentum * buf                  2  (nesterov)
+        param.add_(grad, alpha=-lr)                   2
+
+    >>> sgd_flops_per_element(momentum=0.9)
+    4
+    >>> sgd_flops_per_element()   # plain SGD: p -= lr * g
+    2
+    """
+    flops = 2 + bool(maximize) + bool(grad_scale)
+    if not _is_zero(weight_decay):
+        flops += 2
+    if not _is_zero(momentum):
+        if not first_step:
+            flops += 1 + (1 if _is_zero(dampening) else 2)
+        if nesterov:
+            flops += 2
+    return flops
+
+
+def adagrad_flops_per_element(*, weight_decay=0.0, maximize=False, grad_scale=False) -> int:
+    """FLOPs per parameter element of one Adagrad step::
+
+        state_sum.addcmul_(grad, grad, value=1)       2
+        std = state_sum.sqrt()                        1
+        std.add_(eps)                                 1
+        numerator = grad * (-clr)                     1
+        param.addcdiv_(numerator, std)                2
+                                                      7
+
+    plus 1 with ``maximize``, 2 with ``weight_decay`` (``grad + wd * param``).
+
+    >>> adagrad_flops_per_element()
+    7
+    """
+    return 7 + bool(maximize) + (0 if _is_zero(weight_decay) else 2) + bool(grad_scale)
+
+
+def _param_elements(params) -> int:
+    return sum(t.numel() for t in tensors((params,)) if is_float(t))
+
+
+@REGISTRY.register("aten::_fused_adam_", "aten::_fused_adam", missing_ok=True)
+def fused_adam(out, params, *args, weight_decay=0.0, amsgrad=False, maximize=False, grad_scale=None,
+               **kwargs) -> Cost:
+    """``_fused_adam_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *,
+    lr, beta1, beta2, weight_decay, eps, amsgrad, maximize, grad_scale, found_inf)``."""
+    per = adam_flops_per_element(decoupled=False, weight_decay=weight_decay, amsgrad=amsgrad,
+                                 maximize=maximize, grad_scale=grad_scale is not None)
+    return Cost.of_flops(per * _param_elements(params))
+
+
+@REGISTRY.register("aten::_fused_adamw_", "aten::_fused_adamw", missing_ok=True)
+def fused_adamw(out, params, *args, weight_decay=0.0, amsgrad=False, maximize=False, grad_scale=None,
+                **kwargs) -> Cost:
+    """As :func:`fused_adam`, with decoupled weight decay."""
+    per = adam_flops_per_element(decoupled=True, weight_decay=weight_decay, amsgrad=amsgrad,
+                                 maximize=maximize, grad_scale=grad_scale is not None)
+    return Cost.of_flops(per * _param_elements(params))
+
+
+@REGISTRY.register("aten::_fused_sgd_", "aten::_fused_sgd", missing_ok=True)
+def fused_sgd(out, params, grads, momentum_buffer_list=(), *args, weight_decay=0.0, momentum=0.0,
+              dampening=0.0, nesterov=False, maximize=False, is_first_step=False, grad_scale=None,
+              **kwargs) -> Cost:
+    """``_fused_sgd_(params, grads, momentum_buffer_list, *, weight_decay, momentum, lr,
+    dampening, nesterov, maximize, is_first_step, grad_scale, found_inf)``."""
+    per = sgd_flops_per_element(momentum=momentum, dampening=dampening, nesterov=nesterov,
+                                weight_decay=weight_decay, maximize=maximize, first_step=is_first_step,
+                                grad_scale=grad_scale is not None)
+    return Cost.of_flops(per * _param_elements(params))
+
+
+@REGISTRY.register("aten::_fused_adagrad_", "aten::_fused_adagrad", missing_ok=True)
+def fused_adagrad(out, params, *args, weight_decay=0.0, maximize=False, grad_scale=None, **kwargs) -> Cost:
+    """``_fused_adagrad_(params, grads, state_sums, state_steps, *, lr, lr_decay,
+    weight_decay, eps, maximize, grad_scale, found_inf)``."""
+    per = adagrad_flops_per_element(weight_decay=weight_decay, maximize=maximize,
+                                    grad_scale=grad_scale is not None)
+    return Cost.of_flops(per * _param_elements(params))
+
+
+# -- mixed precision: GradScaler's kernels ------------------------------------------------------
+@REGISTRY.register("aten::_amp_foreach_non_finite_check_and_unscale_",
+                   "aten::_amp_foreach_non_finite_check_and_unscale", missing_ok=True)
+def amp_unscale(out, grads, *args, **kwargs) -> Cost:
+    """``GradScaler.unscale_``: per gradient element a multiply by ``inv_scale`` and a
+    finiteness check: 2."""
+    return Cost.of_flops(2 * _param_elements(grads))
+
+
+@REGISTRY.register("aten::_amp_update_scale_", "aten::_amp_update_scale", missing_ok=True)
+def amp_update_scale(out, scale, *args, **kwargs) -> Cost:
+    """``GradScaler.update``: a test of ``found_inf`` and a multiply of the (one-element)
+    scale by the growth or backoff factor: 2 per scale element (the growth tracker is an
+    integer counter: free)."""
+    return Cost.of_flops(2 * numel(scale) if is_float(scale) else 0)

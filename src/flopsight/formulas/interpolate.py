@@ -21,20 +21,39 @@ each output point's homogeneous coordinates with ``theta``: ``numel(grid) * thet
 MACs. ``pixel_shuffle``, ``pixel_unshuffle`` and ``channel_shuffle`` only move data: they
 are zero-cost ops, registered in :mod:`flopsight.formulas.zero`.
 
+**Backward.** Resampling is a linear map of the input, ``out = W x`` (``W`` holds the
+interpolation weights), so its input-gradient is the transposed map,
+``grad_input = W^T grad_output``: every ``grad_output`` element is scattered back, weighted,
+to the inputs it was read from -- the same products as the forward, so the same count,
+**1 FLOP per ``grad_output`` element**, for every ``upsample_*_backward`` and for
+``grid_sampler_*_backward``'s ``grad_input``. ``grid_sample``'s gradient with respect to the
+grid (``grad_grid``, when the grid requires grad) is the derivative of each sampled value
+with respect to its sampling point, times the incoming gradient, summed over channels:
+**2 FLOPs per ``grad_output`` element** (derivative + chain-rule multiply,
+:func:`flopsight.formulas.activation.activation_backward_flops`). Only the gradients the
+kernel is asked for (``output_mask``) are counted. ``affine_grid``'s backward is
+``grad_theta = sum over points of grad_grid (x) base``: the forward's MACs,
+``numel(grad_grid) * theta.shape[-1]``; it is CompositeImplicitAutograd on CPU and meta
+(its ``bmm`` is counted by the matmul family), registered for the modes that see it.
+
 >>> import torch
 >>> from flopsight.formulas.interpolate import resample
 >>> x = torch.ones(2, 3, 4, 4)
 >>> out = torch.nn.functional.interpolate(x, size=(8, 8))  # (2, 3, 8, 8)
 >>> resample(out, x, [8, 8])  # 2*3*8*8: batch and channels count
 Cost(macs=0, flops=384)
+>>> from flopsight.formulas.interpolate import resample_backward
+>>> resample_backward(None, torch.ones(out.shape), [8, 8], [2, 3, 4, 4])  # 2*3*8*8 again
+Cost(macs=0, flops=384)
 """
 
 from __future__ import annotations
 
+from .activation import activation_backward_flops
 from .registry import REGISTRY, Cost
-from .shapes import is_float, numel
+from .shapes import arg, is_float, numel
 
-__all__ = ["resample", "affine_grid_generator"]
+__all__ = ["resample", "affine_grid_generator", "resample_backward", "grid_sampler_backward"]
 
 # Private kernels (``_upsample_*_aa``, ``_grid_sampler_2d_cpu_fallback``...) vary across torch
 # versions: registrations below name their ops with ``missing_ok=True``.
@@ -77,3 +96,74 @@ def resample(out, x=None, *args, **kwargs) -> Cost:
 def affine_grid_generator(out, theta, *args, **kwargs) -> Cost:
     """Each grid point is ``theta @ (x, y[, z], 1)``: ``theta.shape[-1]`` MACs per coordinate."""
     return Cost.of_product(numel(out) * theta.shape[-1])
+
+
+# -- backward -------------------------------------------------------------------------------
+@REGISTRY.register(
+    "aten::upsample_nearest1d_backward",
+    "aten::upsample_nearest2d_backward",
+    "aten::upsample_nearest3d_backward",
+    "aten::_upsample_nearest_exact1d_backward",
+    "aten::_upsample_nearest_exact2d_backward",
+    "aten::_upsample_nearest_exact3d_backward",
+    "aten::upsample_linear1d_backward",
+    "aten::upsample_bilinear2d_backward",
+    "aten::upsample_bicubic2d_backward",
+    "aten::upsample_trilinear3d_backward",
+    "aten::_upsample_bilinear2d_aa_backward",
+    "aten::_upsample_bicubic2d_aa_backward",
+    "aten::_upsample_lanczos2d_aa_backward",
+    missing_ok=True,
+)
+def resample_backward(out, grad_output, *args, **kwargs) -> Cost:
+    """(grad_output, output_size, input_size, ...): the transposed resampling, 1 FLOP per
+    ``grad_output`` element (the forward's count: the same products)."""
+    return Cost.of_flops(numel(grad_output) if is_float(grad_output) else 0)
+
+
+def grid_sampler_backward_cost(grad_output, want_input: bool, want_grid: bool) -> Cost:
+    """``grad_input``: 1 FLOP per ``grad_output`` element (the transposed sampling);
+    ``grad_grid``: 2 per ``grad_output`` element (derivative with respect to the sampling point,
+    times the incoming gradient, accumulated over channels)."""
+    if not is_float(grad_output):
+        return Cost()
+    n = numel(grad_output)
+    return Cost.of_flops((n if want_input else 0) + (activation_backward_flops(n) if want_grid else 0))
+
+
+@REGISTRY.register("aten::grid_sampler_2d_backward", "aten::grid_sampler_3d_backward", missing_ok=True)
+def grid_sampler_backward(out, grad_output, x=None, grid=None, *args, **kwargs) -> Cost:
+    """(grad_output, input, grid, interpolation_mode, padding_mode, align_corners,
+    output_mask[2]) -> (grad_input, grad_grid)."""
+    mask = arg(args, kwargs, 3, "output_mask")
+    want_input, want_grid = (True, True) if mask is None else (bool(mask[0]), bool(mask[1]))
+    return grid_sampler_backward_cost(grad_output, want_input, want_grid)
+
+
+@REGISTRY.register("aten::_grid_sampler_2d_cpu_fallback_backward", missing_ok=True)
+def grid_sampler_fallback_backward(out, grad_output, *args, **kwargs) -> Cost:
+    """The CPU fallback (no output_mask): both gradients."""
+    return grid_sampler_backward_cost(grad_output, True, True)
+
+
+@REGISTRY.register("aten::cudnn_grid_sampler_backward", missing_ok=True)
+def cudnn_grid_sampler_backward(out, x, grid, grad_output=None, *args, **kwargs) -> Cost:
+    """(self, grid, grad_output) -> (grad_self, grad_grid): both gradients."""
+    if grad_output is None:
+        grad_output = kwargs.get("grad_output")
+    return grid_sampler_backward_cost(grad_output, True, True)
+
+
+@REGISTRY.register("aten::affine_grid_generator_backward", missing_ok=True)
+def affine_grid_generator_backward(out, grad, size=None, *args, **kwargs) -> Cost:
+    """(grad, size, align_corners): ``grad_theta = sum_p grad_grid[p] (x) base[p]``, the base
+    point in homogeneous coordinates (``len(size) - 1`` of them: x, y[, z], 1)."""
+    if size is None:
+        size = kwargs["size"]
+    return Cost.of_product(numel(grad) * (len(size) - 1))
+
+
+@REGISTRY.register("aten::cudnn_affine_grid_generator_backward", missing_ok=True)
+def cudnn_affine_grid_generator_backward(out, grad, *args, **kwargs) -> Cost:
+    """(grad, N, C, H, W): the 2-D case, 3 homogeneous coordinates per point."""
+    return Cost.of_product(numel(grad) * 3)

@@ -36,6 +36,38 @@ goes for the other composite losses (``kl_div``, ``margin_ranking``, ``hinge_emb
 ``cosine_embedding``, ``triplet_margin``, ``poisson_nll``, ``gaussian_nll``,
 ``multilabel_soft_margin``): they are counted op by op through their decomposition.
 
+Backward: each loss kernel's backward kernel costs its per-element gradient expression,
+counted the same way, on the ``n`` elements of the gradient it returns (the input's
+shape). The reduction's ``1/n`` is a scalar folded into the expression by the kernels
+(no per-element divide) except where the kernel divides the whole gradient
+(``binary_cross_entropy_backward``). Constants ``k`` (FLOPs per element):
+
+======================================  ==============================================  ===
+op                                      gradient expression counted                      k
+======================================  ==============================================  ===
+mse_loss_backward                       norm (x - y) g                                   3
+smooth_l1_loss_backward                 d=x-y; d<=-b, d>=b ? ±norm g : norm d g / b      6
+  beta <= 0 (l1)                        sgn(x - y) g                                     3
+huber_loss_backward                     d=x-y; d<=-δ, d>=δ ? ±norm g δ : norm d g        5
+binary_cross_entropy_backward           g (x - y) / max((1 - x) x, eps)                  6
+  + weight, 'mean'                      · w, / n                                   +1, +1
+soft_margin_loss_backward               -norm y e / (1 + e) g, e = exp(-y x)             8
+======================================  ==============================================  ===
+
+``nll_loss_backward``/``nll_loss2d_backward`` write one value per target into a zeroed
+gradient: the incoming gradient, negated, times the class weight (1, +1 with weights);
+with ``'mean'`` the incoming gradient is divided by the total weight once (+1).
+``multi_margin_loss_backward``: per (sample, class) margin term (2), compare (1),
+accumulate into the target's gradient (1), times ``grad_output`` (1), +2 for ``p=2``
+(``2 g z``), +1 with weights. ``multilabel_margin_loss_backward``: per (sample, target
+slot, class), dense: margin term (2), compare, two accumulates = 5, then ``n`` multiplies
+by ``grad_output``. ``_ctc_loss_backward``: the beta table (as the forward's alpha: 13
+per cell), per cell ``alpha + beta`` and its log-add-exp into the character's
+accumulator (1 + 5), and per log-probability ``(exp(lp) - exp(acc + nll - lp)) g`` (6).
+Composite losses (``l1_loss``, ``binary_cross_entropy_with_logits``, ``kl_div``,
+``cross_entropy`` with probabilities...) are differentiated by autograd into elementwise
+ops, counted by their own formulas.
+
 >>> import torch
 >>> from flopsight.formulas.loss import mse_loss, nll_loss
 >>> x = torch.ones(8, 10)
@@ -43,6 +75,9 @@ goes for the other composite losses (``kl_div``, ``margin_ranking``, ``hinge_emb
 Cost(macs=0, flops=241)
 >>> nll_loss((torch.tensor(0.), torch.tensor(8.)), x, torch.zeros(8, dtype=torch.long), None, 2, -100)
 Cost(macs=0, flops=16)
+>>> from flopsight.formulas.loss import mse_loss_backward
+>>> mse_loss_backward(x, torch.tensor(1.), x, x, 1)   # 3 per element
+Cost(macs=0, flops=240)
 """
 
 from __future__ import annotations
@@ -57,6 +92,9 @@ __all__ = [
     "reduction_cost", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss",
     "binary_cross_entropy", "binary_cross_entropy_with_logits", "soft_margin_loss",
     "multi_margin_loss", "multilabel_margin_loss", "ctc_loss",
+    "nll_loss_backward", "mse_loss_backward", "smooth_l1_loss_backward", "huber_loss_backward",
+    "binary_cross_entropy_backward", "soft_margin_loss_backward", "multi_margin_loss_backward",
+    "multilabel_margin_loss_backward", "ctc_loss_backward",
 ]
 
 aten = torch.ops.aten
@@ -206,3 +244,101 @@ def ctc_loss(out, log_probs, *args, **kwargs) -> Cost:
     log_alpha = out[1]
     samples = log_probs.shape[1] if log_probs.dim() == 3 else 1
     return Cost.of_flops(CTC_FLOPS_PER_CELL * numel(log_alpha) + CTC_FLOPS_PER_SAMPLE * samples)
+
+
+# -- backward ---------------------------------------------------------------------------------
+def _backward(k: int, out, x) -> Cost:
+    """``k`` FLOPs per element of the returned gradient (the input's shape)."""
+    if not any_float((x,)):
+        return Cost()
+    return Cost.of_flops(k * numel(out))
+
+
+@REGISTRY.register(aten.nll_loss_backward, aten.nll_loss2d_backward)
+def nll_loss_backward(out, grad_output, x, target, weight=None, reduction=1, *args, **kwargs) -> Cost:
+    """Per target: the incoming gradient negated (1), times its class weight (+1), written
+    into a zeroed gradient (free); ``'mean'`` divides the incoming gradient by the total
+    weight once (+1). Dense: ``ignore_index`` is not read."""
+    if not any_float((x,)):
+        return Cost()
+    n = max(numel(target), 1)
+    return Cost.of_flops(n * (1 + (weight is not None)) + (_mode(reduction) == "mean"))
+
+
+@REGISTRY.register(aten.mse_loss_backward)
+def mse_loss_backward(out, grad_output, x, y, reduction=1, *args, **kwargs) -> Cost:
+    """``norm * (x - y) * g`` (norm = 2, or 2/n for a mean: a scalar): 3 per element."""
+    return _backward(3, out, x)
+
+
+@REGISTRY.register(aten.smooth_l1_loss_backward)
+def smooth_l1_loss_backward(out, grad_output, x, y, reduction=1, beta=1.0, *args, **kwargs) -> Cost:
+    """``d = x - y`` (1), compare with ``-beta`` and ``beta`` (2), the costlier branch
+    ``norm * d * g / beta`` (3): 6 per element. ``beta <= 0`` runs L1's backward,
+    ``sgn(x - y) * g``: 3."""
+    return _backward(3 if beta <= 0 else 6, out, x)
+
+
+@REGISTRY.register(aten.huber_loss_backward)
+def huber_loss_backward(out, grad_output, x, y, reduction=1, delta=1.0, *args, **kwargs) -> Cost:
+    """``d = x - y`` (1), compare with ``-delta`` and ``delta`` (2), a 2-multiply branch
+    (``norm * g * delta`` or ``norm * d * g``): 5 per element."""
+    return _backward(5, out, x)
+
+
+@REGISTRY.register(aten.binary_cross_entropy_backward)
+def binary_cross_entropy_backward(out, grad_output, x, y, weight=None, reduction=1, *args, **kwargs) -> Cost:
+    """PyTorch's kernel ``g * (x - y) / max((1 - x) * x, eps)``: sub, sub, mul, max, div,
+    mul = 6 per element; then ``grad.mul_(weight)`` (+1) and, for a mean,
+    ``grad.div_(n)`` (+1)."""
+    k = 6 + (weight is not None) + (_mode(reduction) == "mean")
+    return _backward(k, out, x)
+
+
+@REGISTRY.register(aten.soft_margin_loss_backward)
+def soft_margin_loss_backward(out, grad_output, x, y, reduction=1, *args, **kwargs) -> Cost:
+    """PyTorch's kernel: ``e = exp(-y * x)`` (neg, mul, exp: 3), ``y * e`` (1),
+    ``* -norm`` (1), ``/ (1 + e)`` (add, div: 2), ``* g`` (1): 8 per element."""
+    return _backward(8, out, x)
+
+
+@REGISTRY.register(aten.multi_margin_loss_backward)
+def multi_margin_loss_backward(out, grad_output, x, target, p=1, margin=1, weight=None, reduction=1, *args,
+                               **kwargs) -> Cost:
+    """Per (sample, class): ``z = margin - x[y] + x[c]`` (2), ``z > 0`` (1), the
+    gradient ``g`` or ``2 g z`` (+2 for ``p=2``), times the target's weight (+1),
+    subtracted from the target's gradient (1); finally every element times
+    ``grad_output`` (1)."""
+    return _backward(5 + 2 * (p == 2) + (weight is not None), out, x)
+
+
+@REGISTRY.register(aten.multilabel_margin_loss_backward)
+def multilabel_margin_loss_backward(out, grad_output, x, target, reduction=1, is_target=None, *args,
+                                    **kwargs) -> Cost:
+    """Per (sample, target slot, class), dense over all C slots: ``1 - x[y_j] + x[c]``
+    (2), compare (1), ``grad[y_j] -= g`` and ``grad[c] += g`` (2); then each gradient
+    element times ``grad_output`` (1 per element)."""
+    if not any_float((x,)):
+        return Cost()
+    classes = x.shape[-1] if x.dim() else 1
+    samples = x.shape[0] if x.dim() == 2 else 1
+    return Cost.of_flops(5 * samples * classes * classes + numel(x))
+
+
+#: FLOPs per cell of CTC's backward: the beta table (the alpha recursion, backwards:
+#: :data:`CTC_FLOPS_PER_CELL`), then ``alpha + beta`` (1) log-added into the accumulator of
+#: the cell's character (compare, subtract, exp, log1p, add: 5).
+CTC_BACKWARD_FLOPS_PER_CELL = CTC_FLOPS_PER_CELL + 1 + 5
+#: Per log-probability: ``(exp(lp) - exp(acc + nll - lp)) * g``: exp, add, sub, exp, sub, mul.
+CTC_BACKWARD_FLOPS_PER_LOGIT = 6
+
+
+@REGISTRY.register(aten._ctc_loss_backward)
+def ctc_loss_backward(out, grad, log_probs, targets, input_lengths, target_lengths, neg_log_likelihood,
+                      log_alpha, *args, **kwargs) -> Cost:
+    """Dense over the ``(N, T, 2S+1)`` alpha/beta tables and the ``(T, N, C)``
+    log-probabilities (lengths are data). No meta kernel exists; counted on CPU and CUDA."""
+    if not any_float((log_probs,)):
+        return Cost()
+    return Cost.of_flops(CTC_BACKWARD_FLOPS_PER_CELL * numel(log_alpha)
+                         + CTC_BACKWARD_FLOPS_PER_LOGIT * numel(log_probs))

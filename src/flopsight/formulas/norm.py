@@ -47,6 +47,40 @@ add and rsqrt).
 Weight norm's fused kernel (``_weight_norm_interface``) counts what its decomposition
 would: a 2-norm, a divide per norm and a scale per element, ``3*numel(v) + 2*numel(g)``.
 
+**Backward.** The textbook derivatives, counted at the forward's granularity: one FLOP
+per element for each elementwise step and for each element accumulated into a per-row /
+per-channel sum; per-row/per-channel scalar work free. ``x_hat = (x - mean) * rstd`` is
+recomputed from the saved statistics (the forward's normalise step, 1), once for all the
+gradients that need it; ``g`` is the incoming gradient, ``D`` the size of a normalised
+group. Only the gradients the kernel is asked for (``output_mask``) are counted.
+
+* **Layer / group norm**, ``g_hat = g * weight``:
+  ``grad_input = rstd * (g_hat - mean(g_hat) - x_hat * mean(g_hat * x_hat))`` -- ``g_hat`` 1
+  (with weight), ``sum(g_hat)`` 1, ``sum(g_hat * x_hat)`` 2, then ``x_hat * m``, two
+  subtractions and ``* rstd``: 4 -> **8 with weight, 7 without**;
+  ``grad_weight = sum(g * x_hat)`` over the batch: **2**; ``grad_bias = sum(g)``: **1**.
+  All three with ``x_hat``: **12** per element (forward 5); input only, no affine: **8** (4).
+* **Batch norm, batch statistics** (training; instance norm): the weight is per channel,
+  constant over the reduced elements, so
+  ``grad_input = weight * rstd * (g - mean(g) - x_hat * mean(g * x_hat))`` needs exactly the
+  two sums the parameter grads are: ``sum(g)`` 1 (= ``grad_bias``), ``sum(g * x_hat)`` 2
+  (= ``grad_weight``), plus the combine 4. Everything: ``x_hat`` 1 + 1 + 2 + 4 = **8**, with
+  or without affine (forward 5/4).
+* **Batch norm, running statistics** (eval): the statistics are constants, so
+  ``grad_input = g * (weight * rstd)``: **1**; ``grad_weight = sum(g * x_hat)``: ``x_hat`` 1 + 2
+  = **3**; ``grad_bias`` **1**: 5 in all (forward 2/1).
+* **RMS norm** (unit ``rms_norm``, ``x_hat = x * rrms``, ``g_hat = g * weight``):
+  ``grad_input = rrms * (g_hat - x_hat * mean(g_hat * x_hat))``: ``g_hat`` 1, the sum 2, then
+  ``x_hat * m``, a subtraction and ``* rrms``: 3 -> **6 with weight, 5 without**;
+  ``grad_weight = sum(g * x_hat)``: **2**; plus ``x_hat`` 1: **9** / **6** per element -- layer
+  norm's without the mean-subtraction terms (``sum(g_hat)``, one subtraction) and the bias,
+  as in the forward (4/3). The unit's backward formula reads which of input and weight
+  require grad; ``aten._fused_rms_norm_backward`` (CUDA) is registered with the same count.
+* **Weight norm** (``w = g * v / ||v||``): ``grad_g = sum(grad_w * v) / ||v||`` (2 per
+  element of ``v``, 1 per norm), ``grad_v = (g / ||v||) * (grad_w - v * grad_g / ||v||)``
+  (3 per element, 2 per norm): ``5 * numel(v) + 3 * numel(g)`` (forward ``3 * numel(v) +
+  2 * numel(g)``); the kernel always computes both.
+
 >>> import torch
 >>> from flopsight.formulas.norm import native_layer_norm
 >>> x = torch.ones(2, 8, 16)
@@ -55,6 +89,9 @@ Cost(macs=0, flops=1280)
 >>> from flopsight.formulas.norm import rms_norm
 >>> rms_norm(None, x, [16], weight=None)  # the rms_norm unit: 3 * 2*8*16 without weight
 Cost(macs=0, flops=768)
+>>> from flopsight.formulas.norm import layer_norm_backward_cost
+>>> layer_norm_backward_cost(x, torch.ones(16), (True, True, True))  # 12 * 2*8*16
+Cost(macs=0, flops=3072)
 """
 
 from __future__ import annotations
@@ -62,10 +99,11 @@ from __future__ import annotations
 import torch
 
 from .registry import REGISTRY, Cost
-from .shapes import is_float, numel
+from .shapes import arg, is_float, numel
 
 __all__ = [
     "layer_norm_flops", "layer_norm_cost", "batch_norm_cost", "rms_norm_cost", "native_layer_norm", "rms_norm",
+    "layer_norm_backward_cost", "batch_norm_backward_cost", "rms_norm_backward_cost", "weight_norm_backward_cost",
 ]
 
 # Private and backend kernels (``_batch_norm_with_update`` since 2.4, ``_fused_rms_norm``,
@@ -81,6 +119,26 @@ RMS_NORM = (4, 3)
 BATCH_STATS = 3
 #: Weight norm, per element of v: square and accumulate the norm (2), scale (1).
 WEIGHT_NORM = 3
+
+# Backward, per element (the module docstring derives each one).
+#: Recomputing x_hat from the saved statistics: the forward's normalise step.
+NORMALISE = 1
+#: Layer/group norm grad_input (with weight, without), x_hat aside: g_hat 1, two sums 1 + 2,
+#: combine 4.
+LAYER_NORM_INPUT_GRAD = (8, 7)
+#: RMS norm grad_input (with weight, without), x_hat aside: g_hat 1, one sum 2, combine 3.
+RMS_NORM_INPUT_GRAD = (6, 5)
+#: sum(g * x_hat) (weight grad, and batch norm's second sum): multiply, accumulate.
+SUM_G_XHAT = 2
+#: sum(g) (bias grad, and batch norm's first sum): accumulate.
+SUM_G = 1
+#: Batch norm grad_input with batch statistics, the two sums aside: x_hat * m, two
+#: subtractions, the per-channel scale.
+BATCH_NORM_COMBINE = 4
+#: Batch norm grad_input with running statistics: g times a per-channel constant.
+BATCH_NORM_EVAL_INPUT_GRAD = 1
+#: Weight norm backward: per element of v (the dot product 2, grad_v 3), per norm.
+WEIGHT_NORM_BACKWARD = (5, 3)
 
 
 def _per_element(x, weight, constants: tuple[int, int]) -> Cost:
@@ -231,3 +289,142 @@ def weight_norm(out, v, g=None, *args, **kwargs) -> Cost:
     if not is_float(v):
         return Cost()
     return Cost.of_flops(WEIGHT_NORM * numel(v) + 2 * numel(g))
+
+
+# -- backward ------------------------------------------------------------------------------
+def _mask(value, size: int = 3) -> tuple:
+    """An ``output_mask`` argument (all True if absent), padded to ``size`` entries."""
+    mask = (True,) * size if value is None else tuple(bool(m) for m in value)
+    return mask + (False,) * (size - len(mask))
+
+
+def _per_element_backward(x, per_element: int) -> Cost:
+    if not is_float(x):
+        return Cost()
+    return Cost.of_flops(numel(x) * per_element)
+
+
+def layer_norm_backward_cost(x, weight, mask) -> Cost:
+    """Layer and group norm backward (grad_input, grad_weight, grad_bias as ``mask`` asks):
+    ``x_hat`` 1 (if input or weight grad) + input 8/7 + weight 2 + bias 1 per element."""
+    want_input, want_weight, want_bias = mask
+    per = NORMALISE if want_input or want_weight else 0
+    per += LAYER_NORM_INPUT_GRAD[0 if weight is not None else 1] if want_input else 0
+    per += SUM_G_XHAT if want_weight else 0
+    per += SUM_G if want_bias else 0
+    return _per_element_backward(x, per)
+
+
+def batch_norm_backward_cost(x, batch_stats: bool, mask) -> Cost:
+    """Batch norm backward. With batch statistics grad_input needs ``sum(g)`` and
+    ``sum(g * x_hat)``, which are also the bias and weight grads: counted once. With running
+    statistics grad_input is ``g`` times a per-channel constant."""
+    want_input, want_weight, want_bias = mask
+    if batch_stats:
+        per = NORMALISE if want_input or want_weight else 0
+        per += SUM_G if want_input or want_bias else 0
+        per += SUM_G_XHAT if want_input or want_weight else 0
+        per += BATCH_NORM_COMBINE if want_input else 0
+    else:
+        per = BATCH_NORM_EVAL_INPUT_GRAD if want_input else 0
+        per += NORMALISE + SUM_G_XHAT if want_weight else 0
+        per += SUM_G if want_bias else 0
+    return _per_element_backward(x, per)
+
+
+def rms_norm_backward_cost(x, weight, want_input: bool, want_weight: bool) -> Cost:
+    """RMS norm backward: ``x_hat`` 1 (if any grad) + input 6/5 + weight 2 per element."""
+    per = NORMALISE if want_input or want_weight else 0
+    per += RMS_NORM_INPUT_GRAD[0 if weight is not None else 1] if want_input else 0
+    per += SUM_G_XHAT if want_weight else 0
+    return _per_element_backward(x, per)
+
+
+def weight_norm_backward_cost(v, g) -> Cost:
+    """``grad_v`` and ``grad_g`` of ``w = g * v / ||v||``: ``5 * numel(v) + 3 * numel(g)``."""
+    if not is_float(v):
+        return Cost()
+    return Cost.of_flops(WEIGHT_NORM_BACKWARD[0] * numel(v) + WEIGHT_NORM_BACKWARD[1] * numel(g))
+
+
+@REGISTRY.register("aten::native_layer_norm_backward", missing_ok=True)
+def native_layer_norm_backward(out, grad_out, x, normalized_shape=None, mean=None, rstd=None, weight=None,
+                               bias=None, output_mask=None, **kwargs) -> Cost:
+    """(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask)."""
+    return layer_norm_backward_cost(x, weight, _mask(output_mask))
+
+
+@REGISTRY.register("aten::native_group_norm_backward", missing_ok=True)
+def native_group_norm_backward(out, grad_out, x, mean=None, rstd=None, weight=None, *args, **kwargs) -> Cost:
+    """(grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask)."""
+    return layer_norm_backward_cost(x, weight, _mask(arg(args, kwargs, 4, "output_mask")))
+
+
+@REGISTRY.register("aten::native_batch_norm_backward", "aten::batch_norm_backward", missing_ok=True)
+def native_batch_norm_backward(out, grad_out, x, weight=None, running_mean=None, *args, **kwargs) -> Cost:
+    """(grad_out, input, weight, running_mean, running_var, save_mean, save_invstd|save_var,
+    train|update, eps, output_mask[, reserve]). ``train`` (``update`` in the newer op) says
+    batch statistics were used; so does the absence of running statistics."""
+    train = arg(args, kwargs, 3, "train", None)
+    if train is None:
+        train = kwargs.get("update", False)
+    mask = _mask(arg(args, kwargs, 5, "output_mask"))
+    return batch_norm_backward_cost(x, bool(train) or running_mean is None, mask)
+
+
+@REGISTRY.register("aten::_batch_norm_impl_index_backward", missing_ok=True)
+def batch_norm_impl_index_backward(out, impl_index, x, grad_output, weight=None, running_mean=None, *args,
+                                   **kwargs) -> Cost:
+    """(impl_index, input, grad_output, weight, running_mean, running_var, save_mean,
+    save_var_transform, train, eps, output_mask, reservedSpace)."""
+    train = bool(arg(args, kwargs, 3, "train", False))
+    mask = _mask(arg(args, kwargs, 5, "output_mask"))
+    return batch_norm_backward_cost(x, train or running_mean is None, mask)
+
+
+# cuDNN/MIOpen batch norm backward kernels run only for training (an eval-mode cudnn_batch_norm
+# is differentiated by native_batch_norm_backward) and compute all three gradients.
+@REGISTRY.register("aten::cudnn_batch_norm_backward", "aten::miopen_batch_norm_backward", missing_ok=True)
+def cudnn_batch_norm_backward(out, x, *args, **kwargs) -> Cost:
+    """(input, grad_output, weight, running_mean, running_var, save_mean, save_var, eps[, reserve])."""
+    return batch_norm_backward_cost(x, True, (True, True, True))
+
+
+# SyncBatchNorm's CUDA backward: the two per-channel sums, an all-reduce, then grad_input.
+@REGISTRY.register("aten::batch_norm_backward_reduce", missing_ok=True)
+def batch_norm_backward_reduce(out, grad_out, x, *args, **kwargs) -> Cost:
+    """``sum(g)`` and ``sum(g * (x - mean))`` per channel: ``x_hat`` 1 + 1 + 2 = 4 per element."""
+    return _per_element_backward(x, NORMALISE + SUM_G + SUM_G_XHAT)
+
+
+@REGISTRY.register("aten::batch_norm_backward_elemt", missing_ok=True)
+def batch_norm_backward_elemt(out, grad_out, x, *args, **kwargs) -> Cost:
+    """grad_input from the all-reduced sums: ``x_hat`` again 1 + combine 4 = 5 per element (the
+    split recomputes ``x_hat``: 9 in all against the fused kernel's 8)."""
+    return _per_element_backward(x, NORMALISE + BATCH_NORM_COMBINE)
+
+
+def rms_norm_backward(out, *args, **kwargs) -> Cost:
+    """The ``rms_norm`` unit's backward, from the forward call's arguments: the gradients of
+    the tensors that require grad."""
+    x, weight = _rms_args(args, kwargs)
+    want_weight = isinstance(weight, torch.Tensor) and weight.requires_grad
+    return rms_norm_backward_cost(x, weight, bool(getattr(x, "requires_grad", False)), want_weight)
+
+
+REGISTRY.set_unit_backward("rms_norm", rms_norm_backward)
+
+
+@REGISTRY.register("aten::_fused_rms_norm_backward", missing_ok=True)
+def fused_rms_norm_backward(out, grad_out, x, normalized_shape=None, rstd=None, weight=None, output_mask=None,
+                            **kwargs) -> Cost:
+    """(grad_out, input, normalized_shape, rstd, weight, output_mask[2]): the unit's count."""
+    want_input, want_weight = _mask(output_mask, 2)
+    return rms_norm_backward_cost(x, weight, want_input, want_weight)
+
+
+@REGISTRY.register("aten::_weight_norm_interface_backward", "aten::_weight_norm_differentiable_backward",
+                   missing_ok=True)
+def weight_norm_backward(out, grad_w, v, g=None, *args, **kwargs) -> Cost:
+    """(grad_w, saved_v, saved_g, saved_norms, dim) -> (grad_v, grad_g)."""
+    return weight_norm_backward_cost(v, g)

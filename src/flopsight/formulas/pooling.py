@@ -29,6 +29,20 @@ What dispatches (torch 2.13, identical on CPU and meta):
   kernels (``mkldnn_*``, ``quantized_max_pool*``) are registered with the same formulas for
   modes that see them (other backends, tracing levels).
 
+**Backward** (derivatives, counted at the same one-FLOP-per-element granularity):
+
+* **max pools** (max, adaptive max, fractional; ``*_backward`` of each): the gradient of a
+  window goes to its argmax, ``grad_input[argmax(w)] += grad_output[w]``: a scatter-add
+  with **1 FLOP per ``grad_output`` element** (overlapping windows can pick the same input,
+  hence an accumulate, counted like the reduction family's ``scatter_add``). The zero-fill
+  of ``grad_input`` is not arithmetic.
+* **average pools** (avg, adaptive avg): every input receives the mean of its window's
+  gradient, ``grad_input[i] = sum over windows w containing i of grad_output[w] / |w|``:
+  **1 FLOP per input element**, the forward's estimate mirrored (exact for
+  non-overlapping windows, overlap not charged). It is also what the global pool costs:
+  the backward of the ``aten.mean`` that ``AdaptiveAvgPool2d(1)`` runs is an ``expand`` and
+  a divide per input element (elementwise family).
+
 ``max_unpool2d/3d`` scatter values to the positions recorded by a max pool: no arithmetic,
 an indexing op, so 0 FLOPs (DeepSpeed does not count it either).
 
@@ -39,6 +53,10 @@ an indexing op, so 0 FLOPs (DeepSpeed does not count it either).
 Cost(macs=0, flops=384)
 >>> adaptive_avg_pool(torch.ones(2, 3, 2, 2), x, [2, 2])  # 2*3*8*8 adds + 2*3*2*2 divides
 Cost(macs=0, flops=408)
+>>> from flopsight.formulas.pooling import max_pool_backward, avg_pool_backward
+>>> g = torch.ones(2, 3, 4, 4)  # the gradient of a 2x2 pool's output
+>>> max_pool_backward(None, g, x), avg_pool_backward(None, g, x)  # 2*3*4*4 and 2*3*8*8
+(Cost(macs=0, flops=96), Cost(macs=0, flops=384))
 """
 
 from __future__ import annotations
@@ -47,7 +65,7 @@ from .reduction import mean_flops
 from .registry import REGISTRY, Cost
 from .shapes import is_float, numel
 
-__all__ = ["pool", "adaptive_avg_pool"]
+__all__ = ["pool", "adaptive_avg_pool", "max_pool_backward", "avg_pool_backward"]
 
 # Backend kernels (mkldnn, quantized) vary across torch versions and builds: registrations
 # below name their ops with ``missing_ok=True``.
@@ -110,6 +128,41 @@ def adaptive_avg_pool(out, *args, **kwargs) -> Cost:
     """
     x = _input(args, kwargs)
     return Cost.of_flops(mean_flops(numel(x), numel(out)) if is_float(x) else 0)
+
+
+# -- backward -------------------------------------------------------------------------------
+@REGISTRY.register(
+    "aten::max_pool2d_with_indices_backward",
+    "aten::max_pool3d_with_indices_backward",
+    "aten::adaptive_max_pool2d_backward",
+    "aten::adaptive_max_pool3d_backward",
+    "aten::fractional_max_pool2d_backward",
+    "aten::fractional_max_pool3d_backward",
+    "aten::max_pool2d_backward",  # (grad_output, self, ...): the mkldnn path
+    "aten::mkldnn_max_pool2d_backward",  # (grad_output, output, input, ...)
+    "aten::mkldnn_max_pool3d_backward",
+    missing_ok=True,
+)
+def max_pool_backward(out, grad_output, *args, **kwargs) -> Cost:
+    """Scatter-add each window's gradient to its argmax: 1 FLOP per ``grad_output`` element."""
+    return Cost.of_flops(numel(grad_output) if is_float(grad_output) else 0)
+
+
+@REGISTRY.register(
+    "aten::avg_pool2d_backward",
+    "aten::avg_pool3d_backward",
+    "aten::_adaptive_avg_pool2d_backward",
+    "aten::_adaptive_avg_pool3d_backward",
+    "aten::adaptive_avg_pool3d_backward",
+    "aten::mkldnn_adaptive_avg_pool2d_backward",
+    missing_ok=True,
+)
+def avg_pool_backward(out, grad_output, x=None, *args, **kwargs) -> Cost:
+    """(grad_output, self, ...): each input element gets its window's scaled gradient, 1 FLOP
+    per input element (``grad_input`` has the input's shape)."""
+    if x is None:
+        x = kwargs.get("self", out)
+    return Cost.of_flops(numel(x) if is_float(grad_output) else 0)
 
 
 # Scatter by indices: no arithmetic (see the module docstring).

@@ -29,6 +29,17 @@ entries would read values); their plain writing forms cost 0.
 Ordering and order statistics (``sort``, ``topk``, ``median``, ``kthvalue``, ``mode``)
 are counted as 0 in :mod:`.zero`: their comparison count depends on the algorithm.
 
+Backward: reductions have no backward kernels of their own -- autograd runs elementwise
+ops (``sum``'s backward is a free ``expand``, ``mean``'s a ``div``, ``norm``'s and
+``var``'s a few ``mul``/``div``/``sub``, ``max``'s a free ``scatter``, ``cumsum``'s a
+``flip``/``cumsum``), all counted by their forward formulas. The backward kernels that
+*accumulate* gradients into an input are here, one add per gradient element: ``unfold``'s
+(``unfold_backward``: overlapping windows sum), the reflection/replication padding ones
+(an edge element receives several gradients), and the composites ``index_select_backward``,
+``gather_backward``, ``cummaxmin_backward``. The optimizers' multi-tensor reductions
+(``_foreach_norm`` of ``clip_grad_norm_``, ``_foreach_max``, ``_foreach_powsum``) cost the
+per-tensor formula summed over the list.
+
 >>> import torch
 >>> from flopsight.formulas.reduction import sum_, mean, var
 >>> x = torch.ones(4, 8)
@@ -40,6 +51,9 @@ Cost(macs=0, flops=36)
 Cost(macs=0, flops=136)
 >>> sum_(torch.ones(4, dtype=torch.long), x.long(), [1])   # integer: free
 Cost(macs=0, flops=0)
+>>> from flopsight.formulas.reduction import unfold_backward
+>>> unfold_backward(x, torch.ones(4, 3, 4), [4, 8], 1, 4, 2)   # 3 windows of 4: 48 adds
+Cost(macs=0, flops=48)
 """
 
 from __future__ import annotations
@@ -48,6 +62,7 @@ import math
 
 import torch
 
+from .elementwise import foreach
 from .registry import REGISTRY, Cost
 from .shapes import arg, broadcast_shape, first_tensor, is_float, numel, prod
 
@@ -57,6 +72,8 @@ __all__ = [
     "logsumexp", "scan", "logcumsumexp", "count_nonzero", "any_all", "trace",
     "bincount", "index_put", "masked_index_put_accumulate", "put", "scatter",
     "scatter_add", "scatter_reduce", "index_add", "index_reduce", "col2im",
+    "unfold_backward", "pad_backward", "coalesce", "accumulate_grad_backward",
+    "foreach_norm", "foreach_max", "foreach_powsum",
 ]
 
 aten = torch.ops.aten
@@ -360,3 +377,57 @@ def index_reduce(out, x, dim, index, source, reduce, *args, **kwargs) -> Cost:
 def col2im(out, x, *args, **kwargs) -> Cost:
     """``F.fold``: every column element is added into its (possibly overlapping) pixel."""
     return _accumulate(out, x, numel(x))
+
+
+# -- backward kernels that accumulate gradients --------------------------------------------
+@REGISTRY.register("aten::unfold_backward", missing_ok=True)
+def unfold_backward(out, grad_in, input_sizes, dim, size, step, *args, **kwargs) -> Cost:
+    """``Tensor.unfold``'s backward: every window element's gradient is added into the
+    input position it came from (windows overlap when ``step < size``): one add per element
+    of the incoming gradient, as ``col2im``."""
+    return _accumulate(out, grad_in, numel(grad_in))
+
+
+@REGISTRY.register(
+    "aten::reflection_pad1d_backward", "aten::reflection_pad2d_backward", "aten::reflection_pad3d_backward",
+    "aten::replication_pad1d_backward", "aten::replication_pad2d_backward", "aten::replication_pad3d_backward",
+    missing_ok=True,
+)
+def pad_backward(out, grad_output, *args, **kwargs) -> Cost:
+    """Reflection / replication padding's backward: each output gradient is added into the
+    input element it copied (edges receive several): one add per ``grad_output`` element.
+    (Constant padding's backward is a free slice.)"""
+    return _accumulate(out, grad_output, numel(grad_output))
+
+
+@REGISTRY.register("aten::index_select_backward", "aten::gather_backward", "aten::cummaxmin_backward",
+                   missing_ok=True)
+def accumulate_grad_backward(out, grad, *args, **kwargs) -> Cost:
+    """Composite backward functions that scatter-add ``grad`` into zeros (``index_add`` /
+    ``scatter_add``, as they decompose): one add per gradient element. Torch decomposes
+    them before dispatch; named for modes that see composites."""
+    return _accumulate(out, grad, numel(grad))
+
+
+@REGISTRY.register("aten::_coalesce", missing_ok=True)
+def coalesce(out, x, *args, **kwargs) -> Cost:
+    """A sparse tensor's ``coalesce()`` (sparse gradients of ``nn.Embedding(sparse=True)``,
+    in SparseAdam/Adagrad steps) sums the values of duplicate indices: one add per stored
+    value element (dense: how many indices repeat is data)."""
+    values = x._values() if x.layout == torch.sparse_coo else x
+    return _accumulate(out, x, numel(values))
+
+
+# -- multi-tensor reductions (gradient clipping, optimizers) -------------------------------
+foreach_norm = REGISTRY.register("aten::_foreach_norm", missing_ok=True)(foreach(linalg_vector_norm))
+foreach_max = REGISTRY.register("aten::_foreach_max", missing_ok=True)(foreach(extremum))
+
+
+def _powsum(out, x, ord=2, *args, **kwargs) -> Cost:
+    """``sum(|x|^ord)`` of one tensor: the p-norm without its root (the per-output step)."""
+    if not _counts(x, out):
+        return Cost()
+    return Cost.of_flops(norm_cost(numel(x), 0, ord))
+
+
+foreach_powsum = REGISTRY.register("aten::_foreach_powsum", missing_ok=True)(foreach(_powsum))

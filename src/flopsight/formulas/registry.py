@@ -181,15 +181,33 @@ class Registry:
         """
         return tuple(self._missing)
 
-    def register_unit(self, *functions: Callable, name: str) -> Callable[[Callable[..., Cost]], Callable[..., Cost]]:
-        """Decorator: count calls of the torch-level ``functions`` as one unit named ``name``."""
+    def register_unit(
+        self, *functions: Callable, name: str, backward: Callable[..., Cost] | None = None
+    ) -> Callable[[Callable[..., Cost]], Callable[..., Cost]]:
+        """Decorator: count calls of the torch-level ``functions`` as one unit named ``name``.
+
+        ``backward``, if given, is a formula with the same arguments that costs the unit's
+        whole backward pass; it is evaluated at forward time (so it can read which inputs
+        require grad) and charged once, as ``<name>.backward``, when the backward pass runs
+        the unit's autograd nodes, whichever kernels the device runs there. Without it the
+        backward kernels are counted op by op.
+        """
 
         def deco(fn: Callable[..., Cost]) -> Callable[..., Cost]:
             for f in functions:
-                self._units[f] = (name, fn)
+                self._units[f] = (name, fn, backward)
             return fn
 
         return deco
+
+    def set_unit_backward(self, name: str, backward: Callable[..., Cost]) -> None:
+        """Give the unit(s) named ``name`` a backward formula (see :meth:`register_unit`)."""
+        found = [f for f, (n, _, _) in self._units.items() if n == name]
+        if not found:
+            raise ValueError(f"name: no unit named {name!r} is registered")
+        for f in found:
+            n, fn, _ = self._units[f]
+            self._units[f] = (n, fn, backward)
 
     def unregister(self, op: OpLike) -> None:
         """Forget the formula of ``op`` (it becomes unsupported again)."""
@@ -209,12 +227,16 @@ class Registry:
         key = op_key(op)
         return str(key), self._ops.get(key)
 
-    def unit(self, function: Any) -> tuple[str, Callable[..., Cost]] | None:
-        """(name, formula) if ``function`` is counted as a unit, else None."""
+    def unit(self, function: Any) -> tuple[str, Callable[..., Cost], Callable[..., Cost] | None] | None:
+        """(name, formula, backward formula or None) if ``function`` is counted as a unit."""
         try:
             return self._units.get(function)
         except TypeError:  # unhashable callables are never units
             return None
+
+    def units(self) -> dict:
+        """function -> (name, formula, backward formula) of every unit (read-only use)."""
+        return self._units
 
     def is_registered(self, op: OpLike) -> bool:
         return op_key(op) in self._ops

@@ -32,6 +32,30 @@ input in either layout; ``sum(batch_sizes)`` rows of a ``PackedSequence``: finis
 sequences cost nothing). In training with ``dropout > 0``, the dropout between layers
 costs 1 FLOP per element (the dropout convention), ``(num_layers - 1) * rows * R * D``.
 
+Backward. Every unit has a backward formula, evaluated at forward time from which tensors
+require grad, and charged once, as ``<unit>.backward`` (``lstm.backward``...), to the
+module that ran the unit when the backward pass runs its autograd nodes, whatever kernels
+run there (oneDNN on CPU, cuDNN, the decomposed ops on meta). Per step, batch row, layer
+and direction, what the decomposed backward computes::
+
+    MACs  = G*I          dx, if the layer input needs a gradient
+          + G*R          dh_prev = dgates W_hh, every step but the first (whose h0: if it
+                         requires grad)
+          + G*I + G*R    dW_ih, dW_hh if they require grad (the sum over time counted as
+                         MACs: one product over all rows, as a fused kernel runs it)
+          (+ H*P + H*P   d(o*tanh(c')) and dW_hr with projections)
+    FLOPs = 2*MACs + G per bias requiring grad (its gradient: a sum over rows)
+          + e'*H + joins
+
+``e'`` (:func:`gates_backward_flops`): the gate gradients, 2 FLOPs per activation
+backward and 1 per chain-rule multiply: RNN 2, GRU 12, LSTM 15. Joins, one add per
+element where a value feeds two places: ``h_t`` (the output and the next step, R), LSTM
+``c_t`` (``tanh(c_t)`` and the next step, H), GRU ``h`` (``W_hh h`` and ``h - n``, H); plus
+LSTM ``dc_prev = dc * f`` (H). Bidirectional layers add their two directions' input
+gradients (I per row); in training the dropout between layers costs its backward (1 per
+element). Equal to the op-by-op count of the decomposed backward but for the adds that
+sum its per-step weight gradients over time.
+
 >>> import torch
 >>> from flopsight.formulas.rnn import step_cost
 >>> step_cost("lstm", input_size=4, hidden_size=5)  # G=20: 20*4 + 20*5 MACs; 2*180 + 2*20 + 13*5
@@ -41,19 +65,31 @@ Cost(macs=180, flops=465)
 >>> x, h0, c0 = torch.ones(7, 2, 4), torch.zeros(1, 2, 5), torch.zeros(1, 2, 5)
 >>> flopsight.profile(lstm, (x, (h0, c0))).total.forward.flops  # 7 steps * 2 rows * 465
 6510
+>>> with flopsight.Profiler(lstm) as prof:  # a backward, x and h0, c0 not requiring grad
+...     lstm(x, (h0, c0))[0].sum().backward()
+>>> # MACs dh_prev 12*20*5 (the 6 steps after the first), dW_ih 14*20*4, dW_hh 14*20*5;
+>>> # FLOPs 2*MACs + gates 14*15*5 + dc_prev 12*5 + joins h 12*5, c 12*5 + bias 2*14*20
+>>> backward = prof.result.total.backward
+>>> backward.macs, backward.flops
+(3720, 9230)
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
-from .dropout import dropout_flops
+from .activation import activation_backward_flops
+from .dropout import dropout_backward_flops, dropout_flops
+from .elementwise import elementwise_flops
 from .registry import REGISTRY, Cost
 from .shapes import prod
 
-__all__ = ["GATES", "ELEMENTWISE", "step_cost", "network_cost", "cell_cost"]
+__all__ = [
+    "GATES", "ELEMENTWISE", "BACKWARD_ELEMENTWISE", "step_cost", "network_cost", "cell_cost",
+    "ParamGrads", "gates_backward_flops", "layer_backward_cost", "network_backward_cost",
+]
 
 aten = torch.ops.aten
 
@@ -317,3 +353,462 @@ REGISTRY.register(aten.lstm_cell)(lstm_cell)
 REGISTRY.register(aten.gru_cell)(gru_cell)
 REGISTRY.register(aten.rnn_tanh_cell)(rnn_tanh_cell)
 REGISTRY.register(aten.rnn_relu_cell)(rnn_relu_cell)
+
+
+# == backward ================================================================================
+# Per step, batch row, layer and direction (see the module docstring, "Backward"): the
+# gate gradients (element-wise), the products that carry them back to the layer input, the
+# previous state and the weights, the bias sums, and the few element-wise ops that join
+# gradients where a value feeds two places. Counted from which tensors require grad, as the
+# decomposed backward computes them (the fused kernels compute some unconditionally: their
+# dispatch formulas say so).
+
+
+def gates_backward_flops(kind: str, hidden_size: int, hidden_gates: bool = True) -> int:
+    """Element-wise backward FLOPs of one cell step for one batch row, from the gradient of
+    the step's output to the gradient of its gate pre-activations (needed whatever else
+    needs a gradient). One activation backward per activation, one FLOP per multiply of
+    the chain rule (an add passes its gradient on untouched: free):
+
+    * RNN: ``h' = act(a)``: the tanh/relu backward.
+    * GRU: ``h' = n + z*(h - n)``: the mul's two gradients (``g*z``, ``g*(h - n)``), the
+      sub's negated one (``-g*z`` for ``n``) and the add joining it to ``n``'s other
+      gradient (4); ``n = tanh(i_n + r*h_n)``: tanh backward and the mul's two gradients
+      (``h_n``'s, ``g*r``, only with ``hidden_gates``: when the hidden side ``W_hn h + b_hn``
+      needs one, i.e. ``W_hh`` or ``b_hh`` or ``h`` requires grad); ``r``, ``z``: two
+      sigmoid backwards.
+    * LSTM: ``h' = o*tanh(c')``: the mul's two gradients and the tanh backward;
+      ``c' = f*c + i*g``: the gradients of ``i``, ``g`` and ``f`` (3 muls; ``c``'s is
+      counted with the previous state); ``i, f, o`` sigmoid and ``g`` tanh backwards.
+
+    >>> [gates_backward_flops(kind, 1) for kind in ("rnn", "gru", "lstm")]
+    [2, 12, 15]
+    """
+    h = hidden_size
+    if kind == "rnn":
+        return activation_backward_flops(h)
+    if kind == "gru":
+        # 3 activations (r, z sigmoid; n tanh); 4 muls' gradients, 1 negation, 1 gradient add
+        return activation_backward_flops(3 * h) + elementwise_flops(h, ops=6 if hidden_gates else 5)
+    if kind == "lstm":
+        # 5 activations (i, f, o sigmoid; g, tanh(c') tanh); 5 muls' gradients
+        return activation_backward_flops(5 * h) + elementwise_flops(h, ops=5)
+    raise ValueError(f"kind: expected one of {sorted(GATES)}, got {kind!r}")
+
+
+#: Element-wise backward FLOPs per hidden unit per step of the gate gradients
+#: (:func:`gates_backward_flops`), before the previous-state and fan-in terms.
+BACKWARD_ELEMENTWISE = {kind: gates_backward_flops(kind, 1) for kind in GATES}
+
+
+class ParamGrads(NamedTuple):
+    """Which parameters of one layer and direction get a gradient (a missing bias: False)."""
+
+    w_ih: bool = True
+    w_hh: bool = True
+    b_ih: bool = True
+    b_hh: bool = True
+    w_hr: bool = False  # the projection (``proj_size``)
+
+    @classmethod
+    def of(cls, group: list, has_biases: bool, proj: bool) -> ParamGrads:
+        """From one layer-direction group of the flat weights: w_ih, w_hh, [b_ih, b_hh], [w_hr]."""
+        rg = [_requires_grad(p) for p in group]
+        b_ih, b_hh = (rg[2], rg[3]) if has_biases else (False, False)
+        return cls(rg[0], rg[1], b_ih, b_hh, bool(proj and rg[-1]))
+
+    def any(self) -> bool:
+        return any(self)
+
+
+#: A layer and direction with every parameter trainable (no projection) / all frozen.
+ALL_PARAM_GRADS = ParamGrads()
+NO_PARAM_GRADS = ParamGrads(False, False, False, False, False)
+
+
+def layer_backward_cost(
+    kind: str,
+    rows: int,
+    input_size: int,
+    hidden_size: int,
+    proj_size: int = 0,
+    *,
+    first_batch: int,
+    last_batch: int,
+    input_grad: bool,
+    h0_grad: bool = False,
+    c0_grad: bool = False,
+    params: ParamGrads = ALL_PARAM_GRADS,
+    output_grad: bool = True,
+    incoming_fan_in: bool = False,
+) -> Cost:
+    """Backward of one layer, one direction, over ``rows`` (timesteps x batch rows).
+
+    ``first_batch``: batch rows of the first step run (its previous state is the initial
+    ``h0``/``c0``, which gets a gradient only if it requires one); ``last_batch``: of the
+    last step run (its outputs feed no later step). Both are the batch size for padded
+    input; for a PackedSequence the forward direction runs the largest batch first and
+    the smallest last, the reverse direction the other way round.
+
+    ``output_grad``: the output sequence gets a gradient (so each step's ``h`` joins it to
+    the gradient from the next step: one add per element). ``incoming_fan_in``: a cell
+    called alone (one step): count that join on its incoming state instead, when the
+    state requires grad (a step of a loop, whose state is the previous step's output).
+
+    >>> # nn.RNN(3, 4), 5 steps x batch 2, weights trainable, input not: G = 4.
+    >>> # MACs: dh_prev 8*4*4 (4 steps after the first), dW_ih 10*4*3, dW_hh 10*4*4;
+    >>> # FLOPs: 2*MACs + tanh backward 10*2*4 + h fan-in 8*4 + bias sums 2*10*4
+    >>> layer_backward_cost("rnn", 10, 3, 4, first_batch=2, last_batch=2, input_grad=False)
+    Cost(macs=408, flops=1008)
+    """
+    proj = int(proj_size or 0)
+    if not (input_grad or h0_grad or c0_grad or params.any()):
+        return Cost()  # nothing this layer computes requires grad: no autograd node
+    h = hidden_size
+    gates = GATES[kind] * h
+    state = proj or h  # size of the recurrent h (the projected one with proj_size)
+    lstm = kind == "lstm"
+    macs = 0
+    if proj:
+        macs += rows * h * proj  # d(o*tanh(c')) = dh W_hr
+        if params.w_hr:
+            macs += rows * h * proj  # dW_hr = sum over rows of dh^T (o*tanh(c'))
+    # The previous state: every step after the first; the first's (h0, c0) only if needed.
+    later = rows - first_batch
+    prev_h = later + (first_batch if h0_grad else 0)
+    prev_c = later + (first_batch if c0_grad else 0)
+    macs += prev_h * gates * state  # dh_prev = dgates W_hh
+    # the gate gradients; GRU: h_n's (W_hn h + b_hn) only where the hidden side needs it
+    hidden_side = rows if (params.w_hh or params.b_hh) else prev_h
+    flops = hidden_side * gates_backward_flops(kind, h)
+    flops += (rows - hidden_side) * gates_backward_flops(kind, h, hidden_gates=False)
+    if kind == "gru":
+        flops += elementwise_flops(prev_h * h)  # h feeds W_hh h and (h - n): add their gradients
+    if lstm:
+        flops += elementwise_flops(prev_c * h)  # dc_prev = dc' * f
+    # Fan-in: a value used twice gets the sum of two gradients (one add per element).
+    if incoming_fan_in:
+        fan_h = rows if h0_grad else 0
+        fan_c = rows if c0_grad else 0
+    else:
+        fan_h = (rows - last_batch) if output_grad else 0  # h_t: output sequence and step t+1
+        fan_c = rows - last_batch  # c_t: tanh(c_t) and step t+1
+    flops += elementwise_flops(fan_h * state)
+    if lstm:
+        flops += elementwise_flops(fan_c * h)
+    if input_grad:
+        macs += rows * gates * input_size  # dx = dgates W_ih
+    # Weight gradients: sums over all rows of outer products, counted as one product each
+    # (a fused kernel runs one GEMM over the whole sequence).
+    if params.w_ih:
+        macs += rows * gates * input_size
+    if params.w_hh:
+        macs += rows * gates * state
+    flops += rows * gates * (int(params.b_ih) + int(params.b_hh))  # db = dgates summed over the rows
+    return Cost.of_product(macs, flops)
+
+
+def network_backward_cost(
+    kind: str,
+    rows: int,
+    input_size: int,
+    hidden_size: int,
+    *,
+    batch: int,
+    min_batch: int | None = None,
+    proj_size: int = 0,
+    num_layers: int = 1,
+    bidirectional: bool = False,
+    input_grad: bool = False,
+    h0_grad: bool = False,
+    c0_grad: bool = False,
+    params: list[ParamGrads] | None = None,
+    output_grad: bool = True,
+    dropout: float = 0.0,
+    train: bool = False,
+) -> Cost:
+    """Backward of a whole network: :func:`layer_backward_cost` for every layer and
+    direction, plus the backward of the dropout between layers in training.
+
+    ``batch``: the batch size (of a PackedSequence: its largest batch, ``batch_sizes[0]``);
+    ``min_batch``: a PackedSequence's smallest batch (``batch_sizes[-1]``; default
+    ``batch``). ``params``: per layer and direction (layer-major, as the flat weights),
+    which parameters require grad (default: all). A layer's input gets a gradient if the
+    network's input, ``h0``/``c0`` or any parameter of an earlier layer requires one.
+
+    >>> # nn.GRU(3, 4, num_layers=2) on 5 steps x batch 2, the input not requiring grad:
+    >>> # layer 0: 8*12*4 + 10*12*3 + 10*12*4 MACs, layer 1 (input gradient too): + 10*12*4
+    >>> # and reads 4 features; FLOPs 2*MACs + 10*12*4 + 8*4 + 8*4 + 2*10*12 per layer
+    >>> network_backward_cost("gru", 10, 3, 4, batch=2, num_layers=2)
+    Cost(macs=3048, flops=7664)
+    """
+    dirs = 2 if bidirectional else 1
+    layers = int(num_layers)
+    proj = int(proj_size or 0)
+    out_size = proj or hidden_size
+    min_batch = batch if min_batch is None else int(min_batch)
+    if params is None:
+        params = [ParamGrads(w_hr=bool(proj))] * (layers * dirs)
+    total = Cost()
+    needs = bool(input_grad)  # does this layer's input get a gradient?
+    for layer in range(layers):
+        in_size = input_size if layer == 0 else out_size * dirs
+        group = params[layer * dirs : (layer + 1) * dirs]
+        if layer > 0 and needs:  # the gradient flows back through the inter-layer dropout
+            total = total.plus(Cost.of_flops(dropout_backward_flops(rows * out_size * dirs, dropout, train)))
+        if dirs == 2 and needs:  # both directions read the layer input: add their two gradients
+            total = total.plus(Cost.of_flops(elementwise_flops(rows * in_size)))
+        for d, grads in enumerate(group):
+            # the reverse direction runs a PackedSequence smallest batch first
+            first, last = (batch, min_batch) if d == 0 else (min_batch, batch)
+            total = total.plus(layer_backward_cost(
+                kind, rows, in_size, hidden_size, proj, first_batch=first, last_batch=last, input_grad=needs,
+                h0_grad=h0_grad, c0_grad=c0_grad, params=grads, output_grad=output_grad,
+            ))
+        # the next layer's input (this one's output) depends on h0, c0 and this layer's weights
+        needs = needs or h0_grad or c0_grad or any(g.any() for g in group)
+    return total
+
+
+# -- argument parsing for the backward -------------------------------------------------------
+def _requires_grad(t: Any) -> bool:
+    return isinstance(t, torch.Tensor) and t.requires_grad
+
+
+def _batch_of(h: Any) -> int:
+    """Batch rows of a state tensor ``(layers*dirs, B, R)`` / ``(B, R)`` (1 if unbatched)."""
+    return int(h.shape[-2]) if isinstance(h, torch.Tensor) and h.dim() >= 2 else 1
+
+
+def _min_batch(batch_sizes: Any, default: int) -> int:
+    """The last (smallest) entry of a PackedSequence's ``batch_sizes``.
+
+    ``batch_sizes`` is a CPU tensor on every device (the meta device too): its values are
+    shape information, like an int list. A tensor without values (meta, fake) falls back
+    to ``default``.
+    """
+    if isinstance(batch_sizes, torch.Tensor):
+        if batch_sizes.device.type != "cpu" or batch_sizes.numel() == 0:
+            return default
+        try:
+            return int(batch_sizes[-1])
+        except (RuntimeError, NotImplementedError):  # a fake tensor
+            return default
+    return int(batch_sizes[-1]) if batch_sizes else default
+
+
+def _rnn_network_backward(kind: str, name: str):
+    gates = GATES[kind]
+
+    def formula(out, *args, **kwargs) -> Cost:
+        a = _bind(args, kwargs)
+        x, params, hx = a["input"], list(a["params"]), a["hx"]
+        has_biases, num_layers = bool(a["has_biases"]), int(a["num_layers"])
+        dirs = 2 if a["bidirectional"] else 1
+        h0, c0 = (hx[0], hx[1]) if isinstance(hx, (list, tuple)) else (hx, None)
+        hidden = params[1].shape[0] // gates
+        group = len(params) // (num_layers * dirs)
+        proj = params[group - 1].shape[0] if group == 3 + 2 * has_biases else 0
+        batch = _batch_of(h0)
+        min_batch = _min_batch(a["batch_sizes"], batch) if "batch_sizes" in a else batch
+        return network_backward_cost(
+            kind,
+            _rows(x),
+            x.shape[-1],
+            hidden,
+            batch=batch,
+            min_batch=min_batch,
+            proj_size=proj,
+            num_layers=num_layers,
+            bidirectional=dirs == 2,
+            input_grad=_requires_grad(x),
+            h0_grad=_requires_grad(h0),
+            c0_grad=_requires_grad(c0),
+            params=[ParamGrads.of(params[i : i + group], has_biases, bool(proj)) for i in range(0, len(params), group)],
+            dropout=float(a["dropout"]),
+            train=bool(a["train"]),
+        )
+
+    formula.__name__ = formula.__qualname__ = f"{name}_backward"
+    formula.__doc__ = f"Backward of ``torch.{name}`` (the unit), from what requires grad at forward time."
+    return formula
+
+
+lstm_backward = _rnn_network_backward("lstm", "lstm")
+gru_backward = _rnn_network_backward("gru", "gru")
+rnn_tanh_backward = _rnn_network_backward("rnn", "rnn_tanh")
+rnn_relu_backward = _rnn_network_backward("rnn", "rnn_relu")
+
+
+def _rnn_cell_backward(kind: str, name: str):
+    def formula(out, *args, **kwargs) -> Cost:
+        a = dict(zip(_CELL, args))
+        a.update(kwargs)
+        x, hx, w_ih, w_hh = a["input"], a.get("hx"), a["w_ih"], a["w_hh"]
+        h, c = (hx[0], hx[1]) if isinstance(hx, (list, tuple)) else (hx, None)
+        rows = _rows(x)
+        return layer_backward_cost(
+            kind, rows, w_ih.shape[1], w_hh.shape[1], first_batch=rows, last_batch=rows,
+            input_grad=_requires_grad(x), h0_grad=_requires_grad(h), c0_grad=_requires_grad(c),
+            params=ParamGrads(w_ih.requires_grad, w_hh.requires_grad, _requires_grad(a.get("b_ih")),
+                              _requires_grad(a.get("b_hh"))),
+            incoming_fan_in=True,
+        )
+
+    formula.__name__ = formula.__qualname__ = f"{name}_backward"
+    formula.__doc__ = (
+        f"Backward of one ``torch.{name}`` step: an incoming state that requires grad is taken "
+        "as the previous step's output of a loop (its gradient joins the one from its other use)."
+    )
+    return formula
+
+
+lstm_cell_backward = _rnn_cell_backward("lstm", "lstm_cell")
+gru_cell_backward = _rnn_cell_backward("gru", "gru_cell")
+rnn_tanh_cell_backward = _rnn_cell_backward("rnn", "rnn_tanh_cell")
+rnn_relu_cell_backward = _rnn_cell_backward("rnn", "rnn_relu_cell")
+
+for _name, _fn in [
+    ("lstm", lstm_backward), ("gru", gru_backward), ("rnn_tanh", rnn_tanh_backward), ("rnn_relu", rnn_relu_backward),
+    ("lstm_cell", lstm_cell_backward), ("gru_cell", gru_cell_backward),
+    ("rnn_tanh_cell", rnn_tanh_cell_backward), ("rnn_relu_cell", rnn_relu_cell_backward),
+]:  # fmt: skip
+    REGISTRY.set_unit_backward(_name, _fn)
+
+
+# -- fused backward kernels, counted with the same functions -------------------------------
+_MKLDNN_BACKWARD = (
+    "input", "weight1", "weight2", "weight3", "weight4", "hx_", "cx_tmp", "output", "hy_", "cy_", "grad_output",
+    "grad_hy", "grad_cy", "reverse", "mode", "hidden_size", "num_layers", "has_biases", "train", "bidirectional",
+    "batch_sizes", "batch_first", "workspace",
+)  # fmt: skip
+
+
+@REGISTRY.register(aten.mkldnn_rnn_layer_backward)
+def mkldnn_rnn_layer_backward(out, *args, **kwargs) -> Cost:
+    """One layer and direction of the oneDNN LSTM backward (CPU ``nn.LSTM`` without the unit).
+
+    The kernel computes every gradient whatever requires grad: the input's, ``hx``'s and
+    ``cx``'s, both weights', and one bias gradient (oneDNN keeps ``b_ih + b_hh`` as one
+    bias; torch returns it twice). Padded input only (no projections, no packing).
+    """
+    a = dict(zip(_MKLDNN_BACKWARD, args))
+    a.update(kwargs)
+    x, hidden = a["input"], int(a["hidden_size"])
+    kind = _kind_of(a["weight1"].shape[0], hidden, a.get("mode"))
+    batch = _batch_of(a["hx_"])
+    return layer_backward_cost(
+        kind, _rows(x), x.shape[-1], hidden, first_batch=batch, last_batch=batch, input_grad=True, h0_grad=True,
+        # one bias gradient: oneDNN adds b_ih + b_hh into one bias
+        c0_grad=kind == "lstm", params=ParamGrads(True, True, bool(a["has_biases"]), False),
+    )
+
+
+_CUDNN_BACKWARD = (
+    "input", "weight", "weight_stride0", "weight_buf", "hx", "cx", "output", "grad_output", "grad_hy", "grad_cy",
+    "mode", "hidden_size", "proj_size", "num_layers", "batch_first", "dropout", "train", "bidirectional",
+    "batch_sizes", "dropout_state", "reserve", "output_mask",
+)  # fmt: skip
+_MIOPEN_BACKWARD = tuple(n for n in _CUDNN_BACKWARD if n != "proj_size")
+
+
+def _fused_network_backward(a: dict[str, Any]) -> Cost:
+    """``_cudnn_rnn_backward``/``miopen_rnn_backward``: the whole network.
+
+    The data gradients (input, ``hx``, ``cx``) are computed unconditionally (torch runs
+    the data backward whatever ``output_mask`` says: it updates the reserve space the
+    weight backward reads); the weight gradients, all of them, only if ``output_mask[3]``.
+    A missing ``grad_output``/``grad_hy``/``grad_cy`` is replaced by zeros (the same
+    work); with none of them, torch returns at once.
+    """
+    if all(a.get(g) is None for g in ("grad_output", "grad_hy", "grad_cy")):
+        return Cost()
+    x, hidden, proj = a["input"], int(a["hidden_size"]), int(a.get("proj_size") or 0)
+    weights = a["weight"]
+    has_biases = int(a["weight_stride0"]) - (1 if proj else 0) == 4
+    kind = _kind_of(weights[0].shape[0] if len(weights) else 0, hidden, a["mode"])
+    mask = a.get("output_mask") or (True, True, True, True)
+    num_layers, dirs = int(a["num_layers"]), 2 if a["bidirectional"] else 1
+    batch = _batch_of(a["hx"])
+    grads = ParamGrads(True, True, has_biases, has_biases, bool(proj)) if mask[3] else NO_PARAM_GRADS
+    return network_backward_cost(
+        kind,
+        _rows(x),
+        x.shape[-1],
+        hidden,
+        batch=batch,
+        min_batch=_min_batch(a.get("batch_sizes"), batch),
+        proj_size=proj,
+        num_layers=num_layers,
+        bidirectional=dirs == 2,
+        input_grad=True,
+        h0_grad=True,
+        c0_grad=kind == "lstm",
+        params=[grads] * (num_layers * dirs),
+        dropout=float(a["dropout"]),
+        train=bool(a["train"]),
+    )
+
+
+@REGISTRY.register(aten._cudnn_rnn_backward)
+def cudnn_rnn_backward(out, *args, **kwargs) -> Cost:
+    """cuDNN RNN/GRU/LSTM backward (padded or packed: then ``input`` is the packed data)."""
+    a = dict(zip(_CUDNN_BACKWARD, args))
+    a.update(kwargs)
+    return _fused_network_backward(a)
+
+
+@REGISTRY.register(aten.miopen_rnn_backward)
+def miopen_rnn_backward(out, *args, **kwargs) -> Cost:
+    """MIOpen (ROCm) backward: cuDNN's arguments without ``proj_size``."""
+    a = dict(zip(_MIOPEN_BACKWARD, args))
+    a.update(kwargs)
+    return _fused_network_backward(a)
+
+
+_MPS_BACKWARD = ("grad_y", "grad_hy", "grad_cy", "z_state", "cell_state_fwd", "input", "layersOutputs", "hx",
+                 "params", "has_biases", "num_layers", "dropout", "train", "bidirectional", "batch_first")
+
+
+@REGISTRY.register("aten::lstm_mps_backward", missing_ok=True)
+def lstm_mps_backward(out, *args, **kwargs) -> Cost:
+    """The Apple-GPU LSTM backward (``_lstm_mps``'s): every gradient, whatever requires grad."""
+    a = dict(zip(_MPS_BACKWARD, args))
+    a.update(kwargs)
+    x, params, hx = a["input"], list(a["params"]), list(a["hx"])
+    has_biases, num_layers = bool(a["has_biases"]), int(a["num_layers"])
+    dirs = 2 if a["bidirectional"] else 1
+    batch = _batch_of(hx[0]) if hx else 1
+    grads = ParamGrads(True, True, has_biases, has_biases)
+    return network_backward_cost(
+        "lstm", _rows(x), x.shape[-1], params[1].shape[0] // GATES["lstm"], batch=batch, num_layers=num_layers,
+        bidirectional=dirs == 2, input_grad=True, h0_grad=True, c0_grad=True, params=[grads] * (num_layers * dirs),
+        dropout=float(a["dropout"]), train=bool(a["train"]),
+    )
+
+
+@REGISTRY.register(aten._thnn_fused_lstm_cell_backward_impl, aten._thnn_fused_lstm_cell_backward)
+def thnn_fused_lstm_cell_backward(out, grad_hy, grad_cy, cx, cy, workspace, has_bias=True, **kwargs) -> Cost:
+    """The CUDA LSTM cell backward after its products (``mm``, counted apart): the gate
+    gradients, ``dcx = dc * f`` (always computed), the add of ``grad_cy`` to the ``c'``
+    gradient when given, and one bias gradient (the gates' gradient summed; torch returns
+    it for both biases)."""
+    hidden, rows = cx.shape[-1], prod(cx.shape[:-1])
+    flops = rows * (gates_backward_flops("lstm", hidden) + elementwise_flops(hidden))
+    if grad_cy is not None:
+        flops += rows * elementwise_flops(hidden)
+    if has_bias:
+        flops += rows * GATES["lstm"] * hidden
+    return Cost.of_flops(flops)
+
+
+@REGISTRY.register(aten._thnn_fused_gru_cell_backward)
+def thnn_fused_gru_cell_backward(out, grad_hy, workspace, has_bias=True, **kwargs) -> Cost:
+    """The CUDA GRU cell backward after its products: the gate gradients (``dhx``'s direct
+    term ``g*z`` among them) and, with biases, the input and hidden gate gradients summed
+    (two bias gradients: they differ in the ``n`` block)."""
+    hidden, rows = grad_hy.shape[-1], prod(grad_hy.shape[:-1])
+    flops = rows * gates_backward_flops("gru", hidden)
+    if has_bias:
+        flops += 2 * rows * GATES["gru"] * hidden
+    return Cost.of_flops(flops)

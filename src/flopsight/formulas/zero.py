@@ -29,6 +29,16 @@ Families (one list each below, so coverage is easy to review):
   number of comparisons (``max``, ``argmax``, ``amax``...) *are* counted, in
   :mod:`.reduction`.
 
+* **backward plumbing**: the backward kernels of views and selections write the incoming
+  gradient into a zeroed tensor of the input's shape, or pick from it, without arithmetic:
+  ``select_backward``, ``slice_backward``, ``diagonal_backward``,
+  ``masked_scatter_backward``, ``value_selecting_reduction_backward`` (``max``/``min``/
+  ``median``/``kthvalue``/``mode`` along a dim), ``trace_backward``,
+  ``masked_select_backward``, ``_pack_padded_sequence_backward``, ``to_dense_backward``;
+  sparse-gradient bookkeeping (``_indices``, ``_values``,
+  ``_sparse_coo_tensor_with_dims_and_tensors``...); the optimizers' ``_foreach_copy_``,
+  ``_foreach_zero_`` (``zero_grad(set_to_none=False)``), ``_foreach_clone``.
+
 Not here, though they look like indexing: ops whose packet has an accumulating form
 (``index_put(accumulate=True)``, ``scatter(reduce=...)``, ``scatter_add``, ``index_add``,
 ``put(accumulate=True)``, ``col2im``) are in :mod:`.reduction`, where they cost 0 when
@@ -125,8 +135,47 @@ _ORDERING = """
 """
 
 
-_BLOCKS = (_VIEWS, _COPIES, _CREATION, _INDEXING, _ORDERING)
-_NAMES = tuple(f"aten::{name}" for block in _BLOCKS for name in block.split())
+# -- backward plumbing: gradients of views/selections, sparse gradients, optimizer copies ------
+# (``index_select``/``gather``/``unfold``/reflection-padding backward *accumulate*: reduction.py)
+_BACKWARD = """
+    select_backward slice_backward diagonal_backward masked_scatter_backward masked_select_backward
+    value_selecting_reduction_backward trace_backward _pack_padded_sequence_backward
+    to_dense_backward to_mkldnn_backward
+    _indices _values indices values _nnz sparse_dim dense_dim is_coalesced _coalesced_
+    _sparse_coo_tensor_with_dims _sparse_coo_tensor_with_dims_and_tensors _sparse_coo_tensor_unsafe
+    sparse_coo_tensor _validate_sparse_coo_tensor_args sparse_mask
+    _foreach_copy _foreach_copy_ _foreach_zero _foreach_zero_ _foreach_clone
+"""
+
+
+# -- profiler bookkeeping: record_function ranges (optimizer.step() opens one) ----------
+_PROFILER = """
+    profiler::_record_function_enter profiler::_record_function_enter_new profiler::_record_function_exit
+"""
+
+
+# -- communication: collectives move data between processes (DDP's gradient allreduce);
+# their in-network reductions are not counted as compute --------------------------------
+_C10D = """
+    allreduce_ allreduce_coalesced_ allgather_ _allgather_base_ allgather_coalesced_
+    allgather_into_tensor_coalesced_ reduce_scatter_ _reduce_scatter_base_ reduce_scatter_tensor_coalesced_
+    broadcast_ reduce_ gather_ scatter_ alltoall_ alltoall_base_ barrier send recv_ recv_any_source_
+    monitored_barrier_
+"""
+_C10D_FUNCTIONAL = """
+    all_reduce all_reduce_ all_reduce_coalesced all_reduce_coalesced_ all_gather_into_tensor
+    all_gather_into_tensor_out all_gather_into_tensor_coalesced reduce_scatter_tensor
+    reduce_scatter_tensor_coalesced all_to_all_single broadcast broadcast_ wait_tensor
+"""
+
+
+_BLOCKS = (_VIEWS, _COPIES, _CREATION, _INDEXING, _ORDERING, _BACKWARD)
+_NAMES = (
+    tuple(f"aten::{name}" for block in _BLOCKS for name in block.split())
+    + tuple(_PROFILER.split())
+    + tuple(f"c10d::{name}" for name in _C10D.split())
+    + tuple(f"_c10d_functional::{name}" for name in _C10D_FUNCTIONAL.split())
+)
 # Names the installed torch lacks are skipped (and listed by ``REGISTRY.missing()``).
 REGISTRY.zero_cost(*_NAMES, missing_ok=True)
 

@@ -8,6 +8,12 @@ depth prints all of them, ``params of model`` is right without an engine, module
 never ran are marked, containers (``ModuleList``) show their children's totals, and zero
 latency never divides.
 
+What was measured decides what is shown; a forward-only profile prints DeepSpeed's lines
+and nothing else. A profile with a backward pass or an optimizer step adds the training
+lines of DeepSpeed's engine report, computed from the *measured* backward and step (not
+DeepSpeed's ``2 * fwd flops`` estimate), and backward columns in the aggregated and
+detailed profiles. A ``generate()`` profile adds prefill, decode and whole-call lines.
+
 >>> import torch, flopsight
 >>> from flopsight.renderers.text_renderer import render_text
 >>> model = torch.nn.Sequential(torch.nn.Linear(16, 5))
@@ -31,7 +37,7 @@ from ..units import (
     params_to_string,
 )
 
-__all__ = ["ParallelInfo", "render_text", "render_aggregated"]
+__all__ = ["ParallelInfo", "render_text", "render_aggregated", "is_training", "parallel_of"]
 
 RULE = "-" * 78
 _LINE = "{:<70}  {:<8}"
@@ -42,6 +48,12 @@ number of floating-point operations (flops), floating-point operations per secon
 fwd latency (forward propagation latency), bwd latency (backward propagation latency),
 step (weights update latency), iter latency (sum of fwd, bwd and step latency)
 """
+# A training report's iter latency is the wall time of the whole profiled span, so it also
+# holds what ran between fwd, bwd and step (loss, zero_grad, data loading): say so.
+_NOTATIONS_TRAINING = _NOTATIONS.replace(
+    "iter latency (sum of fwd, bwd and step latency)",
+    "iter latency (wall time of the whole profiled span)",
+)
 
 
 @dataclass
@@ -62,10 +74,39 @@ def _rate(flops: float, seconds: float) -> str:
     return flops_to_string(round(flops / seconds, DEFAULT_PRECISION) if seconds else 0)
 
 
+def _per_second(amount: float, seconds: float) -> str:
+    """A summary-line rate, as DeepSpeed prints it (rounded by the unit, not before)."""
+    return flops_to_string(amount / seconds if seconds else 0)
+
+
+def _count(n: float) -> str:
+    return f"{round(n, DEFAULT_PRECISION):g}"
+
+
 def _indent(text: str, spaces: int) -> str:
     """Indent every line but the first (how nn.Module.__repr__ nests children)."""
     first, *rest = text.split("\n")
     return "\n".join([first] + [" " * spaces + line for line in rest])
+
+
+def is_training(result: ProfileResult) -> bool:
+    """True when the profile measured a backward pass or an optimizer step."""
+    phases = result.phases
+    return (
+        "backward" in phases
+        or "step" in phases
+        or bool(result.spans.get("backward"))
+        or bool(result.spans.get("step"))
+    )
+
+
+def parallel_of(result: ProfileResult, given: ParallelInfo | None) -> ParallelInfo:
+    """``given`` (a DeepSpeed engine's figures), else what the run recorded: under
+    torch.distributed every rank is a data-parallel rank (world size = dp size, mp 1)."""
+    if given is not None:
+        return given
+    world = int(result.metadata.get("world_size") or 1)
+    return ParallelInfo(world_size=world, dp_size=world, mp_size=1)
 
 
 class _Report:
@@ -73,11 +114,14 @@ class _Report:
         self.result = result
         self.parallel = parallel
         self.unit = "GPU" if result.metadata.get("device_type") == "cuda" else "device"
+        self.training = is_training(result)
         total = result.total
         self.params = total.params
         self.macs = total.forward.macs
         self.flops = total.forward.flops
         self.latency = total.forward.latency
+        # the detailed tree's backward percentages are of the model's measured backward
+        self.bwd = total.backward
         self.lines: list[str] = []
 
     def add(self, *lines: str) -> None:
@@ -89,14 +133,24 @@ class _Report:
     # -- summary --------------------------------------------------------------------------
     def summary(self, profile_step: int) -> None:
         u = self.unit
-        mp = self.parallel.mp_size if self.parallel else 1
-        self.add("", " flopsight ".center(78, "-"), f"Profile Summary at step {profile_step}:", _NOTATIONS)
-        if self.parallel:
-            self.kv("world size: ", self.parallel.world_size)
-            self.kv("data parallel size: ", self.parallel.dp_size)
+        notations = _NOTATIONS_TRAINING if self.training else _NOTATIONS
+        self.add("", " flopsight ".center(78, "-"), f"Profile Summary at step {profile_step}:", notations)
+        # forward-only reports print the header only for an engine, as DeepSpeed does;
+        # training reports always do (DeepSpeed's engine report always has it)
+        parallel = parallel_of(self.result, self.parallel) if self.training else self.parallel
+        mp = parallel.mp_size if parallel else 1
+        iteration = self.result.iteration if self.training else None
+        if parallel:
+            self.kv("world size: ", parallel.world_size)
+            self.kv("data parallel size: ", parallel.dp_size)
             self.kv("model parallel size: ", mp)
-            if self.parallel.batch_size is not None:
-                self.kv(f"batch size per {u}: ", self.parallel.batch_size)
+            batch = parallel.batch_size
+            if batch is None and iteration is not None and iteration.samples and iteration.micro_batches:
+                batch = _count(iteration.samples / iteration.micro_batches)
+            if batch is not None:
+                self.kv(f"batch size per {u}: ", batch)
+        if iteration is not None:
+            self._repeats(iteration)
         self.kv(f"params per {u}: ", params_to_string(self.params))
         self.kv(f"params of model = params per {u} * mp_size: ", params_to_string(self.params * mp))
         self.kv(f"fwd MACs per {u}: ", macs_to_string(self.macs))
@@ -107,6 +161,11 @@ class _Report:
             f"fwd FLOPS per {u} = fwd flops per {u} / fwd latency: ",
             flops_to_string(self.flops / self.latency if self.latency else 0),
         )
+        if iteration is not None:
+            self._training(iteration, parallel)
+        generation = self.result.generation
+        if generation is not None:
+            self._generation(generation, batch_printed=parallel is not None and parallel.batch_size is not None)
         unsupported = self.result.unsupported_ops
         if unsupported:
             listed = ", ".join(f"{name} x{calls}" for name, calls in sorted(unsupported.items()))
@@ -114,15 +173,132 @@ class _Report:
         if self.result.metadata.get("error"):
             self.kv("profile incomplete: ", self.result.metadata["error"])
 
+    def _repeats(self, it) -> None:
+        # Gradient accumulation (several forwards and backwards per step) or a span of
+        # several steps: every figure below is a total over the whole span.
+        if it.micro_batches > 1:
+            self.kv("micro-batches (figures below are totals over all of them): ", it.micro_batches)
+        if it.step.calls > 1:
+            self.kv("optimizer steps (figures below are totals over all of them): ", it.step.calls)
+
+    def _training(self, it, parallel: ParallelInfo) -> None:
+        """DeepSpeed's engine lines, from the measured backward and step."""
+        u = self.unit
+        fwd_flops, fwd_latency = self.flops, self.latency
+        bwd, rec, step = it.backward, it.recompute, it.step
+        recomputed = "recompute" in self.result.phases
+        self.kv(f"bwd MACs per {u}: ", macs_to_string(bwd.macs))
+        self.kv(f"bwd flops per {u}: ", number_to_string(bwd.flops))
+        self.kv("bwd latency: ", duration_to_string(bwd.latency))
+        if recomputed:
+            # Activation checkpointing re-runs forwards inside the backward pass: the
+            # hardware did that work too, so the bwd rates count it (DeepSpeed's
+            # recompute_fwd_factor, measured); "model FLOPS" below leaves it out.
+            self.kv(f"recompute MACs per {u} (activation checkpointing): ", macs_to_string(rec.macs))
+            self.kv(f"recompute flops per {u} (activation checkpointing): ", number_to_string(rec.flops))
+            self.kv("recompute latency (part of bwd latency): ", duration_to_string(rec.latency))
+            self.kv(
+                f"bwd FLOPS per {u} = (bwd + recompute flops) / bwd latency: ",
+                _per_second(bwd.flops + rec.flops, bwd.latency),
+            )
+            self.kv(
+                f"fwd+bwd FLOPS per {u} = fwd+bwd+recompute flops / fwd+bwd latency: ",
+                _per_second(fwd_flops + bwd.flops + rec.flops, fwd_latency + bwd.latency),
+            )
+        else:
+            self.kv(
+                f"bwd FLOPS per {u} = measured bwd flops per {u} / bwd latency: ",
+                _per_second(bwd.flops, bwd.latency),
+            )
+            self.kv(
+                f"fwd+bwd FLOPS per {u} = (fwd + bwd flops) / (fwd+bwd latency): ",
+                _per_second(fwd_flops + bwd.flops, fwd_latency + bwd.latency),
+            )
+        self.kv(f"step flops per {u}: ", number_to_string(step.flops))
+        self.kv("step latency: ", duration_to_string(step.latency))
+        iter_flops = fwd_flops + bwd.flops + rec.flops + step.flops
+        parts = "fwd + bwd + recompute + step" if recomputed else "fwd + bwd + step"
+        self.kv(f"iter flops per {u} = {parts} flops: ", number_to_string(iter_flops))
+        self.kv("iter latency: ", duration_to_string(it.latency))
+        self.kv(f"FLOPS per {u} = iter flops per {u} / iter latency: ", _per_second(iter_flops, it.latency))
+        if recomputed:
+            self.kv(
+                f"model FLOPS per {u} = (iter - recompute flops) / iter latency: ",
+                _per_second(iter_flops - rec.flops, it.latency),
+            )
+        if it.samples:
+            # samples of every data-parallel rank (DeepSpeed multiplies by the world size,
+            # which overcounts under model parallelism)
+            label = "samples/second = samples per {} * dp_size / iter latency: ".format(u)
+            self.kv(label, _count(it.samples * parallel.dp_size / it.latency if it.latency else 0))
+
+    def _generation(self, g, batch_printed: bool) -> None:
+        """generate(): the prompt's prefill apart from the decode steps, then the whole call."""
+        u = self.unit
+        if not batch_printed:
+            self.kv(f"batch size per {u}: ", g.batch_size)
+        self.kv("new tokens per sequence (prefill + decode steps): ", g.new_tokens)
+        self.kv(f"prefill MACs per {u}: ", macs_to_string(g.prefill.macs))
+        self.kv(f"prefill flops per {u}: ", number_to_string(g.prefill.flops))
+        self.kv("prefill latency: ", duration_to_string(g.prefill.latency))
+        self.kv(
+            f"prefill FLOPS per {u} = prefill flops / prefill latency: ",
+            _per_second(g.prefill.flops, g.prefill.latency),
+        )
+        self.kv("decode steps: ", g.decode.calls)
+        if g.decode.calls:
+            self.kv(f"decode MACs per {u} per step: ", macs_to_string(g.per_step.macs))
+            self.kv(f"decode flops per {u} per step: ", number_to_string(g.per_step.flops))
+            self.kv("decode latency per step: ", duration_to_string(g.per_step.latency))
+            self.kv(
+                f"decode FLOPS per {u} = decode flops / decode latency: ",
+                _per_second(g.decode.flops, g.decode.latency),
+            )
+            self.kv("decode MACs per generated token = per step / batch size: ", macs_to_string(g.per_token.macs))
+            self.kv("decode flops per generated token = per step / batch size: ", number_to_string(g.per_token.flops))
+            self.kv("decode latency per generated token = per step / batch size: ", duration_to_string(g.per_token.latency))
+            self.kv(
+                "decode tokens/second = batch size * decode steps / decode latency: ",
+                _count(g.batch_size * g.decode.calls / g.decode.latency if g.decode.latency else 0),
+            )
+        self.kv(f"generate() MACs per {u}: ", macs_to_string(g.total.macs))
+        self.kv(f"generate() flops per {u}: ", number_to_string(g.total.flops))
+        self.kv("generate() latency: ", duration_to_string(g.total.latency))
+        self.kv(
+            f"generate() FLOPS per {u} = generate() flops / generate() latency: ",
+            _per_second(g.total.flops, g.total.latency),
+        )
+        self.kv(
+            "tokens/second = batch size * new tokens / generate() latency: ",
+            _count(g.batch_size * g.new_tokens / g.total.latency if g.total.latency else 0),
+        )
+
     # -- aggregated -----------------------------------------------------------------------
     def aggregated(self, module_depth: int, top_modules: int) -> None:
-        self.add(f"Top {top_modules} modules in terms of params, MACs or fwd latency at different model depths:")
-        for d in by_depth_and_type(self.result, depth=module_depth, top=top_modules):
+        if not self.training:
+            self.add(f"Top {top_modules} modules in terms of params, MACs or fwd latency at different model depths:")
+            for d in by_depth_and_type(self.result, depth=module_depth, top=top_modules):
+                self.add(
+                    f"depth {d.depth}:",
+                    f"    params      - { {k: params_to_string(v) for k, v in d.params} }",
+                    f"    MACs        - { {k: macs_to_string(v) for k, v in d.macs} }",
+                    f"    fwd latency - { {k: duration_to_string(v) for k, v in d.latency} }",
+                )
+            return
+        self.add(
+            f"Top {top_modules} modules in terms of params, MACs, fwd latency, bwd MACs or bwd latency "
+            "at different model depths:"
+        )
+        forward = by_depth_and_type(self.result, depth=module_depth, top=top_modules)
+        backward = by_depth_and_type(self.result, depth=module_depth, top=top_modules, phase="backward")
+        for d, b in zip(forward, backward):
             self.add(
                 f"depth {d.depth}:",
                 f"    params      - { {k: params_to_string(v) for k, v in d.params} }",
                 f"    MACs        - { {k: macs_to_string(v) for k, v in d.macs} }",
                 f"    fwd latency - { {k: duration_to_string(v) for k, v in d.latency} }",
+                f"    bwd MACs    - { {k: macs_to_string(v) for k, v in b.macs} }",
+                f"    bwd latency - { {k: duration_to_string(v) for k, v in b.latency} }",
             )
 
     # -- detailed -------------------------------------------------------------------------
@@ -134,6 +310,13 @@ class _Report:
             f"{duration_to_string(fwd.latency)} = {_pct(fwd.latency, self.latency)} latency",
             _rate(fwd.flops, fwd.latency),
         ]
+        if self.training:
+            bwd = s.backward
+            items += [
+                f"{macs_to_string(bwd.macs)} = {_pct(bwd.macs, self.bwd.macs)} bwd MACs",
+                f"{duration_to_string(bwd.latency)} = {_pct(bwd.latency, self.bwd.latency)} bwd latency",
+                f"{_rate(bwd.flops, bwd.latency)} bwd",
+            ]
         if s.ignored:
             items.append("ignored")
         elif not s.ran:
@@ -157,20 +340,42 @@ class _Report:
         u = self.unit
         timing = self.result.metadata.get("timing", {})
         how = ", ".join(str(v) for v in (timing.get("method"), timing.get("clock")) if v)
+        order = (
+            "params, percentage of total params, MACs, percentage of total MACs, fwd latency, "
+            "percentage of total fwd latency, fwd FLOPS"
+        )
+        latency_note = (
+            "3. Latencies are measured at each module's forward call and exclude the profiler's own overhead"
+            + (f" ({how})." if how else ".")
+        )
+        notes = []
+        if self.training:
+            order += (
+                ", bwd MACs, percentage of total bwd MACs, bwd latency, percentage of total bwd latency, bwd FLOPS"
+            )
+            latency_note = (
+                "3. fwd latencies are measured at each module's forward call, bwd latencies are the time of the "
+                "backward operators attributed to the module; both exclude the profiler's own overhead"
+                + (f" ({how})." if how else ".")
+            )
+            notes.append(
+                "4. A module's bwd figures are the measured backward of what its forward computed (gradient "
+                "accumulation into its parameters included); frozen parameters and inputs that need no gradient "
+                "cost no backward. The optimizer step is not attributed to modules (see the summary)."
+            )
         self.add(
             "",
             f"------------------------------ Detailed Profile per {u} ------------------------------",
             "Each module profile is listed after its name in the following order: ",
-            "params, percentage of total params, MACs, percentage of total MACs, fwd latency, "
-            "percentage of total fwd latency, fwd FLOPS",
+            order,
             "",
             "Note: 1. A module can have torch.nn.module or torch.nn.functional to compute logits (e.g. "
             "CrossEntropyLoss). They are not counted as submodules, thus not to be printed out. However they "
             "make up the difference between a parent's MACs (or latency) and the sum of its submodules'.",
             "2. Number of floating-point operations is a theoretical estimation, thus FLOPS computed using that "
             "could be larger than the maximum system throughput.",
-            "3. Latencies are measured at each module's forward call and exclude the profiler's own overhead"
-            + (f" ({how})." if how else "."),
+            latency_note,
+            *notes,
             "",
             self.module_repr(self.result.total),
         )
@@ -185,7 +390,12 @@ def render_text(
     detailed: bool = True,
     parallel: ParallelInfo | None = None,
 ) -> str:
-    """The whole report as one string (ends with a newline)."""
+    """The whole report as one string (ends with a newline).
+
+    ``parallel`` gives the world, data-parallel and model-parallel sizes and the batch size
+    per device (a DeepSpeed engine's); without it a training report takes the world size
+    recorded in the result (torch.distributed's, else 1) and the batch size it measured.
+    """
     report = _Report(result, parallel)
     report.summary(profile_step)
     report.add("", f"----------------------------- Aggregated Profile per {report.unit} -----------------------------")

@@ -1,0 +1,342 @@
+"""Profile one training step from a DeepSpeed ``flops_profiler`` config, loop unchanged.
+
+:func:`attach` reads the same config block DeepSpeed's engine reads and does what the
+engine does with it, for any PyTorch training loop: it counts ``optimizer.step()`` calls
+through the optimizer's step hooks, profiles training step number ``profile_step`` (its
+forward passes, backward passes and the step itself), prints the report at the end of
+that step, and removes everything it installed::
+
+    handle = flopsight.attach(model, optimizer, ds_config)   # ds_config["flops_profiler"]
+    for batch in loader:                                     # the loop as it was
+        loss = model(batch).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    handle.close()      # or `with flopsight.attach(...):` -- warns if profile_step never came
+
+Steps are counted from ``attach`` (the first ``optimizer.step()`` after it is step 1):
+profiling starts right after step ``profile_step - 1`` ends (at ``attach`` for step 1).
+Under ``torch.distributed`` only rank 0 profiles and prints; every rank counts its steps
+and detaches at ``profile_step``.
+
+>>> import torch, flopsight
+>>> model = torch.nn.Linear(4, 2)
+>>> opt = torch.optim.SGD(model.parameters(), lr=0.1)
+>>> config = {"flops_profiler": {"enabled": True, "profile_step": 2, "detailed": False}}
+>>> with flopsight.attach(model, opt, config) as handle:
+...     for _ in range(3):
+...         model(torch.ones(8, 4)).sum().backward()
+...         opt.step()
+...         if handle.steps == 1:
+...             print("step 1 done, nothing printed yet")  # doctest: +ELLIPSIS
+step 1 done, nothing printed yet
+<BLANKLINE>
+--------------------------------- flopsight ----------------------------------
+Profile Summary at step 2:
+...
+>>> handle.done, handle.result.iteration.backward.macs   # 8 rows * 4 inputs * 2 outputs: grad of the weight
+(True, 64)
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import warnings
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import torch
+from torch import nn
+from torch.optim.optimizer import register_optimizer_step_post_hook
+
+from ..compat import _check_output_file, _write_report
+from ..profiler import Profiler, check_model
+from ..renderers.text_renderer import render_text
+from ..result import ProfileResult
+
+__all__ = ["attach", "AttachedProfiler", "FlopsProfilerConfig", "parse_config"]
+
+_BLOCK = "flops_profiler"
+
+
+@dataclass(frozen=True)
+class FlopsProfilerConfig:
+    """DeepSpeed's ``flops_profiler`` block, with DeepSpeed's defaults.
+
+    ``recompute_fwd_factor`` is accepted so DeepSpeed configs load unchanged, and not used:
+    flopsight measures the forward that activation checkpointing re-runs.
+    """
+
+    enabled: bool = False
+    profile_step: int = 1
+    module_depth: int = -1
+    top_modules: int = 1
+    detailed: bool = True
+    output_file: str | None = None
+    recompute_fwd_factor: float = 0.0
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+# key -> (what it must be, check)
+_CHECKS = {
+    "enabled": ("a bool", lambda v: isinstance(v, bool)),
+    "profile_step": ("a positive int", lambda v: _is_int(v) and v >= 1),
+    "module_depth": ("an int >= -1", lambda v: _is_int(v) and v >= -1),
+    "top_modules": ("a positive int", lambda v: _is_int(v) and v >= 1),
+    "detailed": ("a bool", lambda v: isinstance(v, bool)),
+    "output_file": ("a path or None", lambda v: v is None or isinstance(v, (str, os.PathLike))),
+    "recompute_fwd_factor": (
+        "a non-negative number",
+        lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0,
+    ),
+}
+
+
+def parse_config(config: Mapping[str, Any] | str | os.PathLike) -> FlopsProfilerConfig:
+    """The ``flops_profiler`` settings of ``config``: a whole DeepSpeed config (a dict, or
+    the path of its JSON file) holding a ``"flops_profiler"`` block, or the block itself.
+
+    Keys the block leaves out take DeepSpeed's defaults (``enabled`` is False). Unknown
+    keys and wrong types are errors naming the key; the whole config's other keys are
+    DeepSpeed's business and ignored.
+
+    >>> parse_config({"train_batch_size": 8, "flops_profiler": {"enabled": True}}).profile_step
+    1
+    >>> parse_config({"enabled": True, "profile_steps": 3})
+    Traceback (most recent call last):
+    ...
+    ValueError: config: unknown key 'profile_steps' in the flops_profiler block (did you mean 'profile_step'?); known keys: enabled, profile_step, module_depth, top_modules, detailed, output_file, recompute_fwd_factor
+    """
+    if isinstance(config, (str, os.PathLike)):
+        with open(config, encoding="utf-8") as f:
+            config = json.load(f)
+        where = "config file"
+    else:
+        where = "config"
+    if not isinstance(config, Mapping):
+        raise TypeError(f"config: expected a dict (DeepSpeed's config or its flops_profiler block), got {type(config).__name__}")
+    if _BLOCK in config:
+        block, prefix = config[_BLOCK], f"{where}[{_BLOCK!r}]"
+        if not isinstance(block, Mapping):
+            raise TypeError(f"{prefix}: expected a dict, got {type(block).__name__}")
+    else:
+        # no "flops_profiler" key: the block itself, so any other key is a mistake
+        # (a misspelt block name included)
+        block, prefix = config, where
+    for key in block:
+        if key not in _CHECKS:
+            close = difflib.get_close_matches(str(key), list(_CHECKS) + [_BLOCK], n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(
+                f"{prefix}: unknown key {key!r} in the flops_profiler block{hint}; known keys: {', '.join(_CHECKS)}"
+            )
+    values = {}
+    for key, value in block.items():
+        expected, ok = _CHECKS[key]
+        if not ok(value):
+            raise TypeError(f"{prefix}[{key!r}]: expected {expected}, got {value!r}")
+        values[key] = value
+    if values.get("output_file") == "":  # DeepSpeed treats an empty path as stdout
+        values["output_file"] = None
+    if values.get("output_file") is not None:
+        values["output_file"] = os.fspath(values["output_file"])
+    return FlopsProfilerConfig(**values)
+
+
+def _rank() -> int:
+    dist = torch.distributed
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+class AttachedProfiler:
+    """What :func:`attach` returns: where the profile stands, and :meth:`close`.
+
+    ``steps`` counts the optimizer's steps since attach; ``result`` is the
+    :class:`~flopsight.ProfileResult` of step ``profile_step`` and ``report`` its text
+    (both None until then, and on ranks other than 0).
+    """
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, config: FlopsProfilerConfig,
+                 batch_size: int | None):
+        self.model = model
+        self.optimizer = optimizer
+        self.config = config
+        self.steps = 0
+        self.result: ProfileResult | None = None
+        self.report: str | None = None
+        self._profiler: Profiler | None = None
+        self._handles: list = []
+        self._done = False
+        if config.enabled:
+            # built now so a bad model or batch_size fails at attach, not at step N
+            self._profiler = Profiler(model, batch_size=batch_size)
+            self._handles.append(optimizer.register_step_post_hook(self._after_step))
+            if config.profile_step == 1:
+                self._start()
+
+    @property
+    def enabled(self) -> bool:
+        return self.config.enabled
+
+    @property
+    def done(self) -> bool:
+        """True once step ``profile_step`` ended (and the profile was printed on rank 0)."""
+        return self._done
+
+    @property
+    def attached(self) -> bool:
+        """True while hooks (or a running profile) are installed."""
+        return bool(self._handles) or (self._profiler is not None and self._profiler.running)
+
+    def __repr__(self) -> str:
+        if not self.enabled:
+            state = "disabled"
+        elif self._done:
+            state = "done"
+        elif not self.attached:
+            state = "closed"
+        elif self._profiler is not None and self._profiler.running:
+            state = "profiling"
+        else:
+            state = "waiting"
+        return f"<flopsight.AttachedProfiler {state}, profile_step={self.config.profile_step}, steps={self.steps}>"
+
+    # -- the optimizer's hooks ----------------------------------------------------------
+    def _start(self) -> None:
+        if _rank() == 0:  # as DeepSpeed: only rank 0 profiles (and prints)
+            self._profiler.start()
+
+    def _after_step(self, optimizer, args, kwargs) -> None:
+        self.steps += 1
+        if self.steps == self.config.profile_step - 1:
+            self._start()
+        elif self.steps == self.config.profile_step:
+            _finish_after_this_step(self)
+
+    def _finish(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        try:
+            if self._profiler.running:
+                self.result = self._profiler.stop()
+                cfg = self.config
+                self.report = render_text(
+                    self.result,
+                    profile_step=cfg.profile_step,
+                    module_depth=cfg.module_depth,
+                    top_modules=cfg.top_modules,
+                    detailed=cfg.detailed,
+                )
+                _write_report(self.report, cfg.output_file)
+        finally:
+            self._detach()
+
+    def _detach(self) -> None:
+        try:
+            if self._profiler is not None and self._profiler.running:
+                self._profiler.stop()
+        finally:
+            for handle in self._handles:
+                handle.remove()
+            self._handles.clear()
+
+    # -- closing --------------------------------------------------------------------------
+    def close(self) -> None:
+        """Remove everything still installed; warns if step ``profile_step`` never came."""
+        if not self.attached:
+            return
+        if self in _pending:
+            _pending.remove(self)
+        self._detach()
+        if not self._done:
+            ran = f"{self.steps} step{'' if self.steps == 1 else 's'} ran"
+            warnings.warn(
+                f"flopsight: profile_step={self.config.profile_step} was never reached: {ran}; nothing was profiled",
+                UserWarning,
+                stacklevel=2,
+            )
+
+    def __enter__(self) -> "AttachedProfiler":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+# Finishing at the end of a step. Torch calls an optimizer's own post hooks first, then
+# the global ones, among which the profiler ends its step span; and it iterates those
+# dicts live, so a hook may only be removed from one that has no further entry to visit.
+# So the handles whose step this is are finished from one global post hook, registered
+# during the step (from their optimizer's own post hook) and thereby the last to run:
+# removing it, the profilers' hooks and the handles' own hooks from there is safe.
+_pending: list[AttachedProfiler] = []
+_finisher = None
+
+
+def _finish_after_this_step(handle: AttachedProfiler) -> None:
+    global _finisher
+    _pending.append(handle)
+    if _finisher is None:
+        _finisher = register_optimizer_step_post_hook(_finish_pending)
+
+
+def _finish_pending(optimizer, args, kwargs) -> None:
+    global _finisher
+    handles = _pending[:]
+    _pending.clear()
+    if _finisher is not None:
+        _finisher.remove()
+        _finisher = None
+    error = None
+    for handle in handles:
+        try:
+            handle._finish()
+        except Exception as e:  # finish (and detach) every handle, then raise the first error
+            error = error or e
+    if error is not None:
+        raise error
+
+
+def attach(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    config: Mapping[str, Any] | str | os.PathLike,
+    *,
+    batch_size: int | None = None,
+) -> AttachedProfiler:
+    """Profile training step ``profile_step`` of ``model`` as DeepSpeed's engine would.
+
+    Args:
+        model: the module the loop calls (a DDP wrapper or the model inside it).
+        optimizer: the optimizer whose ``step()`` calls are counted.
+        config: DeepSpeed's config (dict or JSON path) with a ``"flops_profiler"`` block,
+            or the block: ``enabled`` (default False, as in DeepSpeed: then nothing is
+            attached), ``profile_step`` (1), ``module_depth`` (-1), ``top_modules`` (1),
+            ``detailed`` (True), ``output_file`` (None: stdout).
+        batch_size: samples per forward call, when the first dimension of the model's
+            first input is not the batch.
+
+    The report is printed at the end of step ``profile_step`` (to ``output_file`` if
+    given); then everything is removed. Use the result as a context manager, or call
+    ``close()``, so that nothing stays installed if the loop ends (or fails) earlier.
+    """
+    check_model(model)
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"optimizer: expected a torch.optim.Optimizer, got {type(optimizer).__name__}")
+    cfg = parse_config(config)
+    if cfg.enabled:
+        _check_output_file(cfg.output_file)
+        if cfg.recompute_fwd_factor:
+            warnings.warn(
+                "flopsight: recompute_fwd_factor is not used: the forward re-run by activation checkpointing is "
+                "measured",
+                UserWarning,
+                stacklevel=2,
+            )
+    return AttachedProfiler(model, optimizer, cfg, batch_size)

@@ -1,0 +1,340 @@
+"""flopsight.attach: DeepSpeed's flops_profiler config block driving any training loop."""
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
+
+import flopsight
+from flopsight.integrations.config import FlopsProfilerConfig, parse_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def make(width=8):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(width, 16), nn.Linear(16, 4))
+    return model, torch.optim.SGD(model.parameters(), lr=0.01)
+
+
+def hooks_of(opt):
+    """Sizes of every optimizer hook registry attach() may touch."""
+    return (
+        len(opt._optimizer_step_pre_hooks),
+        len(opt._optimizer_step_post_hooks),
+        len(_global_optimizer_pre_hooks),
+        len(_global_optimizer_post_hooks),
+    )
+
+
+def enabled(**block):
+    return {"train_batch_size": 8, "flops_profiler": {"enabled": True, **block}}
+
+
+def train(model, opt, steps, *, after_step=None, rows=lambda step: 4):
+    """A plain loop: step i (1-based) trains on rows(i) rows."""
+    for step in range(1, steps + 1):
+        x = torch.ones(rows(step), 8)
+        model(x).pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad()
+        if after_step:
+            after_step(step)
+
+
+def value(text, label):
+    m = re.search(rf"^{re.escape(label)}.*?:\s+(\S.*?)\s*$", text, re.M)
+    assert m, f"no summary line {label!r}"
+    return m.group(1)
+
+
+# -- when it profiles and prints ----------------------------------------------------------------
+def test_prints_at_the_end_of_profile_step_and_profiles_that_step_only(capsys):
+    model, opt = make()
+    before = hooks_of(opt)
+    printed = {}
+    handle = flopsight.attach(model, opt, enabled(profile_step=3, detailed=False))
+
+    def after_step(step):
+        printed[step] = capsys.readouterr().out
+        # attached until step 3 ends, nothing at all afterwards
+        assert handle.attached == (step < 3) and handle.done == (step >= 3)
+
+    train(model, opt, 5, after_step=after_step, rows=lambda step: step)  # step i: i rows
+    handle.close()
+    assert [s for s, out in printed.items() if out] == [3]
+    text = printed[3]
+    assert "Profile Summary at step 3:" in text and "Detailed Profile" not in text
+    # the iteration of step 3 (3 rows), whole: one forward, one backward, one step
+    assert value(text, "batch size per device") == "3"
+    it = handle.result.iteration
+    assert (it.forward.calls, len(handle.result.spans["backward"]), it.step.calls) == (1, 1, 1)
+    assert it.forward.macs == 3 * (8 * 16 + 16 * 4)
+    assert handle.report == text and handle.steps == 3  # not counted once detached
+    assert hooks_of(opt) == before
+
+
+def test_profile_step_1_starts_at_attach(capsys):
+    model, opt = make()
+    with flopsight.attach(model, opt, {"enabled": True}) as handle:  # the block alone
+        assert handle.attached and "profiling" in repr(handle)
+        train(model, opt, 2)
+    text = capsys.readouterr().out
+    assert text.count("Profile Summary at step 1:") == 1
+    # DeepSpeed's defaults: every depth, top 1 module, the detailed profile; 8*16+16 + 16*4+4 params
+    assert "Detailed Profile per device" in text and "    params      - {'Sequential': '212'}" in text
+    assert re.search(r"^depth 1:", text, re.M)
+
+
+def test_other_step_hooks_keep_running_and_two_handles_can_share_a_step(capsys):
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    model, opt = make()
+    calls = []
+    early = register_optimizer_step_post_hook(lambda o, a, k: calls.append("early"))
+    own = opt.register_step_post_hook(lambda o, a, k: calls.append("own"))
+    try:
+        first = flopsight.attach(model, opt, enabled(profile_step=2, detailed=False))
+        second = flopsight.attach(model, opt, enabled(profile_step=2, detailed=False, top_modules=2))
+        late = register_optimizer_step_post_hook(lambda o, a, k: calls.append("late"))
+        train(model, opt, 3)
+        late.remove()
+    finally:
+        early.remove()
+        own.remove()
+    assert calls == ["own", "early", "late"] * 3
+    out = capsys.readouterr().out
+    assert out.count("Profile Summary at step 2:") == 2 and first.done and second.done
+    assert hooks_of(opt) == (0, 0, 0, 0)
+
+
+def test_gradient_accumulation_profiles_every_micro_batch_of_the_step(capsys):
+    model, opt = make()
+    with flopsight.attach(model, opt, enabled(profile_step=2)) as handle:
+        for _ in range(3):
+            for _ in range(2):  # two micro-batches per optimizer step
+                model(torch.ones(4, 8)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+    it = handle.result.iteration
+    assert it.micro_batches == 2 and it.step.calls == 1 and it.samples == 8
+    assert value(capsys.readouterr().out, "micro-batches") == "2"
+
+
+def test_output_file(tmp_path, capsys):
+    model, opt = make()
+    out = tmp_path / "flops.txt"
+    with flopsight.attach(model, opt, enabled(profile_step=2, output_file=str(out), module_depth=0, top_modules=2)):
+        train(model, opt, 3)
+    assert capsys.readouterr().out == ""
+    text = out.read_text()
+    assert "Profile Summary at step 2:" in text and not re.search(r"^depth 1:", text, re.M)
+    assert "bwd latency:" in text and "step latency:" in text
+
+
+def test_config_file_path(tmp_path, capsys):
+    path = tmp_path / "ds_config.json"
+    path.write_text(json.dumps({"train_micro_batch_size_per_gpu": 4, "flops_profiler": {"enabled": True}}))
+    model, opt = make()
+    with flopsight.attach(model, opt, str(path)):
+        train(model, opt, 1)
+    assert "Profile Summary at step 1:" in capsys.readouterr().out
+
+
+def test_output_file_in_a_missing_directory_fails_at_attach(tmp_path):
+    model, opt = make()
+    with pytest.raises(FileNotFoundError, match="output_file"):
+        flopsight.attach(model, opt, enabled(output_file=str(tmp_path / "nope" / "x.txt")))
+    assert hooks_of(opt) == (0, 0, 0, 0)
+
+
+# -- nothing to do, or never reached ----------------------------------------------------------
+def test_disabled_is_a_no_op(capsys):
+    model, opt = make()
+    for config in ({"flops_profiler": {"enabled": False, "profile_step": 1}}, {"train_batch_size": 8, "flops_profiler": {}}, {}):
+        handle = flopsight.attach(model, opt, config)
+        assert not handle.enabled and not handle.attached and "disabled" in repr(handle)
+        assert hooks_of(opt) == (0, 0, 0, 0)
+        train(model, opt, 2)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            handle.close()
+        assert handle.result is None and handle.steps == 0
+    assert capsys.readouterr().out == ""
+
+
+def test_profile_step_never_reached_warns_and_leaves_nothing(capsys):
+    model, opt = make()
+    handle = flopsight.attach(model, opt, enabled(profile_step=10))
+    train(model, opt, 3)
+    with pytest.warns(UserWarning, match=r"profile_step=10 was never reached: 3 steps ran"):
+        handle.close()
+    assert not handle.attached and handle.result is None and hooks_of(opt) == (0, 0, 0, 0)
+    handle.close()  # twice is harmless and silent
+    train(model, opt, 10)
+    assert capsys.readouterr().out == "" and handle.steps == 3
+
+
+def test_never_reached_while_profiling_stops_the_profiler():
+    model, opt = make()
+    with pytest.warns(UserWarning, match=r"profile_step=2 was never reached: 1 step ran"):
+        with flopsight.attach(model, opt, enabled(profile_step=2)) as handle:
+            train(model, opt, 1)  # profiling started after step 1
+            assert "profiling" in repr(handle)
+    assert not handle.attached and hooks_of(opt) == (0, 0, 0, 0)
+
+
+def test_an_error_in_the_loop_leaves_nothing_attached():
+    model, opt = make()
+    with pytest.raises(RuntimeError, match="boom"), pytest.warns(UserWarning, match="never reached: 0 steps ran"):
+        with flopsight.attach(model, opt, enabled()):
+            model(torch.ones(2, 8))
+            raise RuntimeError("boom")
+    assert hooks_of(opt) == (0, 0, 0, 0)
+
+
+# -- config validation ----------------------------------------------------------------------------
+def test_defaults_are_deepspeeds():
+    assert parse_config({}) == FlopsProfilerConfig(
+        enabled=False, profile_step=1, module_depth=-1, top_modules=1, detailed=True, output_file=None
+    )
+    assert parse_config({"flops_profiler": {"enabled": True, "output_file": ""}}).output_file is None
+
+
+@pytest.mark.parametrize(
+    "config, error, message",
+    [
+        ({"enabled": True, "profile_steps": 3}, ValueError, r"unknown key 'profile_steps'.*did you mean 'profile_step'"),
+        ({"flops_profile": {"enabled": True}}, ValueError, r"unknown key 'flops_profile'.*did you mean 'flops_profiler'"),
+        ({"flops_profiler": {"enabled": True, "depth": 2}}, ValueError, r"config\['flops_profiler'\]: unknown key 'depth'"),
+        ({"flops_profiler": {"enabled": "yes"}}, TypeError, r"config\['flops_profiler'\]\['enabled'\]: expected a bool, got 'yes'"),
+        ({"enabled": True, "profile_step": 0}, TypeError, r"config\['profile_step'\]: expected a positive int, got 0"),
+        ({"enabled": True, "profile_step": 2.0}, TypeError, r"\['profile_step'\]: expected a positive int"),
+        ({"enabled": True, "profile_step": True}, TypeError, r"\['profile_step'\]: expected a positive int"),
+        ({"enabled": True, "module_depth": -2}, TypeError, r"\['module_depth'\]: expected an int >= -1"),
+        ({"enabled": True, "top_modules": "3"}, TypeError, r"\['top_modules'\]: expected a positive int, got '3'"),
+        ({"enabled": True, "detailed": 1}, TypeError, r"\['detailed'\]: expected a bool, got 1"),
+        ({"enabled": True, "output_file": 3}, TypeError, r"\['output_file'\]: expected a path or None"),
+        ({"flops_profiler": [1]}, TypeError, r"config\['flops_profiler'\]: expected a dict, got list"),
+        ([("enabled", True)], TypeError, r"config: expected a dict"),
+    ],
+)
+def test_bad_config_is_an_error_naming_the_key(config, error, message):
+    model, opt = make()
+    with pytest.raises(error, match=message):
+        flopsight.attach(model, opt, config)
+    assert hooks_of(opt) == (0, 0, 0, 0)
+
+
+def test_bad_model_or_optimizer():
+    model, opt = make()
+    with pytest.raises(TypeError, match="optimizer: expected a torch.optim.Optimizer"):
+        flopsight.attach(model, [opt], enabled())
+    with pytest.raises(TypeError, match="model: expected a torch.nn.Module"):
+        flopsight.attach(opt, opt, enabled())
+    with pytest.raises(ValueError, match="batch_size"):
+        flopsight.attach(model, opt, enabled(), batch_size=0)
+    assert hooks_of(opt) == (0, 0, 0, 0)
+
+
+def test_recompute_fwd_factor_is_accepted_and_explained():
+    model, opt = make()
+    with pytest.warns(UserWarning, match="recompute_fwd_factor is not used"):
+        handle = flopsight.attach(model, opt, enabled(profile_step=5, recompute_fwd_factor=1.0))
+    assert handle.config.recompute_fwd_factor == 1.0
+    with pytest.warns(UserWarning, match="never reached"):
+        handle.close()
+
+
+# -- torch.distributed ------------------------------------------------------------------------------
+WORKER = textwrap.dedent(
+    """
+    import json, sys, datetime
+    import torch, torch.distributed as dist
+    from torch import nn
+    import flopsight
+
+    rank, port, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
+                            timeout=datetime.timedelta(seconds=60))
+    torch.manual_seed(0)
+    model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(8, 16), nn.Linear(16, 4)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    config = {"flops_profiler": {"enabled": True, "profile_step": 2, "output_file": f"{out}/report.txt"}}
+    rows = 4 if rank == 0 else 6  # tells the ranks' reports apart
+    with flopsight.attach(model, opt, config) as handle:
+        for step in range(3):
+            model(torch.ones(rows, 8)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+    state = {
+        "steps": handle.steps, "done": handle.done, "attached": handle.attached,
+        "report": handle.report is not None, "result": handle.result is not None,
+        "hooks": [len(opt._optimizer_step_post_hooks), len(opt._optimizer_step_pre_hooks)],
+    }
+    with open(f"{out}/rank{rank}.json", "w") as f:
+        json.dump(state, f)
+    dist.barrier()
+    dist.destroy_process_group()
+    """
+)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available")
+def test_two_process_gloo_run_only_rank_0_prints(tmp_path):
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    port = str(free_port())
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(rank), port, str(tmp_path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for rank in (0, 1)
+    ]
+    outputs = []
+    try:
+        for p in procs:
+            outputs.append(p.communicate(timeout=120))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    for rank, (p, (out, err)) in enumerate(zip(procs, outputs)):
+        assert p.returncode == 0, f"rank {rank} failed:\n{err[-3000:]}"
+        assert "Profile Summary" not in out  # the report went to output_file
+    states = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    for state in states:  # every rank counted its steps and detached
+        assert state["steps"] == 2 and state["done"] and not state["attached"] and state["hooks"] == [0, 0]
+    assert states[0]["report"] and states[0]["result"]
+    assert not states[1]["report"] and not states[1]["result"]  # rank 1 neither profiled nor printed
+    text = (tmp_path / "report.txt").read_text()
+    assert "Profile Summary at step 2:" in text
+    assert (value(text, "world size"), value(text, "data parallel size"), value(text, "model parallel size")) == (
+        "2",
+        "2",
+        "1",
+    )
+    assert value(text, "batch size per device") == "4"  # rank 0's
+    assert "ops not counted" not in text  # DDP's gradient allreduce is communication, not compute
+    assert value(text, "bwd MACs per device") == flopsight.macs_to_string(4 * 16 * 4 * 2 + 4 * 8 * 16)

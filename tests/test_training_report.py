@@ -1,0 +1,404 @@
+"""The text report of a training step, gradient accumulation, recompute and generate()."""
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
+
+import flopsight
+from flopsight.renderers.text_renderer import ParallelInfo, render_aggregated, render_text
+from flopsight.units import duration_to_string, flops_to_string, macs_to_string, number_to_string
+
+DATA = Path(__file__).parent / "data"
+B = 4  # rows per micro-batch
+
+
+class MLP(nn.Module):
+    """Linear(8, 16) frozen -> ReLU -> Linear(16, 16) -> ReLU -> Linear(16, 4)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.act1 = nn.ReLU()
+        self.fc2 = nn.Linear(16, 16)
+        self.act2 = nn.ReLU()
+        self.fc3 = nn.Linear(16, 4)
+        self.fc1.requires_grad_(False)
+
+    def forward(self, x):
+        return self.fc3(self.act2(self.fc2(self.act1(self.fc1(x)))))
+
+
+# Hand-derived, batch B. Forward: in * out per row for each Linear.
+FWD_MACS = B * (8 * 16 + 16 * 16 + 16 * 4)  # 1792
+# Backward: fc1 is frozen and its input needs no gradient, so nothing flows into fc1 or
+# act1, and fc2 (whose input then needs no gradient either) computes only grad_weight =
+# g^T @ x (B*16*16 MACs); fc3 computes grad_input = g @ W and grad_weight (2 * B*16*4).
+BWD_MACS = {"fc1": 0, "act1": 0, "fc2": B * 16 * 16, "act2": 0, "fc3": 2 * B * 16 * 4}
+
+
+def make():
+    torch.manual_seed(0)
+    model = MLP()
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+    return model, opt
+
+
+def batch(rows=B):
+    torch.manual_seed(1)
+    return torch.randn(rows, 8), torch.zeros(rows, 4)
+
+
+def train_step(model, opt, micro_batches=1):
+    for _ in range(micro_batches):
+        x, y = batch()
+        (F.mse_loss(model(x), y) / micro_batches).backward()
+    opt.step()
+    opt.zero_grad()
+
+
+def profiled_step(micro_batches=1):
+    model, opt = make()
+    with flopsight.Profiler(model) as prof:
+        train_step(model, opt, micro_batches)
+    return prof.result
+
+
+def value(text, label):
+    """The value column of the summary line whose label starts with ``label``."""
+    m = re.search(rf"^{re.escape(label)}.*?:\s+(\S.*?)\s*$", text, re.M)
+    assert m, f"no summary line {label!r}"
+    return m.group(1)
+
+
+def summary_lines(text):
+    """The summary's label/value lines (after the notations, up to the blank line)."""
+    lines = text.splitlines()
+    start = next(i for i, l in enumerate(lines) if l.startswith("step (weights update latency)")) + 2
+    return lines[start : lines.index("", start)]
+
+
+def assert_aligned(text):
+    """The label column is 70 wide (no label overflows it), then two spaces, then the value."""
+    lines = summary_lines(text)
+    assert lines
+    for line in lines:
+        label, _, _ = line.partition(": ")
+        assert len(label) + 2 <= 70 and line[70:72] == "  " and line[72] != " ", line
+
+
+# -- goldens ---------------------------------------------------------------------------------
+def test_training_step_golden_via_profiler(fake_clock, golden):
+    result = profiled_step()
+    golden("mlp_training_step.txt", render_text(result, top_modules=2))
+
+
+def test_training_step_golden_via_flops_profiler(fake_clock, golden, tmp_path):
+    model, opt = make()
+    prof = flopsight.FlopsProfiler(model)
+    prof.start_profile()
+    train_step(model, opt)
+    prof.stop_profile()
+    out = tmp_path / "report.txt"
+    prof.print_model_profile(profile_step=3, module_depth=1, top_modules=2, output_file=str(out))
+    prof.end_profile()
+    golden("mlp_training_flops_profiler.txt", out.read_text())
+
+
+# -- what the training lines say --------------------------------------------------------------
+def test_training_lines_follow_deepspeeds_engine_report_in_order_and_format(fake_clock):
+    text = render_text(profiled_step())
+    lines = summary_lines(text)
+    # every line of DeepSpeed's engine summary (the data-parallel LeNet sample), in its
+    # order, labels reading 'device' off CUDA; ours adds measured lines between them
+    sample = (DATA / "deepspeed-lenet-dp2.txt").read_text().splitlines()
+    start = sample.index("world size:".ljust(70) + "  " + "2".ljust(8))
+    theirs = [l[:70].rstrip().replace("GPU", "device") for l in sample[start : sample.index("", start)]]
+    deepspeed_labels = [re.split(r" = |:", l)[0] for l in theirs]
+    mine = [l[:70].rstrip() for l in lines]
+    positions = [next(i for i, l in enumerate(mine) if l.startswith(lbl)) for lbl in deepspeed_labels]
+    assert positions == sorted(positions), "DeepSpeed's lines out of order"
+    assert len(deepspeed_labels) == 18
+    assert_aligned(text)
+    assert "iter latency (wall time of the whole profiled span)" in text
+
+
+def test_bwd_figures_are_measured_not_estimated(fake_clock):
+    result = profiled_step()
+    text = render_text(result)
+    bwd_macs = sum(BWD_MACS.values())  # 1536: not 2 * forward (3584), as DeepSpeed estimates
+    assert value(text, "bwd MACs per device") == macs_to_string(bwd_macs) == "1.54 KMACs"
+    assert result.iteration.backward.macs == bwd_macs
+    it = result.iteration
+    assert value(text, "bwd FLOPS per device = measured bwd flops per device / bwd latency") == flops_to_string(
+        it.backward.flops / it.backward.latency
+    )
+    assert value(text, "bwd flops per device") == number_to_string(it.backward.flops)
+    assert value(text, "bwd latency") == duration_to_string(it.backward.latency)
+    fwd = result.total.forward
+    assert value(text, "fwd MACs per device") == macs_to_string(FWD_MACS)
+    assert value(text, "fwd+bwd FLOPS per device") == flops_to_string(
+        (fwd.flops + it.backward.flops) / (fwd.latency + it.backward.latency)
+    )
+    # AdamW: its step is counted, and the step is a span of its own
+    assert it.step.flops > 0 and value(text, "step flops per device") == number_to_string(it.step.flops)
+    assert value(text, "step latency") == duration_to_string(result.spans["step"][0])
+    iter_flops = fwd.flops + it.backward.flops + it.step.flops
+    assert value(text, "iter flops per device = fwd + bwd + step flops") == number_to_string(iter_flops)
+    assert value(text, "iter latency") == duration_to_string(result.spans["iteration"][0])
+    assert value(text, "FLOPS per device = iter flops per device / iter latency") == flops_to_string(
+        iter_flops / it.latency
+    )
+    assert value(text, "samples/second") == f"{round(B / it.latency, 2):g}"
+    assert value(text, "batch size per device") == str(B)
+    assert (value(text, "world size"), value(text, "data parallel size"), value(text, "model parallel size")) == (
+        "1",
+        "1",
+        "1",
+    )
+    assert "micro-batches" not in text and "recompute" not in text.split("Aggregated")[0].split("Notations")[1]
+
+
+def test_detailed_tree_shows_each_modules_backward(fake_clock):
+    result = profiled_step()
+    text = render_text(result)
+    assert (
+        "params, percentage of total params, MACs, percentage of total MACs, fwd latency, percentage of total fwd "
+        "latency, fwd FLOPS, bwd MACs, percentage of total bwd MACs, bwd latency, percentage of total bwd latency, "
+        "bwd FLOPS\n" in text
+    )
+    total = sum(BWD_MACS.values())
+    for name, macs in BWD_MACS.items():
+        stats = result.module(name)
+        assert stats.backward.macs == macs
+        pct = f"{round(100 * macs / total, 2):g}%"
+        lat = duration_to_string(stats.backward.latency)
+        lat_pct = f"{round(100 * stats.backward.latency / result.total.backward.latency, 2):g}%"
+        line = next(l for l in text.splitlines() if l.startswith(f"  ({name}): "))
+        assert f", {macs_to_string(macs)} = {pct} bwd MACs, {lat} = {lat_pct} bwd latency, " in line, line
+    fc1 = next(l for l in text.splitlines() if l.startswith("  (fc1): "))
+    assert "0 MACs = 0% bwd MACs, 0 s = 0% bwd latency, 0 FLOPS bwd, in_features=8" in fc1
+
+
+def test_aggregated_profile_adds_bwd_rows(fake_clock):
+    result = profiled_step()
+    text = render_aggregated(result, module_depth=1, top_modules=2)
+    fc = result.module("fc2").backward.latency + result.module("fc3").backward.latency + result.module(
+        "fc1"
+    ).backward.latency
+    assert text.splitlines()[0] == (
+        "Top 2 modules in terms of params, MACs, fwd latency, bwd MACs or bwd latency at different model depths:"
+    )
+    assert f"    bwd MACs    - {{'Linear': '{macs_to_string(sum(BWD_MACS.values()))}', 'ReLU': '0 MACs'}}" in text
+    assert f"    bwd latency - {{'Linear': '{duration_to_string(fc)}'" in text
+
+
+def test_flops_profiler_getters_keep_deepspeeds_meaning_and_add_the_backward(fake_clock):
+    model, opt = make()
+    prof = flopsight.FlopsProfiler(model)
+    prof.start_profile()
+    train_step(model, opt)
+    prof.stop_profile()
+    result = prof.result
+    assert prof.get_total_macs() == result.total.forward.macs  # forward, as DeepSpeed
+    assert prof.get_total_duration() == result.total.forward.latency
+    assert prof.get_total_backward_macs() == sum(BWD_MACS.values())
+    assert prof.get_total_backward_macs(as_string=True) == "1.54 KMACs"
+    assert prof.get_total_backward_flops() == result.iteration.backward.flops > 0
+    assert prof.get_total_backward_flops(as_string=True) == number_to_string(result.iteration.backward.flops)
+    assert prof.get_total_backward_duration() == result.spans["backward"][0] > 0
+    assert prof.get_total_step_duration() == result.spans["step"][0] > 0
+    assert prof.get_total_iteration_duration() == result.spans["iteration"][0]
+    assert prof.get_total_iteration_duration(as_string=True) == duration_to_string(result.spans["iteration"][0])
+    prof.end_profile()
+
+
+def test_forward_only_flops_profiler_report_has_no_training_lines(fake_clock, capsys):
+    model, _ = make()
+    prof = flopsight.FlopsProfiler(model)
+    prof.start_profile()
+    with torch.no_grad():
+        model(batch()[0])
+    prof.stop_profile()
+    prof.print_model_profile()
+    prof.end_profile()
+    out = capsys.readouterr().out
+    labels = [line[:70] for line in summary_lines(out)]
+    assert labels and not [l for l in labels if "bwd" in l or "step" in l or "iter" in l or "world" in l]
+    assert "iter latency (sum of fwd, bwd and step latency)" in out and "bwd MACs" not in out
+    assert prof.get_total_backward_macs() == 0 and prof.get_total_step_duration() == 0
+
+
+# -- parallel sizes ----------------------------------------------------------------------------
+def test_distributed_world_size_is_read_from_the_result(fake_clock):
+    result = profiled_step()
+    result.metadata["world_size"] = 4  # what a run under torch.distributed records
+    text = render_text(result)
+    assert (value(text, "world size"), value(text, "data parallel size"), value(text, "model parallel size")) == (
+        "4",
+        "4",
+        "1",
+    )
+    # samples of every data-parallel rank
+    assert value(text, "samples/second") == f"{round(4 * B / result.iteration.latency, 2):g}"
+
+
+def test_engine_parallel_info_wins(fake_clock):
+    result = profiled_step()
+    text = render_text(result, parallel=ParallelInfo(world_size=8, dp_size=4, mp_size=2, batch_size=16))
+    assert [value(text, k) for k in ("world size", "data parallel size", "model parallel size")] == ["8", "4", "2"]
+    assert value(text, "batch size per device") == "16"
+    assert value(text, "params of model = params per device * mp_size") == str(2 * result.total.params)
+    assert value(text, "samples/second") == f"{round(4 * B / result.iteration.latency, 2):g}"
+
+
+def test_forward_only_report_ignores_the_world_size():
+    with torch.no_grad():
+        result = flopsight.profile(MLP(), batch()[0], clock=flopsight.FakeClock())
+    result.metadata["world_size"] = 2
+    assert "world size" not in render_text(result)
+
+
+# -- gradient accumulation ------------------------------------------------------------------------
+def test_gradient_accumulation_figures_cover_all_micro_batches(fake_clock):
+    one = profiled_step(micro_batches=1)
+    four = profiled_step(micro_batches=4)
+    text = render_text(four)
+    it1, it4 = one.iteration, four.iteration
+    assert it4.micro_batches == 4 and it4.samples == 4 * B
+    assert value(text, "micro-batches (figures below are totals over all of them)") == "4"
+    assert value(text, "batch size per device") == str(B)
+    # forward and backward: 4x one micro-batch (the loss scaling included), plus, in the
+    # backward of micro-batches 2..4, one add per trainable parameter element to
+    # accumulate into .grad (fc2: 16*16 + 16, fc3: 16*4 + 4); one step
+    accumulate = 3 * (16 * 16 + 16 + 16 * 4 + 4)
+    assert it4.forward.flops == 4 * it1.forward.flops and it4.forward.macs == 4 * FWD_MACS
+    assert it4.backward.flops == 4 * it1.backward.flops + accumulate
+    assert it4.backward.macs == 4 * sum(BWD_MACS.values())
+    assert it4.step.flops == it1.step.flops and it4.step.calls == 1
+    assert value(text, "fwd flops per device") == number_to_string(4 * it1.forward.flops)
+    assert value(text, "bwd flops per device") == number_to_string(4 * it1.backward.flops + accumulate)
+    # over the same span: four forwards, four backward passes, one step, one wall time
+    assert len(four.spans["forward"]) == len(four.spans["backward"]) == 4 and len(four.spans["step"]) == 1
+    assert value(text, "bwd latency") == duration_to_string(sum(four.spans["backward"]))
+    assert it4.latency >= sum(four.spans["forward"]) + sum(four.spans["backward"]) + four.spans["step"][0]
+    iter_flops = 4 * (it1.forward.flops + it1.backward.flops) + accumulate + it1.step.flops
+    assert value(text, "iter flops per device") == number_to_string(iter_flops)
+    assert value(text, "FLOPS per device = iter flops") == flops_to_string(iter_flops / it4.latency)
+    assert value(text, "samples/second") == f"{round(4 * B / it4.latency, 2):g}"
+
+
+# -- activation checkpointing ----------------------------------------------------------------------
+class Checkpointed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(8, 16), nn.Linear(16, 16))
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.head(checkpoint(self.body, x, use_reentrant=False))
+
+
+def test_recompute_lines_separate_model_and_hardware_flops(fake_clock):
+    torch.manual_seed(0)
+    model = Checkpointed()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with set_checkpoint_early_stop(False), flopsight.Profiler(model) as prof:
+        model(torch.randn(B, 8)).sum().backward()
+        opt.step()
+    result = prof.result
+    text = render_text(result)
+    it = result.iteration
+    # the whole body runs again in the backward pass: B*8*16 + B*16*16 MACs
+    assert it.recompute.macs == B * (8 * 16 + 16 * 16)
+    assert value(text, "recompute MACs per device (activation checkpointing)") == macs_to_string(B * (8 * 16 + 16 * 16))
+    assert value(text, "recompute flops per device") == number_to_string(it.recompute.flops)
+    assert value(text, "bwd FLOPS per device = (bwd + recompute flops) / bwd latency") == flops_to_string(
+        (it.backward.flops + it.recompute.flops) / it.backward.latency
+    )
+    hardware = result.total.forward.flops + it.backward.flops + it.recompute.flops + it.step.flops
+    assert value(text, "iter flops per device = fwd + bwd + recompute + step flops") == number_to_string(hardware)
+    assert value(text, "FLOPS per device = iter flops") == flops_to_string(hardware / it.latency)
+    assert value(text, "model FLOPS per device = (iter - recompute flops) / iter latency") == flops_to_string(
+        (hardware - it.recompute.flops) / it.latency
+    )
+    assert "measured bwd flops per device / bwd latency" not in text
+    assert value(text, "fwd+bwd FLOPS per device = fwd+bwd+recompute flops / fwd+bwd latency") == flops_to_string(
+        (result.total.forward.flops + it.backward.flops + it.recompute.flops)
+        / (result.total.forward.latency + it.backward.latency)
+    )
+    assert_aligned(text)
+    gpu = flopsight.ProfileResult.from_dict(result.to_dict())
+    gpu.metadata["device_type"] = "cuda"
+    assert_aligned(render_text(gpu))
+
+
+# -- generate() --------------------------------------------------------------------------------------
+def tiny_gpt2():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(
+        n_layer=2, n_embd=64, n_head=2, vocab_size=100, bos_token_id=None, eos_token_id=None
+    )
+    return transformers.GPT2LMHeadModel(config).eval()
+
+
+def gpt2_generate_report(tmp_path, max_new_tokens=4):
+    out = tmp_path / "generate.txt"
+    flopsight.get_model_profile(
+        tiny_gpt2(),
+        args=[torch.ones(2, 5, dtype=torch.long)],
+        kwargs={"max_new_tokens": max_new_tokens, "do_sample": False, "pad_token_id": 0},
+        mode="generate",
+        detailed=False,
+        output_file=str(out),
+    )
+    return out.read_text()
+
+
+def gpt2_macs(batch, new, context):
+    """MACs of one GPT-2 call on ``new`` positions attending over ``context`` positions
+    (n_embd 64, 2 layers, vocab 100): per layer and position the c_attn 64x192, c_proj
+    64x64, mlp 64x256 and 256x64 matmuls, plus QK^T and AV over the context (64 each);
+    generate() computes the logits of the last position only (64x100)."""
+    per_layer = batch * new * (64 * 192 + 64 * 64 + 2 * 64 * 256) + batch * new * context * 2 * 64
+    return 2 * per_layer + batch * 64 * 100
+
+
+def test_generate_summary_lines(fake_clock, tmp_path, golden):
+    text = gpt2_generate_report(tmp_path)
+    summary = text.split("\n\n-----")[0] + "\n"
+    golden("gpt2_generate_summary.txt", summary)
+    prefill = gpt2_macs(2, 5, 5)  # 1008640
+    steps = [gpt2_macs(2, 1, 5 + t) for t in (1, 2, 3)]  # the cache grows by one per step
+    assert value(text, "prefill MACs per device") == macs_to_string(prefill) == "1.01 MMACs"
+    assert value(text, "new tokens per sequence (prefill + decode steps)") == "4"
+    assert value(text, "decode steps") == "3"
+    assert value(text, "decode MACs per device per step") == macs_to_string(sum(steps) / 3) == "212.99 KMACs"
+    assert value(text, "decode MACs per generated token = per step / batch size") == macs_to_string(
+        sum(steps) / 3 / 2
+    )
+    assert value(text, "generate() MACs per device") == macs_to_string(prefill + sum(steps))
+    assert value(text, "batch size per device") == "2"
+    assert_aligned(text)
+    latency = value(text, "generate() latency")
+    seconds = float(latency.split()[0]) * {"s": 1, "ms": 1e-3, "us": 1e-6}[latency.split()[1]]
+    assert value(text, "tokens/second = batch size * new tokens / generate() latency") == f"{round(2 * 4 / seconds, 2):g}"
+
+
+def test_generate_with_a_single_new_token_has_no_decode_figures(fake_clock, tmp_path):
+    text = gpt2_generate_report(tmp_path, max_new_tokens=1)
+    assert value(text, "decode steps") == "0"
+    assert "decode MACs" not in text and "decode tokens/second" not in text
+    assert value(text, "new tokens per sequence (prefill + decode steps)") == "1"
+
+
+def test_forward_mode_report_has_no_generate_lines():
+    with torch.no_grad():
+        result = flopsight.profile(MLP(), batch()[0], clock=flopsight.FakeClock())
+    text = render_text(result)
+    assert result.generation is None and "prefill" not in text and "tokens/second" not in text
