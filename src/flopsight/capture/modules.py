@@ -67,13 +67,14 @@ def describe(model: nn.Module) -> dict[str, ModuleInfo]:
 
     visit(model, "", None, 0, (id(model),))
 
+    sizes = {k: (param_numel(p), p.requires_grad) for k, p in params_of[""].items()}  # each tensor once
     by_object: dict[int, list[str]] = {}
     for info in infos.values():
         by_object.setdefault(id(info.module), []).append(info.path)
-        for p in params_of[info.path].values():
-            n = param_numel(p)
+        for k in params_of[info.path]:
+            n, trainable = sizes[k]
             info.params += n
-            if p.requires_grad:
+            if trainable:
                 info.params_trainable += n
     for paths in by_object.values():
         if len(paths) > 1:
