@@ -105,6 +105,13 @@ _MODES = {0: "rnn", 1: "rnn", 2: "lstm", 3: "gru"}
 _KIND_OF_GATES = {gates: kind for kind, gates in GATES.items()}
 
 
+def _named(names: tuple[str, ...], args: tuple, kwargs: dict) -> dict[str, Any]:
+    """An op's arguments by schema name: positional ones zipped with ``names``, plus kwargs."""
+    bound = dict(zip(names, args))
+    bound.update(kwargs)
+    return bound
+
+
 def step_cost(kind: str, input_size: int, hidden_size: int, proj_size: int = 0, biases: int = 2) -> Cost:
     """Cost of one cell step for one batch row (one layer, one direction).
 
@@ -181,8 +188,7 @@ def _bind(args: tuple, kwargs: dict) -> dict[str, Any]:
         or "batch_sizes" in kwargs
         or (isinstance(second, torch.Tensor) and not (second.is_floating_point() or second.is_complex()))
     )
-    bound = dict(zip(_PACKED if packed else _PADDED, args))
-    bound.update(kwargs)
+    bound = _named(_PACKED if packed else _PADDED, args, kwargs)
     if packed:
         bound["input"] = bound["data"]
     return bound
@@ -257,8 +263,7 @@ def mkldnn_rnn_layer(out, *args, **kwargs) -> Cost:
     gate-shaped) when ``has_biases`` is False, so the flag decides. No projections (torch
     falls back to the decomposed path for ``proj_size``), no dropout (dispatched apart).
     """
-    a = dict(zip(_MKLDNN, args))
-    a.update(kwargs)
+    a = _named(_MKLDNN, args, kwargs)
     x, w_ih, hidden = a["input"], a["weight0"], int(a["hidden_size"])
     kind = _kind_of(w_ih.shape[0], hidden, a.get("mode"))
     return cell_cost(kind, _rows(x), x.shape[-1], hidden, 2 if a["has_biases"] else 0)
@@ -295,16 +300,14 @@ def _fused_network(a: dict[str, Any]) -> Cost:
 @REGISTRY.register(aten._cudnn_rnn)
 def cudnn_rnn(out, *args, **kwargs) -> Cost:
     """cuDNN RNN/GRU/LSTM (also packed: then ``input`` is the packed data)."""
-    a = dict(zip(_CUDNN, args))
-    a.update(kwargs)
+    a = _named(_CUDNN, args, kwargs)
     return _fused_network(a)
 
 
 @REGISTRY.register(aten.miopen_rnn)
 def miopen_rnn(out, *args, **kwargs) -> Cost:
     """MIOpen (ROCm) RNN/GRU/LSTM: cuDNN's arguments without weight_buf and proj_size."""
-    a = dict(zip(_MIOPEN, args))
-    a.update(kwargs)
+    a = _named(_MIOPEN, args, kwargs)
     return _fused_network(a)
 
 
@@ -334,8 +337,7 @@ _CELL = ("input", "hx", "w_ih", "w_hh", "b_ih", "b_hh")
 
 def _rnn_cell(kind: str, name: str):
     def formula(out, *args, **kwargs) -> Cost:
-        a = dict(zip(_CELL, args))
-        a.update(kwargs)
+        a = _named(_CELL, args, kwargs)
         x, w_ih, w_hh = a["input"], a["w_ih"], a["w_hh"]
         # Rows of a 1-D (unbatched) input: prod(()) == 1.
         return cell_cost(kind, _rows(x), w_ih.shape[1], w_hh.shape[1], _bias_count(a.get("b_ih"), a.get("b_hh")))
@@ -642,8 +644,7 @@ rnn_relu_backward = _rnn_network_backward("rnn", "rnn_relu")
 
 def _rnn_cell_backward(kind: str, name: str):
     def formula(out, *args, **kwargs) -> Cost:
-        a = dict(zip(_CELL, args))
-        a.update(kwargs)
+        a = _named(_CELL, args, kwargs)
         x, hx, w_ih, w_hh = a["input"], a.get("hx"), a["w_ih"], a["w_hh"]
         h, c = (hx[0], hx[1]) if isinstance(hx, (list, tuple)) else (hx, None)
         rows = _rows(x)
@@ -692,8 +693,7 @@ def mkldnn_rnn_layer_backward(out, *args, **kwargs) -> Cost:
     ``cx``'s, both weights', and one bias gradient (oneDNN keeps ``b_ih + b_hh`` as one
     bias; torch returns it twice). Padded input only (no projections, no packing).
     """
-    a = dict(zip(_MKLDNN_BACKWARD, args))
-    a.update(kwargs)
+    a = _named(_MKLDNN_BACKWARD, args, kwargs)
     x, hidden = a["input"], int(a["hidden_size"])
     kind = _kind_of(a["weight1"].shape[0], hidden, a.get("mode"))
     batch = _batch_of(a["hx_"])
@@ -753,16 +753,14 @@ def _fused_network_backward(a: dict[str, Any]) -> Cost:
 @REGISTRY.register(aten._cudnn_rnn_backward)
 def cudnn_rnn_backward(out, *args, **kwargs) -> Cost:
     """cuDNN RNN/GRU/LSTM backward (padded or packed: then ``input`` is the packed data)."""
-    a = dict(zip(_CUDNN_BACKWARD, args))
-    a.update(kwargs)
+    a = _named(_CUDNN_BACKWARD, args, kwargs)
     return _fused_network_backward(a)
 
 
 @REGISTRY.register(aten.miopen_rnn_backward)
 def miopen_rnn_backward(out, *args, **kwargs) -> Cost:
     """MIOpen (ROCm) backward: cuDNN's arguments without ``proj_size``."""
-    a = dict(zip(_MIOPEN_BACKWARD, args))
-    a.update(kwargs)
+    a = _named(_MIOPEN_BACKWARD, args, kwargs)
     return _fused_network_backward(a)
 
 
@@ -773,8 +771,7 @@ _MPS_BACKWARD = ("grad_y", "grad_hy", "grad_cy", "z_state", "cell_state_fwd", "i
 @REGISTRY.register("aten::lstm_mps_backward", missing_ok=True)
 def lstm_mps_backward(out, *args, **kwargs) -> Cost:
     """The Apple-GPU LSTM backward (``_lstm_mps``'s): every gradient, whatever requires grad."""
-    a = dict(zip(_MPS_BACKWARD, args))
-    a.update(kwargs)
+    a = _named(_MPS_BACKWARD, args, kwargs)
     x, params, hx = a["input"], list(a["params"]), list(a["hx"])
     has_biases, num_layers = bool(a["has_biases"]), int(a["num_layers"])
     dirs = 2 if a["bidirectional"] else 1
