@@ -3,9 +3,10 @@
     python benchmarks/overhead.py                 # BERT-base, GPT-2 small, ResNet-18 (CPU)
     python benchmarks/overhead.py --models bert-base --repeats 11
 
-For each model, the variants run interleaved (plain, flopsight, torch, DeepSpeed, plain,
-...) so drift affects them alike; the table gives each variant's median time and the
-median, over rounds, of its time divided by the plain forward's time in the same round:
+For each model and round, every variant runs right after a plain forward of its own (plain,
+flopsight, plain, torch, plain, DeepSpeed, ...), so each is compared with the run next to
+it and slow drift of the machine cancels; the table gives each variant's median time and
+the median, over rounds, of its time divided by its paired plain forward's time:
 
 * plain forward                   ``model(x)``
 * flopsight one profiled pass     ``with flopsight.Profiler(model): model(x)`` (counts and
@@ -118,21 +119,26 @@ def measure(name: str, repeats: int) -> list[tuple[str, float, float, float | No
     runs = variants(model, args, kwargs)
     times: dict[str, list[float]] = {k: [] for k in runs}
     reported: dict[str, list[float]] = {k: [] for k in runs}
+    paired: dict[str, list[float]] = {k: [] for k in runs}  # the plain forward run just before
+    plain = runs["plain forward"]
     with torch.no_grad():
         for fn in runs.values():  # warm every path once (lazy imports, allocator)
             fn()
         for _ in range(repeats):
             for key, fn in runs.items():
                 t0 = time.perf_counter()
+                plain()
+                t1 = time.perf_counter()
                 latency = fn()
-                times[key].append(time.perf_counter() - t0)
+                t2 = time.perf_counter()
+                paired[key].append(t1 - t0)
+                times[key].append(t2 - t1)
                 if latency:
-                    reported[key].append(latency)
-    plain = times["plain forward"]
+                    reported[key].append(latency / (t1 - t0))
     rows = []
     for key in runs:
-        ratio = statistics.median(t / p for t, p in zip(times[key], plain))
-        rep = statistics.median(r / p for r, p in zip(reported[key], plain)) if reported[key] else None
+        ratio = statistics.median(t / p for t, p in zip(times[key], paired[key]))
+        rep = statistics.median(reported[key]) if reported[key] else None
         rows.append((key, statistics.median(times[key]), ratio, rep))
     return rows
 

@@ -70,6 +70,8 @@ class CountingMode(TorchDispatchMode):
         self.session = session
         # bound once: this runs for every op of the model
         self._stamp, self._now, self._record = session.clock.stamp, session.clock.now, session.record_op
+        # on a host clock the op's end stamp is also when the profiler's own work starts
+        self._stamp_is_now = self._stamp is self._now
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         stamp = self._stamp
@@ -79,7 +81,7 @@ class CountingMode(TorchDispatchMode):
         session = self.session
         if not session.unit_depth:
             now = self._now
-            h0 = now()
+            h0 = t1 if self._stamp_is_now else now()
             self._record(func, out, args, kwargs or _NO_KWARGS, t0, t1)
             session.overhead += now() - h0
         return out

@@ -55,6 +55,8 @@ class RawCapture:
     #: wall-clock seconds of each "forward" (top-level call), "backward" (pass), "step" and
     #: "iteration" (start to stop) span, the profiler's own overhead subtracted
     spans: dict[str, list[float]] = field(default_factory=dict)
+    #: (macs, flops, op time) summed over the ops of each (module path, phase)
+    totals: dict[tuple[str, str], tuple[int, int, float]] = field(default_factory=dict)
     #: per forward call of the model itself: [macs, flops, latency, batch size]
     root_calls: list[CallStats] = field(default_factory=list)
     error: str | None = None
@@ -112,6 +114,7 @@ class CaptureSession:
         self._step_depth = 0
         self._units_paused = False
         self._owner_cache = (-1, "")  # (sequence nr, path) of the last node looked up
+        self._linear = clock.scale is not None
         self._seq_at_start = 0  # autograd nodes numbered below were created before start()
         self._warned_unprofiled_forward = False
 
@@ -269,9 +272,12 @@ class CaptureSession:
             ops = self._ops[(path, phase)] = {}
         acc = ops.get(name)
         if acc is None:
-            acc = ops[name] = [0, 0, 0, []]
+            acc = ops[name] = [0, 0, 0, 0.0 if self._linear else []]
         acc[0] += 1
-        acc[3].append((t0, t1))
+        if self._linear:
+            acc[3] += t1 - t0
+        else:
+            acc[3].append((t0, t1))
         if formula is ZERO:  # most ops (views, copies) cost nothing: skip the formula
             return
         if "out" in kwargs:  # an out= overload: the result is ``out`` itself
@@ -310,7 +316,7 @@ class CaptureSession:
             acc[0] += 1
             acc[1] += unit.cost.macs
             acc[2] += unit.cost.flops
-        acc[3].append((t0, t1))
+        self._add_time(acc, t0, t1)
 
     def _cost(self, name, formula, out, args, kwargs) -> Cost:
         if formula is None:
@@ -327,22 +333,29 @@ class CaptureSession:
             return _FREE
 
     def _accumulator(self, path: str, phase: str, name: str) -> list:
-        """[calls, macs, flops, stamp pairs] of op ``name`` in a module and phase."""
+        """[calls, macs, flops, time] of op ``name`` in a module and phase; time is summed
+        stamp differences on a linear clock, else a list of stamp pairs."""
         key = (path, phase)
         ops = self._ops.get(key)
         if ops is None:
             ops = self._ops[key] = {}
         acc = ops.get(name)
         if acc is None:
-            acc = ops[name] = [0, 0, 0, []]
+            acc = ops[name] = [0, 0, 0, 0.0 if self._linear else []]
         return acc
+
+    def _add_time(self, acc: list, t0, t1) -> None:
+        if self._linear:
+            acc[3] += t1 - t0
+        else:
+            acc[3].append((t0, t1))
 
     def _tally(self, path, phase, root_id, name, cost: Cost, t0, t1) -> None:
         acc = self._accumulator(path, phase, name)
         acc[0] += 1
         acc[1] += cost.macs
         acc[2] += cost.flops
-        acc[3].append((t0, t1))
+        self._add_time(acc, t0, t1)
         if root_id >= 0:
             self._add_root_cost(root_id, cost)
 
@@ -376,12 +389,15 @@ class CaptureSession:
 
     def _resolve(self) -> RawCapture:
         raw = RawCapture(unsupported=dict(self._unsupported), error=self.error)
-        seconds = self.clock.seconds
+        seconds, scale = self.clock.seconds, self.clock.scale
         for key, ops in self._ops.items():
-            raw.ops[key] = {
-                name: OpStats(name, calls, macs, flops, sum(seconds(a, b) for a, b in spans))
-                for name, (calls, macs, flops, spans) in ops.items()
-            }
+            stats, macs_sum, flops_sum, time_sum = {}, 0, 0, 0.0
+            for name, (calls, macs, flops, spent) in ops.items():
+                spent = spent * scale if scale is not None else sum(seconds(a, b) for a, b in spent)
+                stats[name] = OpStats(name, calls, macs, flops, spent)
+                macs_sum, flops_sum, time_sum = macs_sum + macs, flops_sum + flops, time_sum + spent
+            raw.ops[key] = stats
+            raw.totals[key] = (macs_sum, flops_sum, time_sum)
         log = self.tracker.log
         span = [0.0] * len(log)
         for rec in log:
@@ -426,14 +442,16 @@ def build_result(
     for path, info in infos.items():
         self_phases, self_ops = {}, {}
         for phase in sorted(phases_of.get(path, ())):
-            ops = counts.ops.get((path, phase), {})
+            key = (path, phase)
+            macs, flops, op_time = counts.totals.get(key, (0, 0, 0.0))
             self_phases[phase] = PhaseStats(
-                macs=sum(o.macs for o in ops.values()),
-                flops=sum(o.flops for o in ops.values()),
-                latency=times.latency.get((path, phase), 0.0) if phase in ("forward", "recompute")
-                else sum(o.latency for o in ops.values()),
-                calls=counts.calls.get((path, phase), times.calls.get((path, phase), 0)),
+                macs=macs,
+                flops=flops,
+                # module spans for phases that run modules; the ops' own time for the others
+                latency=times.latency.get(key, 0.0) if phase in ("forward", "recompute") else op_time,
+                calls=counts.calls.get(key, times.calls.get(key, 0)),
             )
+            ops = counts.ops.get(key)
             if ops:
                 self_ops[phase] = ops
         modules[path] = ModuleStats(

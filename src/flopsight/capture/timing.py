@@ -27,6 +27,9 @@ class Clock(Protocol):
     #: Whether spans and overhead are on the same timeline, so that the profiler's own
     #: host-side overhead can be subtracted from spans.
     subtracts_overhead: bool
+    #: Seconds per unit of stamp difference when ``seconds(a, b) == (b - a) * scale`` (so
+    #: differences can be summed as they come), None when stamps resolve only at ``finish``.
+    scale: float | None
 
     def stamp(self) -> Any: ...
 
@@ -42,6 +45,7 @@ class HostClock:
 
     name = "perf_counter"
     subtracts_overhead = True
+    scale = 1.0
 
     def __init__(self) -> None:
         self.stamp = time.perf_counter
@@ -63,6 +67,7 @@ class CudaEventClock:
 
     name = "cuda_events"
     subtracts_overhead = False
+    scale = None
 
     def __init__(self, device: torch.device | None = None) -> None:
         self.device = device
@@ -94,7 +99,7 @@ class FakeClock:
     def __init__(self, step: float = 1e-3) -> None:
         if not step > 0:
             raise ValueError(f"step: expected a positive number of seconds, got {step!r}")
-        self.step = step
+        self.step = self.scale = step
         self._ticks = 0
 
     def stamp(self) -> int:
