@@ -15,7 +15,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
 import flopsight
-from flopsight.formulas import REGISTRY, Registry
+from flopsight.formulas import REGISTRY
 from helpers import formula_of, measure_cpu_meta, measure_on, meta, to_device
 
 aten = torch.ops.aten
@@ -24,24 +24,8 @@ aten = torch.ops.aten
 pytestmark = pytest.mark.filterwarnings("ignore:LSTM with projections is not supported with oneDNN")
 
 
-def _op_by_op_registry() -> Registry:
-    """The global formulas of the ops the decomposed RNN kernels dispatch, and no units."""
-    counted = (aten.addmm, aten.mm, aten.mkldnn_rnn_layer, aten.add, aten.add_, aten.mul, aten.mul_,
-               aten.sub, aten.sigmoid, aten.sigmoid_, aten.tanh, aten.tanh_, aten.relu, aten.relu_)
-    free = (
-        aten._pack_padded_sequence, aten.zeros, aten.lift_fresh, aten.select, aten._local_scalar_dense,
-        aten.unsqueeze, aten.squeeze, aten.t, aten.transpose, aten.transpose_, aten.slice, aten.view,
-        aten._unsafe_view, aten.unbind, aten.stack, aten.unsafe_split, aten.cat, aten.detach, aten.clone,
-    )
-    reg = Registry()
-    for op in counted + free:
-        name, formula = REGISTRY.lookup(op)
-        assert formula is not None, name
-        reg.register(op)(formula)
-    return reg
-
-
-OP_BY_OP = _op_by_op_registry()
+# the global formulas without units: the RNN functions decompose and are counted op by op
+OP_BY_OP = REGISTRY.copy(units=False)
 
 
 def call(module, *inputs):

@@ -28,7 +28,7 @@ from torch import nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
 
 import flopsight
-from flopsight.formulas import REGISTRY, Registry
+from flopsight.formulas import REGISTRY
 from flopsight.formulas.activation import activation_backward_flops
 from flopsight.formulas.rnn import BACKWARD_ELEMENTWISE, gates_backward_flops
 from helpers import formula_of, meta, to_device
@@ -265,29 +265,8 @@ def test_loop_of_cells_costs_what_the_network_costs():
 
 
 # -- agreement with the decomposed backward, op by op --------------------------------------
-def _op_by_op_registry() -> Registry:
-    """The global formulas of the ops the decomposed RNNs run, forward and backward, and no
-    units (so the RNN functions decompose and their backward is counted op by op)."""
-    counted = (
-        aten.addmm, aten.mm, aten.add, aten.add_, aten.mul, aten.mul_, aten.sub, aten.neg, aten.sum,
-        aten.sigmoid, aten.sigmoid_, aten.tanh, aten.tanh_, aten.relu, aten.relu_, aten.mkldnn_rnn_layer,
-        aten.mkldnn_rnn_layer_backward, aten.tanh_backward, aten.sigmoid_backward, aten.threshold_backward,
-    )  # fmt: skip
-    free = (
-        aten._pack_padded_sequence, aten.zeros, aten.lift_fresh, aten.select, aten._local_scalar_dense,
-        aten.unsqueeze, aten.squeeze, aten.t, aten.transpose, aten.transpose_, aten.slice, aten.view,
-        aten._unsafe_view, aten.unbind, aten.stack, aten.unsafe_split, aten.cat, aten.detach, aten.clone,
-        aten.expand, aten.ones_like, aten.copy_, aten.slice_backward,
-    )  # fmt: skip
-    reg = Registry()
-    for op in counted + free:
-        name, formula = REGISTRY.lookup(op)
-        assert formula is not None, name
-        reg.register(op)(formula)
-    return reg
-
-
-OP_BY_OP = _op_by_op_registry()
+# the global formulas without units: the RNN functions decompose and are counted op by op
+OP_BY_OP = REGISTRY.copy(units=False)
 
 # The decomposed backward computes each step's weight gradients apart (a product over the
 # step's B rows) and adds them up over the T steps: (T - 1) adds per weight element that

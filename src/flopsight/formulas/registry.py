@@ -213,11 +213,12 @@ class Registry:
         """Forget the formula of ``op`` (it becomes unsupported again)."""
         self._ops.pop(op_key(op), None)
 
-    def copy(self) -> "Registry":
-        """An independent registry with the same entries."""
+    def copy(self, *, units: bool = True) -> "Registry":
+        """An independent registry with the same entries (without the units if ``units`` is
+        False: unit functions then run their aten ops, which are counted op by op)."""
         new = Registry()
         new._ops = dict(self._ops)
-        new._units = dict(self._units)
+        new._units = dict(self._units) if units else {}
         new._missing = list(self._missing)
         return new
 
