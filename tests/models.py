@@ -124,3 +124,28 @@ class TiedLM(nn.Module):
 
     def forward(self, ids):
         return self.head(self.embed(ids))
+
+
+class Tagger(nn.Module):
+    """An LSTM over a sequence, then a Linear on its last step."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(3, 4, batch_first=True)
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x):
+        out, _ = self.lstm(x)
+        return self.head(out[:, -1])
+
+
+#: Sizes of the tiny transformers encoders (BERT, ViT) that op-coverage tests build.
+TINY_ENCODER = dict(hidden_size=32, num_attention_heads=2, intermediate_size=64)
+
+
+def tiny_llama_config():
+    """A 2-layer Llama with grouped-query attention (4 query heads, 2 KV heads)."""
+    import transformers
+
+    return transformers.LlamaConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=4,
+                                    num_key_value_heads=2, intermediate_size=64, vocab_size=100)

@@ -17,6 +17,7 @@ from torch.nn.utils.rnn import pack_padded_sequence
 import flopsight
 from flopsight.formulas import REGISTRY
 from helpers import formula_of, measure_cpu_meta, measure_on, meta, to_device
+from models import Tagger
 
 aten = torch.ops.aten
 
@@ -255,17 +256,6 @@ def test_cuda_cell_path_equals_the_unit():
 
 
 # -- attribution --------------------------------------------------------------------------
-class Tagger(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.lstm = nn.LSTM(3, 4, batch_first=True)
-        self.head = nn.Linear(4, 2)
-
-    def forward(self, x):
-        out, _ = self.lstm(x)
-        return self.head(out[:, -1])
-
-
 def test_lstm_module_gets_its_cost_and_a_latency():
     torch.manual_seed(0)
     model = Tagger()

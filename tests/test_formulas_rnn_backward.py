@@ -32,6 +32,7 @@ from flopsight.formulas import REGISTRY
 from flopsight.formulas.activation import activation_backward_flops
 from flopsight.formulas.rnn import BACKWARD_ELEMENTWISE, gates_backward_flops
 from helpers import formula_of, meta, to_device
+from models import Tagger
 
 aten = torch.ops.aten
 
@@ -440,17 +441,6 @@ def test_units_have_backward_formulas():
 
 
 # -- a training step -------------------------------------------------------------------------
-class Tagger(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.lstm = nn.LSTM(3, 4, batch_first=True)
-        self.head = nn.Linear(4, 2)
-
-    def forward(self, x):
-        out, _ = self.lstm(x)
-        return self.head(out[:, -1])
-
-
 @pytest.mark.parametrize("device", ["cpu", "meta"])
 def test_training_step_charges_the_lstm_backward_once(device):
     torch.manual_seed(0)

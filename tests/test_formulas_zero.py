@@ -242,15 +242,15 @@ def test_a_zero_cost_op_is_counted_per_call():
 
 # -- real models: every op they dispatch must have a formula --------------------------------
 transformers = pytest.importorskip("transformers")
+from models import TINY_ENCODER, tiny_llama_config  # noqa: E402
 
 
 def _models():
     t = transformers
-    small = dict(hidden_size=32, num_attention_heads=2, intermediate_size=64)
+    small = TINY_ENCODER
     ids = torch.randint(0, 100, (2, 8))
     pix = torch.randn(2, 3, 32, 32)
-    llama = t.LlamaConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
-                          intermediate_size=64, vocab_size=100)
+    llama = tiny_llama_config()
     t5 = t.T5Config(num_layers=2, d_model=32, d_kv=8, num_heads=4, d_ff=64, vocab_size=100, decoder_start_token_id=0)
     return {
         # name: (builder, args, kwargs, runs on meta)

@@ -65,15 +65,15 @@ def test_sparse_gradient_bookkeeping_is_free():
 
 # -- real models: a training step with every op counted, the same on CPU and meta -----------
 transformers = pytest.importorskip("transformers")
+from models import TINY_ENCODER, tiny_llama_config  # noqa: E402
 
 
 def _training_models():
     t = transformers
-    small = dict(hidden_size=32, num_attention_heads=2, intermediate_size=64)
+    small = TINY_ENCODER
     ids = torch.randint(0, 100, (2, 8))
     pix = torch.randn(2, 3, 16, 16)
-    llama = t.LlamaConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
-                          intermediate_size=64, vocab_size=100)
+    llama = tiny_llama_config()
     t5 = t.T5Config(num_layers=2, d_model=32, d_kv=8, num_heads=4, d_ff=64, vocab_size=100, decoder_start_token_id=0,
                     pad_token_id=0, feed_forward_proj="gated-gelu")
     return {
