@@ -265,8 +265,8 @@ class CaptureSession:
             path, phase, root_id = self._backward_owner(node), "backward", -1
         entry = self._resolved.get(func)
         if entry is None:
-            entry = self._resolved[func] = self.registry.lookup(func)
-        name, formula = entry
+            entry = self._resolved[func] = self.registry.resolve(func)
+        name, formula = entry.name, entry.formula
         ops = self._ops.get((path, phase))
         if ops is None:
             ops = self._ops[(path, phase)] = {}
@@ -282,19 +282,19 @@ class CaptureSession:
             return
         if "out" in kwargs:  # an out= overload: the result is ``out`` itself
             kwargs = {k: v for k, v in kwargs.items() if k != "out"}
-        cost = self._cost(name, formula, out, args, kwargs)
+        cost = self._cost(entry, out, args, kwargs)
         acc[1] += cost.macs
         acc[2] += cost.flops
         if root_id >= 0:
             self._add_root_cost(root_id, cost)
 
     def record_unit(self, unit, out, args, kwargs, t0, t1, seq_start: int, seq_end: int) -> None:
-        name, formula, backward = unit
+        name = unit.name
         path, phase, root_id = self._where(current_autograd_node())
-        self._tally(path, phase, root_id, name, self._cost(name, formula, out, args, kwargs), t0, t1)
+        forward, backward = self._cost(unit, out, args, kwargs, pair=True)
+        self._tally(path, phase, root_id, name, forward, t0, t1)
         if backward is not None and seq_end > seq_start:  # it made autograd nodes: a backward will run
-            cost = self._cost(f"{name}.backward", backward, out, args, kwargs)
-            self._units.append(_UnitCall(seq_start, seq_end, path, name, cost))
+            self._units.append(_UnitCall(seq_start, seq_end, path, name, backward))
             self._unit_starts.append(seq_start)
 
     def _unit_of(self, node) -> _UnitCall | None:
@@ -318,19 +318,20 @@ class CaptureSession:
             acc[2] += unit.cost.flops
         self._add_time(acc, t0, t1)
 
-    def _cost(self, name, formula, out, args, kwargs) -> Cost:
-        if formula is None:
+    def _cost(self, entry, out, args, kwargs, pair: bool = False):
+        name = entry.name
+        if entry.formula is None:
             self._unsupported[name] += 1
             if self._unsupported[name] == 1:
                 warn_unsupported(name)
-            return _FREE
+            return (_FREE, None) if pair else _FREE
         try:
-            return self.registry.cost(formula, name, out, args, kwargs)
+            return entry.cost(out, args, kwargs)
         except Exception as e:  # a formula bug must not break the user's model
             self._unsupported[name] += 1
             if self._unsupported[name] == 1:
                 warn_formula_failed(name, e)
-            return _FREE
+            return (_FREE, None) if pair else _FREE
 
     def _accumulator(self, path: str, phase: str, name: str) -> list:
         """[calls, macs, flops, time] of op ``name`` in a module and phase; time is summed

@@ -15,12 +15,12 @@ added ``input`` term (bias), skipped when ``beta == 0``. Integer products (``int
 >>> import torch
 >>> from flopsight.formulas.matmul import mm, addmm, grouped_mm
 >>> mm(None, torch.ones(8, 16), torch.ones(16, 4))
-Cost(macs=512, flops=1024)
->>> addmm(torch.ones(8, 4), torch.ones(4), torch.ones(8, 16), torch.ones(16, 4))
-Cost(macs=512, flops=1056)
+Stats(macs=512, flops=1024)
+>>> addmm(torch.ones(8, 4), torch.ones(4), torch.ones(8, 16), torch.ones(16, 4), beta=1)
+Stats(macs=512, flops=1056)
 >>> # MoE experts: 10 tokens (K=16) routed among 3 experts' (16, 8) matrices: 10*16*8
 >>> grouped_mm(torch.ones(10, 8), torch.ones(10, 16), torch.ones(3, 16, 8), torch.ones(3, dtype=torch.int32))
-Cost(macs=1280, flops=2560)
+Stats(macs=1280, flops=2560)
 """
 
 from __future__ import annotations
@@ -47,79 +47,79 @@ def linear_cost(rows: int, in_features: int, out_features: int, bias: bool) -> C
     formulas of fused kernels that contain linear layers (attention fast paths).
 
     >>> linear_cost(rows=8, in_features=16, out_features=4, bias=True)
-    Cost(macs=512, flops=1056)
+    Stats(macs=512, flops=1056)
     """
     return Cost.of_product(rows * in_features * out_features, rows * out_features if bias else 0)
 
 
 @REGISTRY.register(aten.mm, aten._int_mm)
-def mm(out, a, b, *args, **kwargs) -> Cost:
-    m, k = a.shape
-    return linear_cost(m, k, b.shape[-1], bias=False)
+def mm(out, self, mat2, **_) -> Cost:
+    m, k = self.shape
+    return linear_cost(m, k, mat2.shape[-1], bias=False)
 
 
 @REGISTRY.register(aten.addmm)
-def addmm(out, bias, a, b, *, beta=1, alpha=1, **kwargs) -> Cost:
-    m, k = a.shape
-    return linear_cost(m, k, b.shape[-1], bias=beta != 0)
+def addmm(out, self, mat1, mat2, *, beta, **_) -> Cost:
+    m, k = mat1.shape
+    return linear_cost(m, k, mat2.shape[-1], bias=beta != 0)
 
 
 @REGISTRY.register(aten._addmm_activation)
-def addmm_activation(out, bias, a, b, *, beta=1, alpha=1, use_gelu=False, **kwargs) -> Cost:
+def addmm_activation(out, self, mat1, mat2, *, beta, **_) -> Cost:
     """addmm fused with a ReLU/GELU: the activation adds one FLOP per output element."""
-    return addmm(out, bias, a, b, beta=beta).plus(Cost.of_flops(activation_flops(numel(out))))
+    return addmm(out, self, mat1, mat2, beta=beta) + Cost.of_flops(activation_flops(numel(out)))
 
 
 @REGISTRY.register(aten.bmm)
-def bmm(out, a, b, *args, **kwargs) -> Cost:
-    batch, m, k = a.shape
-    return Cost.of_product(batch * m * k * b.shape[-1])
+def bmm(out, self, mat2, **_) -> Cost:
+    batch, m, k = self.shape
+    return Cost.of_product(batch * m * k * mat2.shape[-1])
 
 
 @REGISTRY.register(aten.baddbmm)
-def baddbmm(out, bias, a, b, *, beta=1, alpha=1, **kwargs) -> Cost:
-    batch, m, k = a.shape
-    return Cost.of_product(batch * m * k * b.shape[-1], _bias_flops(out, beta))
+def baddbmm(out, self, batch1, batch2, *, beta, **_) -> Cost:
+    batch, m, k = batch1.shape
+    return Cost.of_product(batch * m * k * batch2.shape[-1], _bias_flops(out, beta))
 
 
 @REGISTRY.register(aten.addbmm)
-def addbmm(out, bias, a, b, *, beta=1, alpha=1, **kwargs) -> Cost:
-    """Sum over the batch of products, added to ``bias``: the batch sum is in the MACs."""
-    batch, m, k = a.shape
-    return Cost.of_product(batch * m * k * b.shape[-1], _bias_flops(out, beta))
+def addbmm(out, self, batch1, batch2, *, beta, **_) -> Cost:
+    """Sum over the batch of products, added to ``self``: the batch sum is in the MACs."""
+    batch, m, k = batch1.shape
+    return Cost.of_product(batch * m * k * batch2.shape[-1], _bias_flops(out, beta))
 
 
 @REGISTRY.register(aten.mv)
-def mv(out, a, v, *args, **kwargs) -> Cost:
-    return Cost.of_product(prod(a.shape))
+def mv(out, self, vec, **_) -> Cost:
+    return Cost.of_product(prod(self.shape))
 
 
 @REGISTRY.register(aten.addmv)
-def addmv(out, bias, a, v, *, beta=1, alpha=1, **kwargs) -> Cost:
-    return Cost.of_product(prod(a.shape), _bias_flops(out, beta))
+def addmv(out, self, mat, vec, *, beta, **_) -> Cost:
+    return Cost.of_product(prod(mat.shape), _bias_flops(out, beta))
 
 
 @REGISTRY.register(aten.dot, aten.vdot)
-def dot(out, a, b, *args, **kwargs) -> Cost:
-    return Cost.of_product(numel(a))
+def dot(out, self, **_) -> Cost:
+    return Cost.of_product(numel(self))
 
 
 @REGISTRY.register(aten.addr)
-def addr(out, bias, v1, v2, *, beta=1, alpha=1, **kwargs) -> Cost:
-    """``bias + v1 ⊗ v2``: one multiply-add per output element."""
-    return Cost.of_product(numel(v1) * numel(v2))
+def addr(out, self, vec1, vec2, **_) -> Cost:
+    """``self + vec1 ⊗ vec2``: one multiply-add per output element."""
+    return Cost.of_product(numel(vec1) * numel(vec2))
 
 
 @REGISTRY.register(aten.linear)
-def linear(out, x, weight, bias=None, *args, **kwargs) -> Cost:
+def linear(out, input, weight, bias=None, **_) -> Cost:
     """Seen only where a backend keeps ``linear`` whole (it usually decomposes to addmm)."""
-    rows = numel(x) // x.shape[-1] if x.dim() else 1
+    rows = numel(input) // input.shape[-1] if input.dim() else 1
     # weight is (out_features, in_features), or (in_features,) for a single output
     return linear_cost(rows, weight.shape[-1], prod(weight.shape[:-1]), bias is not None)
 
 
 @REGISTRY.register("aten::_grouped_mm", missing_ok=True)  # torch >= 2.8
-def grouped_mm(out, a, b, offs=None, bias=None, *args, **kwargs) -> Cost:
+def grouped_mm(out, self, mat2, offs=None, bias=None, **_) -> Cost:
     """``torch._grouped_mm`` / ``F.grouped_mm``: one GEMM per group, the groups delimited by
     ``offs`` along one dimension (MoE experts: transformers' ``grouped_mm`` experts).
 
@@ -127,10 +127,10 @@ def grouped_mm(out, a, b, offs=None, bias=None, *args, **kwargs) -> Cost:
     without reading ``offs`` (meta tensors have no values):
 
     ===========  ============  =================================  ==============
-    ``a``        ``b``         split by ``offs``                  MACs
+    ``self``     ``mat2``      split by ``offs``                  MACs
     ===========  ============  =================================  ==============
-    (M, K)       (G, K, N)     rows of ``a`` (tokens per expert)  M * K * N
-    (G, M, K)    (K, N)        columns of ``b`` / of the output   M * K * N
+    (M, K)       (G, K, N)     rows of ``self`` (tokens/expert)  M * K * N
+    (G, M, K)    (K, N)        columns of ``mat2`` / the output  M * K * N
     (M, K)       (K, N)        K (output (G, M, N))               M * K * N
     (G, M, K)    (G, K, N)     nothing (``offs`` is None): bmm    G * M * K * N
     ===========  ============  =================================  ==============
@@ -140,7 +140,7 @@ def grouped_mm(out, a, b, offs=None, bias=None, *args, **kwargs) -> Cost:
     count includes them. ``bias`` (not yet accepted by torch's kernels) would add one FLOP
     per output element.
     """
-    macs = a.shape[-2] * a.shape[-1] * b.shape[-1]
-    if a.dim() == 3 and b.dim() == 3:
-        macs *= a.shape[0]
+    macs = self.shape[-2] * self.shape[-1] * mat2.shape[-1]
+    if self.dim() == 3 and mat2.dim() == 3:
+        macs *= self.shape[0]
     return Cost.of_product(macs, numel(out) if bias is not None else 0)

@@ -10,57 +10,44 @@ Two kinds of entries:
   They are counted once, as a whole, from their arguments, and the aten ops they run
   underneath are not counted again. That is what makes counts device-independent.
 
-A formula is a pure function of shapes: ``fn(out, *args, **kwargs) -> Cost`` where
-``args``/``kwargs`` are the operator's own arguments and ``out`` its result.
+A formula is a pure function of shapes that reads the op's arguments by their schema names:
+``fn(out, **arguments) -> Cost`` where ``out`` is the op's result (see :mod:`.binding`).
+:meth:`Registry.resolve` pairs an overload with its formula and argument binder once.
 
 >>> import torch
 >>> from flopsight.formulas.registry import Registry, Cost
 >>> reg = Registry()
 >>> @reg.register(torch.ops.aten.mm)
-... def mm(out, a, b):
-...     return Cost.of_product(a.shape[0] * a.shape[1] * b.shape[1])
->>> reg.lookup(torch.ops.aten.mm.default)[1](None, torch.ones(2, 3), torch.ones(3, 4))
-Cost(macs=24, flops=48)
+... def mm(out, self, mat2, **_):
+...     return Cost.of_product(self.shape[0] * self.shape[1] * mat2.shape[1])
+>>> reg.resolve(torch.ops.aten.mm.default).cost(None, (torch.ones(2, 3), torch.ones(3, 4)), {})
+Stats(macs=24, flops=48)
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, Union
+from typing import Any, Callable, Union
 
 import torch
 
 from .._compat import OpOverload, OpOverloadPacket
+from ..stats import Stats
+from .binding import Binder, FormulaSignatureError, binder_for_builtin, check_signature
 
-__all__ = ["Cost", "Registry", "REGISTRY", "ZERO", "op_key"]
+__all__ = ["Cost", "Registry", "REGISTRY", "ZERO", "op_key", "Resolved", "Unit", "FormulaSignatureError"]
 
 OpLike = Union[OpOverload, OpOverloadPacket, str]
 
 
-class Cost(NamedTuple):
-    """MACs and FLOPs of one operator call."""
-
-    macs: int = 0
-    flops: int = 0
-
-    @classmethod
-    def of_product(cls, macs: int, extra_flops: int = 0) -> "Cost":
-        """A matrix-like product: 2 FLOPs per MAC, plus ``extra_flops`` (bias adds...)."""
-        return cls(int(macs), 2 * int(macs) + int(extra_flops))
-
-    @classmethod
-    def of_flops(cls, flops: int) -> "Cost":
-        return cls(0, int(flops))
-
-    def plus(self, other: "Cost") -> "Cost":
-        return Cost(self.macs + other.macs, self.flops + other.flops)
-
-    def times(self, k: int) -> "Cost":
-        return Cost(self.macs * k, self.flops * k)
+#: What a formula returns: the one stats record (latency and calls left at zero).
+Cost = Stats
 
 
-def _zero_formula(out, *args, **kwargs) -> Cost:
-    return Cost()
+def _zero_formula(out, /, **_) -> Cost:
+    return _FREE
 
+
+_FREE = Cost()
 
 #: The formula of every zero-cost op (views, copies, indexing, creation...).
 ZERO = _zero_formula
@@ -98,11 +85,63 @@ def op_key(op: OpLike) -> OpOverloadPacket:
 
 
 def _as_cost(value: Any, name: str) -> Cost:
-    if isinstance(value, Cost):
+    if isinstance(value, Stats):
         return value
     if isinstance(value, tuple) and len(value) == 2:
         return Cost(int(value[0]), int(value[1]))
     raise TypeError(f"formula for {name} returned {value!r}; expected flopsight.Cost(macs, flops)")
+
+
+class Resolved:
+    """An op overload paired with its formula and argument binder (built once per overload).
+
+    ``formula`` is None for an op without one, :data:`ZERO` for a free op. ``error`` is set
+    when the formula's parameters do not fit the overload's schema: counting it reports the
+    error instead of guessing.
+    """
+
+    __slots__ = ("name", "formula", "binder", "error")
+
+    def __init__(self, name: str, formula: Callable[..., Cost] | None, binder: Binder | None,
+                 error: Exception | None = None):
+        self.name, self.formula, self.binder, self.error = name, formula, binder, error
+
+    def cost(self, out: Any, args: tuple, kwargs: dict) -> Cost:
+        """The op call's cost (raises the signature error, or what the formula raised)."""
+        if self.error is not None:
+            raise self.error
+        return _as_cost(self.formula(out, **self.binder.bind(args, kwargs)), self.name)
+
+
+class Unit:
+    """A torch function counted as a whole: its forward formula and its backward formula.
+
+    Arguments are bound by the function's Python signature, or, for a builtin such as
+    ``torch.lstm``, by the schema of the aten op of the same name whose overload fits the call.
+    """
+
+    __slots__ = ("name", "formula", "backward", "_binders")
+
+    def __init__(self, name: str, formula: Callable[..., Cost], backward: Callable[..., Cost] | None,
+                 function: Callable):
+        self.name, self.formula, self.backward = name, formula, backward
+        binder = Binder.of_function(function)
+        self._binders = [binder] if binder is not None else binder_for_builtin(function)
+        if not self._binders:
+            raise TypeError(f"register_unit: cannot read the arguments of {function!r} (no signature, no aten schema)")
+
+    def bind(self, args: tuple, kwargs: dict) -> dict[str, Any]:
+        for binder in self._binders:
+            if binder.accepts is None or binder.accepts(args, kwargs):
+                return binder.bind(args, kwargs)
+        raise TypeError(f"{self.name}: no schema of this function fits the call's arguments")
+
+    def cost(self, out: Any, args: tuple, kwargs: dict) -> tuple[Cost, Cost | None]:
+        """(forward cost, backward cost or None) of one call."""
+        bound = self.bind(args, kwargs)
+        forward = _as_cost(self.formula(out, **bound), self.name)
+        backward = None if self.backward is None else _as_cost(self.backward(out, **bound), f"{self.name}.backward")
+        return forward, backward
 
 
 class Registry:
@@ -110,8 +149,9 @@ class Registry:
 
     def __init__(self) -> None:
         self._ops: dict[OpOverloadPacket, Callable[..., Cost]] = {}
-        self._units: dict[Any, tuple[str, Callable[..., Cost]]] = {}
+        self._units: dict[Any, Unit] = {}
         self._missing: list[str] = []
+        self._resolved: dict[Any, Resolved] = {}
 
     # -- registration ---------------------------------------------------------------
     def _keys(self, ops: tuple[OpLike, ...], missing_ok: bool) -> list[OpOverloadPacket]:
@@ -134,6 +174,10 @@ class Registry:
     ) -> Callable[[Callable[..., Cost]], Callable[..., Cost]]:
         """Decorator: ``fn`` counts every op in ``ops`` (replacing any earlier formula).
 
+        ``fn(out, **arguments)`` reads the op's arguments by their schema names
+        (``str(torch.ops.aten.mm.default._schema)`` shows them); a ``**_`` catch-all takes
+        the ones it does not need.
+
         With ``missing_ok=True``, ops given by name (``"aten::_mps_convolution"``) that the
         installed torch does not define are skipped instead of raising: flopsight supports
         torch >= 2.2, and private kernels come and go between releases and builds. The
@@ -141,8 +185,8 @@ class Registry:
 
         >>> reg = Registry()
         >>> @reg.register("aten::mm", "aten::no_such_kernel", missing_ok=True)
-        ... def mm(out, a, b):
-        ...     return Cost.of_product(a.shape[0] * a.shape[1] * b.shape[1])
+        ... def mm(out, self, mat2, **_):
+        ...     return Cost.of_product(self.shape[0] * self.shape[1] * mat2.shape[1])
         >>> reg.is_registered("aten::mm"), reg.missing()
         (True, ('aten::no_such_kernel',))
         >>> try:  # without missing_ok, an unknown name is an error
@@ -158,6 +202,7 @@ class Registry:
                 raise TypeError(f"register: formula must be callable, got {type(fn).__name__}")
             for key in keys:
                 self._ops[key] = fn
+            self._resolved.clear()
             return fn
 
         return deco
@@ -186,32 +231,32 @@ class Registry:
     ) -> Callable[[Callable[..., Cost]], Callable[..., Cost]]:
         """Decorator: count calls of the torch-level ``functions`` as one unit named ``name``.
 
+        The formula reads the function's arguments by name, like an op formula.
         ``backward``, if given, is a formula with the same arguments that costs the unit's
         whole backward pass; it is evaluated at forward time (so it can read which inputs
         require grad) and charged once, as ``<name>.backward``, when the backward pass runs
         the unit's autograd nodes, whichever kernels the device runs there. Without it the
         backward kernels are counted op by op.
         """
+        if not functions:
+            raise ValueError("register_unit: pass at least one function")
 
         def deco(fn: Callable[..., Cost]) -> Callable[..., Cost]:
             for f in functions:
-                self._units[f] = (name, fn, backward)
+                self._units[f] = Unit(name, fn, backward, f)
             return fn
 
         return deco
 
-    def set_unit_backward(self, name: str, backward: Callable[..., Cost]) -> None:
-        """Give the unit(s) named ``name`` a backward formula (see :meth:`register_unit`)."""
-        found = [f for f, (n, _, _) in self._units.items() if n == name]
-        if not found:
-            raise ValueError(f"name: no unit named {name!r} is registered")
-        for f in found:
-            n, fn, _ = self._units[f]
-            self._units[f] = (n, fn, backward)
+    def set_unit_backward(self, name: str, backward: Callable[..., Cost]) -> None:  # TRANSITION: remove
+        for unit in self._units.values():
+            if unit.name == name:
+                unit.backward = backward
 
     def unregister(self, op: OpLike) -> None:
         """Forget the formula of ``op`` (it becomes unsupported again)."""
         self._ops.pop(op_key(op), None)
+        self._resolved.clear()
 
     def copy(self, *, units: bool = True) -> "Registry":
         """An independent registry with the same entries (without the units if ``units`` is
@@ -228,23 +273,38 @@ class Registry:
         key = op_key(op)
         return str(key), self._ops.get(key)
 
-    def unit(self, function: Any) -> tuple[str, Callable[..., Cost], Callable[..., Cost] | None] | None:
-        """(name, formula, backward formula or None) if ``function`` is counted as a unit."""
+    def resolve(self, op: OpOverload) -> Resolved:
+        """``op``'s formula with the binder of its schema, checked against each other once."""
+        entry = self._resolved.get(op)
+        if entry is None:
+            name, formula = self.lookup(op)
+            binder = error = None
+            if formula is not None and formula is not ZERO:
+                binder = Binder.of_op(op)
+                try:
+                    check_signature(formula, binder, str(op))
+                except FormulaSignatureError as e:
+                    error = e
+            entry = self._resolved[op] = Resolved(name, formula, binder, error)
+        return entry
+
+    def unit(self, function: Any) -> Unit | None:
+        """The :class:`Unit` that counts ``function``, or None."""
         try:
             return self._units.get(function)
         except TypeError:  # unhashable callables are never units
             return None
 
     def units(self) -> dict:
-        """function -> (name, formula, backward formula) of every unit (read-only use)."""
+        """function -> :class:`Unit` of every unit (read-only use)."""
         return self._units
+
+    def ops(self) -> dict:
+        """op packet -> formula of every registered op (read-only use)."""
+        return self._ops
 
     def is_registered(self, op: OpLike) -> bool:
         return op_key(op) in self._ops
-
-    def cost(self, fn: Callable[..., Cost], name: str, out: Any, args: tuple, kwargs: dict) -> Cost:
-        """Run a formula and validate what it returns."""
-        return _as_cost(fn(out, *args, **kwargs), name)
 
 
 #: The process-wide default registry, filled by the formula modules of this package.

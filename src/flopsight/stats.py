@@ -1,0 +1,65 @@
+"""The one record of what something cost: MACs, FLOPs, latency and calls.
+
+A formula returns it for one op call (latency and calls 0), the capture sums it per module
+and phase, the result stores it, analysis adds it up. It is immutable; ``+`` adds two
+records field by field and ``* k`` scales one (``k`` identical calls).
+
+>>> a = Stats(macs=2, flops=5)
+>>> a + Stats(macs=1, flops=2, latency=0.5, calls=1)
+Stats(macs=3, flops=7, latency=0.5, calls=1)
+>>> a * 3
+Stats(macs=6, flops=15)
+>>> Stats.of_product(4, extra_flops=1), Stats.of_flops(7)
+(Stats(macs=4, flops=9), Stats(macs=0, flops=7))
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+__all__ = ["Stats", "ZERO_STATS"]
+
+
+class Stats(NamedTuple):
+    """MACs, FLOPs, latency (seconds) and call count; every field defaults to zero."""
+
+    macs: int = 0
+    flops: int = 0
+    latency: float = 0.0
+    calls: int = 0
+
+    @classmethod
+    def of_product(cls, macs: int, extra_flops: int = 0) -> "Stats":
+        """A matrix-like product: 2 FLOPs per MAC, plus ``extra_flops`` (bias adds...)."""
+        return cls(int(macs), 2 * int(macs) + int(extra_flops))
+
+    @classmethod
+    def of_flops(cls, flops: int) -> "Stats":
+        """Arithmetic that is not a multiply-accumulate: FLOPs only."""
+        return cls(0, int(flops))
+
+    def __add__(self, other: "Stats") -> "Stats":  # type: ignore[override]
+        if not isinstance(other, Stats):
+            return NotImplemented
+        return Stats(self.macs + other.macs, self.flops + other.flops, self.latency + other.latency,
+                     self.calls + other.calls)
+
+    def __mul__(self, k: int) -> "Stats":  # type: ignore[override]
+        if isinstance(k, bool) or not isinstance(k, int):
+            return NotImplemented
+        return Stats(self.macs * k, self.flops * k, self.latency * k, self.calls * k)
+
+    __rmul__ = __mul__
+
+    @property
+    def flops_per_second(self) -> float:
+        """Achieved FLOP/s (0 when no time was measured)."""
+        return self.flops / self.latency if self.latency > 0 else 0.0
+
+    def __repr__(self) -> str:
+        # a formula's cost has no time or calls: show just what it holds
+        extra = f", latency={self.latency!r}, calls={self.calls!r}" if self.latency or self.calls else ""
+        return f"Stats(macs={self.macs!r}, flops={self.flops!r}{extra})"
+
+
+ZERO_STATS = Stats()
