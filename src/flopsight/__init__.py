@@ -8,13 +8,16 @@
 
 __version__ = "0.1.0"
 
-from .capture.dispatch import UnprofiledForwardWarning, UnsupportedOpWarning
+from .capture.notices import UnprofiledForwardWarning, UnsupportedOpWarning
 from .capture.timing import FakeClock
 from .compat import FlopsProfiler, get_model_profile, get_module_duration, get_module_flops, get_module_macs
 from .formulas import REGISTRY, Cost
 from .profiler import Profiler, profile
 from .integrations.config import AttachedProfiler, attach
-from .result import ModuleStats, OpStats, PhaseStats, ProfileResult, load
+from .metadata import Metadata, Timing
+from .result import Coverage, ModelCall, ModuleStats, ProfileResult, load
+from .stats import Stats
+from .tree import ModuleNode, Phases
 from .units import (
     bytes_to_string,
     duration_to_string,
@@ -26,13 +29,14 @@ from .units import (
 
 
 def register_formula(*ops, registry=None):
-    """Decorator: count ``ops`` (aten or ``torch.library`` ops) with ``fn(out, *args, **kwargs) -> Cost``.
+    """Decorator: count ``ops`` (aten or ``torch.library`` ops) with ``fn(out, **arguments) -> Cost``,
+    the op's arguments by their schema names (``print(torch.ops.aten.mm.default._schema)``).
 
     >>> import torch, flopsight
     >>> registry = flopsight.REGISTRY.copy()  # or leave registry out to change the global one
     >>> @flopsight.register_formula("aten::mm", registry=registry)
-    ... def my_mm(out, a, b):
-    ...     return flopsight.Cost.of_product(a.shape[0] * a.shape[1] * b.shape[1])
+    ... def my_mm(out, self, mat2):
+    ...     return flopsight.Cost.of_product(self.shape[0] * self.shape[1] * mat2.shape[1])
     >>> flopsight.profile(torch.nn.Linear(3, 2, bias=False), torch.ones(4, 3), registry=registry).total.forward.macs
     24
     """
@@ -44,18 +48,73 @@ def mark_zero_cost(*ops, registry=None) -> None:
     (registry or REGISTRY).zero_cost(*ops)
 
 
+def register_module(*classes, name=None, backward=None, registry=None):
+    """Decorator: count a whole call of a module of ``classes`` with ``fn(out, module, **forward_arguments)``,
+    replacing the count of everything its subtree runs (fused or custom modules).
+
+    >>> import torch, flopsight
+    >>> class Fused(torch.nn.Module):  # say its kernel is opaque to the profiler
+    ...     def forward(self, x, scale=2.0):
+    ...         return x * scale
+    >>> registry = flopsight.REGISTRY.copy()
+    >>> @flopsight.register_module(Fused, registry=registry)
+    ... def fused(out, module, x, scale):
+    ...     return flopsight.Cost.of_flops(3 * x.numel())
+    >>> flopsight.profile(Fused(), torch.ones(4), registry=registry).total.forward.flops
+    12
+    """
+    return (registry or REGISTRY).register_module(*classes, name=name, backward=backward)
+
+
+def register_function(*functions, name=None, backward=None, registry=None):
+    """Decorator: count each ``apply`` of these ``torch.autograd.Function`` subclasses with
+    ``fn(out, **forward_arguments)`` (``ctx`` left out) instead of the ops it runs.
+
+    >>> import torch, flopsight
+    >>> class Square(torch.autograd.Function):
+    ...     @staticmethod
+    ...     def forward(ctx, x):
+    ...         ctx.save_for_backward(x)
+    ...         return x * x
+    ...     @staticmethod
+    ...     def backward(ctx, g):
+    ...         (x,) = ctx.saved_tensors
+    ...         return 2 * x * g
+    >>> registry = flopsight.REGISTRY.copy()
+    >>> @flopsight.register_function(Square, registry=registry, backward=lambda out, x: flopsight.Cost.of_flops(2 * x.numel()))
+    ... def square(out, x):
+    ...     return flopsight.Cost.of_flops(x.numel())
+    >>> class M(torch.nn.Module):
+    ...     def forward(self, x):
+    ...         return Square.apply(x)
+    >>> x = torch.ones(5, requires_grad=True)
+    >>> with flopsight.Profiler(M(), registry=registry) as prof:
+    ...     prof.model(x).sum().backward()
+    >>> prof.result.total.forward.flops, prof.result.total.backward.flops
+    (5, 10)
+    """
+    return (registry or REGISTRY).register_function(*functions, name=name, backward=backward)
+
+
 __all__ = [
     "__version__",
     "profile",
     "Profiler",
     "ProfileResult",
     "ModuleStats",
-    "PhaseStats",
-    "OpStats",
+    "ModuleNode",
+    "ModelCall",
+    "Phases",
+    "Stats",
+    "Coverage",
+    "Metadata",
+    "Timing",
     "load",
     "Cost",
     "register_formula",
     "mark_zero_cost",
+    "register_module",
+    "register_function",
     "UnsupportedOpWarning",
     "UnprofiledForwardWarning",
     "FakeClock",

@@ -24,7 +24,7 @@ from torch import nn
 
 from .profiler import Profiler, as_args, as_kwargs, check_model, check_warm_up, profile
 from .renderers.text_renderer import ParallelInfo, render_aggregated, render_text
-from .result import ProfileResult, _check_parent_dir
+from .result import ProfileResult, check_parent_dir
 from .units import duration_to_string, macs_to_string, number_to_string, params_to_string
 
 __all__ = [
@@ -52,7 +52,7 @@ def _check_output_file(output_file: Any) -> None:
     if output_file is not None and output_file != "":
         if not isinstance(output_file, (str, os.PathLike)):
             raise TypeError(f"output_file: expected a path or None, got {type(output_file).__name__}")
-        _check_parent_dir(output_file, "output_file")
+        check_parent_dir(output_file, "output_file")
 
 
 def _parallel_info(ds_engine: Any) -> ParallelInfo | None:

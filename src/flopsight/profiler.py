@@ -24,12 +24,15 @@ from torch import nn
 from . import __version__
 from ._compat import original_module
 from .capture.inputs import batch_size, describe_inputs, model_device, model_dtype
+from .capture.build import build_result
 from .capture.modules import describe
-from .capture.session import CaptureSession, build_result
+from .capture.session import CaptureSession
 from .capture.state import ModelState
 from .capture.timing import Clock, default_clock
 from .formulas import REGISTRY
+from .formulas.attention import attention_registry
 from .formulas.registry import Registry
+from .metadata import ATTENTION_CONVENTIONS, Metadata, Timing
 from .result import ProfileResult
 
 __all__ = ["profile", "Profiler", "MODES", "TIMINGS"]
@@ -82,10 +85,17 @@ def as_kwargs(kwargs: Any) -> dict:
     return dict(kwargs)
 
 
-def ignore_predicate(ignore_modules: Iterable[type] | None) -> Callable[[nn.Module], bool]:
-    """``isinstance`` test for module types whose costs are folded into their parent."""
+def ignore_predicate(ignore_modules: Iterable[type] | type | None) -> Callable[[nn.Module], bool]:
+    """``isinstance`` test for module types whose costs are folded into their parent
+    (a list of types, or one type as DeepSpeed users often write it)."""
     if not ignore_modules:
         return lambda m: False
+    if isinstance(ignore_modules, type):
+        ignore_modules = (ignore_modules,)
+    elif not isinstance(ignore_modules, Iterable) or isinstance(ignore_modules, (str, bytes)):
+        raise TypeError(
+            f"ignore_modules: expected an nn.Module subclass or a list of them, got {type(ignore_modules).__name__}"
+        )
     types = tuple(ignore_modules)
     bad = [t for t in types if not (isinstance(t, type) and issubclass(t, nn.Module))]
     if bad:
@@ -100,36 +110,41 @@ def _world() -> tuple[int, int]:
     return 1, 0
 
 
-def run_metadata(model: nn.Module, args: tuple, kwargs: dict, **extra: Any) -> dict[str, Any]:
+def check_attention(attention: Any) -> str:
+    if attention not in ATTENTION_CONVENTIONS:
+        raise ValueError(f"attention: expected one of {', '.join(map(repr, ATTENTION_CONVENTIONS))}, got {attention!r}")
+    return attention
+
+
+def run_metadata(model: nn.Module, args: tuple, kwargs: dict, **extra: Any) -> Metadata:
     """What the result records about the run besides the measurements."""
     device = model_device(model, args, kwargs)
     world_size, rank = _world()
-    meta = {
-        "flopsight_version": __version__,
-        "torch_version": torch.__version__.split("+")[0],
-        "python_version": platform.python_version(),
-        "model": type(model).__name__,
-        "device": str(device),
-        "device_type": device.type,
-        "dtype": str(model_dtype(model, args, kwargs)).replace("torch.", ""),
-        "world_size": world_size,
-        "rank": rank,
-    }
-    if args or kwargs:
-        meta["inputs"] = describe_inputs(args, kwargs)
-        meta["batch_size"] = batch_size(args, kwargs)
-    meta.update(extra)
-    return meta
+    inputs = {"inputs": describe_inputs(args, kwargs), "batch_size": batch_size(args, kwargs)} if args or kwargs else {}
+    return Metadata(
+        flopsight_version=__version__,
+        torch_version=torch.__version__.split("+")[0],
+        python_version=platform.python_version(),
+        model=type(model).__name__,
+        device=str(device),
+        device_type=device.type,
+        dtype=str(model_dtype(model, args, kwargs)).replace("torch.", ""),
+        world_size=world_size,
+        rank=rank,
+        **inputs,
+        **extra,
+    )
 
 
-def _timing_meta(clock: Clock, separate: bool) -> dict[str, Any]:
+def _timing(clock: Clock, separate: bool, compiled: bool = False) -> Timing:
     if separate:
         method = "separate-pass"
     elif clock.subtracts_overhead:
         method = "overhead-subtracted"
     else:
         method = "single-pass"
-    return {"method": method, "clock": clock.name}
+    note = "latency of the whole compiled call only; counts from the eager module" if compiled else None
+    return Timing(method, clock.name, note)
 
 
 # -- profile() -----------------------------------------------------------------------------
@@ -143,6 +158,7 @@ def profile(
     func_name: str | None = None,
     ignore_modules: Iterable[type] | None = None,
     timing: str = "auto",
+    attention: str = "dense",
     clock: Clock | None = None,
     registry: Registry | None = None,
 ) -> ProfileResult:
@@ -159,6 +175,9 @@ def profile(
             module hooks (the counting pass doubles as the first warm-up);
             ``"subtract"`` counts and times in one pass and subtracts the profiler's
             measured overhead; ``"auto"`` separates when ``warm_up >= 1``.
+        attention: ``"dense"`` counts every attention score entry (DeepSpeed's count);
+            ``"effective"`` only those a causal mask, a sliding window, a packed batch or a
+            block mask leaves in (docs/conventions/attention.md).
         clock: a clock from :mod:`flopsight.capture.timing` (tests inject ``FakeClock``).
         registry: formulas to count with (default: the global registry).
 
@@ -173,7 +192,7 @@ def profile(
     if timing not in TIMINGS:
         raise ValueError(f"timing: expected one of {', '.join(map(repr, TIMINGS))}, got {timing!r}")
     ignore = ignore_predicate(ignore_modules)
-    registry = registry or REGISTRY
+    registry = attention_registry(registry or REGISTRY, check_attention(attention))
 
     # Count on the eager module: a dispatch mode run through a torch.compile'd wrapper
     # can leave it running eagerly afterwards. Time the model as given.
@@ -196,7 +215,9 @@ def profile(
 
     def captured(count: bool):
         state.rewind()
-        session = CaptureSession(infos if count else time_infos, registry=registry, clock=clock, count=count, ignore=ignore)
+        # the whole call is the model's: ops between its module calls (generate()'s sampling) are the root's
+        session = CaptureSession(infos if count else time_infos, registry=registry, clock=clock, count=count,
+                                 ignore=ignore, outside_to_root=True)
         session.start()
         try:
             with warnings.catch_warnings():
@@ -224,10 +245,8 @@ def profile(
     finally:
         state.restore()
 
-    timing_meta = _timing_meta(clock, separate)
-    if compiled:
-        timing_meta["compiled"] = "latency of the whole compiled call only; counts from the eager module"
-    meta = run_metadata(target, args, kwargs, mode=mode, method=name, warm_up=warm_up, timing=timing_meta)
+    meta = run_metadata(target, args, kwargs, mode=mode, method=name, warm_up=warm_up, attention=attention,
+                        timing=_timing(clock, separate, compiled))
     return build_result(infos, counts, times if separate else None, ignored=ignore, metadata=meta)
 
 
@@ -240,7 +259,12 @@ class Profiler:
     created it, activation checkpointing's recomputed forward is its own phase, and
     ``optimizer.step()`` (of ``optimizer``, or of any optimizer when None) is the step
     phase; ``result.iteration`` sums up the span. ``batch_size`` overrides the batch size
-    read from the first dimension of each model call's first input.
+    read from the first dimension of each model call's first input. ``attention`` as in
+    :func:`profile`.
+
+    Only what runs inside the model's forward calls (and their backward) is counted, as in
+    DeepSpeed: give it a submodule and it counts that submodule, whatever the code around
+    it runs (a loss computed outside the model is not the model's).
 
     Counting and timing happen in the same pass, so latencies have the profiler's own
     measured overhead subtracted (on CPU). Starting twice or stopping when not started
@@ -254,6 +278,7 @@ class Profiler:
         optimizer: torch.optim.Optimizer | None = None,
         batch_size: int | None = None,
         ignore_modules: Iterable[type] | None = None,
+        attention: str = "dense",
         clock: Clock | None = None,
         registry: Registry | None = None,
     ):
@@ -275,7 +300,8 @@ class Profiler:
             )
         self._ignore = ignore_predicate(ignore_modules)
         self._clock = clock
-        self._registry = registry or REGISTRY
+        self._attention = check_attention(attention)
+        self._registry = attention_registry(registry or REGISTRY, attention)
         self._session: CaptureSession | None = None
         self._infos = None
         self._result: ProfileResult | None = None
@@ -310,10 +336,9 @@ class Profiler:
         return self._build(self._session, self._session.snapshot())
 
     def _build(self, session: CaptureSession, raw) -> ProfileResult:
-        args, kwargs = session.first_inputs or ((), {})
-        meta = run_metadata(self._target, args, kwargs, mode="custom", timing=_timing_meta(session.clock, False))
-        if self.batch_size is not None:
-            meta["batch_size_given"] = self.batch_size
+        args, kwargs = raw.first_inputs or ((), {})
+        meta = run_metadata(self._target, args, kwargs, mode="custom", attention=self._attention,
+                            batch_size_given=self.batch_size, timing=_timing(session.clock, False))
         return build_result(self._infos, raw, ignored=self._ignore, metadata=meta)
 
     @property

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..result import CallStats, PhaseStats, ProfileResult
+from ..result import ModelCall, ProfileResult
+from ..stats import Stats
 
 __all__ = ["IterationStats", "GenerationStats", "iteration_stats", "generation_stats"]
 
@@ -33,10 +34,10 @@ class IterationStats:
     """
 
     latency: float
-    forward: PhaseStats
-    backward: PhaseStats
-    recompute: PhaseStats
-    step: PhaseStats
+    forward: Stats
+    backward: Stats
+    recompute: Stats
+    step: Stats
     samples: int | None
 
     @property
@@ -67,12 +68,12 @@ class IterationStats:
 
 def iteration_stats(result: ProfileResult) -> IterationStats:
     forward = result.phase_total("forward")
-    given = result.metadata.get("batch_size_given")
+    given = result.metadata.batch_size_given
     if result.root_calls:
         sizes = [given or c.batch_size for c in result.root_calls]
         samples = sum(sizes) if all(sizes) else None
     else:
-        size = given or result.metadata.get("batch_size")
+        size = given or result.metadata.batch_size
         samples = size * forward.calls if size and forward.calls else None
     walls = result.spans.get("iteration")
     latency = sum(walls) if walls else forward.latency
@@ -86,16 +87,14 @@ def iteration_stats(result: ProfileResult) -> IterationStats:
     )
 
 
-def _sum(calls: list[CallStats]) -> PhaseStats:
-    return PhaseStats(
-        sum(c.macs for c in calls), sum(c.flops for c in calls), sum(c.latency for c in calls), len(calls)
-    )
+def _sum(calls: list[ModelCall]) -> Stats:
+    return Stats(calls=len(calls)) + sum((c.stats._replace(calls=0) for c in calls), Stats())
 
 
-def _average(total: PhaseStats, n: int) -> PhaseStats:
+def _average(total: Stats, n: int) -> Stats:
     if n <= 0:
-        return PhaseStats()
-    return PhaseStats(round(total.macs / n), round(total.flops / n), total.latency / n, 1)
+        return Stats()
+    return Stats(round(total.macs / n), round(total.flops / n), total.latency / n, 1)
 
 
 @dataclass
@@ -108,17 +107,17 @@ class GenerationStats:
     generate() ran, logits processing and sampling between the calls included.
     """
 
-    prefill: PhaseStats
-    decode: PhaseStats
-    per_step: PhaseStats
-    per_token: PhaseStats
+    prefill: Stats
+    decode: Stats
+    per_step: Stats
+    per_token: Stats
     new_tokens: int
     batch_size: int
-    total: PhaseStats
+    total: Stats
 
 
 def generation_stats(result: ProfileResult) -> GenerationStats | None:
-    if result.metadata.get("mode") != "generate" or not result.root_calls:
+    if result.metadata.mode != "generate" or not result.root_calls:
         return None
     prefill = _sum(result.root_calls[:1])
     decode = _sum(result.root_calls[1:])
@@ -127,7 +126,7 @@ def generation_stats(result: ProfileResult) -> GenerationStats | None:
     everything = result.phase_total("forward")
     walls = result.spans.get("iteration")
     if walls:  # the whole generate() call, not only the model's forward calls
-        everything.latency = sum(walls)
+        everything = everything._replace(latency=sum(walls))
     return GenerationStats(
         prefill=prefill,
         decode=decode,

@@ -37,6 +37,7 @@ class ModuleInfo:
     params: int
     params_trainable: int
     shared_with: list[str] = field(default_factory=list)
+    aliases: list[str] = field(default_factory=list)  # other names of this object under the same parent
 
 
 def _extra_repr(module: nn.Module) -> str:
@@ -56,12 +57,17 @@ def describe(model: nn.Module) -> dict[str, ModuleInfo]:
         infos[path] = info
         # a parameter tied into several submodules is one tensor: collect by identity
         subtree = {id(p): p for p in module._parameters.values() if p is not None}
+        named: dict[int, ModuleInfo] = {}  # child object -> its first name under this module
         for key, child in module._modules.items():
             if child is None or id(child) in ancestors:  # skip empty slots and cycles
+                continue
+            if id(child) in named:  # `self.b = self.a`: one module with two names, reported once
+                named[id(child)].aliases.append(key)
                 continue
             child_path = f"{path}.{key}" if path else key
             info.children.append(child_path)
             subtree.update(visit(child, child_path, path, depth + 1, ancestors + (id(child),)))
+            named[id(child)] = infos[child_path]
         params_of[path] = subtree
         return subtree
 
@@ -135,21 +141,20 @@ class CallRecord:
 
 
 class ModuleTracker:
-    """Keeps the stack of active module calls of one model.
+    """Capture source: keeps the stack of active module calls of one model.
 
     Two process-wide module hooks (a forward pre-hook and an always-called forward hook)
     see every module call; calls of modules outside the model are ignored. Installing
     and removing them costs the same whatever the size of the model. The root also gets a
     pre-hook with keyword arguments, to record what the model was first called with.
-
-    ``session`` provides ``clock``, ``phase``, ``overhead`` (host seconds spent in the
-    profiler so far), ``first_inputs`` and ``on_module_error(record, exc, root)``.
+    ``listeners`` (sources that act on whole module calls) hear of each call's start
+    (``call_begins(record)``) and end (``call_ends(record, args, kwargs, output)``).
     """
 
-    def __init__(self, infos: dict[str, ModuleInfo], session, ignore: Callable[[nn.Module], bool]):
-        self.session = session
-        self.stack: list[CallRecord] = []
+    def __init__(self, infos: dict[str, ModuleInfo], ignore: Callable[[nn.Module], bool]):
         self.log: list[CallRecord] = []
+        self.root_calls: list[CallRecord] = []  # the model's own forward calls
+        self.listeners: list = []
         self._handles: list = []
         self._paths: dict[int, list[str]] = {}  # id(module) -> its paths in the model
         for info in infos.values():
@@ -158,49 +163,47 @@ class ModuleTracker:
         self._root = infos[""].module
         self._seq_starts: list[int] = []
 
-    @property
-    def current_path(self) -> str:
-        """The innermost active module's path; the root (``""``) outside every module."""
-        return self.stack[-1].path if self.stack else ""
-
-    def install(self) -> None:
-        pre, post = self._make_hooks()
+    def start(self, ctx) -> None:
+        pre, post = self._make_hooks(ctx)
         try:
             self._handles.append(register_module_forward_pre_hook(pre))
-            self._handles.append(register_module_forward_hook(post, always_call=True))
-            self._handles.append(self._root.register_forward_pre_hook(self._record_inputs, with_kwargs=True))
+            self._handles.append(register_module_forward_hook(post, always_call=True, with_kwargs=True))
+            self._handles.append(self._root.register_forward_pre_hook(self._inputs_hook(ctx), with_kwargs=True))
         except BaseException:
-            self.remove()
+            self.stop(ctx)
             raise
 
-    def remove(self) -> None:
+    def stop(self, ctx) -> None:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
 
-    def _record_inputs(self, module, args, kwargs) -> None:
-        # runs after the global pre-hook, so the root's call record is on top of the stack
-        if self.session.first_inputs is None:
-            self.session.first_inputs = (args, kwargs)
-        if self.stack and self.stack[-1].root_id >= 0:
-            self.stack[-1].batch_size = batch_size(args, kwargs)
+    def _inputs_hook(self, ctx):
+        def record_inputs(module, args, kwargs) -> None:
+            # runs after the global pre-hook, so the root's call record is on top of the stack
+            if ctx.paused:
+                return
+            if ctx.first_inputs is None:
+                ctx.first_inputs = (args, kwargs)
+            if ctx.stack and ctx.stack[-1].root_id >= 0:
+                ctx.stack[-1].batch_size = batch_size(args, kwargs)
 
-    def _make_hooks(self):
-        session, stack, log, paths_of = self.session, self.stack, self.log, self._paths
-        root_calls = session.root_calls
-        clock = session.clock
-        now, stamp = clock.now, clock.stamp
+        return record_inputs
+
+    def _make_hooks(self, ctx):
+        stack, log, paths_of, root_calls, listeners = ctx.stack, self.log, self._paths, self.root_calls, self.listeners
+        overhead, stamp = ctx.overhead, ctx.clock.stamp
 
         def pre_hook(module, args):
             paths = paths_of.get(id(module))
-            if paths is None:  # not a module of this model (or an ignored one)
+            if paths is None or ctx.paused:  # not a module of this model (or an ignored one)
                 return
-            h0 = now()
+            h0 = overhead.begin()
             top = stack[-1] if stack else None
             path = paths[0] if len(paths) == 1 else choose_path(paths, top.path if top else None)
             # a forward that runs while the backward pass executes a node is activation
             # checkpointing re-running it
-            phase = "recompute" if current_autograd_node() is not None else session.phase
+            phase = "recompute" if current_autograd_node() is not None else ctx.phase
             rec = CallRecord(len(log), path, phase, module, top.index if top else -1, sys.exc_info()[1])
             if top is None and path == "" and phase == "forward":
                 rec.root_id = len(root_calls)
@@ -208,39 +211,47 @@ class ModuleTracker:
             rec.seq_start = autograd_sequence_nr()
             log.append(rec)
             stack.append(rec)
-            session.overhead += now() - h0
-            rec.ovh_start = session.overhead
+            for listener in listeners:
+                listener.call_begins(rec)
+            overhead.end(h0)
+            rec.ovh_start = overhead.seconds
             rec.start = stamp()
 
-        def post_hook(module, args, output):
+        def post_hook(module, args, *kwargs_output):
+            # (kwargs, output); torch's path for a forward that raised passes (output,) only
             end = stamp()
-            if id(module) not in paths_of:
+            if id(module) not in paths_of or ctx.paused:
                 return
-            h0 = now()
-            ovh_end = session.overhead
+            h0 = overhead.begin()
+            ovh_end = overhead.seconds
             # Unwind to this module's frame: a child whose exception was caught by user
             # code never reached its own post-hook and is abandoned.
             while stack and stack[-1].module is not module:
                 stack.pop()
             if not stack:
                 return
-            rec = stack.pop()
+            rec = stack[-1]
             rec.seq_end = autograd_sequence_nr()
             exc = sys.exc_info()[1]
-            if exc is not None and exc is not rec.exc:
+            failed = exc is not None and exc is not rec.exc
+            if failed:
                 # Called from torch's except-block: the forward raised (checkpointing also
                 # stops a recompute early by raising, which is not the model failing).
-                session.on_module_error(rec, exc, root=not stack and rec.phase == "forward")
+                _note_error(ctx, rec, exc, root=len(stack) == 1 and rec.phase == "forward")
             else:
                 rec.end = end
                 rec.ovh_end = ovh_end
-            session.overhead += now() - h0
+            for listener in listeners:  # while the call is still the innermost one
+                kwargs = kwargs_output[0] if len(kwargs_output) == 2 else {}
+                listener.call_ends(rec, args, kwargs, None if failed else kwargs_output[-1])
+            stack.pop()
+            overhead.end(h0)
 
         return pre_hook, post_hook
 
-    def owner_of(self, sequence_nr: int) -> str:
+    def owner_of(self, sequence_nr: int) -> str | None:
         """Path of the innermost module call whose forward created autograd node
-        ``sequence_nr`` (the root when none did)."""
+        ``sequence_nr`` (None when none did)."""
         log = self.log
         i = bisect.bisect_right(self._starts, sequence_nr) - 1
         while i >= 0:
@@ -248,7 +259,7 @@ class ModuleTracker:
             if rec.seq_start <= sequence_nr and (rec.seq_end is None or sequence_nr < rec.seq_end):
                 return rec.path
             i = rec.parent
-        return ""
+        return None
 
     @property
     def _starts(self) -> list[int]:
@@ -259,3 +270,21 @@ class ModuleTracker:
         if len(starts) < len(log):
             starts.extend(rec.seq_start for rec in log[len(starts):])
         return starts
+
+
+_NOTE_PREFIX = "flopsight: raised in module"
+
+
+def _note_error(ctx, record: CallRecord, exc: BaseException, root: bool) -> None:
+    """A module's forward raised: name the module on the exception (once, innermost first);
+    at the root, record that the profiled call failed. Counting goes on: the caller may
+    catch the exception and run the model again."""
+    notes = getattr(exc, "__notes__", None) or []
+    if not any(str(n).startswith(_NOTE_PREFIX) for n in notes):
+        note = f"{_NOTE_PREFIX} {record.path or '<root>'!r} ({type(record.module).__name__})"
+        if hasattr(exc, "add_note"):
+            exc.add_note(note)
+        else:  # Python 3.10: the attribute add_note would set
+            exc.__notes__ = [*notes, note]
+    if root:
+        ctx.error = f"{type(exc).__name__} raised in module {record.path or '<root>'!r}"

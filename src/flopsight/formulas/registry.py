@@ -120,28 +120,56 @@ class Unit:
     ``torch.lstm``, by the schema of the aten op of the same name whose overload fits the call.
     """
 
-    __slots__ = ("name", "formula", "backward", "_binders")
+    __slots__ = ("name", "formula", "backward", "backward_entry", "_binders")
 
     def __init__(self, name: str, formula: Callable[..., Cost], backward: Callable[..., Cost] | None,
-                 function: Callable):
+                 binders: list[Binder]):
         self.name, self.formula, self.backward = name, formula, backward
-        binder = Binder.of_function(function)
-        self._binders = [binder] if binder is not None else binder_for_builtin(function)
-        if not self._binders:
-            raise TypeError(f"register_unit: cannot read the arguments of {function!r} (no signature, no aten schema)")
+        self.backward_entry = _UnitBackward(self) if backward is not None else None
+        self._binders = binders
 
-    def bind(self, args: tuple, kwargs: dict) -> dict[str, Any]:
+    @classmethod
+    def of_function(cls, function: Callable, name: str, formula, backward) -> "Unit":
+        binder = Binder.of_function(function)
+        binders = [binder] if binder is not None else binder_for_builtin(function)
+        if not binders:
+            raise TypeError(f"register_unit: cannot read the arguments of {function!r} (no signature, no aten schema)")
+        return cls(name, formula, backward, binders)
+
+    @classmethod
+    def of_method(cls, method: Callable, name: str, formula, backward, skip: int = 1) -> "Unit":
+        """Bound by a method's signature without its first ``skip`` parameters (``self``, ``ctx``)."""
+        binder = Binder.of_function(method)
+        if binder is None:
+            raise TypeError(f"cannot read the arguments of {method!r}")
+        return cls(name, formula, backward, [Binder(binder.names[skip:], binder.defaults)])
+
+    def bind(self, args: tuple, kwargs: dict) -> dict[str, Any] | None:
+        """The call's arguments by name (None if no schema of the function fits them)."""
         for binder in self._binders:
             if binder.accepts is None or binder.accepts(args, kwargs):
                 return binder.bind(args, kwargs)
-        raise TypeError(f"{self.name}: no schema of this function fits the call's arguments")
+        return None
 
-    def cost(self, out: Any, args: tuple, kwargs: dict) -> tuple[Cost, Cost | None]:
-        """(forward cost, backward cost or None) of one call."""
-        bound = self.bind(args, kwargs)
-        forward = _as_cost(self.formula(out, **bound), self.name)
-        backward = None if self.backward is None else _as_cost(self.backward(out, **bound), f"{self.name}.backward")
-        return forward, backward
+    def cost(self, out: Any, bound: dict[str, Any] | None) -> Cost:
+        """Forward cost of one call whose arguments :meth:`bind` returned."""
+        if bound is None:
+            raise TypeError(f"{self.name}: no schema of this function fits the call's arguments")
+        return _as_cost(self.formula(out, **bound), self.name)
+
+
+class _UnitBackward:
+    """A unit's backward formula as an entry of its own, named ``<unit>.backward``."""
+
+    __slots__ = ("name", "formula")
+
+    def __init__(self, unit: Unit):
+        self.name, self.formula = f"{unit.name}.backward", unit.backward
+
+    def cost(self, out: Any, bound: dict[str, Any] | None) -> Cost:
+        if bound is None:
+            raise TypeError(f"{self.name}: no schema of this function fits the call's arguments")
+        return _as_cost(self.formula(out, **bound), self.name)
 
 
 class Registry:
@@ -150,6 +178,8 @@ class Registry:
     def __init__(self) -> None:
         self._ops: dict[OpOverloadPacket, Callable[..., Cost]] = {}
         self._units: dict[Any, Unit] = {}
+        self._module_rules: dict[type, Unit] = {}
+        self._functions: dict[type, Unit] = {}
         self._missing: list[str] = []
         self._resolved: dict[Any, Resolved] = {}
 
@@ -243,7 +273,7 @@ class Registry:
 
         def deco(fn: Callable[..., Cost]) -> Callable[..., Cost]:
             for f in functions:
-                self._units[f] = Unit(name, fn, backward, f)
+                self._units[f] = Unit.of_function(f, name, fn, backward)
             return fn
 
         return deco
@@ -252,6 +282,63 @@ class Registry:
         for unit in self._units.values():
             if unit.name == name:
                 unit.backward = backward
+                unit.backward_entry = _UnitBackward(unit)
+
+    def register_module(
+        self, *classes: type, name: str | None = None, backward: Callable[..., Cost] | None = None
+    ) -> Callable[[Callable[..., Cost]], Callable[..., Cost]]:
+        """Decorator: a rule that counts a whole call of a module of one of ``classes`` (or
+        a subclass), replacing the count of everything its subtree runs (fused or custom
+        modules whose kernels no formula knows).
+
+        The rule is ``fn(out, module, **forward_arguments)``: the call's output, the module,
+        and the arguments of its ``forward`` by name. ``backward`` (same arguments) costs the
+        module's whole backward pass, charged once when it runs; without it the backward is
+        counted op by op. The tally shows the call as ``name`` (default: the class name).
+        """
+        if not classes or not all(isinstance(c, type) and issubclass(c, torch.nn.Module) for c in classes):
+            raise TypeError(f"register_module: expected nn.Module subclasses, got {classes!r}")
+
+        def deco(fn: Callable[..., Cost]) -> Callable[..., Cost]:
+            for c in classes:
+                self._module_rules[c] = Unit.of_method(c.forward, name or c.__name__, fn, backward)
+            return fn
+
+        return deco
+
+    def module_rule(self, module_type: type) -> Unit | None:
+        """The rule for modules of ``module_type`` (the nearest registered base class), or None."""
+        if not self._module_rules:
+            return None
+        for base in module_type.__mro__:
+            rule = self._module_rules.get(base)
+            if rule is not None:
+                return rule
+        return None
+
+    def register_function(
+        self, *functions: type, name: str | None = None, backward: Callable[..., Cost] | None = None
+    ) -> Callable[[Callable[..., Cost]], Callable[..., Cost]]:
+        """Decorator: count each ``apply`` of these ``torch.autograd.Function`` subclasses as
+        one call, ``fn(out, **forward_arguments)`` (its ``forward``'s arguments by name,
+        ``ctx`` left out), instead of the ops it runs. ``backward`` costs its backward pass,
+        charged once. The tally shows it as ``name`` (default: the class name).
+        """
+        if not functions or not all(isinstance(f, type) and issubclass(f, torch.autograd.Function) for f in functions):
+            raise TypeError(f"register_function: expected torch.autograd.Function subclasses, got {functions!r}")
+
+        def deco(fn: Callable[..., Cost]) -> Callable[..., Cost]:
+            for f in functions:
+                # forward(ctx, *args) unless the class uses a separate setup_context
+                new_style = getattr(f, "setup_context", None) is not getattr(torch.autograd.Function, "setup_context")
+                self._functions[f] = Unit.of_method(f.forward, name or f.__name__, fn, backward, skip=0 if new_style else 1)
+            return fn
+
+        return deco
+
+    def functions(self) -> dict:
+        """autograd.Function subclass -> :class:`Unit` (read-only use)."""
+        return self._functions
 
     def unregister(self, op: OpLike) -> None:
         """Forget the formula of ``op`` (it becomes unsupported again)."""
@@ -264,6 +351,8 @@ class Registry:
         new = Registry()
         new._ops = dict(self._ops)
         new._units = dict(self._units) if units else {}
+        new._module_rules = dict(self._module_rules)
+        new._functions = dict(self._functions)
         new._missing = list(self._missing)
         return new
 

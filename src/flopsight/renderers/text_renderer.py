@@ -105,7 +105,7 @@ def parallel_of(result: ProfileResult, given: ParallelInfo | None) -> ParallelIn
     torch.distributed every rank is a data-parallel rank (world size = dp size, mp 1)."""
     if given is not None:
         return given
-    world = int(result.metadata.get("world_size") or 1)
+    world = int(result.metadata.world_size or 1)
     return ParallelInfo(world_size=world, dp_size=world, mp_size=1)
 
 
@@ -113,7 +113,7 @@ class _Report:
     def __init__(self, result: ProfileResult, parallel: ParallelInfo | None):
         self.result = result
         self.parallel = parallel
-        self.unit = "GPU" if result.metadata.get("device_type") == "cuda" else "device"
+        self.unit = "GPU" if result.metadata.device_type == "cuda" else "device"
         self.training = is_training(result)
         total = result.total
         self.params = total.params
@@ -170,8 +170,8 @@ class _Report:
         if unsupported:
             listed = ", ".join(f"{name} x{calls}" for name, calls in sorted(unsupported.items()))
             self.kv("ops not counted (no formula): ", listed)
-        if self.result.metadata.get("error"):
-            self.kv("profile incomplete: ", self.result.metadata["error"])
+        if self.result.metadata.error:
+            self.kv("profile incomplete: ", self.result.metadata.error)
 
     def _repeats(self, it) -> None:
         # Gradient accumulation (several forwards and backwards per step) or a span of
@@ -338,8 +338,8 @@ class _Report:
 
     def detailed(self) -> None:
         u = self.unit
-        timing = self.result.metadata.get("timing", {})
-        how = ", ".join(str(v) for v in (timing.get("method"), timing.get("clock")) if v)
+        timing = self.result.metadata.timing
+        how = ", ".join(str(v) for v in (timing.method, timing.clock) if v)
         order = (
             "params, percentage of total params, MACs, percentage of total MACs, fwd latency, "
             "percentage of total fwd latency, fwd FLOPS"

@@ -1,0 +1,149 @@
+"""Where a cost goes: one function decides the module path and phase of everything counted.
+
+* outside the backward pass: the innermost active module call (``forward``, or
+  ``recompute`` for a forward re-run while backward executes, activation checkpointing),
+  else the phase the optimizer hooks set (``step``), else the root when the profiled call
+  is the model's own method, else nowhere (ops of user code around a profiled module);
+* in the backward pass: the module whose forward created the autograd node being executed
+  (its sequence number falls in the range seen around that module's call),
+  ``AccumulateGrad`` to the module owning the parameter; a node made by a call counted
+  whole (a unit, a module rule, an autograd function) charges that call's backward formula
+  once, whichever kernels run.
+"""
+
+from __future__ import annotations
+
+import bisect
+
+from .._compat import ACCUMULATE_GRAD_SEQUENCE_NR, autograd_sequence_nr, current_autograd_node
+from ..stats import ZERO_STATS, Stats
+from .context import CaptureContext
+from .notices import warn_formula_failed, warn_unprofiled_forward, warn_unsupported
+
+__all__ = ["Attribution", "WholeCall"]
+
+
+class WholeCall:
+    """A call counted whole whose backward is charged once, from a formula, when it runs."""
+
+    __slots__ = ("seq_start", "seq_end", "path", "name", "cost", "charged")
+
+    def __init__(self, seq_start: int, seq_end: int, path: str, name: str, cost: Stats):
+        self.seq_start, self.seq_end, self.path, self.name, self.cost = seq_start, seq_end, path, name, cost
+        self.charged = False
+
+
+class Attribution:
+    """Charges costs to (module path, phase) in the context's tally."""
+
+    def __init__(self, ctx: CaptureContext, owner_of, param_owner: dict[int, str]):
+        self.ctx = ctx
+        self._owner_of = owner_of  # autograd sequence nr -> path of the call that made it, or None
+        self._param_owner = param_owner
+        self._whole: list[WholeCall] = []
+        self._whole_starts: list[int] = []
+        self._owner_cache = (-1, "")  # (sequence nr, path) of the last node looked up
+        self._seq_at_start = autograd_sequence_nr()  # nodes numbered below were made before start
+        self._warned_unprofiled = False
+
+    def charge(self, entry, t0, t1, *payload, cost: Stats | None = None) -> str | None:
+        """Charge one call of ``entry`` (a resolved op, a unit...: it has ``name``,
+        ``formula`` and ``cost(*payload)``) that ran from stamp ``t0`` to ``t1``. Its cost is
+        ``cost`` if given, else ``entry.cost(*payload)``, evaluated only once the call is
+        known to be counted. Returns the module path charged, or None when the call is not
+        the profiled model's."""
+        ctx = self.ctx
+        stack = ctx.stack
+        node = current_autograd_node()
+        root_id = -1
+        if node is None or (stack and stack[-1].phase == "recompute"):
+            if stack:
+                top = stack[-1]
+                path, phase = top.path, top.phase
+                if phase == "forward":
+                    root_id = stack[0].root_id
+            elif ctx.phase == "step" or ctx.outside_to_root:
+                path, phase = "", ctx.phase
+            else:
+                return None
+        else:
+            whole = self._whole_call_of(node)
+            if whole is not None:
+                self._charge_whole_backward(whole, t0, t1)
+                return whole.path
+            path = self._backward_owner(node)
+            if path is None:
+                return None
+            phase = "backward"
+        if cost is None:
+            cost = self.evaluate(entry, *payload)
+        ctx.tally.add(path, phase, entry.name, cost, t0, t1)
+        if root_id >= 0:
+            ctx.tally.add_root(root_id, cost)
+        return path
+
+    def evaluate(self, entry, *payload) -> Stats:
+        """``entry.cost(*payload)``; an op without a formula, or whose formula fails, costs
+        nothing and is listed (and warned about once) as unsupported."""
+        if entry.formula is None:
+            self._unsupported(entry.name, None)
+            return ZERO_STATS
+        try:
+            return entry.cost(*payload)
+        except Exception as e:  # a formula bug must not break the user's model
+            self._unsupported(entry.name, e)
+            return ZERO_STATS
+
+    def _unsupported(self, name: str, error: Exception | None) -> None:
+        counter = self.ctx.tally.unsupported
+        counter[name] += 1
+        if counter[name] == 1:
+            if error is None:
+                warn_unsupported(name)
+            else:
+                warn_formula_failed(name, error)
+
+    # -- calls counted whole ------------------------------------------------------------
+    def expect_backward(self, seq_start: int, seq_end: int, path: str, name: str, cost: Stats) -> None:
+        """A call counted whole made autograd nodes ``seq_start <= n < seq_end``: when the
+        backward pass runs them, charge ``cost`` once as ``<name>.backward`` to ``path``."""
+        if seq_end > seq_start:
+            self._whole.append(WholeCall(seq_start, seq_end, path, name, cost))
+            self._whole_starts.append(seq_start)
+
+    def _whole_call_of(self, node) -> WholeCall | None:
+        if not self._whole:
+            return None
+        seq = node._sequence_nr()
+        i = bisect.bisect_right(self._whole_starts, seq) - 1
+        if i >= 0 and seq < self._whole[i].seq_end:
+            return self._whole[i]
+        return None
+
+    def _charge_whole_backward(self, whole: WholeCall, t0, t1) -> None:
+        # all the kernels of the call's backward are one entry, costed once by its formula
+        first = not whole.charged
+        whole.charged = True
+        self.ctx.tally.add(whole.path, "backward", f"{whole.name}.backward", whole.cost if first else ZERO_STATS,
+                           t0, t1, calls=int(first))
+
+    # -- backward owners ----------------------------------------------------------------
+    def _backward_owner(self, node) -> str | None:
+        """Path of the module whose forward created autograd node ``node``."""
+        seq = node._sequence_nr()
+        if seq == self._owner_cache[0]:
+            return self._owner_cache[1]
+        if seq == ACCUMULATE_GRAD_SEQUENCE_NR:  # gradient accumulation into a parameter
+            return self._param_owner.get(id(node.variable), "" if self.ctx.outside_to_root else None)
+        path = self._owner_of(seq)
+        if path is None:
+            if seq < self._seq_at_start:
+                # its forward ran before profiling started: the root is the best we can say
+                if not self._warned_unprofiled:
+                    self._warned_unprofiled = True
+                    warn_unprofiled_forward()
+                path = ""
+            elif self.ctx.outside_to_root:
+                path = ""
+        self._owner_cache = (seq, path)
+        return path

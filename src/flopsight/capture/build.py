@@ -1,0 +1,72 @@
+"""From raw captures to a :class:`~flopsight.result.ProfileResult`."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+from torch import nn
+
+from ..metadata import Metadata
+from ..result import ModelCall, ModuleStats, ProfileResult
+from ..stats import ZERO_STATS, Stats
+from .modules import ModuleInfo
+from .session import RawCapture
+
+__all__ = ["build_result"]
+
+#: phases whose latency is the modules' own span time; the others sum their ops' time
+_SPANNED = ("forward", "recompute")
+
+
+def build_result(
+    infos: dict[str, ModuleInfo],
+    counts: RawCapture,
+    times: RawCapture | None = None,
+    *,
+    ignored: Callable[[nn.Module], bool] = lambda m: False,
+    metadata: Metadata,
+) -> ProfileResult:
+    """Merge a counting capture (and optionally a separate timing capture) into a result."""
+    times = times or counts
+    phases_of: dict[str, set[str]] = {}
+    for path, phase in set(counts.ops) | set(counts.calls) | set(times.latency):
+        phases_of.setdefault(path, set()).add(phase)
+    modules: dict[str, ModuleStats] = {}
+    for path, info in infos.items():
+        phases, ops = {}, {}
+        for phase in sorted(phases_of.get(path, ())):
+            key = (path, phase)
+            op_stats = counts.ops.get(key, {})
+            total = sum(op_stats.values(), ZERO_STATS)
+            latency = times.latency.get(key, 0.0) if phase in _SPANNED else total.latency
+            calls = counts.calls.get(key, times.calls.get(key, 0))
+            phases[phase] = Stats(total.macs, total.flops, latency, calls)
+            if op_stats:
+                ops[phase] = op_stats
+        modules[path] = ModuleStats(
+            name=path,
+            type_name=info.type_name,
+            depth=info.depth,
+            parent=info.parent,
+            children=tuple(info.children),
+            params=info.params,
+            params_trainable=info.params_trainable,
+            extra_repr=info.extra_repr,
+            shared_with=tuple(info.shared_with),
+            aliases=tuple(info.aliases),
+            ignored=bool(ignored(info.module)),
+            phases=phases,
+            ops=ops,
+        )
+    error = counts.error or (times.error if times is not counts else None)
+    if error and not metadata.error:
+        metadata = dataclasses.replace(metadata, error=error)
+    root_calls = [ModelCall(cost, size) for cost, size in counts.root_calls]
+    spans = dict(counts.spans)
+    if times is not counts:  # latencies from the timing pass, counts from the counting pass
+        for i, (timed, _) in enumerate(times.root_calls[: len(root_calls)]):
+            call = root_calls[i]
+            root_calls[i] = ModelCall(call.stats._replace(latency=timed.latency), call.batch_size)
+        spans.update(times.spans)
+    return ProfileResult(modules, dict(counts.unsupported), metadata, spans=spans, root_calls=root_calls)

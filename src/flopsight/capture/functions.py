@@ -1,0 +1,70 @@
+"""One TorchFunctionMode for every source that acts on torch-level function calls.
+
+Sources register a handler per function (units, the backward entry points); everything
+else passes straight through. One mode, one table: it is looked up for every torch call.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from torch.overrides import TorchFunctionMode
+
+from .context import CaptureContext
+
+__all__ = ["FunctionInterceptor"]
+
+_NO_KWARGS: dict = {}
+
+
+class _InterceptMode(TorchFunctionMode):
+    def __init__(self, handlers: dict):
+        super().__init__()
+        self._handlers = handlers
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if kwargs is None:
+            kwargs = _NO_KWARGS
+        try:
+            handler = self._handlers.get(func)
+        except TypeError:  # an unhashable callable has no handler
+            handler = None
+        if handler is None:
+            return func(*args, **kwargs)
+        return handler(func, args, kwargs)
+
+
+class FunctionInterceptor:
+    """Capture source: routes registered torch functions to their handler
+    (``handler(func, args, kwargs) -> result``, which must call ``func``)."""
+
+    def __init__(self) -> None:
+        self.handlers: dict[Callable, Callable] = {}
+        self._mode: _InterceptMode | None = None
+        self._paused = False
+
+    def start(self, ctx: CaptureContext) -> None:
+        if self.handlers:
+            self._mode = _InterceptMode(self.handlers)
+            self._mode.__enter__()
+
+    def stop(self, ctx: CaptureContext) -> None:
+        mode, self._mode = self._mode, None
+        if mode is not None and not self._paused:
+            mode.__exit__(None, None, None)
+        self._paused = False
+
+    def pause(self) -> None:
+        """Take the mode off while no handled function can run (an optimizer step runs
+        thousands of small ops and no unit: this saves a Python call per op). Only when it
+        is the innermost function mode, so the mode stack stays in order."""
+        from .._compat import active_function_modes
+
+        if self._mode is not None and not self._paused and active_function_modes()[-1:] == [self._mode]:
+            self._mode.__exit__(None, None, None)
+            self._paused = True
+
+    def resume(self) -> None:
+        if self._paused and self._mode is not None:
+            self._mode.__enter__()
+        self._paused = False

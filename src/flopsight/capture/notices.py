@@ -1,0 +1,46 @@
+"""The warnings capture raises: unsupported operators, failed formulas, unprofiled forwards."""
+
+from __future__ import annotations
+
+import warnings
+
+__all__ = ["UnsupportedOpWarning", "UnprofiledForwardWarning", "warn_unsupported", "warn_formula_failed",
+           "warn_unprofiled_forward"]
+
+
+class UnsupportedOpWarning(UserWarning):
+    """An operator ran that no formula counts; it is listed in ``result.unsupported_ops``."""
+
+
+class UnprofiledForwardWarning(UserWarning):
+    """A backward pass ran through a graph whose forward was not profiled."""
+
+
+def warn_unsupported(name: str) -> None:
+    # The message names the op, so Python's default filter shows it once per op.
+    warnings.warn(
+        f"flopsight: no formula for operator {name!r}; its cost is not counted and it is "
+        "listed in result.unsupported_ops. Register one with flopsight.register_formula "
+        "or mark it with flopsight.mark_zero_cost.",
+        UnsupportedOpWarning,
+        stacklevel=4,
+    )
+
+
+def warn_formula_failed(name: str, error: Exception) -> None:
+    warnings.warn(
+        f"flopsight: the formula for {name!r} failed ({error!r}); its cost is not counted and it is "
+        "listed in result.unsupported_ops",
+        UnsupportedOpWarning,
+        stacklevel=4,
+    )
+
+
+def warn_unprofiled_forward() -> None:
+    warnings.warn(
+        "flopsight: the backward pass runs through autograd nodes created before profiling started (their "
+        "forward was not profiled), so they cannot be attributed to modules and their cost goes to the root. "
+        "Start profiling before the forward pass.",
+        UnprofiledForwardWarning,
+        stacklevel=4,
+    )

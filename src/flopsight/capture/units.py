@@ -1,0 +1,56 @@
+"""Capture source: torch functions counted whole ("units": attention, RNNs, dropout...).
+
+Their aten decomposition depends on the device or the kernel picked, so each call is
+counted once from its arguments by the registry's unit formula and the aten ops it runs are
+not counted again; its backward is charged once from the unit's backward formula.
+"""
+
+from __future__ import annotations
+
+from .._compat import autograd_sequence_nr
+from .attribution import Attribution
+from .context import CaptureContext
+from .functions import FunctionInterceptor
+
+__all__ = ["UnitSource"]
+
+
+class UnitSource:
+    def __init__(self, attribution: Attribution, functions: FunctionInterceptor, units: dict):
+        self._attribution = attribution
+        self._units = units  # function -> Unit
+        self._functions = functions
+        self._ctx: CaptureContext | None = None
+
+    def start(self, ctx: CaptureContext) -> None:
+        self._ctx = ctx
+        for function in self._units:
+            self._functions.handlers[function] = self._run
+
+    def stop(self, ctx: CaptureContext) -> None:
+        pass
+
+    def _run(self, func, args, kwargs):
+        ctx = self._ctx
+        if ctx.suppressed or ctx.paused:
+            return func(*args, **kwargs)
+        unit = self._units[func]
+        stamp = ctx.clock.stamp
+        ctx.suppressed += 1
+        try:
+            seq_start = autograd_sequence_nr()
+            t0 = stamp()
+            out = func(*args, **kwargs)
+            t1 = stamp()
+            seq_end = autograd_sequence_nr()  # the unit's autograd nodes are numbered in between
+        finally:
+            ctx.suppressed -= 1
+        h0 = ctx.overhead.begin()
+        attribution = self._attribution
+        bound = unit.bind(args, kwargs)  # None if no schema fits: reported as a failed formula
+        path = attribution.charge(unit, t0, t1, out, bound)
+        if path is not None and unit.backward is not None and seq_end > seq_start:
+            cost = attribution.evaluate(unit.backward_entry, out, bound)
+            attribution.expect_backward(seq_start, seq_end, path, unit.name, cost)
+        ctx.overhead.end(h0)
+        return out

@@ -1,0 +1,135 @@
+"""The module tree of a result, as a read-only view with inclusive values.
+
+Results store each module's *self* cost (:class:`~flopsight.result.ModuleStats`); the tree
+adds each module's submodules to it once, when the view is built, so
+``node.forward == node.self.forward + sum(child.forward for child in children)`` holds by
+construction and nothing can go stale (the stored records are immutable).
+
+>>> from flopsight.stats import Stats
+>>> p = Phases({"forward": Stats(macs=3, calls=1)})
+>>> p.forward.macs, p.backward.macs
+(3, 0)
+>>> p.fowrard
+Traceback (most recent call last):
+...
+AttributeError: no phase 'fowrard' (did you mean 'forward'?); phases are forward, backward, recompute, step
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import TYPE_CHECKING, Iterator, Mapping
+
+from .stats import ZERO_STATS, Stats
+
+if TYPE_CHECKING:
+    from .result import ModuleStats
+
+__all__ = ["PHASES", "Phases", "ModuleNode", "build_tree"]
+
+#: Phases in the order reports show them.
+PHASES = ("forward", "backward", "recompute", "step")
+
+
+class Phases(Mapping):
+    """Read-only phase -> :class:`Stats`; a phase that never ran reads as zeros, a name
+    that is not a phase raises (a typo must not read zeros)."""
+
+    __slots__ = ("_phases",)
+
+    def __init__(self, phases: Mapping[str, Stats]):
+        self._phases = dict(phases)
+
+    def __getitem__(self, name: str) -> Stats:
+        if name not in PHASES:
+            raise KeyError(_not_a_phase(name))
+        return self._phases.get(name, ZERO_STATS)
+
+    def __getattr__(self, name: str) -> Stats:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if name not in PHASES:
+            raise AttributeError(_not_a_phase(name))
+        return self._phases.get(name, ZERO_STATS)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._phases)
+
+    def __len__(self) -> int:
+        return len(self._phases)
+
+    def __repr__(self) -> str:
+        return f"Phases({self._phases!r})"
+
+
+def _not_a_phase(name: str) -> str:
+    close = difflib.get_close_matches(name, PHASES, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"no phase {name!r}{hint}; phases are {', '.join(PHASES)}"
+
+
+class ModuleNode:
+    """One module of the tree: its stored record, self and inclusive costs per phase.
+
+    Attributes of the record (``name``, ``type_name``, ``depth``, ``parent``, ``children``,
+    ``params``, ``params_trainable``, ``extra_repr``, ``shared_with``, ``aliases``,
+    ``ignored``) read through.
+    """
+
+    __slots__ = ("record", "self", "inclusive", "ran")
+
+    def __init__(self, record: "ModuleStats", inclusive: Mapping[str, Stats], ran: bool):
+        self.record = record
+        self.self = Phases(record.phases)  #: cost of the module's own code, per phase
+        self.inclusive = Phases(inclusive)  #: with all its submodules
+        #: True if the module or a submodule was called (a ModuleList runs through its children)
+        self.ran = ran
+
+    def __getattr__(self, name: str):
+        return getattr(self.record, name)
+
+    @property
+    def forward(self) -> Stats:
+        return self.inclusive.forward
+
+    @property
+    def backward(self) -> Stats:
+        return self.inclusive.backward
+
+    @property
+    def recompute(self) -> Stats:
+        """The forward re-run during backward by activation checkpointing."""
+        return self.inclusive.recompute
+
+    @property
+    def step(self) -> Stats:
+        return self.inclusive.step
+
+    @property
+    def calls(self) -> int:
+        """How many times the module's forward was called."""
+        return self.self.forward.calls
+
+    @property
+    def params_frozen(self) -> int:
+        return self.record.params - self.record.params_trainable
+
+    def __repr__(self) -> str:
+        return f"ModuleNode({self.record.name!r}, {self.record.type_name}, forward={self.forward!r})"
+
+
+def build_tree(modules: Mapping[str, "ModuleStats"]) -> dict[str, ModuleNode]:
+    """A :class:`ModuleNode` per path; ``modules`` must be in pre-order (parents first)."""
+    nodes: dict[str, ModuleNode] = {}
+    # children come after their parent in pre-order, so a reversed walk is post-order
+    for record in reversed(list(modules.values())):
+        inclusive = dict(record.phases)
+        ran = any(s.calls for s in record.phases.values())
+        for child in record.children:
+            node = nodes[child]
+            ran = ran or node.ran
+            for phase, sub in node.inclusive.items():
+                # a child's calls are its own: inclusive calls stay the module's
+                inclusive[phase] = inclusive.get(phase, ZERO_STATS) + sub._replace(calls=0)
+        nodes[record.name] = ModuleNode(record, inclusive, ran)
+    return dict(reversed(list(nodes.items())))
