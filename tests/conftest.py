@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from flopsight._compat import active_dispatch_modes, active_function_modes, global_module_hooks
+from flopsight._torch_private import active_dispatch_modes, active_function_modes, global_module_hooks
 
 torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
 

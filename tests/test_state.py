@@ -91,7 +91,7 @@ def test_error_in_forward_propagates_naming_the_module_and_leaves_nothing_behind
 
 
 def test_flops_profiler_stops_counting_when_the_model_raises():
-    from flopsight._compat import active_dispatch_modes, active_function_modes
+    from flopsight._torch_private import active_dispatch_modes, active_function_modes
 
     model = Faulty()
     prof = flopsight.FlopsProfiler(model)

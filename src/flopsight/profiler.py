@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from . import __version__
-from ._compat import original_module
+from ._torch_private import original_module
 from .capture.inputs import batch_size, describe_inputs, model_device, model_dtype
 from .capture.build import build_result
 from .capture.modules import describe

@@ -15,7 +15,13 @@ from __future__ import annotations
 
 import bisect
 
-from .._compat import ACCUMULATE_GRAD_SEQUENCE_NR, autograd_sequence_nr, current_autograd_node
+from .._torch_private import (
+    ACCUMULATE_GRAD_SEQUENCE_NR,
+    accumulated_parameter,
+    autograd_sequence_nr,
+    current_autograd_node,
+    node_sequence_nr,
+)
 from ..stats import ZERO_STATS, Stats
 from .context import CaptureContext
 from .notices import warn_formula_failed, warn_unprofiled_forward, warn_unsupported
@@ -114,7 +120,7 @@ class Attribution:
     def _whole_call_of(self, node) -> WholeCall | None:
         if not self._whole:
             return None
-        seq = node._sequence_nr()
+        seq = node_sequence_nr(node)
         i = bisect.bisect_right(self._whole_starts, seq) - 1
         if i >= 0 and seq < self._whole[i].seq_end:
             return self._whole[i]
@@ -130,11 +136,11 @@ class Attribution:
     # -- backward owners ----------------------------------------------------------------
     def _backward_owner(self, node) -> str | None:
         """Path of the module whose forward created autograd node ``node``."""
-        seq = node._sequence_nr()
+        seq = node_sequence_nr(node)
         if seq == self._owner_cache[0]:
             return self._owner_cache[1]
         if seq == ACCUMULATE_GRAD_SEQUENCE_NR:  # gradient accumulation into a parameter
-            return self._param_owner.get(id(node.variable), "" if self.ctx.outside_to_root else None)
+            return self._param_owner.get(id(accumulated_parameter(node)), "" if self.ctx.outside_to_root else None)
         path = self._owner_of(seq)
         if path is None:
             if seq < self._seq_at_start:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 
-from .._compat import autograd_sequence_nr
+from .._torch_private import autograd_sequence_nr
 from .attribution import Attribution
 from .context import CaptureContext
 

@@ -8,7 +8,7 @@ returns its result.
 
 from __future__ import annotations
 
-from .._compat import TorchDispatchMode, prime_modes
+from .._torch_private import TorchDispatchMode, prime_modes
 from ..formulas.registry import ZERO
 from ..stats import ZERO_STATS
 from .attribution import Attribution

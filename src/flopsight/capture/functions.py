@@ -10,6 +10,7 @@ from typing import Callable
 
 from torch.overrides import TorchFunctionMode
 
+from .._torch_private import active_function_modes
 from .context import CaptureContext
 
 __all__ = ["FunctionInterceptor"]
@@ -58,8 +59,6 @@ class FunctionInterceptor:
         """Take the mode off while no handled function can run (an optimizer step runs
         thousands of small ops and no unit: this saves a Python call per op). Only when it
         is the innermost function mode, so the mode stack stays in order."""
-        from .._compat import active_function_modes
-
         if self._mode is not None and not self._paused and active_function_modes()[-1:] == [self._mode]:
             self._mode.__exit__(None, None, None)
             self._paused = True

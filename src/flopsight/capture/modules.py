@@ -18,7 +18,7 @@ from typing import Callable
 from torch import nn
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
-from .._compat import autograd_sequence_nr, current_autograd_node
+from .._torch_private import autograd_sequence_nr, current_autograd_node
 from .inputs import batch_size
 from .params import param_numel
 

@@ -7,7 +7,7 @@ not counted again; its backward is charged once from the unit's backward formula
 
 from __future__ import annotations
 
-from .._compat import autograd_sequence_nr
+from .._torch_private import autograd_sequence_nr
 from .attribution import Attribution
 from .context import CaptureContext
 from .functions import FunctionInterceptor

@@ -35,6 +35,8 @@ from typing import Any, Callable
 
 import torch
 
+from .._torch_private import op_schema
+
 __all__ = ["Binder", "FormulaSignatureError", "check_signature"]
 
 _EMPTY: dict = {}
@@ -59,7 +61,7 @@ class Binder:
     @classmethod
     def of_op(cls, op: torch._ops.OpOverload) -> "Binder":
         """The binder of one op overload, from its schema."""
-        return cls.of_schema(op._schema)
+        return cls.of_schema(op_schema(op))
 
     @classmethod
     def of_schema(cls, schema) -> "Binder":

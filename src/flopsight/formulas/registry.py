@@ -30,7 +30,7 @@ from typing import Any, Callable, Union
 
 import torch
 
-from .._compat import OpOverload, OpOverloadPacket
+from .._torch_private import OpOverload, OpOverloadPacket
 from ..stats import Stats
 from .binding import Binder, FormulaSignatureError, binder_for_builtin, check_signature
 

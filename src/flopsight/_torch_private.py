@@ -29,6 +29,9 @@ __all__ = [
     "autograd_sequence_nr",
     "current_autograd_node",
     "ACCUMULATE_GRAD_SEQUENCE_NR",
+    "node_sequence_nr",
+    "accumulated_parameter",
+    "op_schema",
 ]
 
 
@@ -58,6 +61,21 @@ autograd_sequence_nr = torch._C._autograd._get_sequence_nr
 current_autograd_node = torch._C._current_autograd_node
 #: ``AccumulateGrad`` nodes carry this sequence number instead of a creation index.
 ACCUMULATE_GRAD_SEQUENCE_NR = 2**64 - 1
+
+
+def node_sequence_nr(node) -> int:
+    """The creation index of an autograd node (``ACCUMULATE_GRAD_SEQUENCE_NR`` for AccumulateGrad)."""
+    return node._sequence_nr()
+
+
+def accumulated_parameter(node):
+    """The tensor an ``AccumulateGrad`` node accumulates into."""
+    return node.variable
+
+
+def op_schema(op: OpOverload):
+    """The ``FunctionSchema`` of an op overload: its arguments' names, types and defaults."""
+    return op._schema
 
 
 def active_dispatch_modes() -> list:
