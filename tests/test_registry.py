@@ -24,6 +24,22 @@ def test_every_formula_fits_every_overload_it_counts():
     assert errors == []
 
 
+def test_every_unit_formula_fits_every_signature_of_its_functions():
+    """Units are bound by their function's Python signature or by the aten schemas of the same
+    name; a unit formula must take the arguments of each."""
+    from flopsight.formulas.binding import check_signature
+
+    errors = []
+    for function, unit in REGISTRY.units().items():
+        for binder in unit._binders:
+            for formula in filter(None, (unit.formula, unit.backward)):
+                try:
+                    check_signature(formula, binder, f"{unit.name} ({function})")
+                except FormulaSignatureError as e:
+                    errors.append(str(e))
+    assert errors == []
+
+
 def test_arguments_arrive_by_schema_name_with_defaults_filled_in():
     reg = Registry()
     seen = {}

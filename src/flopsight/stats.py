@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["Stats", "ZERO_STATS"]
+__all__ = ["Stats", "ZERO_STATS", "make_stats"]
 
 
 class Stats(NamedTuple):
@@ -41,13 +41,15 @@ class Stats(NamedTuple):
     def __add__(self, other: "Stats") -> "Stats":  # type: ignore[override]
         if not isinstance(other, Stats):
             return NotImplemented
-        return Stats(self.macs + other.macs, self.flops + other.flops, self.latency + other.latency,
-                     self.calls + other.calls)
+        a0, a1, a2, a3 = self
+        b0, b1, b2, b3 = other
+        return _make(Stats, (a0 + b0, a1 + b1, a2 + b2, a3 + b3))
 
     def __mul__(self, k: int) -> "Stats":  # type: ignore[override]
         if isinstance(k, bool) or not isinstance(k, int):
             return NotImplemented
-        return Stats(self.macs * k, self.flops * k, self.latency * k, self.calls * k)
+        m, f, t, c = self
+        return _make(Stats, (m * k, f * k, t * k, c * k))
 
     __rmul__ = __mul__
 
@@ -63,3 +65,12 @@ class Stats(NamedTuple):
 
 
 ZERO_STATS = Stats()
+
+#: ``_make(Stats, (macs, flops, latency, calls))``: a record without the keyword-handling
+#: constructor, for the paths that run once per operator
+_make = tuple.__new__
+
+
+def make_stats(macs: int, flops: int, latency: float, calls: int) -> Stats:
+    """``Stats(macs, flops, latency, calls)`` at the cost of a tuple (for hot paths)."""
+    return _make(Stats, (macs, flops, latency, calls))

@@ -20,7 +20,7 @@ from __future__ import annotations
 import difflib
 from typing import TYPE_CHECKING, Iterator, Mapping
 
-from .stats import ZERO_STATS, Stats
+from .stats import ZERO_STATS, Stats, make_stats
 
 if TYPE_CHECKING:
     from .result import ModuleStats
@@ -122,14 +122,21 @@ def build_tree(modules: Mapping[str, "ModuleStats"]) -> dict[str, ModuleNode]:
     """A :class:`ModuleNode` per path; ``modules`` must be in pre-order (parents first)."""
     nodes: dict[str, ModuleNode] = {}
     # children come after their parent in pre-order, so a reversed walk is post-order
+    sums: dict[str, dict[str, list]] = {}  # path -> phase -> [macs, flops, latency, calls]
     for record in reversed(list(modules.values())):
-        inclusive = dict(record.phases)
+        acc = {phase: list(s) for phase, s in record.phases.items()}
         ran = any(s.calls for s in record.phases.values())
         for child in record.children:
-            node = nodes[child]
-            ran = ran or node.ran
-            for phase, sub in node.inclusive.items():
+            ran = ran or nodes[child].ran
+            for phase, sub in sums[child].items():
                 # a child's calls are its own: inclusive calls stay the module's
-                inclusive[phase] = inclusive.get(phase, ZERO_STATS) + sub._replace(calls=0)
-        nodes[record.name] = ModuleNode(record, inclusive, ran)
+                own = acc.get(phase)
+                if own is None:
+                    acc[phase] = [sub[0], sub[1], sub[2], 0]
+                else:
+                    own[0] += sub[0]
+                    own[1] += sub[1]
+                    own[2] += sub[2]
+        sums[record.name] = acc
+        nodes[record.name] = ModuleNode(record, {p: make_stats(*v) for p, v in acc.items()}, ran)
     return dict(reversed(list(nodes.items())))

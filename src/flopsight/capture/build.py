@@ -9,7 +9,7 @@ from torch import nn
 
 from ..metadata import Metadata
 from ..result import ModelCall, ModuleStats, ProfileResult
-from ..stats import ZERO_STATS, Stats
+from ..stats import Stats
 from .modules import ModuleInfo
 from .session import RawCapture
 
@@ -38,10 +38,14 @@ def build_result(
         for phase in sorted(phases_of.get(path, ())):
             key = (path, phase)
             op_stats = counts.ops.get(key, {})
-            total = sum(op_stats.values(), ZERO_STATS)
-            latency = times.latency.get(key, 0.0) if phase in _SPANNED else total.latency
+            macs = sum(s[0] for s in op_stats.values())
+            flops = sum(s[1] for s in op_stats.values())
+            if phase in _SPANNED:
+                latency = times.latency.get(key, 0.0)
+            else:
+                latency = sum(s[2] for s in op_stats.values())
             calls = counts.calls.get(key, times.calls.get(key, 0))
-            phases[phase] = Stats(total.macs, total.flops, latency, calls)
+            phases[phase] = Stats(macs, flops, latency, calls)
             if op_stats:
                 ops[phase] = op_stats
         modules[path] = ModuleStats(

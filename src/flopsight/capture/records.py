@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Callable
 
-from ..stats import ZERO_STATS, Stats
+from ..stats import ZERO_STATS, Stats, make_stats
 
 __all__ = ["Tally"]
 
@@ -35,11 +35,11 @@ class Tally:
         ops = self.ops.get(key)
         if ops is None:
             ops = self.ops[key] = {}
-        acc = ops.get(name, ZERO_STATS)
+        macs, flops, latency, n = ops.get(name, ZERO_STATS)
         if self.linear:
-            ops[name] = Stats(acc.macs + cost.macs, acc.flops + cost.flops, acc.latency + (t1 - t0), acc.calls + calls)
+            ops[name] = make_stats(macs + cost[0], flops + cost[1], latency + (t1 - t0), n + calls)
         else:
-            ops[name] = Stats(acc.macs + cost.macs, acc.flops + cost.flops, 0.0, acc.calls + calls)
+            ops[name] = make_stats(macs + cost[0], flops + cost[1], 0.0, n + calls)
             self.stamps.setdefault((path, phase, name), []).append((t0, t1))
 
     def add_root(self, root_id: int, cost: Stats) -> None:
@@ -58,6 +58,6 @@ class Tally:
                     latency = s.latency * scale
                 else:
                     latency = sum(seconds(a, b) for a, b in self.stamps.get((*key, name), ()))
-                resolved[name] = s._replace(latency=latency)
+                resolved[name] = make_stats(s.macs, s.flops, latency, s.calls)
             out[key] = resolved
         return out
