@@ -13,11 +13,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..result import CallStats, PhaseStats, ProfileResult
 
-__all__ = ["IterationStats", "GenerationStats", "iteration_stats", "generation_stats"]
+__all__ = ["IterationStats", "GenerationStats", "iteration_stats", "generation_stats", "outside_modules"]
 
 
 def _per_second(amount: float, seconds: float) -> float:
@@ -98,14 +98,28 @@ def _average(total: PhaseStats, n: int) -> PhaseStats:
     return PhaseStats(round(total.macs / n), round(total.flops / n), total.latency / n, 1)
 
 
+def _add(*parts: PhaseStats) -> PhaseStats:
+    return PhaseStats(
+        sum(p.macs for p in parts), sum(p.flops for p in parts), sum(p.latency for p in parts),
+        sum(p.calls for p in parts),
+    )
+
+
 @dataclass
 class GenerationStats:
-    """generate(): the prefill call (the whole prompt) apart from the decode steps.
+    """generate(): the prefill (the whole prompt) apart from the decode steps.
 
     Each forward call of the model makes one new token per sequence: the prefill the first,
     each decode step one more, so ``new_tokens == 1 + decode.calls``. ``per_step`` averages
     the decode steps; ``per_token`` divides that by the batch size. ``total`` is everything
     generate() ran, logits processing and sampling between the calls included.
+
+    Encoder-decoder models (T5, BART, Whisper) run their encoder once, before the first
+    call of the model and outside it: ``encoder`` is that pass (None for decoder-only
+    models), ``encoder_paths`` the modules it ran in, and the prefill includes it. ``other``
+    is what ran outside the model's forward calls and the encoder (logits processing,
+    sampling), so ``prefill + decode + other == total`` (MACs and FLOPs; latency too, the
+    time between the calls being in ``other``).
     """
 
     prefill: PhaseStats
@@ -115,12 +129,60 @@ class GenerationStats:
     new_tokens: int
     batch_size: int
     total: PhaseStats
+    encoder: PhaseStats | None = None
+    encoder_paths: list[str] = field(default_factory=list)
+    other: PhaseStats = field(default_factory=PhaseStats)
+
+
+def outside_modules(result: ProfileResult) -> list[str]:
+    """Paths of the outermost modules that ran outside the model's own forward calls
+    (generate()'s encoder pass); [] when every top-level forward call was the model's.
+
+    The result keeps per-module totals, not per-call ones, so they are found by what is
+    left: the total forward less the model's calls is what ran outside them. Modules are
+    taken in pre-order (parents first; an encoder comes before its decoder), each one
+    that was called, made MACs and fits in what is left, and not more often than there
+    were top-level calls other than the model's (``spans["forward"]``, when recorded).
+    Ops run outside every module (logits processing) count no MACs in practice, so they
+    are never mistaken for a module.
+    """
+    calls = result.root_calls
+    if not calls:
+        return []
+    spans = result.spans.get("forward")
+    extra_calls = None if spans is None else len(spans) - len(calls)
+    if extra_calls is not None and extra_calls <= 0:
+        return []
+    total = result.total.forward
+    macs_left = total.macs - sum(c.macs for c in calls)
+    flops_left = total.flops - sum(c.flops for c in calls)
+    found: list[str] = []
+    for stats in result.walk():
+        if macs_left <= 0:
+            break
+        if not stats.name or any(stats.name.startswith(p + ".") for p in found):
+            continue
+        cost = stats.forward
+        fits = 0 < cost.macs <= macs_left and cost.flops <= flops_left
+        if fits and stats.calls >= 1 and (extra_calls is None or stats.calls <= extra_calls):
+            found.append(stats.name)
+            macs_left -= cost.macs
+            flops_left -= cost.flops
+    return found
 
 
 def generation_stats(result: ProfileResult) -> GenerationStats | None:
     if result.metadata.get("mode") != "generate" or not result.root_calls:
         return None
-    prefill = _sum(result.root_calls[:1])
+    paths = outside_modules(result)
+    encoder = None
+    if paths:
+        parts = [result.module(p).forward for p in paths]
+        encoder = _add(*parts)
+        encoder.calls = sum(result.module(p).calls for p in paths)
+    first = _sum(result.root_calls[:1])
+    prefill = first if encoder is None else _add(encoder, first)
+    prefill.calls = 1
     decode = _sum(result.root_calls[1:])
     per_step = _average(decode, decode.calls)
     batch = result.root_calls[0].batch_size or 1
@@ -128,6 +190,12 @@ def generation_stats(result: ProfileResult) -> GenerationStats | None:
     walls = result.spans.get("iteration")
     if walls:  # the whole generate() call, not only the model's forward calls
         everything.latency = sum(walls)
+    other = PhaseStats(
+        everything.macs - prefill.macs - decode.macs,
+        everything.flops - prefill.flops - decode.flops,
+        max(everything.latency - prefill.latency - decode.latency, 0.0),
+        0,
+    )
     return GenerationStats(
         prefill=prefill,
         decode=decode,
@@ -136,4 +204,7 @@ def generation_stats(result: ProfileResult) -> GenerationStats | None:
         new_tokens=len(result.root_calls),
         batch_size=batch,
         total=everything,
+        encoder=encoder,
+        encoder_paths=paths,
+        other=other,
     )

@@ -109,17 +109,14 @@ def _type_check(arguments, n_positional: int) -> Callable[[tuple, dict], bool]:
     """Whether a call's arguments fit a schema: counts, names, and tensor-vs-list positions
     (``torch.lstm(input, hx, ...)`` and ``torch.lstm(data, batch_sizes, ...)`` differ only there)."""
     names = {a.name for a in arguments}
-    kinds = [str(a.type) for a in arguments[:n_positional]]
+    # what each positional argument must be: a tensor, a list, or anything
+    kinds = [torch.Tensor if isinstance(a.type, torch.TensorType) else (list, tuple)
+             if isinstance(a.type, torch.ListType) else object for a in arguments[:n_positional]]
 
     def accepts(args: tuple, kwargs: dict) -> bool:
         if len(args) > n_positional or any(k not in names for k in kwargs):
             return False
-        for value, kind in zip(args, kinds):
-            if kind == "Tensor" and not isinstance(value, torch.Tensor):
-                return False
-            if kind.endswith("[]") and not isinstance(value, (list, tuple)):
-                return False
-        return True
+        return all(isinstance(value, kind) for value, kind in zip(args, kinds))
 
     return accepts
 
