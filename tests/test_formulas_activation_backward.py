@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import flopsight
+from flopsight.formulas import Cost
 from helpers import formula_of, layer_backward, meta
 
 aten = torch.ops.aten
@@ -169,13 +170,15 @@ def test_mish_is_one_unit_forward_and_backward(device):
 def test_backward_formulas_called_directly():
     """The kernels as GPUs reach them (meta shapes): grad_input-sized counts."""
     g, x = meta(4, 6), meta(4, 6)
-    assert formula_of(aten.gelu_backward)(meta(4, 6), g, x, approximate="tanh") == (0, 2 * 24)
-    assert formula_of(aten.mish_backward)(meta(4, 6), g, x) == (0, 2 * 24)
-    assert formula_of(aten.glu_backward)(meta(4, 6), meta(4, 3), x, -1) == (0, 2 * 24)
-    assert formula_of(aten._prelu_kernel_backward)((meta(4, 6), meta(4, 6)), g, x, meta(1, 6)) == (0, 4 * 24)
-    assert formula_of(aten._softmax_backward_data)(meta(4, 6), g, x, -1, torch.float32) == (0, 4 * 24)
-    assert formula_of(aten._masked_softmax_backward)(meta(4, 6), g, x, meta(4, 6, dtype=torch.bool), -1) == (0, 96)
-    assert formula_of(aten._masked_softmax)(meta(4, 6), x, meta(4, 6, dtype=torch.bool), -1) == (0, 24)
+    mask = meta(4, 6, dtype=torch.bool)
+    assert formula_of(aten.gelu_backward)(meta(4, 6), grad_output=g, self=x, approximate="tanh") == Cost(0, 2 * 24)
+    assert formula_of(aten.mish_backward)(meta(4, 6), grad_output=g, self=x) == Cost(0, 2 * 24)
+    assert formula_of(aten.glu_backward)(meta(4, 6), grad_output=meta(4, 3), self=x, dim=-1) == Cost(0, 2 * 24)
+    assert formula_of(aten._prelu_kernel_backward)((meta(4, 6), meta(4, 6)), grad_output=g, self=x,
+                                                   weight=meta(1, 6)) == Cost(0, 4 * 24)
+    assert formula_of(aten._softmax_backward_data)(meta(4, 6), g, x, dim=-1, input_dtype=torch.float32) == Cost(0, 96)
+    assert formula_of(aten._masked_softmax_backward)(meta(4, 6), g, x, mask=mask, dim=-1) == Cost(0, 96)
+    assert formula_of(aten._masked_softmax)(meta(4, 6), x, mask=mask, dim=-1) == Cost(0, 24)
     # integer tensors: no floating-point work
     i = meta(4, 6, dtype=torch.int64)
-    assert formula_of(aten.threshold_backward)(i, i, i, 0) == (0, 0)
+    assert formula_of(aten.threshold_backward)(i, grad_output=i, self=i, threshold=0) == Cost(0, 0)

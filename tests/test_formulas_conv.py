@@ -15,7 +15,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from helpers import formula_of, measure_cpu_meta, measure_on, ops_on
+from flopsight.formulas import Cost
+
+from helpers import measure_cpu_meta, measure_on, ops_on
+from schema_calls import schema_cost
 
 aten = torch.ops.aten
 
@@ -230,9 +233,9 @@ SCHEMA_CALLS = [
 def test_kernel_formulas_follow_their_schema(name, op, call, expected):
     if not hasattr(aten, op.__name__):
         pytest.skip(f"{name} not in this torch build")
-    assert formula_of(op)(*call) == expected
+    assert schema_cost(op, *call) == Cost(*expected)
 
 
 def test_transposed_flag_by_keyword():
-    assert formula_of(aten.convolution)(OUTT, XT, WT, None, S, P, D, transposed=True, output_padding=[0, 0],
-                                      groups=4) == (GT_MACS, 2 * GT_MACS)  # fmt: skip
+    assert schema_cost(aten.convolution, OUTT, XT, WT, None, S, P, D, transposed=True, output_padding=[0, 0],
+                       groups=4) == Cost(GT_MACS, 2 * GT_MACS)  # fmt: skip

@@ -16,7 +16,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from helpers import formula_of, layer_backward, measure_on
+from flopsight.formulas import Cost
+from flopsight.formulas.conv import convolution_backward
+
+from helpers import layer_backward, measure_on
+from schema_calls import schema_cost
 
 aten = torch.ops.aten
 
@@ -182,14 +186,14 @@ SCHEMA_CALLS = [
 
 @pytest.mark.parametrize("name, op, call, expected", SCHEMA_CALLS, ids=[c[0] for c in SCHEMA_CALLS])
 def test_backward_kernel_formulas_follow_their_schema(name, op, call, expected):
-    assert formula_of(op)(*call) == expected
+    assert schema_cost(op, *call) == Cost(*expected)
 
 
 def test_output_mask_by_keyword():
-    fn = formula_of(aten.convolution_backward)
-    counted = fn(None, GO, X, W, [8], S, P, D, transposed=False, output_padding=[0, 0], groups=2,
-                 output_mask=[False, True, False])  # fmt: skip
-    assert counted == (FWD, 2 * FWD)
+    counted = schema_cost(aten.convolution_backward, None, GO, X, W, [8], S, P, D, transposed=False,
+                          output_padding=[0, 0], groups=2, output_mask=[False, True, False])  # fmt: skip
+    assert counted == Cost(FWD, 2 * FWD)
+    assert convolution_backward(None, GO, X, W, transposed=False, output_mask=[False, True, False]) == counted
 
 
 def test_slow_conv2d_backward_runs_on_cpu():

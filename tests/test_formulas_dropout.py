@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from flopsight.formulas import REGISTRY
+from flopsight.formulas import REGISTRY, Cost
 from helpers import measure_cpu_meta, ops_of
 
 aten = torch.ops.aten
@@ -98,7 +98,7 @@ def test_native_dropout_at_dispatch(train, flops):
 
 def test_native_dropout_with_p_zero_is_free_like_the_unit():
     _, formula = REGISTRY.lookup(aten.native_dropout)
-    assert tuple(formula(None, torch.empty(X_SHAPE, device="meta"), 0.0, True)) == (0, 0)
+    assert formula(None, input=torch.empty(X_SHAPE, device="meta"), p=0.0, train=True) == Cost(0, 0)
 
 
 def test_dropout_inside_a_model():

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import flopsight
+from flopsight.formulas import Cost
 from helpers import formula_of, layer_backward, meta
 
 aten = torch.ops.aten
@@ -109,5 +110,6 @@ def test_native_dropout_backward_kernel():
     assert cost == (0, N_ELEM)
     assert ops["aten.native_dropout_backward"] == (1, 0, N_ELEM)
     fn = formula_of(aten.native_dropout_backward)
-    assert tuple(fn(None, meta(4, 8), meta(4, 8, dtype=torch.bool), 2.0)) == (0, 32)
-    assert tuple(fn(None, meta(4, 8, dtype=torch.int64), meta(4, 8, dtype=torch.bool), 2.0)) == (0, 0)
+    mask = meta(4, 8, dtype=torch.bool)
+    assert fn(None, grad_output=meta(4, 8), mask=mask, scale=2.0) == Cost(0, 32)
+    assert fn(None, grad_output=meta(4, 8, dtype=torch.int64), mask=mask, scale=2.0) == Cost(0, 0)

@@ -17,6 +17,7 @@ from torch import nn
 
 import flopsight
 from flopsight.formulas.elementwise import ADAMW_FLOPS_PER_ELEMENT
+from flopsight.formulas import Cost
 from helpers import formula_of, layer_backward, meta
 
 aten = torch.ops.aten
@@ -79,9 +80,10 @@ def test_tanh_backward_kernel(device):
 
 def test_math_backward_formulas():
     g = meta(3, 4)
-    assert formula_of(aten.tanh_backward)(meta(3, 4), g, meta(3, 4)) == (0, 24)
-    assert formula_of(aten.logit_backward)(meta(3, 4), g, meta(3, 4), 1e-6) == (0, 24)
-    assert formula_of(aten.tanh_backward)(meta(3, 4, dtype=torch.int64), g.long(), g.long()) == (0, 0)
+    assert formula_of(aten.tanh_backward)(meta(3, 4), grad_output=g, output=meta(3, 4)) == Cost(0, 24)
+    assert formula_of(aten.logit_backward)(meta(3, 4), grad_output=g, self=meta(3, 4), eps=1e-6) == Cost(0, 24)
+    i = g.long()
+    assert formula_of(aten.tanh_backward)(meta(3, 4, dtype=torch.int64), grad_output=i, output=i) == Cost(0, 0)
 
 
 # -- optimizer steps ------------------------------------------------------------------------------
@@ -253,11 +255,14 @@ def test_fused_formulas_called_directly():
     """The fused kernels with settings the tests above do not reach (grad_scale, tensors on
     meta as on a GPU)."""
     params = [meta(3, 4), meta(5)]
-    assert formula_of(aten._fused_adamw_)(None, params, params, params, params, [], [meta(1)] * 2, lr=1e-3,
-                                          beta1=0.9, beta2=0.999, weight_decay=0.0, eps=1e-8, amsgrad=False,
-                                          maximize=False, grad_scale=meta(1), found_inf=meta(1)) == (0, 14 * 17)
-    assert formula_of(aten._fused_sgd_)(None, params, params, [], weight_decay=0.0, momentum=0.0, lr=0.1,
-                                        dampening=0.0, nesterov=False, maximize=False, is_first_step=False) == (0, 34)
+    adamw = formula_of(aten._fused_adamw_)
+    assert adamw(None, self=params, grads=params, exp_avgs=params, exp_avg_sqs=params, max_exp_avg_sqs=[],
+                 state_steps=[meta(1)] * 2, lr=1e-3, beta1=0.9, beta2=0.999, weight_decay=0.0, eps=1e-8,
+                 amsgrad=False, maximize=False, grad_scale=meta(1), found_inf=meta(1)) == Cost(0, 14 * 17)
+    sgd = formula_of(aten._fused_sgd_)
+    assert sgd(None, self=params, grads=params, momentum_buffer_list=[], weight_decay=0.0, momentum=0.0, lr=0.1,
+               dampening=0.0, nesterov=False, maximize=False, is_first_step=False) == Cost(0, 34)
     half = [meta(3, 4, dtype=torch.int64)]
-    assert formula_of(aten._fused_adagrad_)(None, half, half, half, half, lr=0.1, lr_decay=0.0, weight_decay=0.0,
-                                            eps=1e-10, maximize=False) == (0, 0)
+    adagrad = formula_of(aten._fused_adagrad_)
+    assert adagrad(None, self=half, grads=half, state_sums=half, state_steps=half, lr=0.1, lr_decay=0.0,
+                   weight_decay=0.0, eps=1e-10, maximize=False) == Cost(0, 0)

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 import flopsight
+from flopsight.formulas import Cost
 from helpers import formula_of, layer_backward, meta
 
 aten = torch.ops.aten
@@ -115,13 +116,14 @@ def test_embedding_in_a_language_model():
 def test_embedding_backward_formulas_called_directly():
     g, idx = meta(15, D), meta(15, dtype=torch.int64)
     # composites (decomposed before dispatch on every device): named for modes that see them
-    assert formula_of(aten.embedding_backward)(meta(V, D), g, idx, V, -1, False, False) == (0, 15 * D)
-    assert formula_of(aten.embedding_backward)(None, g, idx, V, -1, False, True) == (0, 0)
-    assert formula_of(aten.embedding_sparse_backward)(None, g, idx, V, -1, True) == (0, 15 * D + 15)
+    backward = formula_of(aten.embedding_backward)
+    assert backward(meta(V, D), g, idx, scale_grad_by_freq=False, sparse=False) == Cost(0, 15 * D)
+    assert backward(None, g, idx, scale_grad_by_freq=False, sparse=True) == Cost()
+    assert formula_of(aten.embedding_sparse_backward)(None, g, idx, scale_grad_by_freq=True) == Cost(0, 15 * D + 15)
     bags, fi = meta(B, D), meta(nb, dtype=torch.int64)
-    # _embedding_bag_dense_backward(grad, indices, offset2bag, bag_size, max_indices, num_weights, freq, mode, psw)
-    assert formula_of(aten._embedding_bag_dense_backward)(meta(V, D), bags, fi, fi, fi, fi, V, False, 1, None) == (
+    dense, sparse = formula_of(aten._embedding_bag_dense_backward), formula_of(aten._embedding_bag_sparse_backward)
+    assert dense(meta(V, D), bags, fi, scale_grad_by_freq=False, mode=1, per_sample_weights=None) == Cost(
         0, 2 * nb * D + nb)
-    assert formula_of(aten._embedding_bag_sparse_backward)(None, bags, fi, fi, fi, fi, V, False, 0, meta(nb)) == (
+    assert sparse(None, bags, fi, scale_grad_by_freq=False, mode=0, per_sample_weights=meta(nb)) == Cost(
         0, nb * D + nb)
-    assert formula_of(aten.embedding_dense_backward)(None, g.long(), idx, V, -1, False) == (0, 0)  # integer
+    assert formula_of(aten.embedding_dense_backward)(None, g.long(), idx, scale_grad_by_freq=False) == Cost()  # integer

@@ -17,7 +17,7 @@ import pytest
 import torch
 from torch import nn
 
-from flopsight.formulas import loss
+from flopsight.formulas import Cost, loss
 from helpers import measure_cpu_meta, measure_on, ops_of
 
 N, C = 8, 10
@@ -169,10 +169,10 @@ def test_integer_free_and_reduction_names():
     with pytest.raises(ValueError, match="reduction"):
         loss.reduction_cost(80, "avg")
     i = torch.ones(4, 5, dtype=torch.long)
-    assert loss.mse_loss(None, i, i, 1) == (0, 0)
+    assert loss.mse_loss(None, i, i, reduction=1) == Cost(0, 0)
 
 
 def test_l1_formula_matches_its_decomposition():
     # l1_loss decomposes before dispatch; its formula (for backends that keep it) agrees
     x, y = LOGITS(), LOGITS()
-    assert loss.l1_loss(torch.tensor(0.0), x, y, 1) == measure_on("cpu", nn.L1Loss(), x, y)
+    assert loss.l1_loss(torch.tensor(0.0), x, y, reduction=1) == Cost(*measure_on("cpu", nn.L1Loss(), x, y))

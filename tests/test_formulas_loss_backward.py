@@ -14,6 +14,7 @@ import pytest
 import torch
 from torch import nn
 
+from flopsight.formulas import Cost
 from helpers import formula_of, layer_backward, meta
 
 aten = torch.ops.aten
@@ -124,11 +125,13 @@ def test_ctc_loss_backward():
 
 def test_loss_backward_formulas_called_directly():
     g, x, y = meta(()), meta(8, 10), meta(8, 10)
-    assert formula_of(aten.huber_loss_backward)(meta(8, 10), g, x, y, 1, 1.0) == (0, 5 * 80)
-    assert formula_of(aten.smooth_l1_loss_backward)(meta(8, 10), g, x, y, 1, 0.0) == (0, 3 * 80)  # L1's
-    assert formula_of(aten.binary_cross_entropy_backward)(meta(8, 10), g, x, y, None, 0) == (0, 6 * 80)
+    assert formula_of(aten.huber_loss_backward)(meta(8, 10), g, x, y, reduction=1, delta=1.0) == Cost(0, 5 * 80)
+    smooth_l1, bce = formula_of(aten.smooth_l1_loss_backward), formula_of(aten.binary_cross_entropy_backward)
+    assert smooth_l1(meta(8, 10), g, x, y, reduction=1, beta=0.0) == Cost(0, 3 * 80)  # L1's
+    assert bce(meta(8, 10), g, x, y, weight=None, reduction=0) == Cost(0, 6 * 80)
     target = meta(8, dtype=torch.int64)
-    assert formula_of(aten.nll_loss_backward)(meta(8, 10), g, x, target, None, 2, -100, g) == (0, 8)
+    assert formula_of(aten.nll_loss_backward)(meta(8, 10), grad_output=g, self=x, target=target, weight=None,
+                                              reduction=2, ignore_index=-100, total_weight=g) == Cost(0, 8)
     # integer predictions do no floating-point work
     i = meta(8, 10, dtype=torch.int64)
-    assert formula_of(aten.mse_loss_backward)(i, g, i, i, 1) == (0, 0)
+    assert formula_of(aten.mse_loss_backward)(i, grad_output=g, self=i, target=i, reduction=1) == Cost(0, 0)

@@ -14,8 +14,9 @@ from torch import nn
 from torch.nn.utils.parametrizations import weight_norm
 
 import flopsight
-from flopsight.formulas import REGISTRY
-from helpers import formula_of, measure_cpu_meta, measure_on, ops_on
+from flopsight.formulas import REGISTRY, Cost
+from helpers import measure_cpu_meta, measure_on, ops_on
+from schema_calls import schema_cost
 
 aten = torch.ops.aten
 
@@ -247,20 +248,22 @@ SCHEMA_CALLS = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("name, op, args, flops", SCHEMA_CALLS, ids=[c[0] for c in SCHEMA_CALLS])
-def test_kernel_formulas_follow_their_schema(name, op, args, flops):
+@pytest.mark.parametrize("name, op, call, flops", SCHEMA_CALLS, ids=[c[0] for c in SCHEMA_CALLS])
+def test_kernel_formulas_follow_their_schema(name, op, call, flops):
     kwargs = {"training": True} if name == "native_batch_norm-kw" else {}
-    assert formula_of(op)(None, *args, **kwargs) == (0, flops)
+    assert schema_cost(op, None, *call, **kwargs) == Cost(0, flops)
 
 
 def test_sync_batch_norm_split_adds_up_to_batch_norm():
     """SyncBatchNorm on CUDA = batch_norm_stats + batch_norm_elemt: the training constant 5/4."""
     for weight, total in ((W, 5 * N), (None, 4 * N)):
-        stats = formula_of(aten.batch_norm_stats)(None, X, 1e-5)
-        elemt = formula_of(aten.batch_norm_elemt)(None, X, weight, None, RM, RV, 1e-5)
-        whole = formula_of(aten.native_batch_norm)(None, X, weight, None, RM, RV, True)
+        stats = schema_cost(aten.batch_norm_stats, None, X, 1e-5)
+        elemt = schema_cost(aten.batch_norm_elemt, None, X, weight, None, RM, RV, 1e-5)
+        whole = schema_cost(aten.native_batch_norm, None, X, weight, None, RM, RV, True, 0.1, 1e-5)
         assert stats.flops + elemt.flops == total == whole.flops
 
 
 def test_rms_norm_is_registered_as_unit_for_both_entry_points():
-    assert REGISTRY.unit(F.rms_norm)[0] == REGISTRY.unit(torch.rms_norm)[0] == "rms_norm"
+    fn, builtin = REGISTRY.unit(F.rms_norm), REGISTRY.unit(torch.rms_norm)
+    assert fn.name == builtin.name == "rms_norm"
+    assert fn.backward is builtin.backward is not None

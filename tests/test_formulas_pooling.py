@@ -11,7 +11,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from flopsight.formulas import Cost
 from helpers import formula_of, measure_cpu_meta, measure_on, ops_on
+from schema_calls import schema_cost
 
 aten = torch.ops.aten
 
@@ -144,7 +146,7 @@ OUT = torch.empty(2, 3, 2, 2, 2, device="meta")  # what a 2x pool of X gives
 
 
 @pytest.mark.parametrize(
-    "op, args, flops",
+    "op, call, flops",
     [
         (aten.max_pool1d, ([2],), N_IN),
         (aten.max_pool1d_with_indices, ([2],), N_IN),
@@ -159,13 +161,13 @@ OUT = torch.empty(2, 3, 2, 2, 2, device="meta")  # what a 2x pool of X gives
         (aten.adaptive_avg_pool3d, ([2, 2, 2],), N_IN + 2 * 3 * 2 * 2 * 2),
     ],
 )
-def test_front_doors_and_backend_kernels(op, args, flops):
+def test_front_doors_and_backend_kernels(op, call, flops):
     """Ops a mode sees only on some backends or tracing levels, in schema order or by keyword."""
-    assert formula_of(op)(OUT, X, *args) == (0, flops)
-    assert formula_of(op)(OUT, self=X) == (0, flops)
+    assert schema_cost(op, OUT, X, *call) == Cost(0, flops)
+    assert formula_of(op)(OUT, self=X) == Cost(0, flops)
 
 
 @pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor:UserWarning")
 def test_quantized_max_pool_is_integer_arithmetic():
     q = torch.quantize_per_tensor(torch.randn(1, 2, 4, 4), 0.1, 0, torch.quint8)
-    assert formula_of(aten.quantized_max_pool2d)(None, q, [2, 2]) == (0, 0)
+    assert schema_cost(aten.quantized_max_pool2d, None, q, [2, 2]) == Cost()

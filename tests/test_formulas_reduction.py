@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from flopsight.formulas import reduction
+from flopsight.formulas import Cost, reduction
 from helpers import measure_cpu_meta, measure_on, ops_of
 
 N = 4 * 6 * 8  # elements of X()
@@ -144,6 +144,30 @@ def test_reduction(fn, inputs, flops):
     assert measure_cpu_meta(fn, *(args if isinstance(args, tuple) else (args,))) == (0, flops)
 
 
+def test_index_put_accumulate_with_a_mask_and_an_index():
+    """Regression: a bool mask beside an integer index whose sizes do not broadcast made the
+    formula fail (it broadcast the mask's full size, 4, with the index's 3).
+
+    By hand: the mask selects rows 0, 2, 3 and ``idx`` columns 0, 2, 4, paired: x[0, 0],
+    x[2, 2], x[3, 4] each get one add (accumulate=True: one add per indexed element) = 3.
+    On meta the mask has no values; the count comes from shapes alone: torch pairs the
+    mask's true entries with ``idx``, so there must be 3 of them (or 1, broadcast), and the
+    selection has ``idx``'s shape (3,) either way: 3 there too, no value read.
+    """
+    def fn(x, mask, idx):
+        return x.index_put((mask, idx), torch.ones(3, device=x.device), accumulate=True)
+
+    inputs = (torch.zeros(4, 5), torch.tensor([True, False, True, True]), torch.tensor([0, 2, 4]))
+    assert measure_cpu_meta(fn, *inputs) == (0, 3)
+    assert ops_of(fn, *inputs)["aten.index_put"] == (1, 0, 3)
+    assert fn(*inputs).sum() == 3  # the 3 adds really happen
+    # a mask whose size fits the index is counted dense, by its full size: 4 rows x 1 column
+    def fits(x, mask, idx):
+        return x.index_put((mask, idx), torch.ones((), device=x.device), accumulate=True)
+
+    assert measure_cpu_meta(fits, torch.zeros(4, 5), inputs[1], torch.tensor([1])) == (0, 4)
+
+
 def test_cases_hit_reduction_ops():
     # the scatter_value_multiply case really reaches scatter.value_reduce, not a decomposition
     assert ops_of(lambda x, i: x.scatter(2, i, 2.0, reduce="multiply"), X(), IDX3()) == {"aten.scatter": (1, 0, 72)}
@@ -161,7 +185,7 @@ def test_nanmean_formula_matches_its_decomposition():
     # output (32); the formula registered for backends that keep it whole must agree
     x = X()
     assert measure_on("cpu", lambda x: x.nanmean(1), x) == (0, 3 * N + 32)
-    assert reduction.nanmean(torch.empty(4, 8), x, 1) == (0, 3 * N + 32)
+    assert reduction.nanmean(torch.empty(4, 8), x, dim=1) == Cost(0, 3 * N + 32)
     assert ops_of(lambda x: x.nanmean(1), x)["aten.nansum"] == (1, 0, 2 * N)
 
 
@@ -181,7 +205,7 @@ def test_max_other_formula_is_elementwise():
     # torch.max(a, b) dispatches maximum today; the max.other overload, if it reaches a
     # mode whole, is one comparison per output element
     a, b = torch.randn(4, 6, 8), torch.randn(6, 8)
-    assert reduction.extremum(torch.empty(4, 6, 8), a, b) == (0, N)
+    assert reduction.extremum(torch.empty(4, 6, 8), self=a, other=b) == Cost(0, N)
 
 
 @pytest.mark.parametrize("p, n, out, flops", [

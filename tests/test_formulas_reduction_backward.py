@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import flopsight
+from flopsight.formulas import Cost
 from helpers import formula_of, layer_backward, meta
 
 aten = torch.ops.aten
@@ -113,11 +114,11 @@ def test_multi_tensor_reductions():
     xs = [meta(3, 4), meta(5)]
     norms = [meta(()), meta(())]
     # _foreach_norm (clip_grad_norm_): per tensor square, add per element, sqrt: 2n + 1
-    assert formula_of(aten._foreach_norm)(norms, xs, 2) == (0, (2 * 12 + 1) + (2 * 5 + 1))
-    assert formula_of(aten._foreach_norm)(norms, xs, float("inf")) == (0, 2 * 17)  # abs, compare
-    assert formula_of(aten._foreach_max)(norms, xs) == (0, 17)  # a comparison per element
-    assert formula_of(aten._foreach_powsum)(norms, xs, 2) == (0, 2 * 17)  # square, add (no root)
-    assert formula_of(aten._foreach_powsum)(norms, xs, 3) == (0, 3 * 17)  # abs, pow, add
+    assert formula_of(aten._foreach_norm)(norms, self=xs, ord=2) == Cost(0, (2 * 12 + 1) + (2 * 5 + 1))
+    assert formula_of(aten._foreach_norm)(norms, self=xs, ord=float("inf")) == Cost(0, 2 * 17)  # abs, compare
+    assert formula_of(aten._foreach_max)(norms, self=xs) == Cost(0, 17)  # a comparison per element
+    assert formula_of(aten._foreach_powsum)(norms, self=xs, ord=2) == Cost(0, 2 * 17)  # square, add (no root)
+    assert formula_of(aten._foreach_powsum)(norms, self=xs, ord=3) == Cost(0, 3 * 17)  # abs, pow, add
 
 
 def test_sparse_coalesce_adds_duplicate_values():

@@ -15,9 +15,10 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
 import flopsight
-from flopsight.formulas import REGISTRY
+from flopsight.formulas import REGISTRY, Cost
 from helpers import formula_of, measure_cpu_meta, measure_on, meta, to_device
 from models import Tagger
+from schema_calls import schema_cost
 
 aten = torch.ops.aten
 
@@ -190,7 +191,7 @@ def test_units_are_registered_under_their_names():
                      (torch.rnn_relu, "rnn_relu"), (torch._VF.lstm, "lstm"), (torch.lstm_cell, "lstm_cell"),
                      (torch.gru_cell, "gru_cell"), (torch.rnn_tanh_cell, "rnn_tanh_cell"),
                      (torch.rnn_relu_cell, "rnn_relu_cell")]:
-        assert REGISTRY.unit(fn)[0] == name
+        assert REGISTRY.unit(fn).name == name
     for op in (aten.mkldnn_rnn_layer, aten._cudnn_rnn, aten.miopen_rnn, aten._thnn_fused_lstm_cell,
                aten._thnn_fused_gru_cell, aten.lstm, aten.gru, aten.rnn_tanh, aten.rnn_relu, aten._lstm_mps):
         assert REGISTRY.is_registered(op)
@@ -224,35 +225,36 @@ def _cudnn_args(module: nn.RNNBase, inp, mode, batch_sizes=(), train=False):
 )
 def test_cudnn_rnn(make, mode, inp, batch_sizes, expected):
     module = make()
-    assert formula_of(aten._cudnn_rnn)(None, *_cudnn_args(module, inp, mode, batch_sizes)) == expected
+    assert schema_cost(aten._cudnn_rnn, None, *_cudnn_args(module, inp, mode, batch_sizes)) == Cost(*expected)
 
 
 def test_cudnn_rnn_counts_dropout_in_training():
     module = nn.GRU(3, 4, num_layers=3, dropout=0.5)
     args = _cudnn_args(module, meta(5, 2, 3), 3, train=True)
-    assert formula_of(aten._cudnn_rnn)(None, *args) == (10 * (84 + 96 + 96), 10 * (232 + 256 + 256) + 2 * 10 * 4)
+    expected = Cost(10 * (84 + 96 + 96), 10 * (232 + 256 + 256) + 2 * 10 * 4)
+    assert schema_cost(aten._cudnn_rnn, None, *args) == expected
 
 
 def test_miopen_rnn():
     module = nn.LSTM(3, 4, num_layers=2, bidirectional=True)
     a = _cudnn_args(module, meta(5, 2, 3), 2)
     args = a[:3] + a[4:8] + a[9:]  # no weight_buf, no proj_size
-    assert formula_of(aten.miopen_rnn)(None, *args) == (20 * (112 + 192), 20 * (308 + 468))
+    assert schema_cost(aten.miopen_rnn, None, *args) == Cost(20 * (112 + 192), 20 * (308 + 468))
 
 
 def test_cuda_cell_path_equals_the_unit():
     """On CUDA a cell step is mm(x, W_ih^T) + mm(h, W_hh^T) + a fused kernel with the biases."""
     mm = formula_of(aten.mm)
     x2, h = meta(2, 3), meta(2, 4)
-    products = mm(None, x2, meta(3, 16)).plus(mm(None, h, meta(4, 16)))
+    products = mm(None, x2, meta(3, 16)) + mm(None, h, meta(4, 16))
     fused = formula_of(aten._thnn_fused_lstm_cell)(None, meta(2, 16), meta(2, 16), meta(2, 4), meta(16), meta(16))
-    assert fused == (0, 2 * (2 * 16 + 13 * 4))
-    assert products.plus(fused) == (2 * 112, 2 * 308)  # nn.LSTMCell(3, 4), batch 2
-    products = mm(None, x2, meta(3, 12)).plus(mm(None, h, meta(4, 12)))
+    assert fused == Cost(0, 2 * (2 * 16 + 13 * 4))
+    assert products + fused == Cost(2 * 112, 2 * 308)  # nn.LSTMCell(3, 4), batch 2
+    products = mm(None, x2, meta(3, 12)) + mm(None, h, meta(4, 12))
     fused = formula_of(aten._thnn_fused_gru_cell)(None, meta(2, 12), meta(2, 12), meta(2, 4), meta(12), meta(12))
-    assert products.plus(fused) == (2 * 84, 2 * 232)  # nn.GRUCell(3, 4), batch 2
+    assert products + fused == Cost(2 * 84, 2 * 232)  # nn.GRUCell(3, 4), batch 2
     no_bias = formula_of(aten._thnn_fused_gru_cell)(None, meta(2, 12), meta(2, 12), meta(2, 4))
-    assert no_bias == (0, 2 * 10 * 4)
+    assert no_bias == Cost(0, 2 * 10 * 4)
 
 
 # -- attribution --------------------------------------------------------------------------

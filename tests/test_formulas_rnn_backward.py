@@ -28,11 +28,12 @@ from torch import nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
 
 import flopsight
-from flopsight.formulas import REGISTRY
+from flopsight.formulas import REGISTRY, Cost
 from flopsight.formulas.activation import activation_backward_flops
 from flopsight.formulas.rnn import BACKWARD_ELEMENTWISE, gates_backward_flops
 from helpers import formula_of, meta, to_device
 from models import Tagger
+from schema_calls import schema_cost
 
 aten = torch.ops.aten
 
@@ -377,7 +378,7 @@ def _cudnn_backward_args(module: nn.RNNBase, inp, mode, batch_sizes=(), train=Fa
 )
 def test_cudnn_rnn_backward(make, mode, inp, batch_sizes, mask, expected):
     args = _cudnn_backward_args(make(), inp, mode, batch_sizes, mask=mask)
-    assert formula_of(aten._cudnn_rnn_backward)(None, *args) == expected
+    assert schema_cost(aten._cudnn_rnn_backward, None, *args) == Cost(*expected)
 
 
 def test_cudnn_rnn_backward_counts_the_dropout_backward_in_training():
@@ -388,23 +389,23 @@ def test_cudnn_rnn_backward_counts_the_dropout_backward_in_training():
     args = _cudnn_backward_args(module, meta(5, 2, 3), 3, train=True)
     per_layer = 480 + 40 + 32 + 240
     expected = (1680 + 2 * 1920, 2 * (1680 + 2 * 1920) + 3 * per_layer + 2 * 10 * 4)
-    assert formula_of(aten._cudnn_rnn_backward)(None, *args) == expected
+    assert schema_cost(aten._cudnn_rnn_backward, None, *args) == Cost(*expected)
 
 
 def test_cudnn_rnn_backward_without_any_gradient_is_free():
     # torch returns at once when grad_output, grad_hy and grad_cy are all missing
     args = list(_cudnn_backward_args(nn.GRU(3, 4), meta(5, 2, 3), 3))
     args[7] = None  # grad_output (grad_hy, grad_cy are None already)
-    assert formula_of(aten._cudnn_rnn_backward)(None, *args) == (0, 0)
+    assert schema_cost(aten._cudnn_rnn_backward, None, *args) == Cost(0, 0)
     args[8] = meta(1, 2, 4)  # grad_hy only: the whole data backward runs (grad_output: zeros)
-    assert formula_of(aten._cudnn_rnn_backward)(None, *args) == (1680, 3360 + 480 + 40 + 32 + 240)
+    assert schema_cost(aten._cudnn_rnn_backward, None, *args) == Cost(1680, 3360 + 480 + 40 + 32 + 240)
 
 
 def test_miopen_rnn_backward():
     module = nn.LSTM(3, 4)
     a = _cudnn_backward_args(module, meta(5, 2, 3), 2)
     args = a[:12] + a[13:]  # no proj_size
-    assert formula_of(aten.miopen_rnn_backward)(None, *args) == (2240, 4480 + 600 + 40 + 64 + 320)
+    assert schema_cost(aten.miopen_rnn_backward, None, *args) == Cost(2240, 4480 + 600 + 40 + 64 + 320)
 
 
 def test_lstm_mps_backward():
@@ -412,28 +413,28 @@ def test_lstm_mps_backward():
     hx = [meta(1, 2, 4), meta(1, 2, 4)]
     args = (meta(5, 2, 4), None, None, meta(1), meta(1), meta(5, 2, 3), meta(1), hx,
             [w.to("meta") for w in module._flat_weights], True, 1, 0.0, True, False, False)
-    assert formula_of(aten.lstm_mps_backward)(None, *args) == (2240, 4480 + 600 + 40 + 64 + 320)
+    assert schema_cost(aten.lstm_mps_backward, None, *args) == Cost(2240, 4480 + 600 + 40 + 64 + 320)
 
 
 def test_fused_cell_backward_kernels():
     """The CUDA cells' element-wise backward (their products run as mm, counted apart)."""
     # LSTM, batch 2, H=4: gates 2*15*4, dcx 2*4 (always), the grad_cy join 2*4, one bias sum 2*16
     lstm = formula_of(aten._thnn_fused_lstm_cell_backward_impl)
-    assert lstm(None, meta(2, 4), meta(2, 4), meta(2, 4), meta(2, 4), meta(2, 16), True) == (0, 120 + 8 + 8 + 32)
-    assert lstm(None, meta(2, 4), None, meta(2, 4), meta(2, 4), meta(2, 16), False) == (0, 120 + 8)
+    assert lstm(None, meta(2, 4), meta(2, 4), meta(2, 4), meta(2, 4), meta(2, 16), True) == Cost(0, 120 + 8 + 8 + 32)
+    assert lstm(None, meta(2, 4), None, meta(2, 4), meta(2, 4), meta(2, 16), False) == Cost(0, 120 + 8)
     assert formula_of(aten._thnn_fused_lstm_cell_backward) is lstm
     # GRU: gates 2*12*4 (dhx's direct term g*z among them), two bias sums 2 * 2*12
     gru = formula_of(aten._thnn_fused_gru_cell_backward)
-    assert gru(None, meta(2, 4), meta(2, 20), True) == (0, 96 + 48)
-    assert gru(None, meta(2, 4), meta(2, 20), False) == (0, 96)
+    assert gru(None, meta(2, 4), meta(2, 20), True) == Cost(0, 96 + 48)
+    assert gru(None, meta(2, 4), meta(2, 20), False) == Cost(0, 96)
 
 
 def test_units_have_backward_formulas():
     for fn, name in [(torch.lstm, "lstm"), (torch.gru, "gru"), (torch.rnn_tanh, "rnn_tanh"),
                      (torch.rnn_relu, "rnn_relu"), (torch.lstm_cell, "lstm_cell"), (torch.gru_cell, "gru_cell"),
                      (torch.rnn_tanh_cell, "rnn_tanh_cell"), (torch.rnn_relu_cell, "rnn_relu_cell")]:
-        unit_name, _, backward = REGISTRY.unit(fn)
-        assert unit_name == name and backward is not None and backward.__name__ == f"{name}_backward"
+        unit = REGISTRY.unit(fn)
+        assert unit.name == name and unit.backward is not None and unit.backward.__name__ == f"{name}_backward"
     for op in (aten.mkldnn_rnn_layer_backward, aten._cudnn_rnn_backward, aten.miopen_rnn_backward,
                aten._thnn_fused_lstm_cell_backward, aten._thnn_fused_lstm_cell_backward_impl,
                aten._thnn_fused_gru_cell_backward, aten.lstm_mps_backward):

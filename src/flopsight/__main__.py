@@ -12,7 +12,7 @@ import sys
 import torch
 
 from .profiler import profile
-from .renderers.text_renderer import render_text
+from .renderers.output import print_report
 from .zoo import MODELS, build
 
 
@@ -29,11 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     model, inputs = build(args.model, args.batch_size)
     with torch.no_grad():
         result = profile(model, inputs, warm_up=args.warm_up)
-    sys.stdout.write(
-        render_text(
-            result, profile_step=args.warm_up, module_depth=args.depth, top_modules=args.top, detailed=not args.no_detailed
-        )
-    )
+    print_report(result, profile_step=args.warm_up, module_depth=args.depth, top_modules=args.top,
+                 detailed=not args.no_detailed)
     return 0
 
 

@@ -14,8 +14,6 @@ no attribute is set on the user's modules.
 
 from __future__ import annotations
 
-import os
-import sys
 import weakref
 from typing import Any
 
@@ -23,8 +21,9 @@ import torch
 from torch import nn
 
 from .profiler import Profiler, as_args, as_kwargs, check_model, check_warm_up, profile
-from .renderers.text_renderer import ParallelInfo, render_aggregated, render_text
-from .result import ProfileResult, check_parent_dir
+from .renderers.output import check_output_file, print_report, write_report
+from .renderers.text_renderer import ParallelInfo, render_aggregated
+from .result import ProfileResult
 from .units import duration_to_string, macs_to_string, number_to_string, params_to_string
 
 __all__ = [
@@ -38,21 +37,6 @@ __all__ = [
 # module object -> (profiler, path): what the get_module_* helpers read. Weak, so a
 # profiled model is never kept alive, and nothing is stored on the module itself.
 _PROFILED: "weakref.WeakKeyDictionary[nn.Module, tuple[FlopsProfiler, str]]" = weakref.WeakKeyDictionary()
-
-
-def _write_report(text: str, output_file: str | None) -> None:
-    if output_file:
-        with open(output_file, "w", encoding="utf-8") as f:
-            f.write(text)
-    else:
-        sys.stdout.write(text)
-
-
-def _check_output_file(output_file: Any) -> None:
-    if output_file is not None and output_file != "":
-        if not isinstance(output_file, (str, os.PathLike)):
-            raise TypeError(f"output_file: expected a path or None, got {type(output_file).__name__}")
-        check_parent_dir(output_file, "output_file")
 
 
 def _parallel_info(ds_engine: Any) -> ParallelInfo | None:
@@ -203,22 +187,22 @@ class FlopsProfiler:
         with the training lines when a backward pass or an optimizer step was measured."""
         if not self.started:
             return
-        _check_output_file(output_file)
-        text = render_text(
+        check_output_file(output_file)
+        print_report(
             self.result,
+            output_file,
             profile_step=profile_step,
             module_depth=module_depth,
             top_modules=top_modules,
             detailed=detailed,
             parallel=_parallel_info(self.ds_engine),
         )
-        _write_report(text, output_file)
 
     def print_model_aggregated_profile(self, module_depth: int = -1, top_modules: int = 1) -> None:
         """Print only the top modules per depth."""
         if not self.started:
             return
-        sys.stdout.write(render_aggregated(self.result, module_depth=module_depth, top_modules=top_modules))
+        write_report(render_aggregated(self.result, module_depth=module_depth, top_modules=top_modules))
 
 
 def _lookup(module: nn.Module):
@@ -295,7 +279,7 @@ def get_model_profile(
         args = (_input_from_shape(model, _check_input_shape(input_shape)),)
     if not args and not kwargs:
         raise ValueError("input_shape: the model needs inputs; pass input_shape=(...), args=[...] or kwargs={...}")
-    _check_output_file(output_file)
+    check_output_file(output_file)
 
     flags = [(m, m.training) for m in model.modules()]
     model.eval()
@@ -308,9 +292,8 @@ def get_model_profile(
             m.training = flag
 
     if print_profile:
-        text = render_text(result, profile_step=warm_up, module_depth=module_depth, top_modules=top_modules,
-                           detailed=detailed)
-        _write_report(text, output_file)
+        print_report(result, output_file, profile_step=warm_up, module_depth=module_depth, top_modules=top_modules,
+                     detailed=detailed)
     total = result.total
     flops, macs, params = total.forward.flops, total.forward.macs, total.params
     if as_string:

@@ -80,8 +80,11 @@ class ModuleStats:
 
 @dataclass(frozen=True)
 class ModelCall:
-    """One forward call of the model itself (generate() makes one per token)."""
+    """One top-level forward call: of the model itself (``path == ""``; generate() makes one
+    per token), or of a submodule called from outside the model (generate() runs an
+    encoder-decoder's encoder that way). ``batch_size`` is read from the model's inputs."""
 
+    path: str
     stats: Stats
     batch_size: int | None = None
 
@@ -109,14 +112,15 @@ class ProfileResult:
     ``spans`` holds the measured wall-clock seconds of each span: ``forward`` (each
     top-level forward call), ``backward`` (each backward pass), ``step`` (each
     ``optimizer.step()``) and ``iteration`` (the whole profiled span), the profiler's own
-    overhead subtracted. ``root_calls`` has one entry per forward call of the model.
+    overhead subtracted. ``calls`` has one entry per top-level forward call, in order;
+    ``root_calls`` are those of the model itself.
     """
 
     modules: dict[str, ModuleStats]
     unsupported_ops: dict[str, int] = field(default_factory=dict)
     metadata: Metadata = field(default_factory=Metadata)
     spans: dict[str, list[float]] = field(default_factory=dict)
-    root_calls: list[ModelCall] = field(default_factory=list)
+    calls: list[ModelCall] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if "" not in self.modules:
@@ -133,6 +137,11 @@ class ProfileResult:
         return self.to_dict() == other.to_dict()
 
     # -- tree -----------------------------------------------------------------------
+    @property
+    def root_calls(self) -> list[ModelCall]:
+        """The forward calls of the model itself, in order."""
+        return [c for c in self.calls if c.path == ""]
+
     @property
     def total(self) -> ModuleNode:
         """The root module: totals of the whole model."""
@@ -218,7 +227,7 @@ class ProfileResult:
             "metadata": self.metadata.to_dict(),
             "unsupported_ops": dict(self.unsupported_ops),
             "spans": {k: list(v) for k, v in self.spans.items()},
-            "root_calls": [{"stats": c.stats._asdict(), "batch_size": c.batch_size} for c in self.root_calls],
+            "calls": [{"path": c.path, "stats": c.stats._asdict(), "batch_size": c.batch_size} for c in self.calls],
             "modules": [s.to_dict() for s in self.modules.values()],
         }
 
@@ -233,7 +242,7 @@ class ProfileResult:
             dict(data.get("unsupported_ops", {})),
             Metadata.from_dict(data.get("metadata", {})),
             spans={k: list(v) for k, v in data.get("spans", {}).items()},
-            root_calls=[ModelCall(Stats(**c["stats"]), c.get("batch_size")) for c in data.get("root_calls", [])],
+            calls=[ModelCall(c["path"], Stats(**c["stats"]), c.get("batch_size")) for c in data.get("calls", [])],
         )
 
     def save(self, path: str | os.PathLike) -> None:

@@ -1,5 +1,7 @@
 """Analysis: pure functions from a :class:`~flopsight.ProfileResult` to derived views."""
 
 from .aggregate import DepthSummary, by_depth_and_type, max_depth
+from .report_figures import ModuleFigures, SummaryFigures, module_figures, summary_figures
 
-__all__ = ["DepthSummary", "by_depth_and_type", "max_depth"]
+__all__ = ["DepthSummary", "by_depth_and_type", "max_depth", "SummaryFigures", "ModuleFigures", "summary_figures",
+           "module_figures"]

@@ -13,10 +13,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..result import ModelCall, ProfileResult
-from ..stats import Stats
+from ..stats import ZERO_STATS, Stats
 
 __all__ = ["IterationStats", "GenerationStats", "iteration_stats", "generation_stats"]
 
@@ -88,23 +88,30 @@ def iteration_stats(result: ProfileResult) -> IterationStats:
 
 
 def _sum(calls: list[ModelCall]) -> Stats:
-    return Stats(calls=len(calls)) + sum((c.stats._replace(calls=0) for c in calls), Stats())
+    """The calls' costs added up, ``calls`` being how many there were."""
+    return sum((c.stats for c in calls), ZERO_STATS)._replace(calls=len(calls))
 
 
 def _average(total: Stats, n: int) -> Stats:
     if n <= 0:
-        return Stats()
+        return ZERO_STATS
     return Stats(round(total.macs / n), round(total.flops / n), total.latency / n, 1)
 
 
 @dataclass
 class GenerationStats:
-    """generate(): the prefill call (the whole prompt) apart from the decode steps.
+    """generate(): the prefill (the whole prompt) apart from the decode steps.
 
     Each forward call of the model makes one new token per sequence: the prefill the first,
     each decode step one more, so ``new_tokens == 1 + decode.calls``. ``per_step`` averages
     the decode steps; ``per_token`` divides that by the batch size. ``total`` is everything
     generate() ran, logits processing and sampling between the calls included.
+
+    Encoder-decoder models (T5, BART, Whisper) run their encoder once, as a call of the
+    encoder module from outside the model: ``encoder`` is that pass (None for decoder-only
+    models), ``encoder_paths`` the modules called that way, and the prefill includes it.
+    ``other`` is what ran outside every module call (logits processing, sampling), so
+    ``prefill + decode + other == total``.
     """
 
     prefill: Stats
@@ -114,25 +121,41 @@ class GenerationStats:
     new_tokens: int
     batch_size: int
     total: Stats
+    encoder: Stats | None = None
+    encoder_paths: list[str] = field(default_factory=list)
+    other: Stats = ZERO_STATS
 
 
 def generation_stats(result: ProfileResult) -> GenerationStats | None:
-    if result.metadata.mode != "generate" or not result.root_calls:
+    model_calls = result.root_calls
+    if result.metadata.mode != "generate" or not model_calls:
         return None
-    prefill = _sum(result.root_calls[:1])
-    decode = _sum(result.root_calls[1:])
+    outside = [c for c in result.calls if c.path != ""]  # submodules generate() called itself
+    encoder = _sum(outside) if outside else None
+    first = _sum(model_calls[:1])
+    prefill = first if encoder is None else (first + encoder)._replace(calls=1)
+    decode = _sum(model_calls[1:])
     per_step = _average(decode, decode.calls)
-    batch = result.root_calls[0].batch_size or 1
+    batch = model_calls[0].batch_size or 1
     everything = result.phase_total("forward")
     walls = result.spans.get("iteration")
     if walls:  # the whole generate() call, not only the model's forward calls
         everything = everything._replace(latency=sum(walls))
+    other = Stats(
+        everything.macs - prefill.macs - decode.macs,
+        everything.flops - prefill.flops - decode.flops,
+        max(everything.latency - prefill.latency - decode.latency, 0.0),
+        0,
+    )
     return GenerationStats(
         prefill=prefill,
         decode=decode,
         per_step=per_step,
         per_token=_average(per_step, batch),
-        new_tokens=len(result.root_calls),
+        new_tokens=len(model_calls),
         batch_size=batch,
         total=everything,
+        encoder=encoder,
+        encoder_paths=list(dict.fromkeys(c.path for c in outside)),
+        other=other,
     )

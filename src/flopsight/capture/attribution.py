@@ -61,13 +61,13 @@ class Attribution:
         ctx = self.ctx
         stack = ctx.stack
         node = current_autograd_node()
-        root_id = -1
+        top_id = -1
         if node is None or (stack and stack[-1].phase == "recompute"):
             if stack:
                 top = stack[-1]
                 path, phase = top.path, top.phase
                 if phase == "forward":
-                    root_id = stack[0].root_id
+                    top_id = stack[0].top_id
             elif ctx.phase == "step" or ctx.outside_to_root:
                 path, phase = "", ctx.phase
             else:
@@ -84,8 +84,8 @@ class Attribution:
         if cost is None:
             cost = self.evaluate(entry, *payload)
         ctx.tally.add(path, phase, entry.name, cost, t0, t1)
-        if root_id >= 0:
-            ctx.tally.add_root(root_id, cost)
+        if top_id >= 0:
+            ctx.tally.add_top(top_id, cost)
         return path
 
     def evaluate(self, entry, *payload) -> Stats:

@@ -66,11 +66,11 @@ def build_result(
     error = counts.error or (times.error if times is not counts else None)
     if error and not metadata.error:
         metadata = dataclasses.replace(metadata, error=error)
-    root_calls = [ModelCall(cost, size) for cost, size in counts.root_calls]
+    calls = [ModelCall(path, cost, size) for path, cost, size in counts.top_calls]
     spans = dict(counts.spans)
     if times is not counts:  # latencies from the timing pass, counts from the counting pass
-        for i, (timed, _) in enumerate(times.root_calls[: len(root_calls)]):
-            call = root_calls[i]
-            root_calls[i] = ModelCall(call.stats._replace(latency=timed.latency), call.batch_size)
+        for i, (path, timed, _) in enumerate(times.top_calls[: len(calls)]):
+            if path == calls[i].path:
+                calls[i] = dataclasses.replace(calls[i], stats=calls[i].stats._replace(latency=timed.latency))
         spans.update(times.spans)
-    return ProfileResult(modules, dict(counts.unsupported), metadata, spans=spans, root_calls=root_calls)
+    return ProfileResult(modules, dict(counts.unsupported), metadata, spans=spans, calls=calls)

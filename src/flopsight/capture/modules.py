@@ -122,7 +122,7 @@ class CallRecord:
 
     __slots__ = (
         "index", "path", "phase", "module", "parent", "start", "end", "ovh_start", "ovh_end", "exc",
-        "seq_start", "seq_end", "root_id", "batch_size",
+        "seq_start", "seq_end", "top_id", "batch_size",
     )
 
     def __init__(self, index: int, path: str, phase: str, module: nn.Module, parent: int, exc):
@@ -136,7 +136,7 @@ class CallRecord:
         self.ovh_start = self.ovh_end = 0.0
         # autograd nodes created by this call are numbered seq_start <= n < seq_end
         self.seq_start = self.seq_end = None
-        self.root_id = -1  # index among the model's own forward calls, -1 for other calls
+        self.top_id = -1  # index among the top-level forward calls, -1 for nested ones
         self.batch_size = None
 
 
@@ -153,7 +153,9 @@ class ModuleTracker:
 
     def __init__(self, infos: dict[str, ModuleInfo], ignore: Callable[[nn.Module], bool]):
         self.log: list[CallRecord] = []
-        self.root_calls: list[CallRecord] = []  # the model's own forward calls
+        #: forward calls made from outside the model: of the model itself, or of a submodule
+        #: called directly (generate() runs an encoder-decoder's encoder that way)
+        self.top_calls: list[CallRecord] = []
         self.listeners: list = []
         self._handles: list = []
         self._paths: dict[int, list[str]] = {}  # id(module) -> its paths in the model
@@ -185,13 +187,13 @@ class ModuleTracker:
                 return
             if ctx.first_inputs is None:
                 ctx.first_inputs = (args, kwargs)
-            if ctx.stack and ctx.stack[-1].root_id >= 0:
+            if ctx.stack and ctx.stack[-1].top_id >= 0:
                 ctx.stack[-1].batch_size = batch_size(args, kwargs)
 
         return record_inputs
 
     def _make_hooks(self, ctx):
-        stack, log, paths_of, root_calls, listeners = ctx.stack, self.log, self._paths, self.root_calls, self.listeners
+        stack, log, paths_of, top_calls, listeners = ctx.stack, self.log, self._paths, self.top_calls, self.listeners
         overhead, stamp = ctx.overhead, ctx.clock.stamp
 
         def pre_hook(module, args):
@@ -205,9 +207,9 @@ class ModuleTracker:
             # checkpointing re-running it
             phase = "recompute" if current_autograd_node() is not None else ctx.phase
             rec = CallRecord(len(log), path, phase, module, top.index if top else -1, sys.exc_info()[1])
-            if top is None and path == "" and phase == "forward":
-                rec.root_id = len(root_calls)
-                root_calls.append(rec)
+            if top is None and phase == "forward":
+                rec.top_id = len(top_calls)
+                top_calls.append(rec)
             rec.seq_start = autograd_sequence_nr()
             log.append(rec)
             stack.append(rec)

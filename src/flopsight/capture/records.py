@@ -21,13 +21,13 @@ __all__ = ["Tally"]
 
 
 class Tally:
-    """Operator costs per (path, phase), the model's own calls' costs, unsupported ops."""
+    """Operator costs per (path, phase), each top-level forward call's cost, unsupported ops."""
 
     def __init__(self, linear: bool):
         self.linear = linear
         self.ops: dict[tuple[str, str], dict[str, Stats]] = {}
         self.stamps: dict[tuple[str, str, str], list] = {}  # (path, phase, op) -> stamp pairs
-        self.roots: list[Stats] = []  # cost of each forward call of the model itself
+        self.tops: list[Stats] = []  # cost of each top-level forward call
         self.unsupported: Counter = Counter()
 
     def add(self, path: str, phase: str, name: str, cost: Stats, t0, t1, calls: int = 1) -> None:
@@ -42,11 +42,11 @@ class Tally:
             ops[name] = make_stats(macs + cost[0], flops + cost[1], 0.0, n + calls)
             self.stamps.setdefault((path, phase, name), []).append((t0, t1))
 
-    def add_root(self, root_id: int, cost: Stats) -> None:
-        roots = self.roots
-        while len(roots) <= root_id:
-            roots.append(ZERO_STATS)
-        roots[root_id] = roots[root_id] + cost
+    def add_top(self, top_id: int, cost: Stats) -> None:
+        tops = self.tops
+        while len(tops) <= top_id:
+            tops.append(ZERO_STATS)
+        tops[top_id] = tops[top_id] + cost
 
     def resolve(self, seconds: Callable, scale: float | None) -> dict[tuple[str, str], dict[str, Stats]]:
         """Per (path, phase), per op: costs with latencies in seconds."""

@@ -57,8 +57,8 @@ class RawCapture:
     #: wall-clock seconds of each "forward" (top-level call), "backward" (pass), "step" and
     #: "iteration" (start to stop) span, the profiler's own overhead subtracted
     spans: dict[str, list[float]] = field(default_factory=dict)
-    #: per forward call of the model itself: (cost, batch size)
-    root_calls: list[tuple[Stats, int | None]] = field(default_factory=list)
+    #: per top-level forward call: (module path, cost, batch size)
+    top_calls: list[tuple[str, Stats, int | None]] = field(default_factory=list)
     first_inputs: tuple | None = None
     error: str | None = None
 
@@ -179,10 +179,10 @@ class CaptureSession:
             raw.latency[key] = raw.latency.get(key, 0.0) + max(span[rec.index] - children[rec.index], 0.0)
             if rec.parent >= 0:
                 children[rec.parent] += span[rec.index]
-        roots = ctx.tally.roots
-        for i, rec in enumerate(self.tracker.root_calls):
-            cost = roots[i] if i < len(roots) else Stats()
-            raw.root_calls.append((cost._replace(latency=span[rec.index], calls=1), rec.batch_size))
+        tops = ctx.tally.tops
+        for i, rec in enumerate(self.tracker.top_calls):
+            cost = tops[i] if i < len(tops) else Stats()
+            raw.top_calls.append((rec.path, cost._replace(latency=span[rec.index], calls=1), rec.batch_size))
         # forward wall time: the top-level forward calls (the model, or whatever modules
         # of it the caller ran directly)
         raw.spans["forward"] = [span[r.index] for r in log if r.parent < 0 and r.phase == "forward"]

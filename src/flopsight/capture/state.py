@@ -14,8 +14,27 @@ from torch import nn
 __all__ = ["ModelState"]
 
 
+def _entries(module: nn.Module) -> dict:
+    """A module's buffer slots as a dict (the live one for an eager module). A
+    ScriptModule's ``_buffers`` is an ``OrderedDictWrapper`` over the C++ module
+    (``keys()`` is a list, no ``clear``): read through its ``items()``."""
+    slots = module._buffers
+    return slots if isinstance(slots, dict) else dict(slots.items())
+
+
 def _same_entries(a: dict, b: dict) -> bool:
     return a.keys() == b.keys() and all(a[k] is b[k] for k in a)
+
+
+def _put_back(module: nn.Module, saved: dict) -> None:
+    """Reset a module's buffer slots to ``saved`` (a forward replaced or added buffers)."""
+    slots = module._buffers
+    if isinstance(slots, dict):
+        slots.clear()
+        slots.update(saved)
+    else:  # a ScriptModule: the slots are fixed at scripting time, only their values change
+        for name, value in saved.items():
+            slots[name] = value
 
 
 class ModelState:
@@ -31,7 +50,7 @@ class ModelState:
     def __init__(self, model: nn.Module):
         self._modules = list(model.modules())
         self._training = [m.training for m in self._modules]
-        self._buffers = [dict(m._buffers) for m in self._modules]
+        self._buffers = [dict(_entries(m)) for m in self._modules]
         seen: set[int] = set()
         self._values: list[tuple[torch.Tensor, torch.Tensor]] = []
         with torch.no_grad():
@@ -46,9 +65,8 @@ class ModelState:
     def rewind(self) -> None:
         """Buffers and RNG back to the snapshot (training flags untouched)."""
         for module, buffers in zip(self._modules, self._buffers):
-            if not _same_entries(module._buffers, buffers):  # a forward replaced or added buffers
-                module._buffers.clear()
-                module._buffers.update(buffers)
+            if not _same_entries(_entries(module), buffers):  # a forward replaced or added buffers
+                _put_back(module, buffers)
         with torch.no_grad():
             for live, saved in self._values:
                 live.copy_(saved)

@@ -40,16 +40,16 @@ Backward (see ``docs/conventions/elementwise.md``, section "Backward"):
 >>> from flopsight.formulas.activation import activation, softmax, activation_backward, softmax_backward
 >>> x = torch.ones(8, 16)
 >>> activation(torch.relu(x), x)
-Cost(macs=0, flops=128)
->>> activation(torch.nn.functional.glu(x), x)  # (8, 8) gated outputs
-Cost(macs=0, flops=64)
->>> softmax(x.softmax(-1), x, -1, False)
-Cost(macs=0, flops=128)
+Stats(macs=0, flops=128)
+>>> activation(torch.nn.functional.glu(x), x, dim=-1)  # (8, 8) gated outputs
+Stats(macs=0, flops=64)
+>>> softmax(x.softmax(-1), x, dim=-1, half_to_float=False)
+Stats(macs=0, flops=128)
 >>> g = torch.ones(8, 16)
->>> activation_backward(g, g, torch.relu(x), 0)   # threshold_backward: 2 per element
-Cost(macs=0, flops=256)
->>> softmax_backward(g, g, x.softmax(-1), -1, torch.float32)   # 4 per element
-Cost(macs=0, flops=512)
+>>> activation_backward(g, grad_output=g, self=torch.relu(x), threshold=0)   # threshold_backward: 2 per element
+Stats(macs=0, flops=256)
+>>> softmax_backward(g, g, x.softmax(-1), dim=-1, input_dtype=torch.float32)   # 4 per element
+Stats(macs=0, flops=512)
 """
 
 from __future__ import annotations
@@ -65,6 +65,7 @@ aten = torch.ops.aten
 __all__ = [
     "activation", "softmax", "activation_flops", "softmax_flops", "activation_backward_flops",
     "softmax_backward_flops", "activation_backward", "softmax_backward", "mish_unit", "mish_unit_backward",
+    "mish_builtin_backward",
     "ACTIVATION_OPS", "SOFTMAX_OPS", "ACTIVATION_BACKWARD_OPS", "SOFTMAX_BACKWARD_OPS",
 ]  # fmt: skip
 
@@ -148,42 +149,48 @@ SOFTMAX_BACKWARD_OPS = (
 
 
 @REGISTRY.register(*ACTIVATION_OPS)
-def activation(out, *args, **kwargs) -> Cost:
+def activation(out, self, **_) -> Cost:
     """1 FLOP per element of the (first) result: ``log_sigmoid_forward`` returns
-    ``(output, buffer)`` and the buffer is empty on CUDA, so only the output counts."""
-    if not float_arithmetic(out, args, kwargs):
+    ``(output, buffer)`` and the buffer is empty on CUDA, so only the output counts.
+    (The parameters -- ``_prelu_kernel``'s ``weight``, ``rrelu``'s ``noise`` -- are read
+    per element, not counted.)"""
+    if not float_arithmetic(out, (self,)):
         return Cost()
-    return Cost.of_flops(activation_flops(result_numel(out, args)))
+    return Cost.of_flops(activation_flops(result_numel(out, (self,))))
 
 
 @REGISTRY.register(*SOFTMAX_OPS)
-def softmax(out, input, *args, **kwargs) -> Cost:
+def softmax(out, self, **_) -> Cost:
     """1 FLOP per input element (DeepSpeed's constant; a real softmax does ~5: max, sub,
     exp, sum, div -- kept at 1 so totals match DeepSpeed's)."""
-    if not float_arithmetic(out, (input,)):
+    if not float_arithmetic(out, (self,)):
         return Cost()
-    return Cost.of_flops(softmax_flops(numel(input)))
+    return Cost.of_flops(softmax_flops(numel(self)))
 
 
 # -- backward ------------------------------------------------------------------------------
 @REGISTRY.register(*ACTIVATION_BACKWARD_OPS, missing_ok=True)
-def activation_backward(out, *args, **kwargs) -> Cost:
+def activation_backward(out, /, **arguments) -> Cost:
     """2 FLOPs per element of each gradient the kernel returns (derivative + chain rule).
 
     Most return one gradient, the size of the forward input; ``_prelu_kernel_backward``
     returns two input-sized ones (input's and weight's, the latter broadcast: autograd then
     sums it down to the weight's shape, counted as a ``sum``); ``glu_backward`` returns the
     gradient of the whole input, twice the size of the incoming gradient.
+
+    The kernels name their arguments differently (``grad_output``, ``grad_out``,
+    ``grad``; ``self``, ``output``, ``self_or_result``): the count reads only the result
+    and whether a float tensor is among the arguments.
     """
-    if not float_arithmetic(out, args, kwargs):
+    if not float_arithmetic(out, arguments.values()):
         return Cost()
     grads = tensors(out if isinstance(out, (list, tuple)) else (out,))
     return Cost.of_flops(sum(activation_backward_flops(g.numel()) for g in grads))
 
 
 @REGISTRY.register(*SOFTMAX_BACKWARD_OPS, missing_ok=True)
-def softmax_backward(out, grad_output, output, *args, **kwargs) -> Cost:
-    """``(grad_output, output, dim, ...)``: 4 FLOPs per element (:func:`softmax_backward_flops`)."""
+def softmax_backward(out, grad_output, output, **_) -> Cost:
+    """4 FLOPs per element of ``output`` (:func:`softmax_backward_flops`)."""
     if not float_arithmetic(out, (grad_output, output)):
         return Cost()
     return Cost.of_flops(softmax_backward_flops(numel(output)))
@@ -193,11 +200,13 @@ def softmax_backward(out, grad_output, output, *args, **kwargs) -> Cost:
 # ``mish_backward`` has CPU and CUDA kernels but only a composite (9 ops: softplus, tanh,
 # sigmoid, 3 multiplies, 1 - t^2, add, multiply) for every other device, meta included. Counted
 # as a unit, the function costs 1 per element forward and 2 per element backward everywhere.
-_MISH_FUNCTIONS = tuple(f for f in (F.mish, getattr(torch._C._nn, "mish", None), getattr(torch._C._nn, "mish_", None))
-                        if f is not None)
+# ``F.mish(input, inplace=False)`` is bound by its Python signature; the builtins it calls,
+# ``torch._C._nn.mish(self)`` / ``mish_(self)``, by the schemas of ``aten::mish`` / ``mish_``.
+_MISH_BUILTINS = tuple(f for f in (getattr(torch._C._nn, "mish", None), getattr(torch._C._nn, "mish_", None))
+                       if f is not None)
 
 
-def mish_unit_backward(out, input, *args, **kwargs) -> Cost:
+def mish_unit_backward(out, input, **_) -> Cost:
     """The backward of ``F.mish(input)``: 2 per element (only charged if ``input`` needed a
     gradient: otherwise autograd made no node and no backward runs)."""
     if not float_arithmetic(out, (input,)):
@@ -205,7 +214,19 @@ def mish_unit_backward(out, input, *args, **kwargs) -> Cost:
     return Cost.of_flops(activation_backward_flops(numel(input)))
 
 
-@REGISTRY.register_unit(*_MISH_FUNCTIONS, name="mish", backward=mish_unit_backward)
-def mish_unit(out, input, *args, **kwargs) -> Cost:
+def mish_builtin_backward(out, self, **_) -> Cost:
+    """The backward of ``torch._C._nn.mish(self)``: as :func:`mish_unit_backward`."""
+    return mish_unit_backward(out, self)
+
+
+@REGISTRY.register_unit(F.mish, name="mish", backward=mish_unit_backward)
+def mish_unit(out, input, **_) -> Cost:
     """``F.mish(input, inplace=False)``: 1 per element, as the ``mish`` kernel."""
     return activation(out, input)
+
+
+if _MISH_BUILTINS:
+    @REGISTRY.register_unit(*_MISH_BUILTINS, name="mish", backward=mish_builtin_backward)
+    def mish_builtin(out, self, **_) -> Cost:
+        """``torch._C._nn.mish(self)`` / ``mish_(self)``: as :func:`mish_unit`."""
+        return activation(out, self)

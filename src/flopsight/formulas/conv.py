@@ -7,8 +7,8 @@ backend kernels and the composite front doors (``conv2d``, ``conv_transpose2d``.
 registered too, with the same formula: they are what a mode sees when it sits at another
 level (pre-dispatch tracing, backward graphs, ``torch.compile`` lowering, direct calls).
 
-The formula needs only three shapes, never the stride/padding/dilation arguments, which
-is why one function serves every schema whatever its argument order:
+The formulas need only three shapes (and the ``transposed`` flag), never the
+stride/padding/dilation arguments, which is why a few functions serve every schema:
 
 * **forward**: every output element is a dot product over its receptive field of
   ``Cin/groups * prod(kernel)`` taps, and the weight is laid out
@@ -45,12 +45,12 @@ so only the padded input's valid positions are counted here.
 >>> from flopsight.formulas.conv import convolution
 >>> x, w, b = torch.ones(1, 3, 10, 10), torch.ones(8, 3, 3, 3), torch.ones(8)
 >>> out = torch.nn.functional.conv2d(x, w, b)      # (1, 8, 8, 8)
->>> convolution(out, x, w, b, [1, 1], [0, 0], [1, 1], False, [0, 0], 1)  # 8*8*8 * 3*3*3
-Cost(macs=13824, flops=28160)
+>>> convolution(out, x, w, b, transposed=False)  # 8*8*8 * 3*3*3
+Stats(macs=13824, flops=28160)
 >>> from flopsight.formulas.conv import convolution_backward
 >>> g = torch.ones(out.shape)  # input, weight and bias grads: 2 * 13824 MACs + 8*8*8 adds
->>> convolution_backward(None, g, x, w, [8], [1, 1], [0, 0], [1, 1], False, [0, 0], 1, [True, True, True])
-Cost(macs=27648, flops=55808)
+>>> convolution_backward(None, g, x, w, transposed=False, output_mask=[True, True, True])
+Stats(macs=27648, flops=55808)
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ from __future__ import annotations
 from .activation import activation_flops
 from .elementwise import elementwise_flops
 from .registry import REGISTRY, Cost
-from .shapes import arg, numel, prod
+from .shapes import numel, prod
 
 __all__ = ["conv_cost", "conv_backward_cost", "convolution", "convolution_backward"]
 
@@ -78,58 +78,37 @@ def conv_cost(out, x, weight, bias, transposed: bool) -> Cost:
     return Cost.of_product(macs, numel(out) if bias is not None else 0)
 
 
-# -- schemas with a ``transposed`` flag: (input, weight, bias, stride, padding, dilation,
-#    transposed, output_padding, groups, ...) --------------------------------------------
 @REGISTRY.register("aten::convolution", "aten::_convolution", "aten::convolution_overrideable", missing_ok=True)
-def convolution(out, x, weight, bias=None, *args, **kwargs) -> Cost:
+def convolution(out, input, weight, bias=None, *, transposed, **_) -> Cost:
     """``aten.convolution`` (the op every ``nn.Conv*``/``nn.ConvTranspose*`` reaches)."""
-    transposed = bool(arg(args, kwargs, 3, "transposed", False))  # args[3] is schema index 6
-    return conv_cost(out, x, weight, bias, transposed)
+    return conv_cost(out, input, weight, bias, bool(transposed))
 
 
-# -- composite front doors (input, weight, bias=None, ...) ------------------------------
-@REGISTRY.register("aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::_convolution_mode", missing_ok=True)
-def conv_forward(out, x, weight, bias=None, *args, **kwargs) -> Cost:
-    return conv_cost(out, x, weight, bias, transposed=False)
+# -- composite front doors ---------------------------------------------------------------
+@REGISTRY.register(
+    "aten::conv1d",
+    "aten::conv2d",
+    "aten::conv3d",
+    "aten::_convolution_mode",
+    "aten::_nnpack_spatial_convolution",
+    missing_ok=True,
+)
+def conv_forward(out, input, weight, bias=None, **_) -> Cost:
+    return conv_cost(out, input, weight, bias, transposed=False)
 
 
 @REGISTRY.register("aten::conv_transpose1d", "aten::conv_transpose2d", "aten::conv_transpose3d", missing_ok=True)
-def conv_transpose(out, x, weight, bias=None, *args, **kwargs) -> Cost:
-    return conv_cost(out, x, weight, bias, transposed=True)
+def conv_transpose(out, input, weight, bias=None, **_) -> Cost:
+    return conv_cost(out, input, weight, bias, transposed=True)
 
 
-# -- backend kernels: (self, weight, bias, padding|stride, ...) -------------------------
+# -- backend kernels (their input is ``self``) ---------------------------------------------
 @REGISTRY.register(
     "aten::mkldnn_convolution",
     "aten::miopen_convolution",
     "aten::miopen_depthwise_convolution",
     "aten::_mps_convolution",
-    "aten::_nnpack_spatial_convolution",
-    missing_ok=True,
-)
-def conv_kernel_with_bias(out, x, weight, bias=None, *args, **kwargs) -> Cost:
-    return conv_cost(out, x, weight, bias, transposed=False)
-
-
-@REGISTRY.register("aten::miopen_convolution_transpose", missing_ok=True)
-def conv_transpose_kernel_with_bias(out, x, weight, bias=None, *args, **kwargs) -> Cost:
-    return conv_cost(out, x, weight, bias, transposed=True)
-
-
-# cuDNN (and MPS transposed) kernels take no bias: aten.convolution adds it in a separate
-# add that it runs itself (invisible under aten.convolution, so counted there).
-@REGISTRY.register("aten::cudnn_convolution", missing_ok=True)
-def cudnn_convolution(out, x, weight, *args, **kwargs) -> Cost:
-    return conv_cost(out, x, weight, None, transposed=False)
-
-
-@REGISTRY.register("aten::cudnn_convolution_transpose", "aten::_mps_convolution_transpose", missing_ok=True)
-def cudnn_convolution_transpose(out, x, weight, *args, **kwargs) -> Cost:
-    return conv_cost(out, x, weight, None, transposed=True)
-
-
-# -- (self, weight, kernel_size, bias, stride, padding, ...) -----------------------------
-@REGISTRY.register(
+    # (self, weight, kernel_size, bias, stride, padding, ...)
     "aten::_slow_conv2d_forward",
     "aten::thnn_conv2d",
     "aten::slow_conv3d",
@@ -138,34 +117,44 @@ def cudnn_convolution_transpose(out, x, weight, *args, **kwargs) -> Cost:
     "aten::slow_conv_dilated3d",
     "aten::_conv_depthwise2d",
     "aten::conv_depthwise3d",
+    # cuDNN kernels take no bias: aten.convolution adds it in a separate add that it runs
+    # itself (invisible under aten.convolution, so counted there).
+    "aten::cudnn_convolution",
     missing_ok=True,
 )
-def slow_conv(out, x, weight, kernel_size=None, bias=None, *args, **kwargs) -> Cost:
-    return conv_cost(out, x, weight, bias, transposed=False)
+def conv_kernel(out, self, weight, bias=None, **_) -> Cost:
+    return conv_cost(out, self, weight, bias, transposed=False)
 
 
-@REGISTRY.register("aten::slow_conv_transpose2d", "aten::slow_conv_transpose3d", missing_ok=True)
-def slow_conv_transpose(out, x, weight, kernel_size=None, bias=None, *args, **kwargs) -> Cost:
-    return conv_cost(out, x, weight, bias, transposed=True)
+@REGISTRY.register(
+    "aten::miopen_convolution_transpose",
+    "aten::slow_conv_transpose2d",
+    "aten::slow_conv_transpose3d",
+    "aten::cudnn_convolution_transpose",  # no bias, like cudnn_convolution
+    "aten::_mps_convolution_transpose",  # no bias
+    missing_ok=True,
+)
+def conv_transpose_kernel(out, self, weight, bias=None, **_) -> Cost:
+    return conv_cost(out, self, weight, bias, transposed=True)
 
 
 # -- fused conv + epilogue (frozen/JIT graphs): one FLOP per output element per step ----
 @REGISTRY.register("aten::cudnn_convolution_relu", "aten::miopen_convolution_relu", missing_ok=True)
-def convolution_relu(out, x, weight, bias=None, *args, **kwargs) -> Cost:
+def convolution_relu(out, self, weight, bias=None, **_) -> Cost:
     """conv (+ bias) then ReLU (1 FLOP per output element, the activation convention)."""
-    return conv_cost(out, x, weight, bias, transposed=False).plus(Cost.of_flops(activation_flops(numel(out))))
+    return conv_cost(out, self, weight, bias, transposed=False) + Cost.of_flops(activation_flops(numel(out)))
 
 
 @REGISTRY.register("aten::cudnn_convolution_add_relu", "aten::miopen_convolution_add_relu", missing_ok=True)
-def convolution_add_relu(out, x, weight, z, alpha=None, bias=None, *args, **kwargs) -> Cost:
+def convolution_add_relu(out, self, weight, z, alpha=None, bias=None, **_) -> Cost:
     """``relu(conv(x) + alpha * z + bias)``: + z, * alpha (unless 1), ReLU: 1 each per output."""
     n = numel(out)
     arithmetic = elementwise_flops(n, ops=1 if alpha is None or alpha == 1 else 2)
-    return conv_cost(out, x, weight, bias, transposed=False).plus(Cost.of_flops(arithmetic + activation_flops(n)))
+    return conv_cost(out, self, weight, bias, transposed=False) + Cost.of_flops(arithmetic + activation_flops(n))
 
 
 @REGISTRY.register("aten::conv_tbc", missing_ok=True)
-def conv_tbc(out, x, weight, bias=None, *args, **kwargs) -> Cost:
+def conv_tbc(out, self, weight, bias=None, **_) -> Cost:
     """Time-batch-channel 1-D conv; weight is ``(kernel, Cin, Cout)``, bias always added."""
     return Cost.of_product(numel(out) * prod(weight.shape[:-1]), numel(out) if bias is not None else 0)
 
@@ -193,71 +182,57 @@ def _mask(value, size: int = 3) -> tuple:
     return mask + (False,) * (size - len(mask))
 
 
-@REGISTRY.register("aten::convolution_backward", missing_ok=True)
-def convolution_backward(out, grad_output, x, weight, bias_sizes=None, *args, **kwargs) -> Cost:
-    """(grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed,
-    output_padding, groups, output_mask) -> (grad_input, grad_weight, grad_bias)."""
-    transposed = bool(arg(args, kwargs, 3, "transposed", False))  # args[3] is schema index 7
-    return conv_backward_cost(grad_output, x, weight, transposed, _mask(arg(args, kwargs, 6, "output_mask")))
-
-
-@REGISTRY.register("aten::convolution_backward_overrideable", missing_ok=True)
-def convolution_backward_overrideable(out, grad_output, x, weight, *args, **kwargs) -> Cost:
-    """The out-of-tree backends' entry: the same without ``bias_sizes``."""
-    transposed = bool(arg(args, kwargs, 3, "transposed", False))  # args[3] is schema index 6
-    return conv_backward_cost(grad_output, x, weight, transposed, _mask(arg(args, kwargs, 6, "output_mask")))
+@REGISTRY.register("aten::convolution_backward", "aten::convolution_backward_overrideable", missing_ok=True)
+def convolution_backward(out, grad_output, input, weight, *, transposed, output_mask, **_) -> Cost:
+    """-> (grad_input, grad_weight, grad_bias), as ``output_mask`` asks. The overrideable op
+    (out-of-tree backends) is the same without ``bias_sizes``."""
+    return conv_backward_cost(grad_output, input, weight, bool(transposed), _mask(output_mask))
 
 
 @REGISTRY.register("aten::_slow_conv2d_backward", missing_ok=True)
-def slow_conv2d_backward(out, grad_output, x, weight, *args, **kwargs) -> Cost:
-    """The CPU fallback kernel: ``.output_mask`` (..., padding, output_mask), or
-    ``.grad_input`` whose grad_input/grad_weight/grad_bias tensors say what is computed."""
-    mask = arg(args, kwargs, 3, "output_mask")
-    if mask is None and "grad_input" in kwargs:
-        mask = [kwargs.get(name) is not None for name in ("grad_input", "grad_weight", "grad_bias")]
-    return conv_backward_cost(grad_output, x, weight, False, _mask(mask))
+def slow_conv2d_backward(out, grad_output, self, weight, output_mask=None, **_) -> Cost:
+    """The CPU fallback kernel: ``.output_mask``, or ``.grad_input``, which writes all three
+    gradients into the (non-optional) buffers it is given."""
+    return conv_backward_cost(grad_output, self, weight, False, _mask(output_mask))
 
 
 # MPS kernels take the forward input first, then grad_output (no bias grad when transposed).
 @REGISTRY.register("aten::mps_convolution_backward", missing_ok=True)
-def mps_convolution_backward(out, x, grad_output, weight, *args, **kwargs) -> Cost:
-    """(self, grad_output, weight, padding, stride, dilation, groups, output_mask[3])."""
-    return conv_backward_cost(grad_output, x, weight, False, _mask(arg(args, kwargs, 4, "output_mask")))
+def mps_convolution_backward(out, self, grad_output, weight, output_mask, **_) -> Cost:
+    return conv_backward_cost(grad_output, self, weight, False, _mask(output_mask))
 
 
 @REGISTRY.register("aten::mps_convolution_transpose_backward", missing_ok=True)
-def mps_convolution_transpose_backward(out, x, grad_output, weight, *args, **kwargs) -> Cost:
-    """(self, grad_output, weight, padding, output_padding, stride, dilation, groups, output_mask[2])."""
-    mask = _mask(arg(args, kwargs, 5, "output_mask"), 2)
-    return conv_backward_cost(grad_output, x, weight, True, mask + (False,))
+def mps_convolution_transpose_backward(out, self, grad_output, weight, output_mask, **_) -> Cost:
+    """``output_mask`` has two entries: (input, weight)."""
+    return conv_backward_cost(grad_output, self, weight, True, _mask(output_mask, 2) + (False,))
 
 
 @REGISTRY.register("aten::_convolution_double_backward", missing_ok=True)
-def convolution_double_backward(out, ggI, ggW, ggb, grad_output, weight, x, *args, **kwargs) -> Cost:
+def convolution_double_backward(out, ggI, ggW, ggb, gO, weight, self, *, transposed, output_mask, **_) -> Cost:
     """The backward of ``convolution_backward`` (gradient penalties, double backward).
 
     Returns (ggO, gI, gW) for ``output_mask`` (grad_output, input, weight): ``ggO`` is
     ``conv(ggI, W) + conv(x, ggW) + ggb`` (``F`` MACs per conv term, and an add per output
     element for each defined term after the first), ``gI`` the input-gradient conv of
-    ``grad_output`` with ``ggW`` (``F``), ``gW`` the weight-gradient conv of ``ggI`` with
-    ``grad_output`` (``F``). CompositeImplicitAutograd: eager modes see the convolutions it
-    runs instead; registered for modes that see composites.
+    ``gO`` with ``ggW`` (``F``), ``gW`` the weight-gradient conv of ``ggI`` with ``gO``
+    (``F``); ``self`` is the forward input. CompositeImplicitAutograd: eager modes see the
+    convolutions it runs instead; registered for modes that see composites.
     """
-    transposed = bool(arg(args, kwargs, 3, "transposed", False))  # args[3] is schema index 9
-    want_ggo, want_gi, want_gw = _mask(arg(args, kwargs, 6, "output_mask"))
-    forward = conv_cost(grad_output, x, weight, None, transposed).macs
+    want_ggo, want_gi, want_gw = _mask(output_mask)
+    forward = conv_cost(gO, self, weight, None, bool(transposed)).macs
     macs, adds = 0, 0
     if want_ggo:
         macs += forward * ((ggI is not None) + (ggW is not None))
         terms = (ggI is not None) + (ggW is not None) + (ggb is not None)
-        adds = numel(grad_output) * max(terms - 1, 0)
+        adds = numel(gO) * max(terms - 1, 0)
     macs += forward * ((want_gi and ggW is not None) + (want_gw and ggI is not None))
     return Cost.of_product(macs, adds)
 
 
 @REGISTRY.register("aten::conv_tbc_backward", missing_ok=True)
-def conv_tbc_backward(out, grad_output, x, weight, bias=None, *args, **kwargs) -> Cost:
-    """All three gradients of :func:`conv_tbc` (weight ``(k, Cin, Cout)``): the forward's
-    ``numel(out) * k * Cin`` MACs for the input and the weight grads, an add per
-    ``grad_output`` element for the bias grad."""
-    return Cost.of_product(2 * numel(grad_output) * prod(weight.shape[:-1]), numel(grad_output))
+def conv_tbc_backward(out, self, input, weight, **_) -> Cost:
+    """All three gradients of :func:`conv_tbc` (weight ``(k, Cin, Cout)``; ``self`` is the
+    gradient of its output): the forward's ``numel(out) * k * Cin`` MACs for the input and
+    the weight grads, an add per gradient element for the bias grad."""
+    return Cost.of_product(2 * numel(self) * prod(weight.shape[:-1]), numel(self))

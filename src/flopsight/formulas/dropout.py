@@ -32,15 +32,15 @@ where the function mode cannot see the call (inside another unit it is not count
 >>> from flopsight.formulas.dropout import dropout, dropout_flops
 >>> x = torch.ones(4, 8)
 >>> dropout(x, x, p=0.1, training=True)
-Cost(macs=0, flops=32)
+Stats(macs=0, flops=32)
 >>> dropout(x, x, p=0.1, training=False)
-Cost(macs=0, flops=0)
+Stats(macs=0, flops=0)
 >>> dropout_flops(x, p=0.5, training=True, kind="alpha")
 64
 >>> from flopsight.formulas.dropout import dropout_backward
 >>> _ = x.requires_grad_()
 >>> dropout_backward(None, x, p=0.1, training=True)  # grad * mask * scale: 1 per element
-Cost(macs=0, flops=32)
+Stats(macs=0, flops=32)
 """
 
 from __future__ import annotations
@@ -110,74 +110,83 @@ def _backward(input, p, training) -> Cost:
     return Cost.of_flops(dropout_backward_flops(input, p, training))
 
 
-# Unit backward formulas, one per signature: the functionals name their flag ``training``
-# (F.alpha_dropout and F.feature_alpha_dropout default it to False, the others to True), the
-# torch-level builtins name it ``train`` (no default).
-def dropout_backward(out, input, p=0.5, training=True, inplace=False, **kwargs) -> Cost:
+# Unit backward formulas, one per signature: the functionals (Python functions, bound by their
+# signature) name their flag ``training`` (F.alpha_dropout and F.feature_alpha_dropout default
+# it to False, the others to True); the torch-level builtins are bound by the schema of the
+# aten op of the same name: ``aten::dropout(Tensor input, float p, bool train)``, and the
+# in-place ``aten::dropout_(Tensor(a!) self, float p, bool train)`` names its tensor ``self``.
+def dropout_backward(out, input, p=0.5, training=True, inplace=False, **_) -> Cost:
     """Backward of ``F.dropout`` / ``F.dropout1d/2d/3d``: ``grad * mask * scale``."""
     return _backward(input, p, training)
 
 
-def alpha_dropout_backward(out, input, p=0.5, training=False, inplace=False, **kwargs) -> Cost:
+def alpha_dropout_backward(out, input, p=0.5, training=False, inplace=False, **_) -> Cost:
     """Backward of ``F.alpha_dropout`` / ``F.feature_alpha_dropout``: ``grad * a``."""
     return _backward(input, p, training)
 
 
-def torch_dropout_backward(out, input, p, train, **kwargs) -> Cost:
-    """Backward of ``torch.dropout``, ``torch.feature_dropout``, ``torch.alpha_dropout``... ."""
-    return _backward(input, p, train)
+def torch_dropout_backward(out, *, p, train, input=None, self=None, **_) -> Cost:
+    """Backward of ``torch.dropout(input, p, train)``, ``torch.dropout_(self, p, train)``,
+    ``torch.feature_dropout``, ``torch.alpha_dropout``... ."""
+    return _backward(_tensor(input, self), p, train)
+
+
+def _tensor(input, self):
+    """The dropped-out tensor: ``input`` (out-of-place builtins) or ``self`` (in-place)."""
+    return input if input is not None else self
 
 
 # -- the torch.nn.functional level (F.dropout, nn.Dropout, ...) -----------------------------
 @REGISTRY.register_unit(F.dropout, name="dropout", backward=dropout_backward)
-def dropout(out, input, p=0.5, training=True, inplace=False, **kwargs) -> Cost:
+def dropout(out, input, p=0.5, training=True, inplace=False, **_) -> Cost:
     return Cost.of_flops(dropout_flops(input, p, training))
 
 
 @REGISTRY.register_unit(F.dropout1d, F.dropout2d, F.dropout3d, name="feature_dropout", backward=dropout_backward)
-def feature_dropout(out, input, p=0.5, training=True, inplace=False, **kwargs) -> Cost:
+def feature_dropout(out, input, p=0.5, training=True, inplace=False, **_) -> Cost:
     # The mask is (N, C, 1, ...) and broadcast: still one multiply per input element.
     return Cost.of_flops(dropout_flops(input, p, training))
 
 
 @REGISTRY.register_unit(F.alpha_dropout, name="alpha_dropout", backward=alpha_dropout_backward)
-def alpha_dropout(out, input, p=0.5, training=False, inplace=False, **kwargs) -> Cost:
+def alpha_dropout(out, input, p=0.5, training=False, inplace=False, **_) -> Cost:
     return Cost.of_flops(dropout_flops(input, p, training, kind="alpha"))
 
 
 @REGISTRY.register_unit(F.feature_alpha_dropout, name="feature_alpha_dropout", backward=alpha_dropout_backward)
-def feature_alpha_dropout(out, input, p=0.5, training=False, inplace=False, **kwargs) -> Cost:
+def feature_alpha_dropout(out, input, p=0.5, training=False, inplace=False, **_) -> Cost:
     return Cost.of_flops(dropout_flops(input, p, training, kind="alpha"))
 
 
 # -- the torch-level builtins the functionals call (also public: torch.dropout(x, p, train)) --
-# Their third argument is named ``train`` and has no default.
+# Bound by the aten schemas: ``train`` has no default; the tensor is ``input``, or ``self`` for
+# the in-place ``torch.dropout_`` & co.
 @REGISTRY.register_unit(torch.dropout, torch.dropout_, name="dropout", backward=torch_dropout_backward)
-def torch_dropout(out, input, p, train, **kwargs) -> Cost:
-    return Cost.of_flops(dropout_flops(input, p, train))
+def torch_dropout(out, *, p, train, input=None, self=None, **_) -> Cost:
+    return Cost.of_flops(dropout_flops(_tensor(input, self), p, train))
 
 
 @REGISTRY.register_unit(torch.feature_dropout, torch.feature_dropout_, name="feature_dropout",
                         backward=torch_dropout_backward)
-def torch_feature_dropout(out, input, p, train, **kwargs) -> Cost:
-    return Cost.of_flops(dropout_flops(input, p, train))
+def torch_feature_dropout(out, *, p, train, input=None, self=None, **_) -> Cost:
+    return Cost.of_flops(dropout_flops(_tensor(input, self), p, train))
 
 
 @REGISTRY.register_unit(torch.alpha_dropout, torch.alpha_dropout_, name="alpha_dropout",
                         backward=torch_dropout_backward)
-def torch_alpha_dropout(out, input, p, train, **kwargs) -> Cost:
-    return Cost.of_flops(dropout_flops(input, p, train, kind="alpha"))
+def torch_alpha_dropout(out, *, p, train, input=None, self=None, **_) -> Cost:
+    return Cost.of_flops(dropout_flops(_tensor(input, self), p, train, kind="alpha"))
 
 
 @REGISTRY.register_unit(torch.feature_alpha_dropout, torch.feature_alpha_dropout_, name="feature_alpha_dropout",
                         backward=torch_dropout_backward)
-def torch_feature_alpha_dropout(out, input, p, train, **kwargs) -> Cost:
-    return Cost.of_flops(dropout_flops(input, p, train, kind="alpha"))
+def torch_feature_alpha_dropout(out, *, p, train, input=None, self=None, **_) -> Cost:
+    return Cost.of_flops(dropout_flops(_tensor(input, self), p, train, kind="alpha"))
 
 
 # -- dispatch level --------------------------------------------------------------------------
 @REGISTRY.register(aten.native_dropout)
-def native_dropout(out, input, p, train=None, **kwargs) -> Cost:
+def native_dropout(out, input, p, train, **_) -> Cost:
     """The fused CUDA (and XPU, lazy...) kernel behind dropout in training.
 
     ``train=None`` means training (the schema's ``bool? train``); ``p == 0`` is free, as for
@@ -187,7 +196,7 @@ def native_dropout(out, input, p, train=None, **kwargs) -> Cost:
 
 
 @REGISTRY.register(aten.native_dropout_backward)
-def native_dropout_backward(out, grad_output, mask, scale, **kwargs) -> Cost:
+def native_dropout_backward(out, grad_output, mask, scale, **_) -> Cost:
     """``grad_output * mask * scale``: 1 FLOP per element (the kernel runs only in training;
     ``scale`` is ``1/(1-p)``, folded into the one multiply as in the forward)."""
     return Cost.of_flops(dropout_backward_flops(grad_output))

@@ -41,20 +41,20 @@ tensor for its step count (see :func:`adam_flops_per_element`).
 >>> import torch
 >>> from flopsight.formulas.elementwise import pointwise, scaled_add, lerp
 >>> x, y = torch.ones(4, 1), torch.ones(1, 5)
->>> pointwise(x * y, x, y)  # one FLOP per element of the broadcast (4, 5) result
-Cost(macs=0, flops=20)
->>> scaled_add(x + 2 * y, x, y, alpha=2)  # x + 2*y: a multiply and an add per element
-Cost(macs=0, flops=40)
->>> lerp(x.lerp(y, 0.5), x, y, 0.5)  # x + w*(y - x)
-Cost(macs=0, flops=60)
+>>> pointwise(x * y, self=x, other=y)  # one FLOP per element of the broadcast (4, 5) result
+Stats(macs=0, flops=20)
+>>> scaled_add(x + 2 * y, self=x, other=y, alpha=2)  # x + 2*y: a multiply and an add per element
+Stats(macs=0, flops=40)
+>>> lerp(x.lerp(y, 0.5), self=x, end=y, weight=0.5)  # x + w*(y - x)
+Stats(macs=0, flops=60)
 >>> i = torch.ones(4, dtype=torch.int64)
->>> pointwise(i + i, i, i)  # integer arithmetic is not FLOPs
-Cost(macs=0, flops=0)
+>>> pointwise(i + i, self=i, other=i)  # integer arithmetic is not FLOPs
+Stats(macs=0, flops=0)
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import torch
 
@@ -122,10 +122,13 @@ def elementwise_flops(n: int, ops: int = 1) -> int:
     return ops * n
 
 
-def _flops(per_element: int, out: Any, args: tuple, kwargs: dict) -> Cost:
-    if not float_arithmetic(out, args, kwargs):
+def _flops(per_element: int, out: Any, operands: Iterable[Any]) -> Cost:
+    """``per_element`` FLOPs per element of the result, if a float tensor is among ``out`` and
+    ``operands`` (the op's argument values: tensors, scalars, lists)."""
+    operands = tuple(operands)
+    if not float_arithmetic(out, operands):
         return Cost()
-    return Cost.of_flops(elementwise_flops(result_numel(out, args), per_element))
+    return Cost.of_flops(elementwise_flops(result_numel(out, operands), per_element))
 
 
 # -- 1 FLOP per output element --------------------------------------------------------------
@@ -180,45 +183,59 @@ CLAMP = ("clamp", "clamp_min", "clamp_max")
 
 
 @REGISTRY.register(*packets(*UNARY, *BINARY, *COMPARISON, *LOGICAL, *CLAMP))
-def pointwise(out, *args, **kwargs) -> Cost:
-    """1 FLOP per element of the result, if the op works in floating point."""
-    return _flops(1, out, args, kwargs)
+def pointwise(out, /, **operands) -> Cost:
+    """1 FLOP per element of the result, if the op works in floating point.
+
+    One formula for ops of every argument naming (``exp(self)``, ``pow(self, exponent)``,
+    ``clamp(self, min, max)``, ``polygamma(n, self)``...): it reads the result and which of
+    the arguments are float tensors, never their names.
+    """
+    return _flops(1, out, operands.values())
 
 
 # -- fused arithmetic: count each operation they fuse ------------------------------------------
 @REGISTRY.register(*packets("add", "sub", "rsub"))
-def scaled_add(out, a, b, alpha=1, *args, **kwargs) -> Cost:
-    """``a ± alpha*b`` (``rsub``: ``b - alpha*a``): 1 per element, 2 when ``alpha != 1``.
+def scaled_add(out, /, alpha=1, **operands) -> Cost:
+    """``self ± alpha*other`` (``rsub``: ``other - alpha*self``): 1 per element, 2 when
+    ``alpha != 1``.
 
-    ``alpha`` is keyword-only in ``add.Tensor`` and positional in ``add.Scalar``; both bind
-    here. SGD's ``p.add_(grad, alpha=-lr)`` is a multiply and an add per parameter.
+    Also counts ``_foreach_add``/``_foreach_sub`` per tensor (``self``, and ``other``,
+    ``scalar`` or ``scalars``: see :func:`foreach`), and the packets' Python-number
+    overloads (``add.int(a, b)``, never dispatched with tensors: 0). SGD's
+    ``p.add_(grad, alpha=-lr)`` is a multiply and an add per parameter.
     """
-    return _flops(1 if _is_one(alpha) else 2, out, (a, b) + args, kwargs)
+    return _flops(1 if _is_one(alpha) else 2, out, operands.values())
 
 
 @REGISTRY.register(*packets("addcmul", "addcdiv"))
-def addcmul(out, input, tensor1, tensor2, value=1, *args, **kwargs) -> Cost:
-    """``input + value * tensor1 (*|/) tensor2``: 2 per element, 3 when ``value != 1``."""
-    return _flops(2 if _is_one(value) else 3, out, (input, tensor1, tensor2) + args, kwargs)
+def addcmul(out, self, tensor1, tensor2, value=1, scalars=1, **_) -> Cost:
+    """``self + value * tensor1 (*|/) tensor2``: 2 per element, 3 when ``value != 1``.
+
+    ``scalars`` is the per-tensor coefficient of ``_foreach_addcmul.ScalarList`` (a tensor
+    of coefficients, ``.Tensor``, counts as not 1: values are never read).
+    """
+    per_element = 2 if _is_one(value) and _is_one(scalars) else 3
+    return _flops(per_element, out, (self, tensor1, tensor2, value, scalars))
 
 
 @REGISTRY.register(*packets("lerp"))
-def lerp(out, start, end, weight, *args, **kwargs) -> Cost:
-    """``start + weight * (end - start)``: a sub, a mul and an add per element."""
-    return _flops(3, out, (start, end, weight) + args, kwargs)
+def lerp(out, /, **operands) -> Cost:
+    """``self + weight * (end - self)``: a sub, a mul and an add per element (also
+    ``_foreach_lerp``'s ``(self, tensors1, weight(s))`` per tensor)."""
+    return _flops(3, out, operands.values())
 
 
 @REGISTRY.register(aten.equal)
-def equal(out, a, b, *args, **kwargs) -> Cost:
+def equal(out, self, other, **_) -> Cost:
     """``torch.equal`` returns a Python bool: one compare per element when the shapes match
     (different shapes are unequal without comparing anything)."""
-    if a.shape != b.shape or not float_arithmetic(None, (a, b)):
+    if self.shape != other.shape or not float_arithmetic(None, (self, other)):
         return Cost()
-    return Cost.of_flops(a.numel())
+    return Cost.of_flops(self.numel())
 
 
 @REGISTRY.register(aten.allclose)
-def allclose(out, a, b, rtol=1e-05, atol=1e-08, equal_nan=False, *args, **kwargs) -> Cost:
+def allclose(out, self, other, rtol=1e-05, atol=1e-08, equal_nan=False, **_) -> Cost:
     """``allclose`` runs as one kernel on CPU/CUDA; it costs what the composite ``isclose``
     it runs inside dispatches (counted op by op when called directly), the final ``all``
     of a bool tensor being free:
@@ -229,13 +246,13 @@ def allclose(out, a, b, rtol=1e-05, atol=1e-08, equal_nan=False, *args, **kwargs
     broadcast elements. Integer inputs are compared exactly (free) and cast to float for
     the tolerance part.
     """
-    floats = float_arithmetic(None, (a, b))
-    both = result_numel(None, (a, b))
+    floats = float_arithmetic(None, (self, other))
+    both = result_numel(None, (self, other))
     flops = both if floats else 0
     if equal_nan and floats:
-        flops += a.numel() + b.numel()
+        flops += self.numel() + other.numel()
     if not (_is_zero(rtol) and _is_zero(atol)):
-        flops += 3 * b.numel() + 6 * both
+        flops += 3 * other.numel() + 6 * both
     return Cost.of_flops(flops)
 
 
@@ -247,25 +264,28 @@ REGISTRY.zero_cost(*packets("where", "masked_fill"))
 def foreach(per_tensor: Callable[..., Cost]) -> Callable[..., Cost]:
     """A formula for ``_foreach_<op>`` from the formula of ``<op>``: the sum over the list.
 
-    List arguments are indexed per tensor (``Tensor[]`` and ``Scalar[]`` alike); others
-    (a shared scalar or tensor) are passed to every call. In-place forms return nothing:
-    each result is then the tensor updated, the first of the call's arguments.
+    The per-tensor formula is called once per tensor with the foreach op's arguments by
+    their own names (``_foreach_add.List(self, other, *, alpha)``,
+    ``_foreach_add.ScalarList(self, scalars)``, ``_foreach_pow.ScalarAndTensor(self,
+    exponent)``...), list arguments indexed per tensor (``Tensor[]`` and ``Scalar[]``
+    alike), the others (a shared scalar or tensor) passed to every call: ``per_tensor`` must
+    accept those names. In-place forms return nothing: each result is then the tensor
+    updated, ``self[i]``.
 
     >>> xs = [torch.ones(3), torch.ones(2, 2)]
-    >>> foreach(scaled_add)(None, xs, xs, alpha=0.5)  # (3 + 4) elements * 2
-    Cost(macs=0, flops=14)
+    >>> foreach(scaled_add)(None, self=xs, other=xs, alpha=0.5)  # (3 + 4) elements * 2
+    Stats(macs=0, flops=14)
     """
 
-    def formula(out, *args, **kwargs) -> Cost:
-        lists = [a for a in args if isinstance(a, (list, tuple))]
+    def formula(out, /, **arguments) -> Cost:
+        lists = [v for v in arguments.values() if isinstance(v, (list, tuple))]
         n = len(lists[0]) if lists else 0
         outs = out if isinstance(out, (list, tuple)) and len(out) == n else None
         total = Cost()
         for i in range(n):
-            args_i = tuple(a[i] if isinstance(a, (list, tuple)) else a for a in args)
-            kwargs_i = {k: v[i] if isinstance(v, (list, tuple)) else v for k, v in kwargs.items()}
-            out_i = outs[i] if outs is not None else first_tensor(args_i)
-            total = total.plus(per_tensor(out_i, *args_i, **kwargs_i))
+            arguments_i = {k: v[i] if isinstance(v, (list, tuple)) else v for k, v in arguments.items()}
+            out_i = outs[i] if outs is not None else first_tensor([arguments_i.get("self"), *arguments_i.values()])
+            total = total + per_tensor(out_i, **arguments_i)
         return total
 
     formula.__name__ = f"foreach_{getattr(per_tensor, '__name__', 'op')}"
@@ -286,13 +306,14 @@ _register_foreach()
 
 # -- backward kernels of math functions ------------------------------------------------------
 @REGISTRY.register("aten::tanh_backward", "aten::logit_backward", missing_ok=True)
-def math_backward(out, *args, **kwargs) -> Cost:
-    """``tanh_backward(grad, output)``: ``grad * (1 - y^2)``; ``logit_backward(grad, x, eps)``:
-    ``grad / (x (1 - x))``. Counted as every elementwise function's backward: 2 per element
-    (the derivative, 1; the chain-rule multiply, 1)."""
-    if not float_arithmetic(out, args, kwargs):
+def math_backward(out, grad_output, **_) -> Cost:
+    """``tanh_backward(grad_output, output)``: ``grad * (1 - y^2)``;
+    ``logit_backward(grad_output, self, eps)``: ``grad / (x (1 - x))``. Counted as every
+    elementwise function's backward: 2 per element (the derivative, 1; the chain-rule
+    multiply, 1)."""
+    if not float_arithmetic(out, (grad_output,)):
         return Cost()
-    return Cost.of_flops(activation_backward_flops(result_numel(out, args)))
+    return Cost.of_flops(activation_backward_flops(result_numel(out, (grad_output,))))
 
 
 # -- fused optimizer kernels ------------------------------------------------------------------
@@ -392,57 +413,54 @@ def _param_elements(params) -> int:
 
 
 @REGISTRY.register("aten::_fused_adam_", "aten::_fused_adam", missing_ok=True)
-def fused_adam(out, params, *args, weight_decay=0.0, amsgrad=False, maximize=False, grad_scale=None,
-               **kwargs) -> Cost:
-    """``_fused_adam_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *,
-    lr, beta1, beta2, weight_decay, eps, amsgrad, maximize, grad_scale, found_inf)``."""
+def fused_adam(out, self, *, weight_decay, amsgrad, maximize, grad_scale=None, **_) -> Cost:
+    """Adam's fused step over the parameters ``self``: :func:`adam_flops_per_element` per
+    parameter element."""
     per = adam_flops_per_element(decoupled=False, weight_decay=weight_decay, amsgrad=amsgrad,
                                  maximize=maximize, grad_scale=grad_scale is not None)
-    return Cost.of_flops(per * _param_elements(params))
+    return Cost.of_flops(per * _param_elements(self))
 
 
 @REGISTRY.register("aten::_fused_adamw_", "aten::_fused_adamw", missing_ok=True)
-def fused_adamw(out, params, *args, weight_decay=0.0, amsgrad=False, maximize=False, grad_scale=None,
-                **kwargs) -> Cost:
+def fused_adamw(out, self, *, weight_decay, amsgrad, maximize, grad_scale=None, **_) -> Cost:
     """As :func:`fused_adam`, with decoupled weight decay."""
     per = adam_flops_per_element(decoupled=True, weight_decay=weight_decay, amsgrad=amsgrad,
                                  maximize=maximize, grad_scale=grad_scale is not None)
-    return Cost.of_flops(per * _param_elements(params))
+    return Cost.of_flops(per * _param_elements(self))
 
 
 @REGISTRY.register("aten::_fused_sgd_", "aten::_fused_sgd", missing_ok=True)
-def fused_sgd(out, params, grads, momentum_buffer_list=(), *args, weight_decay=0.0, momentum=0.0,
-              dampening=0.0, nesterov=False, maximize=False, is_first_step=False, grad_scale=None,
-              **kwargs) -> Cost:
-    """``_fused_sgd_(params, grads, momentum_buffer_list, *, weight_decay, momentum, lr,
-    dampening, nesterov, maximize, is_first_step, grad_scale, found_inf)``."""
+def fused_sgd(out, self, *, weight_decay, momentum, dampening, nesterov, maximize, is_first_step,
+              grad_scale=None, **_) -> Cost:
+    """SGD's fused step over the parameters ``self``: :func:`sgd_flops_per_element` per
+    parameter element."""
     per = sgd_flops_per_element(momentum=momentum, dampening=dampening, nesterov=nesterov,
                                 weight_decay=weight_decay, maximize=maximize, first_step=is_first_step,
                                 grad_scale=grad_scale is not None)
-    return Cost.of_flops(per * _param_elements(params))
+    return Cost.of_flops(per * _param_elements(self))
 
 
 @REGISTRY.register("aten::_fused_adagrad_", "aten::_fused_adagrad", missing_ok=True)
-def fused_adagrad(out, params, *args, weight_decay=0.0, maximize=False, grad_scale=None, **kwargs) -> Cost:
-    """``_fused_adagrad_(params, grads, state_sums, state_steps, *, lr, lr_decay,
-    weight_decay, eps, maximize, grad_scale, found_inf)``."""
+def fused_adagrad(out, self, *, weight_decay, maximize, grad_scale=None, **_) -> Cost:
+    """Adagrad's fused step over the parameters ``self``: :func:`adagrad_flops_per_element`
+    per parameter element."""
     per = adagrad_flops_per_element(weight_decay=weight_decay, maximize=maximize,
                                     grad_scale=grad_scale is not None)
-    return Cost.of_flops(per * _param_elements(params))
+    return Cost.of_flops(per * _param_elements(self))
 
 
 # -- mixed precision: GradScaler's kernels ------------------------------------------------------
 @REGISTRY.register("aten::_amp_foreach_non_finite_check_and_unscale_",
                    "aten::_amp_foreach_non_finite_check_and_unscale", missing_ok=True)
-def amp_unscale(out, grads, *args, **kwargs) -> Cost:
-    """``GradScaler.unscale_``: per gradient element a multiply by ``inv_scale`` and a
-    finiteness check: 2."""
-    return Cost.of_flops(2 * _param_elements(grads))
+def amp_unscale(out, self, **_) -> Cost:
+    """``GradScaler.unscale_`` of the gradients ``self``: per gradient element a multiply by
+    ``inv_scale`` and a finiteness check: 2."""
+    return Cost.of_flops(2 * _param_elements(self))
 
 
 @REGISTRY.register("aten::_amp_update_scale_", "aten::_amp_update_scale", missing_ok=True)
-def amp_update_scale(out, scale, *args, **kwargs) -> Cost:
-    """``GradScaler.update``: a test of ``found_inf`` and a multiply of the (one-element)
-    scale by the growth or backoff factor: 2 per scale element (the growth tracker is an
-    integer counter: free)."""
-    return Cost.of_flops(2 * numel(scale) if is_float(scale) else 0)
+def amp_update_scale(out, self, **_) -> Cost:
+    """``GradScaler.update`` of the scale ``self``: a test of ``found_inf`` and a multiply of
+    the (one-element) scale by the growth or backoff factor: 2 per scale element (the growth
+    tracker is an integer counter: free)."""
+    return Cost.of_flops(2 * numel(self) if is_float(self) else 0)

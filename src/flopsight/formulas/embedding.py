@@ -55,13 +55,13 @@ backward kernel                                 FLOPs
 >>> from flopsight.formulas.embedding import embedding_bag, embedding_dense_backward
 >>> w, idx, offsets = torch.ones(100, 16), torch.zeros(12, dtype=torch.long), torch.tensor([0, 4, 8])
 >>> bags = (torch.ones(3, 16),)
->>> embedding_bag(bags, w, idx, offsets, False, 0)   # sum: 12*16
-Cost(macs=0, flops=192)
->>> embedding_bag(bags, w, idx, offsets, False, 1)   # mean: 12*16 + 3*16
-Cost(macs=0, flops=240)
+>>> embedding_bag(bags, w, idx, offsets, mode=0)   # sum: 12*16
+Stats(macs=0, flops=192)
+>>> embedding_bag(bags, w, idx, offsets, mode=1)   # mean: 12*16 + 3*16
+Stats(macs=0, flops=240)
 >>> g = torch.ones(12, 16)
->>> embedding_dense_backward(w, g, idx, 100, -1, False)   # 12 rows of 16 added
-Cost(macs=0, flops=192)
+>>> embedding_dense_backward(w, g, idx, scale_grad_by_freq=False)   # 12 rows of 16 added
+Stats(macs=0, flops=192)
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ import torch
 
 from .reduction import norm_cost
 from .registry import REGISTRY, Cost
-from .shapes import arg, first_tensor, is_float, numel
+from .shapes import first_tensor, is_float, numel
 
 __all__ = [
     "embedding_bag", "embedding_renorm", "MODES", "embedding_dense_backward", "embedding_sparse_backward",
@@ -88,27 +88,28 @@ REGISTRY.zero_cost(aten.embedding)
 
 
 @REGISTRY.register(aten.embedding_bag, aten._embedding_bag, aten._embedding_bag_forward_only)
-def embedding_bag(out, weight, indices, offsets=None, *args, **kwargs) -> Cost:
-    """``(weight, indices, offsets, scale_grad_by_freq, mode, sparse, per_sample_weights, ...)``."""
+def embedding_bag(out, weight, indices, offsets, *, mode=0, per_sample_weights=None, **_) -> Cost:
+    """Per gathered element: an add (sum, mean) or a compare (max); a multiply with
+    ``per_sample_weights`` (sum only); mean divides each bag by its size."""
     if not is_float(weight):
         return Cost()
-    mode = MODES[arg(args, kwargs, 1, "mode", 0)]
-    psw = arg(args, kwargs, 3, "per_sample_weights", None)
+    mode = MODES[mode]
     width = weight.shape[-1]
     gathered = numel(indices) * width
     if mode == "mean":
         return Cost.of_flops(gathered + numel(first_tensor(out)))
-    if mode == "sum" and psw is not None:
+    if mode == "sum" and per_sample_weights is not None:
         return Cost.of_flops(2 * gathered)
     return Cost.of_flops(gathered)
 
 
 @REGISTRY.register(aten.embedding_renorm, aten.embedding_renorm_)
-def embedding_renorm(out, weight, indices, max_norm, norm_type=2.0, *args, **kwargs) -> Cost:
-    """Per index: the row's norm, compare, scale factor (3), and a multiply per element."""
-    if not is_float(weight):
+def embedding_renorm(out, self, indices, norm_type, **_) -> Cost:
+    """Per index: the row's norm, compare, scale factor (3), and a multiply per element
+    (``self`` is the weight)."""
+    if not is_float(self):
         return Cost()
-    width = weight.shape[-1]
+    width = self.shape[-1]
     per_row = norm_cost(width, 1, norm_type) + 3 + width
     return Cost.of_flops(numel(indices) * per_row)
 
@@ -133,16 +134,14 @@ def _dense_or_sparse(out, grad, indices, scale_grad_by_freq, *, sparse: bool) ->
 
 
 @REGISTRY.register(aten.embedding_dense_backward)
-def embedding_dense_backward(out, grad_output, indices, num_weights, padding_idx=-1, scale_grad_by_freq=False,
-                             *args, **kwargs) -> Cost:
+def embedding_dense_backward(out, grad_output, indices, *, scale_grad_by_freq, **_) -> Cost:
     """``nn.Embedding``'s weight gradient: each index's gradient row added into its row (one
     add per element); ``scale_grad_by_freq`` divides each index's row by its count first."""
     return _dense_or_sparse(out, grad_output, indices, scale_grad_by_freq, sparse=False)
 
 
 @REGISTRY.register("aten::embedding_sparse_backward", missing_ok=True)
-def embedding_sparse_backward(out, grad, indices, num_weights, padding_idx=-1, scale_grad_by_freq=False,
-                              *args, **kwargs) -> Cost:
+def embedding_sparse_backward(out, grad, indices, *, scale_grad_by_freq, **_) -> Cost:
     """``nn.Embedding(sparse=True)``: the gradient rows become the values of a sparse
     gradient (copied: free); ``scale_grad_by_freq`` scales them. Composite: torch
     decomposes it before dispatch; named for modes that see composites."""
@@ -150,8 +149,7 @@ def embedding_sparse_backward(out, grad, indices, num_weights, padding_idx=-1, s
 
 
 @REGISTRY.register("aten::embedding_backward", missing_ok=True)
-def embedding_backward(out, grad, indices, num_weights, padding_idx=-1, scale_grad_by_freq=False, sparse=False,
-                       *args, **kwargs) -> Cost:
+def embedding_backward(out, grad, indices, *, scale_grad_by_freq, sparse, **_) -> Cost:
     """Composite: the dense or the sparse backward, as ``sparse`` says."""
     return _dense_or_sparse(out, grad, indices, scale_grad_by_freq, sparse=bool(sparse))
 
@@ -168,9 +166,8 @@ def _bag_backward(grad, indices, scale_grad_by_freq, mode, per_sample_weights, *
 
 
 @REGISTRY.register(aten._embedding_bag_backward)
-def embedding_bag_backward(out, grad, indices, offsets, offset2bag, bag_size, maximum_indices, num_weights,
-                           scale_grad_by_freq=False, mode=0, sparse=False, per_sample_weights=None,
-                           *args, **kwargs) -> Cost:
+def embedding_bag_backward(out, grad, indices, *, scale_grad_by_freq, mode, sparse, per_sample_weights=None,
+                           **_) -> Cost:
     """``nn.EmbeddingBag``'s weight gradient (dense or sparse, as ``sparse`` says): each
     index's row gets its bag's gradient, scaled by its per-sample weight, 1/bag size
     (mean) and 1/frequency where they apply; ``max`` routes each bag's gradient to the
@@ -179,23 +176,22 @@ def embedding_bag_backward(out, grad, indices, offsets, offset2bag, bag_size, ma
 
 
 @REGISTRY.register(aten._embedding_bag_dense_backward)
-def embedding_bag_dense_backward(out, grad, indices, offset2bag, bag_size, maximum_indices, num_weights,
-                                 scale_grad_by_freq=False, mode=0, per_sample_weights=None, *args, **kwargs) -> Cost:
+def embedding_bag_dense_backward(out, grad, indices, *, scale_grad_by_freq, mode, per_sample_weights=None,
+                                 **_) -> Cost:
     """The dense half of :func:`embedding_bag_backward` (CPU and CUDA kernels)."""
     return _bag_backward(grad, indices, scale_grad_by_freq, mode, per_sample_weights, sparse=False)
 
 
 @REGISTRY.register("aten::_embedding_bag_sparse_backward", missing_ok=True)
-def embedding_bag_sparse_backward(out, grad, indices, offsets, offset2bag, bag_size, num_weights,
-                                  scale_grad_by_freq=False, mode=0, per_sample_weights=None, *args,
-                                  **kwargs) -> Cost:
+def embedding_bag_sparse_backward(out, grad, indices, *, scale_grad_by_freq, mode, per_sample_weights=None,
+                                  **_) -> Cost:
     """The sparse half (composite: decomposed before dispatch; named for modes that see
     composites)."""
     return _bag_backward(grad, indices, scale_grad_by_freq, mode, per_sample_weights, sparse=True)
 
 
 @REGISTRY.register(aten._embedding_bag_per_sample_weights_backward)
-def embedding_bag_per_sample_weights_backward(out, grad, weight, indices, *args, **kwargs) -> Cost:
+def embedding_bag_per_sample_weights_backward(out, grad, weight, indices, **_) -> Cost:
     """The gradient of each per-sample weight: the dot product of its bag's gradient with
     its row, ``D`` multiplies and ``D`` adds per index. Counted as FLOPs (no MACs), like the
     forward's weighted sum that it differentiates."""

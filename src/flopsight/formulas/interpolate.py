@@ -40,18 +40,18 @@ kernel is asked for (``output_mask``) are counted. ``affine_grid``'s backward is
 >>> from flopsight.formulas.interpolate import resample
 >>> x = torch.ones(2, 3, 4, 4)
 >>> out = torch.nn.functional.interpolate(x, size=(8, 8))  # (2, 3, 8, 8)
->>> resample(out, x, [8, 8])  # 2*3*8*8: batch and channels count
-Cost(macs=0, flops=384)
+>>> resample(out, x, output_size=[8, 8])  # 2*3*8*8: batch and channels count
+Stats(macs=0, flops=384)
 >>> from flopsight.formulas.interpolate import resample_backward
->>> resample_backward(None, torch.ones(out.shape), [8, 8], [2, 3, 4, 4])  # 2*3*8*8 again
-Cost(macs=0, flops=384)
+>>> resample_backward(None, torch.ones(out.shape), output_size=[8, 8], input_size=[2, 3, 4, 4])  # 2*3*8*8 again
+Stats(macs=0, flops=384)
 """
 
 from __future__ import annotations
 
 from .activation import activation_backward_flops
 from .registry import REGISTRY, Cost
-from .shapes import arg, is_float, numel
+from .shapes import is_float, numel
 
 __all__ = ["resample", "affine_grid_generator", "resample_backward", "grid_sampler_backward"]
 
@@ -81,19 +81,20 @@ __all__ = ["resample", "affine_grid_generator", "resample_backward", "grid_sampl
     "aten::cudnn_grid_sampler",
     missing_ok=True,
 )
-def resample(out, x=None, *args, **kwargs) -> Cost:
+def resample(out, self=None, input=None, **_) -> Cost:
     """1 FLOP per output element (all of N, C and the spatial dims); 0 for integer data.
 
     Every overload (``.default`` with ``output_size``/``scales``, ``.vec`` with
-    ``output_size`` or ``scale_factors``) is counted from the output it produced.
+    ``output_size`` or ``scale_factors``) is counted from the output it produced. The image
+    is ``self`` in the ``.default`` overloads and ``cudnn_grid_sampler``, ``input`` in the
+    ``.vec`` ones and the other grid samplers.
     """
-    if x is None:
-        x = kwargs.get("self", kwargs.get("input"))
+    x = self if self is not None else input
     return Cost.of_flops(numel(out) if is_float(x) else 0)
 
 
 @REGISTRY.register("aten::affine_grid_generator", missing_ok=True)
-def affine_grid_generator(out, theta, *args, **kwargs) -> Cost:
+def affine_grid_generator(out, theta, **_) -> Cost:
     """Each grid point is ``theta @ (x, y[, z], 1)``: ``theta.shape[-1]`` MACs per coordinate."""
     return Cost.of_product(numel(out) * theta.shape[-1])
 
@@ -115,9 +116,9 @@ def affine_grid_generator(out, theta, *args, **kwargs) -> Cost:
     "aten::_upsample_lanczos2d_aa_backward",
     missing_ok=True,
 )
-def resample_backward(out, grad_output, *args, **kwargs) -> Cost:
-    """(grad_output, output_size, input_size, ...): the transposed resampling, 1 FLOP per
-    ``grad_output`` element (the forward's count: the same products)."""
+def resample_backward(out, grad_output, **_) -> Cost:
+    """The transposed resampling, 1 FLOP per ``grad_output`` element (the forward's count:
+    the same products)."""
     return Cost.of_flops(numel(grad_output) if is_float(grad_output) else 0)
 
 
@@ -132,38 +133,32 @@ def grid_sampler_backward_cost(grad_output, want_input: bool, want_grid: bool) -
 
 
 @REGISTRY.register("aten::grid_sampler_2d_backward", "aten::grid_sampler_3d_backward", missing_ok=True)
-def grid_sampler_backward(out, grad_output, x=None, grid=None, *args, **kwargs) -> Cost:
-    """(grad_output, input, grid, interpolation_mode, padding_mode, align_corners,
-    output_mask[2]) -> (grad_input, grad_grid)."""
-    mask = arg(args, kwargs, 3, "output_mask")
-    want_input, want_grid = (True, True) if mask is None else (bool(mask[0]), bool(mask[1]))
+def grid_sampler_backward(out, grad_output, output_mask=None, **_) -> Cost:
+    """-> (grad_input, grad_grid), as ``output_mask`` asks."""
+    want_input, want_grid = (True, True) if output_mask is None else (bool(output_mask[0]), bool(output_mask[1]))
     return grid_sampler_backward_cost(grad_output, want_input, want_grid)
 
 
 @REGISTRY.register("aten::_grid_sampler_2d_cpu_fallback_backward", missing_ok=True)
-def grid_sampler_fallback_backward(out, grad_output, *args, **kwargs) -> Cost:
+def grid_sampler_fallback_backward(out, grad_output, **_) -> Cost:
     """The CPU fallback (no output_mask): both gradients."""
     return grid_sampler_backward_cost(grad_output, True, True)
 
 
 @REGISTRY.register("aten::cudnn_grid_sampler_backward", missing_ok=True)
-def cudnn_grid_sampler_backward(out, x, grid, grad_output=None, *args, **kwargs) -> Cost:
-    """(self, grid, grad_output) -> (grad_self, grad_grid): both gradients."""
-    if grad_output is None:
-        grad_output = kwargs.get("grad_output")
+def cudnn_grid_sampler_backward(out, grad_output, **_) -> Cost:
+    """-> (grad_self, grad_grid): both gradients."""
     return grid_sampler_backward_cost(grad_output, True, True)
 
 
 @REGISTRY.register("aten::affine_grid_generator_backward", missing_ok=True)
-def affine_grid_generator_backward(out, grad, size=None, *args, **kwargs) -> Cost:
-    """(grad, size, align_corners): ``grad_theta = sum_p grad_grid[p] (x) base[p]``, the base
-    point in homogeneous coordinates (``len(size) - 1`` of them: x, y[, z], 1)."""
-    if size is None:
-        size = kwargs["size"]
+def affine_grid_generator_backward(out, grad, size, **_) -> Cost:
+    """``grad_theta = sum_p grad_grid[p] (x) base[p]``, the base point in homogeneous
+    coordinates (``len(size) - 1`` of them: x, y[, z], 1)."""
     return Cost.of_product(numel(grad) * (len(size) - 1))
 
 
 @REGISTRY.register("aten::cudnn_affine_grid_generator_backward", missing_ok=True)
-def cudnn_affine_grid_generator_backward(out, grad, *args, **kwargs) -> Cost:
-    """(grad, N, C, H, W): the 2-D case, 3 homogeneous coordinates per point."""
+def cudnn_affine_grid_generator_backward(out, grad, **_) -> Cost:
+    """The 2-D case (sizes ``N, C, H, W``): 3 homogeneous coordinates per point."""
     return Cost.of_product(numel(grad) * 3)

@@ -71,13 +71,13 @@ ops, counted by their own formulas.
 >>> import torch
 >>> from flopsight.formulas.loss import mse_loss, nll_loss
 >>> x = torch.ones(8, 10)
->>> mse_loss(torch.tensor(0.), x, x, 1)   # mean: 2*80 + 80 + 1
-Cost(macs=0, flops=241)
->>> nll_loss((torch.tensor(0.), torch.tensor(8.)), x, torch.zeros(8, dtype=torch.long), None, 2, -100)
-Cost(macs=0, flops=16)
+>>> mse_loss(torch.tensor(0.), x, x, reduction=1)   # mean: 2*80 + 80 + 1
+Stats(macs=0, flops=241)
+>>> nll_loss((torch.tensor(0.), torch.tensor(8.)), x, torch.zeros(8, dtype=torch.long), None, reduction=2)
+Stats(macs=0, flops=16)
 >>> from flopsight.formulas.loss import mse_loss_backward
->>> mse_loss_backward(x, torch.tensor(1.), x, x, 1)   # 3 per element
-Cost(macs=0, flops=240)
+>>> mse_loss_backward(x, torch.tensor(1.), x, x, reduction=1)   # 3 per element
+Stats(macs=0, flops=240)
 """
 
 from __future__ import annotations
@@ -130,11 +130,11 @@ def _pointwise(k: int, x, y, reduction) -> Cost:
 # -- classification ---------------------------------------------------------------------
 @REGISTRY.register(aten.nll_loss_forward, aten.nll_loss2d_forward, aten.nll_loss, aten.nll_loss2d,
                    aten.nll_loss_nd)
-def nll_loss(out, x, target, weight=None, reduction=1, ignore_index=-100, *args, **kwargs) -> Cost:
+def nll_loss(out, self, target, weight=None, reduction=1, **_) -> Cost:
     """Negate one picked log-probability per target (1), times its class weight (+1),
     accumulated (+1 unless 'none'); a weighted mean also sums the weights (+1) and
     divides once."""
-    if not any_float((x,)):
+    if not any_float((self,)):
         return Cost()
     mode = _mode(reduction)
     n = max(numel(target), 1)
@@ -148,79 +148,78 @@ def nll_loss(out, x, target, weight=None, reduction=1, ignore_index=-100, *args,
 
 
 @REGISTRY.register(aten.multi_margin_loss)
-def multi_margin_loss(out, x, target, p=1, margin=1, weight=None, reduction=1, *args, **kwargs) -> Cost:
+def multi_margin_loss(out, self, target, p=1, margin=1, weight=None, reduction=1, **_) -> Cost:
     """Per (sample, class): ``margin - x[y] + x[c]`` (2), clamp at 0 (1), accumulate (1);
     +1 for ``p=2`` (square), +1 with ``weight``; a divide by C per sample; the reduction."""
-    if not any_float((x,)):
+    if not any_float((self,)):
         return Cost()
-    samples = x.shape[0] if x.dim() == 2 else 1
+    samples = self.shape[0] if self.dim() == 2 else 1
     k = 4 + (p == 2) + (weight is not None)
-    return Cost.of_flops(k * numel(x) + samples + reduction_cost(samples, reduction))
+    return Cost.of_flops(k * numel(self) + samples + reduction_cost(samples, reduction))
 
 
 @REGISTRY.register(aten.multilabel_margin_loss_forward, aten.multilabel_margin_loss)
-def multilabel_margin_loss(out, x, target, reduction=1, *args, **kwargs) -> Cost:
+def multilabel_margin_loss(out, self, target, reduction=1, **_) -> Cost:
     """Per (sample, target slot, class): ``1 - x[y_j] + x[c]`` (2), clamp (1), accumulate
     (1). Dense: every one of the C target slots is counted (the real number of targets is
     data); a divide by C per sample; the reduction."""
-    if not any_float((x,)):
+    if not any_float((self,)):
         return Cost()
-    classes = x.shape[-1] if x.dim() else 1
-    samples = x.shape[0] if x.dim() == 2 else 1
+    classes = self.shape[-1] if self.dim() else 1
+    samples = self.shape[0] if self.dim() == 2 else 1
     return Cost.of_flops(4 * samples * classes * classes + samples + reduction_cost(samples, reduction))
 
 
 # -- regression ---------------------------------------------------------------------------
 @REGISTRY.register(aten.mse_loss)
-def mse_loss(out, x, y, reduction=1, *args, **kwargs) -> Cost:
+def mse_loss(out, self, target, reduction=1, **_) -> Cost:
     """Subtract and square: 2 per element."""
-    return _pointwise(2, x, y, reduction)
+    return _pointwise(2, self, target, reduction)
 
 
 @REGISTRY.register(aten.l1_loss)
-def l1_loss(out, x, y, reduction=1, *args, **kwargs) -> Cost:
+def l1_loss(out, self, target, reduction=1, **_) -> Cost:
     """Subtract and abs: 2 per element (torch decomposes it to ``sub``/``abs``/``mean``
     before dispatch, which costs the same)."""
-    return _pointwise(2, x, y, reduction)
+    return _pointwise(2, self, target, reduction)
 
 
 @REGISTRY.register(aten.smooth_l1_loss)
-def smooth_l1_loss(out, x, y, reduction=1, *args, **kwargs) -> Cost:
+def smooth_l1_loss(out, self, target, reduction=1, **_) -> Cost:
     """Subtract, abs, compare with beta, then the quadratic branch ``0.5 d^2 / beta``
     (square, scale, divide): 6 per element."""
-    return _pointwise(6, x, y, reduction)
+    return _pointwise(6, self, target, reduction)
 
 
 @REGISTRY.register(aten.huber_loss)
-def huber_loss(out, x, y, reduction=1, *args, **kwargs) -> Cost:
+def huber_loss(out, self, target, reduction=1, **_) -> Cost:
     """Subtract, abs, compare with delta, then a 2-op branch (``0.5 d^2`` or
     ``delta (|d| - 0.5 delta)``): 5 per element."""
-    return _pointwise(5, x, y, reduction)
+    return _pointwise(5, self, target, reduction)
 
 
 @REGISTRY.register(aten.soft_margin_loss)
-def soft_margin_loss(out, x, y, reduction=1, *args, **kwargs) -> Cost:
+def soft_margin_loss(out, self, target, reduction=1, **_) -> Cost:
     """``log(1 + exp(-y x))``: multiply, negate, exp, add, log = 5 per element."""
-    return _pointwise(5, x, y, reduction)
+    return _pointwise(5, self, target, reduction)
 
 
 # -- binary cross-entropy -------------------------------------------------------------------
 @REGISTRY.register(aten.binary_cross_entropy)
-def binary_cross_entropy(out, x, y, weight=None, reduction=1, *args, **kwargs) -> Cost:
+def binary_cross_entropy(out, self, target, weight=None, reduction=1, **_) -> Cost:
     """PyTorch's kernel ``(y - 1) max(log1p(-x), -100) - y max(log(x), -100)``: negate,
     log1p, clamp, log, clamp, subtract, 2 multiplies, subtract = 9 per element; +1 for
     ``weight``."""
-    return _pointwise(9 + (weight is not None), x, y, reduction)
+    return _pointwise(9 + (weight is not None), self, target, reduction)
 
 
 @REGISTRY.register(aten.binary_cross_entropy_with_logits)
-def binary_cross_entropy_with_logits(out, x, y, weight=None, pos_weight=None, reduction=1, *args,
-                                     **kwargs) -> Cost:
+def binary_cross_entropy_with_logits(out, self, target, weight=None, pos_weight=None, reduction=1, **_) -> Cost:
     """PyTorch's kernel ``(1 - y) x - lw * logsigmoid(x)``: subtract, multiply,
     logsigmoid (1, as an activation), subtract = 4 per element; ``pos_weight`` builds
     ``lw = (pw - 1) y + 1`` and multiplies by it (+4); ``weight`` multiplies (+1)."""
     k = 4 + 4 * (pos_weight is not None) + (weight is not None)
-    return _pointwise(k, x, y, reduction)
+    return _pointwise(k, self, target, reduction)
 
 
 # -- sequence -----------------------------------------------------------------------------
@@ -234,7 +233,7 @@ CTC_FLOPS_PER_SAMPLE = 9
 
 
 @REGISTRY.register(aten._ctc_loss)
-def ctc_loss(out, log_probs, *args, **kwargs) -> Cost:
+def ctc_loss(out, log_probs, **_) -> Cost:
     """Dense over the ``(N, T, 2S+1)`` alpha table the kernel returns (lengths are data).
 
     No meta kernel exists for ``_ctc_loss``; it is counted on CPU and CUDA.
@@ -255,74 +254,72 @@ def _backward(k: int, out, x) -> Cost:
 
 
 @REGISTRY.register(aten.nll_loss_backward, aten.nll_loss2d_backward)
-def nll_loss_backward(out, grad_output, x, target, weight=None, reduction=1, *args, **kwargs) -> Cost:
+def nll_loss_backward(out, grad_output, self, target, weight, reduction, **_) -> Cost:
     """Per target: the incoming gradient negated (1), times its class weight (+1), written
     into a zeroed gradient (free); ``'mean'`` divides the incoming gradient by the total
     weight once (+1). Dense: ``ignore_index`` is not read."""
-    if not any_float((x,)):
+    if not any_float((self,)):
         return Cost()
     n = max(numel(target), 1)
     return Cost.of_flops(n * (1 + (weight is not None)) + (_mode(reduction) == "mean"))
 
 
 @REGISTRY.register(aten.mse_loss_backward)
-def mse_loss_backward(out, grad_output, x, y, reduction=1, *args, **kwargs) -> Cost:
+def mse_loss_backward(out, grad_output, self, target, **_) -> Cost:
     """``norm * (x - y) * g`` (norm = 2, or 2/n for a mean: a scalar): 3 per element."""
-    return _backward(3, out, x)
+    return _backward(3, out, self)
 
 
 @REGISTRY.register(aten.smooth_l1_loss_backward)
-def smooth_l1_loss_backward(out, grad_output, x, y, reduction=1, beta=1.0, *args, **kwargs) -> Cost:
+def smooth_l1_loss_backward(out, grad_output, self, target, reduction, beta, **_) -> Cost:
     """``d = x - y`` (1), compare with ``-beta`` and ``beta`` (2), the costlier branch
     ``norm * d * g / beta`` (3): 6 per element. ``beta <= 0`` runs L1's backward,
     ``sgn(x - y) * g``: 3."""
-    return _backward(3 if beta <= 0 else 6, out, x)
+    return _backward(3 if beta <= 0 else 6, out, self)
 
 
 @REGISTRY.register(aten.huber_loss_backward)
-def huber_loss_backward(out, grad_output, x, y, reduction=1, delta=1.0, *args, **kwargs) -> Cost:
+def huber_loss_backward(out, grad_output, self, target, **_) -> Cost:
     """``d = x - y`` (1), compare with ``-delta`` and ``delta`` (2), a 2-multiply branch
     (``norm * g * delta`` or ``norm * d * g``): 5 per element."""
-    return _backward(5, out, x)
+    return _backward(5, out, self)
 
 
 @REGISTRY.register(aten.binary_cross_entropy_backward)
-def binary_cross_entropy_backward(out, grad_output, x, y, weight=None, reduction=1, *args, **kwargs) -> Cost:
+def binary_cross_entropy_backward(out, grad_output, self, target, weight=None, reduction=1, **_) -> Cost:
     """PyTorch's kernel ``g * (x - y) / max((1 - x) * x, eps)``: sub, sub, mul, max, div,
     mul = 6 per element; then ``grad.mul_(weight)`` (+1) and, for a mean,
     ``grad.div_(n)`` (+1)."""
     k = 6 + (weight is not None) + (_mode(reduction) == "mean")
-    return _backward(k, out, x)
+    return _backward(k, out, self)
 
 
 @REGISTRY.register(aten.soft_margin_loss_backward)
-def soft_margin_loss_backward(out, grad_output, x, y, reduction=1, *args, **kwargs) -> Cost:
+def soft_margin_loss_backward(out, grad_output, self, target, **_) -> Cost:
     """PyTorch's kernel: ``e = exp(-y * x)`` (neg, mul, exp: 3), ``y * e`` (1),
     ``* -norm`` (1), ``/ (1 + e)`` (add, div: 2), ``* g`` (1): 8 per element."""
-    return _backward(8, out, x)
+    return _backward(8, out, self)
 
 
 @REGISTRY.register(aten.multi_margin_loss_backward)
-def multi_margin_loss_backward(out, grad_output, x, target, p=1, margin=1, weight=None, reduction=1, *args,
-                               **kwargs) -> Cost:
+def multi_margin_loss_backward(out, grad_output, self, target, p, margin, weight=None, **_) -> Cost:
     """Per (sample, class): ``z = margin - x[y] + x[c]`` (2), ``z > 0`` (1), the
     gradient ``g`` or ``2 g z`` (+2 for ``p=2``), times the target's weight (+1),
     subtracted from the target's gradient (1); finally every element times
     ``grad_output`` (1)."""
-    return _backward(5 + 2 * (p == 2) + (weight is not None), out, x)
+    return _backward(5 + 2 * (p == 2) + (weight is not None), out, self)
 
 
 @REGISTRY.register(aten.multilabel_margin_loss_backward)
-def multilabel_margin_loss_backward(out, grad_output, x, target, reduction=1, is_target=None, *args,
-                                    **kwargs) -> Cost:
+def multilabel_margin_loss_backward(out, grad_output, self, target, **_) -> Cost:
     """Per (sample, target slot, class), dense over all C slots: ``1 - x[y_j] + x[c]``
     (2), compare (1), ``grad[y_j] -= g`` and ``grad[c] += g`` (2); then each gradient
     element times ``grad_output`` (1 per element)."""
-    if not any_float((x,)):
+    if not any_float((self,)):
         return Cost()
-    classes = x.shape[-1] if x.dim() else 1
-    samples = x.shape[0] if x.dim() == 2 else 1
-    return Cost.of_flops(5 * samples * classes * classes + numel(x))
+    classes = self.shape[-1] if self.dim() else 1
+    samples = self.shape[0] if self.dim() == 2 else 1
+    return Cost.of_flops(5 * samples * classes * classes + numel(self))
 
 
 #: FLOPs per cell of CTC's backward: the beta table (the alpha recursion, backwards:
@@ -335,7 +332,7 @@ CTC_BACKWARD_FLOPS_PER_LOGIT = 6
 
 @REGISTRY.register(aten._ctc_loss_backward)
 def ctc_loss_backward(out, grad, log_probs, targets, input_lengths, target_lengths, neg_log_likelihood,
-                      log_alpha, *args, **kwargs) -> Cost:
+                      log_alpha, **_) -> Cost:
     """Dense over the ``(N, T, 2S+1)`` alpha/beta tables and the ``(T, N, C)``
     log-probabilities (lengths are data). No meta kernel exists; counted on CPU and CUDA."""
     if not any_float((log_probs,)):

@@ -84,14 +84,14 @@ group. Only the gradients the kernel is asked for (``output_mask``) are counted.
 >>> import torch
 >>> from flopsight.formulas.norm import native_layer_norm
 >>> x = torch.ones(2, 8, 16)
->>> native_layer_norm(None, x, [16], torch.ones(16), torch.ones(16), 1e-5)  # 5 * 2*8*16
-Cost(macs=0, flops=1280)
+>>> native_layer_norm(None, x, [16], weight=torch.ones(16), bias=torch.ones(16))  # 5 * 2*8*16
+Stats(macs=0, flops=1280)
 >>> from flopsight.formulas.norm import rms_norm
 >>> rms_norm(None, x, [16], weight=None)  # the rms_norm unit: 3 * 2*8*16 without weight
-Cost(macs=0, flops=768)
+Stats(macs=0, flops=768)
 >>> from flopsight.formulas.norm import layer_norm_backward_cost
 >>> layer_norm_backward_cost(x, torch.ones(16), (True, True, True))  # 12 * 2*8*16
-Cost(macs=0, flops=3072)
+Stats(macs=0, flops=3072)
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ from __future__ import annotations
 import torch
 
 from .registry import REGISTRY, Cost
-from .shapes import arg, is_float, numel
+from .shapes import is_float, numel
 
 __all__ = [
     "layer_norm_flops", "layer_norm_cost", "batch_norm_cost", "rms_norm_cost", "native_layer_norm", "rms_norm",
@@ -174,103 +174,92 @@ def rms_norm_cost(x, weight) -> Cost:
 
 # -- layer / group norm ----------------------------------------------------------------
 @REGISTRY.register("aten::native_layer_norm", "aten::layer_norm", missing_ok=True)
-def native_layer_norm(out, x, normalized_shape=None, weight=None, bias=None, *args, **kwargs) -> Cost:
-    return layer_norm_cost(x, weight)
+def native_layer_norm(out, input, normalized_shape, weight=None, **_) -> Cost:
+    return layer_norm_cost(input, weight)
 
 
-@REGISTRY.register("aten::native_group_norm", missing_ok=True)
-def native_group_norm(out, x, weight=None, bias=None, *args, **kwargs) -> Cost:
-    """(input, weight, bias, N, C, HxW, group, eps)."""
-    return layer_norm_cost(x, weight)
-
-
-@REGISTRY.register("aten::group_norm", missing_ok=True)
-def group_norm(out, x, num_groups=None, weight=None, bias=None, *args, **kwargs) -> Cost:
-    """The composite front door: (input, num_groups, weight, bias, eps, cudnn_enabled)."""
-    return layer_norm_cost(x, weight)
+@REGISTRY.register("aten::native_group_norm", "aten::group_norm", missing_ok=True)
+def group_norm(out, input, weight=None, **_) -> Cost:
+    """``native_group_norm`` and its composite front door ``group_norm``."""
+    return layer_norm_cost(input, weight)
 
 
 # -- batch norm ------------------------------------------------------------------------
-# Schemas with (input, weight, bias, running_mean, running_var, training, ...):
-# instance_norm has use_input_stats where the others have training -- the same meaning.
 @REGISTRY.register(
     "aten::native_batch_norm",
     "aten::cudnn_batch_norm",
     "aten::miopen_batch_norm",
+    "aten::_native_batch_norm_legit",
     "aten::_native_batch_norm_legit_functional",
     "aten::batch_norm",
     "aten::_batch_norm_impl_index",
     "aten::instance_norm",
     missing_ok=True,
 )
-def native_batch_norm(out, x, weight=None, bias=None, running_mean=None, running_var=None,
-                      training=False, *args, **kwargs) -> Cost:
-    return batch_norm_cost(x, weight, bool(training) or running_mean is None)
+def native_batch_norm(out, input, weight=None, running_mean=None, training=False, use_input_stats=False,
+                      **_) -> Cost:
+    """Batch statistics when ``training`` (``use_input_stats`` for instance norm: the same
+    meaning) or without running statistics (``_native_batch_norm_legit.no_stats``)."""
+    return batch_norm_cost(input, weight, bool(training) or bool(use_input_stats) or running_mean is None)
 
 
-@REGISTRY.register("aten::_native_batch_norm_legit", missing_ok=True)
-def native_batch_norm_legit(out, x, weight=None, bias=None, *args, **kwargs) -> Cost:
-    """Two overloads: (.., running_mean, running_var, training, ..) and .no_stats (.., training, ..)."""
-    if args and isinstance(args[0], bool):  # .no_stats: no running stats, batch statistics
-        return batch_norm_cost(x, weight, True)
-    running_mean = args[0] if args else kwargs.get("running_mean")
-    training = args[2] if len(args) > 2 else kwargs.get("training", False)
-    return batch_norm_cost(x, weight, bool(training) or running_mean is None)
-
-
-@REGISTRY.register(
-    "aten::_native_batch_norm_legit_no_training",
-    "aten::_batch_norm_no_update",
-    "aten::quantized_batch_norm",
-    missing_ok=True,
-)
-def batch_norm_no_update(out, x, weight=None, bias=None, running_mean=None, *args, **kwargs) -> Cost:
+@REGISTRY.register("aten::_native_batch_norm_legit_no_training", "aten::_batch_norm_no_update", missing_ok=True)
+def batch_norm_no_update(out, input, weight=None, running_mean=None, **_) -> Cost:
     """Normalises with the running statistics (batch ones only if there are none)."""
-    return batch_norm_cost(x, weight, running_mean is None)
+    return batch_norm_cost(input, weight, running_mean is None)
+
+
+@REGISTRY.register("aten::quantized_batch_norm", missing_ok=True)
+def quantized_batch_norm(out, input, weight=None, **_) -> Cost:
+    """Normalises with the given ``mean`` and ``var`` (0 FLOPs: quantized data)."""
+    return batch_norm_cost(input, weight, False)
 
 
 @REGISTRY.register("aten::_batch_norm_with_update", "aten::_batch_norm_with_update_functional", missing_ok=True)
-def batch_norm_with_update(out, x, weight=None, *args, **kwargs) -> Cost:
+def batch_norm_with_update(out, input, weight=None, **_) -> Cost:
     """Training-mode batch norm that also updates the running statistics."""
-    return batch_norm_cost(x, weight, True)
+    return batch_norm_cost(input, weight, True)
 
 
 # SyncBatchNorm's CUDA path: statistics, all-gather, combine, normalise.
 @REGISTRY.register("aten::batch_norm_stats", "aten::batch_norm_update_stats", missing_ok=True)
-def batch_norm_stats(out, x, *args, **kwargs) -> Cost:
+def batch_norm_stats(out, input, **_) -> Cost:
     """Per-channel mean and variance of the local batch: 3 FLOPs per element."""
-    return Cost.of_flops(BATCH_STATS * numel(x) if is_float(x) else 0)
+    return Cost.of_flops(BATCH_STATS * numel(input) if is_float(input) else 0)
 
 
 @REGISTRY.register("aten::batch_norm_gather_stats", "aten::batch_norm_gather_stats_with_counts", missing_ok=True)
-def batch_norm_gather_stats(out, x, mean, invstd, *args, **kwargs) -> Cost:
+def batch_norm_gather_stats(out, input, mean, invstd, **_) -> Cost:
     """Combines the replicas' (world, C) statistics: 1 FLOP per gathered value (negligible)."""
     return Cost.of_flops(numel(mean) + numel(invstd))
 
 
 @REGISTRY.register("aten::batch_norm_elemt", missing_ok=True)
-def batch_norm_elemt(out, x, weight=None, *args, **kwargs) -> Cost:
+def batch_norm_elemt(out, input, weight=None, **_) -> Cost:
     """Normalise with given statistics (+ scale and shift): the eval constants, 2/1."""
-    return batch_norm_cost(x, weight, False)
+    return batch_norm_cost(input, weight, False)
 
 
 # -- RMS norm ------------------------------------------------------------------------
-def _rms_args(args: tuple, kwargs: dict):
-    x = args[0] if args else kwargs.get("input")
-    weight = args[2] if len(args) > 2 else kwargs.get("weight")
-    return x, weight
-
-
 # Both entry points: nn.RMSNorm and most code call F.rms_norm, which calls torch.rms_norm;
-# the unit mode counts the outermost one only. (Absent before torch 2.4.)
+# the unit mode counts the outermost one only. (Absent before torch 2.4.) Both take
+# (input, normalized_shape, weight=None, eps=None): F.rms_norm by its Python signature,
+# torch.rms_norm by the schema of aten::rms_norm.
 _RMS_FUNCTIONS = tuple(f for f in (getattr(torch.nn.functional, "rms_norm", None), getattr(torch, "rms_norm", None))
                        if f is not None)  # fmt: skip
 
 
-@REGISTRY.register_unit(*_RMS_FUNCTIONS, name="rms_norm")
-def rms_norm(out, *args, **kwargs) -> Cost:
-    """``F.rms_norm(input, normalized_shape, weight=None, eps=None)``, any argument by keyword."""
-    return rms_norm_cost(*_rms_args(args, kwargs))
+def rms_norm_backward(out, input, weight=None, **_) -> Cost:
+    """The ``rms_norm`` unit's backward, from the forward call's arguments: the gradients of
+    the tensors that require grad."""
+    want_weight = isinstance(weight, torch.Tensor) and weight.requires_grad
+    return rms_norm_backward_cost(input, weight, bool(getattr(input, "requires_grad", False)), want_weight)
+
+
+@REGISTRY.register_unit(*_RMS_FUNCTIONS, name="rms_norm", backward=rms_norm_backward)
+def rms_norm(out, input, normalized_shape, weight=None, **_) -> Cost:
+    """``F.rms_norm(input, normalized_shape, weight=None, eps=None)``."""
+    return rms_norm_cost(input, weight)
 
 
 # The CUDA fused kernel, and the composite aten op for modes that see composites.
@@ -279,7 +268,7 @@ REGISTRY.register("aten::_fused_rms_norm", "aten::rms_norm", missing_ok=True)(rm
 
 # -- weight norm ------------------------------------------------------------------------
 @REGISTRY.register("aten::_weight_norm_interface", "aten::_weight_norm", missing_ok=True)
-def weight_norm(out, v, g=None, *args, **kwargs) -> Cost:
+def weight_norm(out, v, g, **_) -> Cost:
     """``v * (g / ||v||)``, the norm taken over every dim but ``dim``.
 
     What its decomposition counts step by step: the 2-norm (square and add per element of
@@ -348,83 +337,59 @@ def weight_norm_backward_cost(v, g) -> Cost:
 
 
 @REGISTRY.register("aten::native_layer_norm_backward", missing_ok=True)
-def native_layer_norm_backward(out, grad_out, x, normalized_shape=None, mean=None, rstd=None, weight=None,
-                               bias=None, output_mask=None, **kwargs) -> Cost:
-    """(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask)."""
-    return layer_norm_backward_cost(x, weight, _mask(output_mask))
+def native_layer_norm_backward(out, grad_out, input, weight=None, output_mask=None, **_) -> Cost:
+    return layer_norm_backward_cost(input, weight, _mask(output_mask))
 
 
 @REGISTRY.register("aten::native_group_norm_backward", missing_ok=True)
-def native_group_norm_backward(out, grad_out, x, mean=None, rstd=None, weight=None, *args, **kwargs) -> Cost:
-    """(grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask)."""
-    return layer_norm_backward_cost(x, weight, _mask(arg(args, kwargs, 4, "output_mask")))
+def native_group_norm_backward(out, grad_out, input, weight=None, output_mask=None, **_) -> Cost:
+    return layer_norm_backward_cost(input, weight, _mask(output_mask))
 
 
 @REGISTRY.register("aten::native_batch_norm_backward", "aten::batch_norm_backward", missing_ok=True)
-def native_batch_norm_backward(out, grad_out, x, weight=None, running_mean=None, *args, **kwargs) -> Cost:
-    """(grad_out, input, weight, running_mean, running_var, save_mean, save_invstd|save_var,
-    train|update, eps, output_mask[, reserve]). ``train`` (``update`` in the newer op) says
-    batch statistics were used; so does the absence of running statistics."""
-    train = arg(args, kwargs, 3, "train", None)
-    if train is None:
-        train = kwargs.get("update", False)
-    mask = _mask(arg(args, kwargs, 5, "output_mask"))
-    return batch_norm_backward_cost(x, bool(train) or running_mean is None, mask)
+def native_batch_norm_backward(out, grad_out, input, running_mean=None, train=False, update=False,
+                               output_mask=None, **_) -> Cost:
+    """``train`` (``update`` in the newer op) says batch statistics were used; so does the
+    absence of running statistics."""
+    return batch_norm_backward_cost(input, bool(train) or bool(update) or running_mean is None, _mask(output_mask))
 
 
 @REGISTRY.register("aten::_batch_norm_impl_index_backward", missing_ok=True)
-def batch_norm_impl_index_backward(out, impl_index, x, grad_output, weight=None, running_mean=None, *args,
-                                   **kwargs) -> Cost:
-    """(impl_index, input, grad_output, weight, running_mean, running_var, save_mean,
-    save_var_transform, train, eps, output_mask, reservedSpace)."""
-    train = bool(arg(args, kwargs, 3, "train", False))
-    mask = _mask(arg(args, kwargs, 5, "output_mask"))
-    return batch_norm_backward_cost(x, train or running_mean is None, mask)
+def batch_norm_impl_index_backward(out, impl_index, input, grad_output, running_mean=None, train=False,
+                                   output_mask=None, **_) -> Cost:
+    return batch_norm_backward_cost(input, bool(train) or running_mean is None, _mask(output_mask))
 
 
 # cuDNN/MIOpen batch norm backward kernels run only for training (an eval-mode cudnn_batch_norm
 # is differentiated by native_batch_norm_backward) and compute all three gradients.
 @REGISTRY.register("aten::cudnn_batch_norm_backward", "aten::miopen_batch_norm_backward", missing_ok=True)
-def cudnn_batch_norm_backward(out, x, *args, **kwargs) -> Cost:
-    """(input, grad_output, weight, running_mean, running_var, save_mean, save_var, eps[, reserve])."""
-    return batch_norm_backward_cost(x, True, (True, True, True))
+def cudnn_batch_norm_backward(out, input, grad_output, **_) -> Cost:
+    return batch_norm_backward_cost(input, True, (True, True, True))
 
 
 # SyncBatchNorm's CUDA backward: the two per-channel sums, an all-reduce, then grad_input.
 @REGISTRY.register("aten::batch_norm_backward_reduce", missing_ok=True)
-def batch_norm_backward_reduce(out, grad_out, x, *args, **kwargs) -> Cost:
+def batch_norm_backward_reduce(out, grad_out, input, **_) -> Cost:
     """``sum(g)`` and ``sum(g * (x - mean))`` per channel: ``x_hat`` 1 + 1 + 2 = 4 per element."""
-    return _per_element_backward(x, NORMALISE + SUM_G + SUM_G_XHAT)
+    return _per_element_backward(input, NORMALISE + SUM_G + SUM_G_XHAT)
 
 
 @REGISTRY.register("aten::batch_norm_backward_elemt", missing_ok=True)
-def batch_norm_backward_elemt(out, grad_out, x, *args, **kwargs) -> Cost:
+def batch_norm_backward_elemt(out, grad_out, input, **_) -> Cost:
     """grad_input from the all-reduced sums: ``x_hat`` again 1 + combine 4 = 5 per element (the
     split recomputes ``x_hat``: 9 in all against the fused kernel's 8)."""
-    return _per_element_backward(x, NORMALISE + BATCH_NORM_COMBINE)
-
-
-def rms_norm_backward(out, *args, **kwargs) -> Cost:
-    """The ``rms_norm`` unit's backward, from the forward call's arguments: the gradients of
-    the tensors that require grad."""
-    x, weight = _rms_args(args, kwargs)
-    want_weight = isinstance(weight, torch.Tensor) and weight.requires_grad
-    return rms_norm_backward_cost(x, weight, bool(getattr(x, "requires_grad", False)), want_weight)
-
-
-REGISTRY.set_unit_backward("rms_norm", rms_norm_backward)
+    return _per_element_backward(input, NORMALISE + BATCH_NORM_COMBINE)
 
 
 @REGISTRY.register("aten::_fused_rms_norm_backward", missing_ok=True)
-def fused_rms_norm_backward(out, grad_out, x, normalized_shape=None, rstd=None, weight=None, output_mask=None,
-                            **kwargs) -> Cost:
-    """(grad_out, input, normalized_shape, rstd, weight, output_mask[2]): the unit's count."""
+def fused_rms_norm_backward(out, grad_out, input, weight=None, output_mask=None, **_) -> Cost:
+    """The unit's count; ``output_mask`` has two entries: (input, weight)."""
     want_input, want_weight = _mask(output_mask, 2)
-    return rms_norm_backward_cost(x, weight, want_input, want_weight)
+    return rms_norm_backward_cost(input, weight, want_input, want_weight)
 
 
 @REGISTRY.register("aten::_weight_norm_interface_backward", "aten::_weight_norm_differentiable_backward",
                    missing_ok=True)
-def weight_norm_backward(out, grad_w, v, g=None, *args, **kwargs) -> Cost:
-    """(grad_w, saved_v, saved_g, saved_norms, dim) -> (grad_v, grad_g)."""
-    return weight_norm_backward_cost(v, g)
+def weight_norm_backward(out, grad_w, saved_v, saved_g, **_) -> Cost:
+    """-> (grad_v, grad_g)."""
+    return weight_norm_backward_cost(saved_v, saved_g)

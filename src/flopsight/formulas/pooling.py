@@ -49,14 +49,14 @@ an indexing op, so 0 FLOPs (DeepSpeed does not count it either).
 >>> import torch
 >>> from flopsight.formulas.pooling import pool, adaptive_avg_pool
 >>> x = torch.ones(2, 3, 8, 8)
->>> pool(torch.ones(2, 3, 4, 4), x, [2, 2])  # max/avg pool: 2*3*8*8 input elements
-Cost(macs=0, flops=384)
->>> adaptive_avg_pool(torch.ones(2, 3, 2, 2), x, [2, 2])  # 2*3*8*8 adds + 2*3*2*2 divides
-Cost(macs=0, flops=408)
+>>> pool(torch.ones(2, 3, 4, 4), x, kernel_size=[2, 2])  # max/avg pool: 2*3*8*8 input elements
+Stats(macs=0, flops=384)
+>>> adaptive_avg_pool(torch.ones(2, 3, 2, 2), x, output_size=[2, 2])  # 2*3*8*8 adds + 2*3*2*2 divides
+Stats(macs=0, flops=408)
 >>> from flopsight.formulas.pooling import max_pool_backward, avg_pool_backward
 >>> g = torch.ones(2, 3, 4, 4)  # the gradient of a 2x2 pool's output
->>> max_pool_backward(None, g, x), avg_pool_backward(None, g, x)  # 2*3*4*4 and 2*3*8*8
-(Cost(macs=0, flops=96), Cost(macs=0, flops=384))
+>>> max_pool_backward(None, g, self=x), avg_pool_backward(None, g, self=x)  # 2*3*4*4 and 2*3*8*8
+(Stats(macs=0, flops=96), Stats(macs=0, flops=384))
 """
 
 from __future__ import annotations
@@ -69,12 +69,6 @@ __all__ = ["pool", "adaptive_avg_pool", "max_pool_backward", "avg_pool_backward"
 
 # Backend kernels (mkldnn, quantized) vary across torch versions and builds: registrations
 # below name their ops with ``missing_ok=True``.
-
-
-def _input(args: tuple, kwargs: dict):
-    if args:
-        return args[0]
-    return kwargs.get("self", kwargs.get("input"))
 
 
 @REGISTRY.register(
@@ -103,10 +97,9 @@ def _input(args: tuple, kwargs: dict):
     "aten::fractional_max_pool3d",
     missing_ok=True,
 )
-def pool(out, *args, **kwargs) -> Cost:
+def pool(out, self, **_) -> Cost:
     """1 FLOP per input element (0 for integer or quantized inputs)."""
-    x = _input(args, kwargs)
-    return Cost.of_flops(numel(x) if is_float(x) else 0)
+    return Cost.of_flops(numel(self) if is_float(self) else 0)
 
 
 @REGISTRY.register(
@@ -118,7 +111,7 @@ def pool(out, *args, **kwargs) -> Cost:
     "aten::mkldnn_adaptive_avg_pool2d",
     missing_ok=True,
 )
-def adaptive_avg_pool(out, *args, **kwargs) -> Cost:
+def adaptive_avg_pool(out, self, **_) -> Cost:
     """An add per input element and a divide per output element: ``aten.mean``'s count.
 
     Torch turns the all-ones output size (global average pooling) into ``aten.mean``,
@@ -126,8 +119,7 @@ def adaptive_avg_pool(out, *args, **kwargs) -> Cost:
     adaptive average pool the same way keeps ``AdaptiveAvgPool2d(1)`` and
     ``AdaptiveAvgPool2d(k)`` on one rule whichever op torch picked.
     """
-    x = _input(args, kwargs)
-    return Cost.of_flops(mean_flops(numel(x), numel(out)) if is_float(x) else 0)
+    return Cost.of_flops(mean_flops(numel(self), numel(out)) if is_float(self) else 0)
 
 
 # -- backward -------------------------------------------------------------------------------
@@ -143,7 +135,7 @@ def adaptive_avg_pool(out, *args, **kwargs) -> Cost:
     "aten::mkldnn_max_pool3d_backward",
     missing_ok=True,
 )
-def max_pool_backward(out, grad_output, *args, **kwargs) -> Cost:
+def max_pool_backward(out, grad_output, **_) -> Cost:
     """Scatter-add each window's gradient to its argmax: 1 FLOP per ``grad_output`` element."""
     return Cost.of_flops(numel(grad_output) if is_float(grad_output) else 0)
 
@@ -157,12 +149,10 @@ def max_pool_backward(out, grad_output, *args, **kwargs) -> Cost:
     "aten::mkldnn_adaptive_avg_pool2d_backward",
     missing_ok=True,
 )
-def avg_pool_backward(out, grad_output, x=None, *args, **kwargs) -> Cost:
-    """(grad_output, self, ...): each input element gets its window's scaled gradient, 1 FLOP
-    per input element (``grad_input`` has the input's shape)."""
-    if x is None:
-        x = kwargs.get("self", out)
-    return Cost.of_flops(numel(x) if is_float(grad_output) else 0)
+def avg_pool_backward(out, grad_output, self, **_) -> Cost:
+    """Each input element (``self``) gets its window's scaled gradient, 1 FLOP per input
+    element (``grad_input`` has the input's shape)."""
+    return Cost.of_flops(numel(self) if is_float(grad_output) else 0)
 
 
 # Scatter by indices: no arithmetic (see the module docstring).

@@ -43,17 +43,17 @@ per-tensor formula summed over the list.
 >>> import torch
 >>> from flopsight.formulas.reduction import sum_, mean, var
 >>> x = torch.ones(4, 8)
->>> sum_(torch.ones(4), x, [1])            # 4*8 adds
-Cost(macs=0, flops=32)
->>> mean(torch.ones(4), x, [1])            # 32 adds + 4 divides
-Cost(macs=0, flops=36)
->>> var(torch.ones(4), x, [1])             # 4*32 + 2*4
-Cost(macs=0, flops=136)
->>> sum_(torch.ones(4, dtype=torch.long), x.long(), [1])   # integer: free
-Cost(macs=0, flops=0)
+>>> sum_(torch.ones(4), x, dim=[1])            # 4*8 adds
+Stats(macs=0, flops=32)
+>>> mean(torch.ones(4), x, dim=[1])            # 32 adds + 4 divides
+Stats(macs=0, flops=36)
+>>> var(torch.ones(4), x, dim=[1])             # 4*32 + 2*4
+Stats(macs=0, flops=136)
+>>> sum_(torch.ones(4, dtype=torch.long), x.long(), dim=[1])   # integer: free
+Stats(macs=0, flops=0)
 >>> from flopsight.formulas.reduction import unfold_backward
->>> unfold_backward(x, torch.ones(4, 3, 4), [4, 8], 1, 4, 2)   # 3 windows of 4: 48 adds
-Cost(macs=0, flops=48)
+>>> unfold_backward(x, torch.ones(4, 3, 4), input_sizes=[4, 8], dim=1, size=4, step=2)   # 3 windows of 4: 48 adds
+Stats(macs=0, flops=48)
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ import torch
 
 from .elementwise import foreach
 from .registry import REGISTRY, Cost
-from .shapes import arg, broadcast_shape, first_tensor, is_float, numel, prod
+from .shapes import broadcast_shape, first_tensor, is_float, numel, prod
 
 __all__ = [
     "sum_", "nansum", "mean_flops", "mean", "nanmean", "prod_", "extremum", "aminmax", "var", "std",
@@ -93,15 +93,15 @@ def _n_out(out) -> int:
 
 # -- accumulations ----------------------------------------------------------------------
 @REGISTRY.register(aten.sum)
-def sum_(out, x, *args, **kwargs) -> Cost:
-    """One add per input element."""
-    return Cost.of_flops(numel(x) if _counts(x, out) else 0)
+def sum_(out, self, **_) -> Cost:
+    """One add per input element (``sum.int(int[] self)`` & co., Python lists: 0)."""
+    return Cost.of_flops(numel(self) if _counts(self, out) else 0)
 
 
 @REGISTRY.register(aten.nansum)
-def nansum(out, x, *args, **kwargs) -> Cost:
+def nansum(out, self, **_) -> Cost:
     """A NaN test and an add per input element."""
-    return Cost.of_flops(2 * numel(x) if _counts(x, out) else 0)
+    return Cost.of_flops(2 * numel(self) if _counts(self, out) else 0)
 
 
 def mean_flops(n: int, n_out: int) -> int:
@@ -116,55 +116,55 @@ def mean_flops(n: int, n_out: int) -> int:
 
 
 @REGISTRY.register(aten.mean)
-def mean(out, x, *args, **kwargs) -> Cost:
+def mean(out, self, **_) -> Cost:
     """An add per input element and a divide per output element."""
-    return Cost.of_flops(mean_flops(numel(x), _n_out(out)) if _counts(x, out) else 0)
+    return Cost.of_flops(mean_flops(numel(self), _n_out(out)) if _counts(self, out) else 0)
 
 
 @REGISTRY.register(aten.nanmean)
-def nanmean(out, x, *args, **kwargs) -> Cost:
+def nanmean(out, self, **_) -> Cost:
     """Composite (``x != x``, ``nansum``, divide): 3 per element + a divide per output.
 
     Torch decomposes it before dispatch; this is for backends that keep it whole.
     """
-    return Cost.of_flops(3 * numel(x) + _n_out(out) if _counts(x, out) else 0)
+    return Cost.of_flops(3 * numel(self) + _n_out(out) if _counts(self, out) else 0)
 
 
 @REGISTRY.register(aten.prod)
-def prod_(out, x, *args, **kwargs) -> Cost:
+def prod_(out, self, **_) -> Cost:
     """One multiply per input element."""
-    return Cost.of_flops(numel(x) if _counts(x, out) else 0)
+    return Cost.of_flops(numel(self) if _counts(self, out) else 0)
 
 
 @REGISTRY.register(aten.amax, aten.amin, aten.max, aten.min, aten.argmax, aten.argmin)
-def extremum(out, x, *args, **kwargs) -> Cost:
+def extremum(out, self, other=None, **_) -> Cost:
     """One comparison per input element (``max.dim`` returns values and indices: same cost).
 
     ``max.other``/``min.other`` (``torch.max(a, b)``) are elementwise: one comparison per
     output element.
     """
-    if args and isinstance(args[0], torch.Tensor):  # max.other(self, other)
-        return Cost.of_flops(numel(out) if _counts(x, out) or is_float(args[0]) else 0)
-    return Cost.of_flops(numel(x) if _counts(x, out) else 0)
+    if isinstance(other, torch.Tensor):  # max.other(self, other)
+        return Cost.of_flops(numel(out) if _counts(self, out) or is_float(other) else 0)
+    return Cost.of_flops(numel(self) if _counts(self, out) else 0)
 
 
 @REGISTRY.register(aten.aminmax, "aten::_aminmax", missing_ok=True)
-def aminmax(out, x, *args, **kwargs) -> Cost:
+def aminmax(out, self, **_) -> Cost:
     """Two comparisons per input element (one against the min, one against the max)."""
-    return Cost.of_flops(2 * numel(x) if _counts(x, out) else 0)
+    return Cost.of_flops(2 * numel(self) if _counts(self, out) else 0)
 
 
 # -- moments ---------------------------------------------------------------------------
 @REGISTRY.register(aten.var, aten.var_mean)
-def var(out, x, *args, **kwargs) -> Cost:
+def var(out, self, **_) -> Cost:
     """mean (n + n_out), subtract, square, accumulate (3n), divide by N - correction (n_out)."""
-    return Cost.of_flops(4 * numel(x) + 2 * _n_out(out) if _counts(x, out) else 0)
+    return Cost.of_flops(4 * numel(self) + 2 * _n_out(out) if _counts(self, out) else 0)
 
 
 @REGISTRY.register(aten.std, aten.std_mean)
-def std(out, x, *args, **kwargs) -> Cost:
+def std(out, self, **_) -> Cost:
     """``var`` plus a square root per output element."""
-    return Cost.of_flops(4 * numel(x) + 3 * _n_out(out) if _counts(x, out) else 0)
+    return Cost.of_flops(4 * numel(self) + 3 * _n_out(out) if _counts(self, out) else 0)
 
 
 # -- norms -----------------------------------------------------------------------------
@@ -192,121 +192,147 @@ def norm_cost(n: int, n_out: int, p) -> int:
 
 
 @REGISTRY.register(aten.linalg_vector_norm)
-def linalg_vector_norm(out, x, *args, **kwargs) -> Cost:
-    """``linalg_vector_norm(self, ord=2, dim=None, keepdim=False, *, dtype)``: :func:`norm_cost`.
+def linalg_vector_norm(out, self, ord=2, **_) -> Cost:
+    """:func:`norm_cost` of order ``ord``.
 
     ``torch.norm``, ``Tensor.norm``, ``linalg.norm``/``matrix_norm('fro')`` and
     ``F.normalize`` reach dispatch as this op.
     """
-    if not _counts(x, out):
+    if not _counts(self, out):
         return Cost()
-    return Cost.of_flops(norm_cost(numel(x), _n_out(out), arg(args, kwargs, 0, "ord", 2)))
+    return Cost.of_flops(norm_cost(numel(self), _n_out(out), ord))
 
 
 @REGISTRY.register(aten.norm)
-def norm(out, x, *args, **kwargs) -> Cost:
-    """``norm(self, p=2, ...)`` overloads (``pairwise_distance`` still dispatches them)."""
-    if not _counts(x, out):
+def norm(out, self, p=2, **_) -> Cost:
+    """``norm(self, p=2, ...)`` overloads (``pairwise_distance`` still dispatches them);
+    ``p=None`` is the 2-norm."""
+    if not _counts(self, out):
         return Cost()
-    return Cost.of_flops(norm_cost(numel(x), _n_out(out), arg(args, kwargs, 0, "p", 2)))
+    return Cost.of_flops(norm_cost(numel(self), _n_out(out), p))
 
 
 @REGISTRY.register(aten.frobenius_norm)
-def frobenius_norm(out, x, *args, **kwargs) -> Cost:
+def frobenius_norm(out, self, **_) -> Cost:
     """A 2-norm over the given dims."""
-    return Cost.of_flops(norm_cost(numel(x), _n_out(out), 2) if _counts(x, out) else 0)
+    return Cost.of_flops(norm_cost(numel(self), _n_out(out), 2) if _counts(self, out) else 0)
 
 
 @REGISTRY.register(aten.dist)
-def dist(out, a, b, *args, **kwargs) -> Cost:
-    """``‖a - b‖_p``: a subtract per (broadcast) element, then the p-norm."""
-    if not (_counts(a, out) or is_float(b)):
+def dist(out, self, other, p=2, **_) -> Cost:
+    """``‖self - other‖_p``: a subtract per (broadcast) element, then the p-norm."""
+    if not (_counts(self, out) or is_float(other)):
         return Cost()
-    n = prod(broadcast_shape(a.shape, b.shape))
-    return Cost.of_flops(n + norm_cost(n, 1, arg(args, kwargs, 0, "p", 2)))
+    n = prod(broadcast_shape(self.shape, other.shape))
+    return Cost.of_flops(n + norm_cost(n, 1, p))
 
 
 @REGISTRY.register(aten.renorm)
-def renorm(out, x, p, dim, maxnorm, *args, **kwargs) -> Cost:
+def renorm(out, self, p, dim, maxnorm, **_) -> Cost:
     """p-norm of each slice along ``dim``; per slice a compare with ``maxnorm`` and a scale
     factor (``maxnorm / (norm + eps)``: 2); then a multiply per element. Dense: counted as
     if every slice were rescaled (which slices are is value-dependent)."""
-    if not _counts(x, out):
+    if not _counts(self, out):
         return Cost()
-    slices = x.shape[dim] if x.dim() else 1
-    return Cost.of_flops(norm_cost(numel(x), slices, p) + 3 * slices + numel(x))
+    slices = self.shape[dim] if self.dim() else 1
+    return Cost.of_flops(norm_cost(numel(self), slices, p) + 3 * slices + numel(self))
 
 
 # -- log-sum-exp and scans -------------------------------------------------------------
 @REGISTRY.register(aten.logsumexp, "aten::special_logsumexp", missing_ok=True)
-def logsumexp(out, x, *args, **kwargs) -> Cost:
+def logsumexp(out, self, **_) -> Cost:
     """Stable form ``m + log(sum(exp(x - m)))``, m = max: 4 per element, 2 per output."""
-    return Cost.of_flops(4 * numel(x) + 2 * _n_out(out) if _counts(x, out) else 0)
+    return Cost.of_flops(4 * numel(self) + 2 * _n_out(out) if _counts(self, out) else 0)
 
 
 @REGISTRY.register(aten.cumsum, aten.cumsum_, aten.cumprod, aten.cumprod_, aten.cummax, aten.cummin,
                    "aten::_cummax_helper", "aten::_cummin_helper", missing_ok=True)
-def scan(out, x, *args, **kwargs) -> Cost:
+def scan(out, self, **_) -> Cost:
     """One add / multiply / comparison per element."""
-    return Cost.of_flops(numel(x) if _counts(x, out) else 0)
+    return Cost.of_flops(numel(self) if _counts(self, out) else 0)
 
 
 @REGISTRY.register(aten.logcumsumexp, "aten::_logcumsumexp", missing_ok=True)
-def logcumsumexp(out, x, *args, **kwargs) -> Cost:
+def logcumsumexp(out, self, **_) -> Cost:
     """Running ``log(exp(a) + exp(b))`` = ``max + log1p(exp(min - max))``: compare,
     subtract, exp, log1p, add = 5 per element."""
-    return Cost.of_flops(5 * numel(x) if _counts(x, out) else 0)
+    return Cost.of_flops(5 * numel(self) if _counts(self, out) else 0)
 
 
 # -- counting and tests ------------------------------------------------------------------
 @REGISTRY.register(aten.count_nonzero)
-def count_nonzero(out, x, *args, **kwargs) -> Cost:
+def count_nonzero(out, self, **_) -> Cost:
     """A comparison with 0 per float element; the count itself is integer arithmetic."""
-    return Cost.of_flops(numel(x) if is_float(x) else 0)
+    return Cost.of_flops(numel(self) if is_float(self) else 0)
 
 
 @REGISTRY.register(aten.any, aten.all)
-def any_all(out, x, *args, **kwargs) -> Cost:
-    """Free on bool/int (logical); on float input a comparison with 0 per element."""
-    return Cost.of_flops(numel(x) if is_float(x) else 0)
+def any_all(out, self, **_) -> Cost:
+    """Free on bool/int (logical); on float input a comparison with 0 per element
+    (``any.bool(bool[] self)`` & co., Python lists: 0)."""
+    return Cost.of_flops(numel(self) if is_float(self) else 0)
 
 
 @REGISTRY.register(aten.trace)
-def trace(out, x, *args, **kwargs) -> Cost:
+def trace(out, self, **_) -> Cost:
     """One add per diagonal element."""
-    return Cost.of_flops(min(x.shape) if _counts(x, out) and x.dim() == 2 else 0)
+    return Cost.of_flops(min(self.shape) if _counts(self, out) and self.dim() == 2 else 0)
 
 
 @REGISTRY.register(aten.bincount)
-def bincount(out, x, weights=None, *args, **kwargs) -> Cost:
+def bincount(out, self, weights=None, **_) -> Cost:
     """Integer counting is free; with float ``weights``, one add per input element."""
-    return Cost.of_flops(numel(x) if is_float(weights) else 0)
+    return Cost.of_flops(numel(self) if is_float(weights) else 0)
 
 
 # -- scatter reductions (accumulating index writes) ---------------------------------------
+def _is_mask(index) -> bool:
+    return index.dtype in (torch.bool, torch.uint8)
+
+
 def _indexed_numel(x, indices) -> int:
     """Elements addressed by ``x[indices]`` (advanced indexing), from shapes alone.
 
-    A boolean mask counts as its full size (dense: the number of true entries is data).
+    A boolean mask selects as many elements as it has true entries, which are values; it is
+    counted by its full size (dense), as if every entry were true -- unless that size cannot
+    broadcast with the integer indices beside it. Then the number of true entries is known
+    from shapes: torch broadcasts the mask's ``nonzero()`` with those indices, so it must be 1
+    or their broadcast length, and either way the selection has exactly the integer indices'
+    broadcast shape (``x[mask, idx]`` with ``idx`` of shape ``(3,)`` selects 3 elements
+    whatever the mask's size). That is what shapes give on every device, meta included.
+    Several masks that fit the integer indices count as the largest of them (dense).
+
+    >>> x, idx = torch.zeros(4, 5), torch.tensor([0, 2, 4])
+    >>> _indexed_numel(x, [torch.ones(4, dtype=torch.bool), idx])  # (3 true rows, 3 columns)
+    3
+    >>> _indexed_numel(x, [torch.ones(4, dtype=torch.bool)])  # whole rows, dense: 4 * 5
+    20
+    >>> _indexed_numel(x, [None, idx])  # x[:, idx]
+    12
     """
-    idx_shapes = []
+    masks, index_shapes = [], []
     rest = 1
     d = 0
     for ix in indices:
-        if ix is None:
+        if ix is None:  # a full slice of this dimension
             rest *= x.shape[d]
             d += 1
-        elif ix.dtype in (torch.bool, torch.uint8):
-            idx_shapes.append((numel(ix),))
+        elif _is_mask(ix):
+            masks.append(numel(ix))
             d += ix.dim()
         else:
-            idx_shapes.append(tuple(ix.shape))
+            index_shapes.append(tuple(ix.shape))
             d += 1
     rest *= prod(x.shape[d:])
-    try:
-        return prod(broadcast_shape(*idx_shapes)) * rest
-    except RuntimeError:  # dense mask sizes need not broadcast with integer indices
-        return max(prod(s) for s in idx_shapes) * rest
+    shape = broadcast_shape(*index_shapes)
+    if shape is None:  # torch would have refused the call; count the largest index
+        return max(prod(s) for s in index_shapes) * rest
+    # A mask that does not fit the integer indices leaves their shape exact; the others count
+    # their full size (dense).
+    dense = [m for m in masks if broadcast_shape(shape, (m,)) is not None]
+    if dense:
+        shape = broadcast_shape(shape, (max(dense),))
+    return prod(shape) * rest
 
 
 def _accumulate(out, x, n) -> Cost:
@@ -316,36 +342,37 @@ def _accumulate(out, x, n) -> Cost:
 @REGISTRY.register(
     aten.index_put, aten.index_put_, aten._index_put_impl_, "aten::_unsafe_index_put", missing_ok=True
 )
-def index_put(out, x, indices, values, accumulate=False, *args, **kwargs) -> Cost:
-    """``x[indices] = values``: free; ``accumulate=True`` (``+=`` semantics): one add per
-    indexed element."""
+def index_put(out, self, indices, values, accumulate=False, **_) -> Cost:
+    """``self[indices] = values``: free; ``accumulate=True`` (``+=`` semantics): one add per
+    indexed element (:func:`_indexed_numel`; ``values`` broadcasts to them)."""
     if not accumulate:
         return Cost()
-    return _accumulate(out, x, max(_indexed_numel(x, indices), numel(values)))
+    return _accumulate(out, self, max(_indexed_numel(self, indices), numel(values)))
 
 
 @REGISTRY.register("aten::_unsafe_masked_index_put_accumulate", missing_ok=True)
-def masked_index_put_accumulate(out, x, mask, indices, values, *args, **kwargs) -> Cost:
+def masked_index_put_accumulate(out, self, mask, indices, values, **_) -> Cost:
     """Always accumulates: one add per indexed element."""
-    return _accumulate(out, x, max(_indexed_numel(x, indices), numel(values)))
+    return _accumulate(out, self, max(_indexed_numel(self, indices), numel(values)))
 
 
 @REGISTRY.register(aten.put, aten.put_)
-def put(out, x, index, source, accumulate=False, *args, **kwargs) -> Cost:
+def put(out, self, index, source, accumulate=False, **_) -> Cost:
     """Free, or one add per index with ``accumulate=True``."""
-    return _accumulate(out, x, numel(index)) if accumulate else Cost()
+    return _accumulate(out, self, numel(index)) if accumulate else Cost()
 
 
 @REGISTRY.register(aten.scatter, aten.scatter_)
-def scatter(out, x, dim, index, src, *args, reduce=None, **kwargs) -> Cost:
-    """Free, or one add/multiply per index element with ``reduce='add'|'multiply'``."""
-    return _accumulate(out, x, numel(index)) if reduce is not None else Cost()
+def scatter(out, self, dim, index, *, reduce=None, **_) -> Cost:
+    """Free, or one add/multiply per index element with ``reduce='add'|'multiply'`` (from a
+    ``src`` tensor or a scalar ``value``)."""
+    return _accumulate(out, self, numel(index)) if reduce is not None else Cost()
 
 
 @REGISTRY.register(aten.scatter_add, aten.scatter_add_)
-def scatter_add(out, x, dim, index, src, *args, **kwargs) -> Cost:
+def scatter_add(out, self, dim, index, src, **_) -> Cost:
     """One add per index element."""
-    return _accumulate(out, x, numel(index))
+    return _accumulate(out, self, numel(index))
 
 
 def _mean_extra(x, reduce) -> int:
@@ -354,34 +381,34 @@ def _mean_extra(x, reduce) -> int:
 
 
 @REGISTRY.register(aten.scatter_reduce, aten.scatter_reduce_)
-def scatter_reduce(out, x, dim, index, src, reduce, *args, **kwargs) -> Cost:
+def scatter_reduce(out, self, dim, index, src, reduce, **_) -> Cost:
     """One add / multiply / comparison per index element; ``'mean'`` adds a divide per
-    element of ``x``."""
-    return _accumulate(out, x, numel(index) + _mean_extra(x, reduce))
+    element of ``self``."""
+    return _accumulate(out, self, numel(index) + _mean_extra(self, reduce))
 
 
 @REGISTRY.register(aten.index_add, aten.index_add_)
-def index_add(out, x, dim, index, source, *args, alpha=1, **kwargs) -> Cost:
+def index_add(out, self, dim, index, source, *, alpha=1, **_) -> Cost:
     """One add per ``source`` element, and a multiply each when ``alpha != 1``."""
     n = numel(source) if source.dim() else numel(index)
-    return _accumulate(out, x, n * (1 if alpha == 1 else 2))
+    return _accumulate(out, self, n * (1 if alpha == 1 else 2))
 
 
 @REGISTRY.register(aten.index_reduce, aten.index_reduce_)
-def index_reduce(out, x, dim, index, source, reduce, *args, **kwargs) -> Cost:
-    """One op per ``source`` element; ``'mean'`` adds a divide per element of ``x``."""
-    return _accumulate(out, x, numel(source) + _mean_extra(x, reduce))
+def index_reduce(out, self, dim, index, source, reduce, **_) -> Cost:
+    """One op per ``source`` element; ``'mean'`` adds a divide per element of ``self``."""
+    return _accumulate(out, self, numel(source) + _mean_extra(self, reduce))
 
 
 @REGISTRY.register(aten.col2im)
-def col2im(out, x, *args, **kwargs) -> Cost:
+def col2im(out, self, **_) -> Cost:
     """``F.fold``: every column element is added into its (possibly overlapping) pixel."""
-    return _accumulate(out, x, numel(x))
+    return _accumulate(out, self, numel(self))
 
 
 # -- backward kernels that accumulate gradients --------------------------------------------
 @REGISTRY.register("aten::unfold_backward", missing_ok=True)
-def unfold_backward(out, grad_in, input_sizes, dim, size, step, *args, **kwargs) -> Cost:
+def unfold_backward(out, grad_in, **_) -> Cost:
     """``Tensor.unfold``'s backward: every window element's gradient is added into the
     input position it came from (windows overlap when ``step < size``): one add per element
     of the incoming gradient, as ``col2im``."""
@@ -393,7 +420,7 @@ def unfold_backward(out, grad_in, input_sizes, dim, size, step, *args, **kwargs)
     "aten::replication_pad1d_backward", "aten::replication_pad2d_backward", "aten::replication_pad3d_backward",
     missing_ok=True,
 )
-def pad_backward(out, grad_output, *args, **kwargs) -> Cost:
+def pad_backward(out, grad_output, **_) -> Cost:
     """Reflection / replication padding's backward: each output gradient is added into the
     input element it copied (edges receive several): one add per ``grad_output`` element.
     (Constant padding's backward is a free slice.)"""
@@ -402,7 +429,7 @@ def pad_backward(out, grad_output, *args, **kwargs) -> Cost:
 
 @REGISTRY.register("aten::index_select_backward", "aten::gather_backward", "aten::cummaxmin_backward",
                    missing_ok=True)
-def accumulate_grad_backward(out, grad, *args, **kwargs) -> Cost:
+def accumulate_grad_backward(out, grad, **_) -> Cost:
     """Composite backward functions that scatter-add ``grad`` into zeros (``index_add`` /
     ``scatter_add``, as they decompose): one add per gradient element. Torch decomposes
     them before dispatch; named for modes that see composites."""
@@ -410,12 +437,12 @@ def accumulate_grad_backward(out, grad, *args, **kwargs) -> Cost:
 
 
 @REGISTRY.register("aten::_coalesce", missing_ok=True)
-def coalesce(out, x, *args, **kwargs) -> Cost:
+def coalesce(out, self, **_) -> Cost:
     """A sparse tensor's ``coalesce()`` (sparse gradients of ``nn.Embedding(sparse=True)``,
     in SparseAdam/Adagrad steps) sums the values of duplicate indices: one add per stored
     value element (dense: how many indices repeat is data)."""
-    values = x._values() if x.layout == torch.sparse_coo else x
-    return _accumulate(out, x, numel(values))
+    values = self._values() if self.layout == torch.sparse_coo else self
+    return _accumulate(out, self, numel(values))
 
 
 # -- multi-tensor reductions (gradient clipping, optimizers) -------------------------------
@@ -423,11 +450,11 @@ foreach_norm = REGISTRY.register("aten::_foreach_norm", missing_ok=True)(foreach
 foreach_max = REGISTRY.register("aten::_foreach_max", missing_ok=True)(foreach(extremum))
 
 
-def _powsum(out, x, ord=2, *args, **kwargs) -> Cost:
+def _powsum(out, self, ord=2, **_) -> Cost:
     """``sum(|x|^ord)`` of one tensor: the p-norm without its root (the per-output step)."""
-    if not _counts(x, out):
+    if not _counts(self, out):
         return Cost()
-    return Cost.of_flops(norm_cost(numel(x), 0, ord))
+    return Cost.of_flops(norm_cost(numel(self), 0, ord))
 
 
 foreach_powsum = REGISTRY.register("aten::_foreach_powsum", missing_ok=True)(foreach(_powsum))

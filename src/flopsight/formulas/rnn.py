@@ -35,8 +35,9 @@ costs 1 FLOP per element (the dropout convention), ``(num_layers - 1) * rows * R
 Backward. Every unit has a backward formula, evaluated at forward time from which tensors
 require grad, and charged once, as ``<unit>.backward`` (``lstm.backward``...), to the
 module that ran the unit when the backward pass runs its autograd nodes, whatever kernels
-run there (oneDNN on CPU, cuDNN, the decomposed ops on meta). Per step, batch row, layer
-and direction, what the decomposed backward computes::
+run there (oneDNN on CPU, cuDNN, the decomposed ops on meta); with gradients disabled it
+returns 0 at once (no autograd node). Per step, batch row, layer and direction, what the
+decomposed backward computes::
 
     MACs  = G*I          dx, if the layer input needs a gradient
           + G*R          dh_prev = dgates W_hh, every step but the first (whose h0: if it
@@ -59,7 +60,7 @@ sum its per-step weight gradients over time.
 >>> import torch
 >>> from flopsight.formulas.rnn import step_cost
 >>> step_cost("lstm", input_size=4, hidden_size=5)  # G=20: 20*4 + 20*5 MACs; 2*180 + 2*20 + 13*5
-Cost(macs=180, flops=465)
+Stats(macs=180, flops=465)
 >>> import flopsight
 >>> lstm = torch.nn.LSTM(input_size=4, hidden_size=5)
 >>> x, h0, c0 = torch.ones(7, 2, 4), torch.zeros(1, 2, 5), torch.zeros(1, 2, 5)
@@ -76,6 +77,7 @@ Cost(macs=180, flops=465)
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 import torch
@@ -105,20 +107,13 @@ _MODES = {0: "rnn", 1: "rnn", 2: "lstm", 3: "gru"}
 _KIND_OF_GATES = {gates: kind for kind, gates in GATES.items()}
 
 
-def _named(names: tuple[str, ...], args: tuple, kwargs: dict) -> dict[str, Any]:
-    """An op's arguments by schema name: positional ones zipped with ``names``, plus kwargs."""
-    bound = dict(zip(names, args))
-    bound.update(kwargs)
-    return bound
-
-
 def step_cost(kind: str, input_size: int, hidden_size: int, proj_size: int = 0, biases: int = 2) -> Cost:
     """Cost of one cell step for one batch row (one layer, one direction).
 
     ``biases`` is how many gate-width bias vectors are added (2: ``b_ih`` and ``b_hh``).
 
     >>> step_cost("rnn", input_size=3, hidden_size=4)  # 4*3 + 4*4 MACs; 2*28 + 2*4 + 2*4
-    Cost(macs=28, flops=72)
+    Stats(macs=28, flops=72)
     """
     gates = GATES[kind] * hidden_size
     recurrent = proj_size or hidden_size  # what the hidden product reads: h (or the projected h)
@@ -144,101 +139,84 @@ def network_cost(
     """Cost of a whole (multi-layer, maybe bidirectional) recurrent network.
 
     ``rows`` is timesteps times batch rows (the rows of a PackedSequence's data).
+    :func:`step_cost` of every layer times ``rows`` and directions, in closed form (this
+    runs once per call of an RNN module).
 
     >>> # GRU, G=12: layer 0 12*3 + 12*4 MACs, layer 1 12*4 + 12*4; FLOPs 2*MACs + 2*12 + 10*4 each
     >>> network_cost("gru", rows=10, input_size=3, hidden_size=4, num_layers=2)
-    Cost(macs=1800, flops=4880)
+    Stats(macs=1800, flops=4880)
     """
     dirs = 2 if bidirectional else 1
+    layers = int(num_layers)
     out_size = proj_size or hidden_size
-    biases = 2 if has_biases else 0
-    total = Cost()
-    for layer in range(int(num_layers)):
-        in_size = input_size if layer == 0 else out_size * dirs
-        total = total.plus(step_cost(kind, in_size, hidden_size, proj_size, biases).times(rows * dirs))
+    gates = GATES[kind] * hidden_size
+    # per row and direction: layer 0 reads input_size features, every later layer out_size * dirs
+    recurrent = gates * out_size + hidden_size * proj_size  # (+ the projection h = W_hr h)
+    macs = gates * input_size + recurrent + (layers - 1) * (gates * out_size * dirs + recurrent)
+    extra = layers * ((2 if has_biases else 0) * gates + ELEMENTWISE[kind] * hidden_size)
+    n = rows * dirs
     # torch applies dropout to every layer's output but the last (the dropout convention).
-    dropped = (int(num_layers) - 1) * rows * out_size * dirs
-    return total.plus(Cost.of_flops(dropout_flops(dropped, dropout, train)))
+    dropped = dropout_flops((layers - 1) * rows * out_size * dirs, dropout, train)
+    return Cost(n * macs, n * (2 * macs + extra) + dropped)
 
 
 def cell_cost(kind: str, rows: int, input_size: int, hidden_size: int, biases: int) -> Cost:
-    """Cost of one step of a single cell (``nn.LSTMCell``...) over ``rows`` batch rows."""
-    return step_cost(kind, input_size, hidden_size, 0, biases).times(rows)
+    """Cost of one step of a single cell (``nn.LSTMCell``...) over ``rows`` batch rows:
+    :func:`step_cost` (no projection) times ``rows``, in one record (this runs once per
+    cell call, often in a Python loop over timesteps).
+
+    >>> cell_cost("lstm", rows=2, input_size=3, hidden_size=4, biases=2) == step_cost("lstm", 3, 4) * 2
+    True
+    """
+    gates = GATES[kind] * hidden_size
+    macs = gates * (input_size + hidden_size)
+    return Cost(rows * macs, rows * (2 * macs + biases * gates + ELEMENTWISE[kind] * hidden_size))
 
 
-# -- argument parsing ----------------------------------------------------------------------
+# -- what the arguments hold ----------------------------------------------------------------
 def _rows(x: torch.Tensor) -> int:
     """Timesteps times batch rows: every dim but the features (padded or packed input)."""
-    return prod(x.shape[:-1])
+    return int(math.prod(x.shape[:-1]))
 
 
-_PADDED = ("input", "hx", "params", "has_biases", "num_layers", "dropout", "train", "bidirectional", "batch_first")
-_PACKED = ("data", "batch_sizes", "hx", "params", "has_biases", "num_layers", "dropout", "train", "bidirectional")
+def _layout(params, has_biases: bool, num_layers: int, bidirectional: bool, gates: int) -> tuple[int, int, int]:
+    """(hidden size, proj_size or 0, weights per layer and direction) from the flat weights:
+    per layer and direction w_ih, w_hh (``gates * H`` rows), [b_ih, b_hh], [w_hr (P, H)]."""
+    group = len(params) // (int(num_layers) * (2 if bidirectional else 1))
+    proj = params[group - 1].shape[0] if group == (5 if has_biases else 3) else 0
+    return params[1].shape[0] // gates, proj, group
 
 
-def _bind(args: tuple, kwargs: dict) -> dict[str, Any]:
-    """Name the arguments of ``torch.lstm``/``gru``/``rnn_*`` in either overload.
-
-    The packed overload's second argument is ``batch_sizes``, a 1-D int64 tensor; the
-    padded one's is ``hx``, a float tensor (or a pair of them for the LSTM).
-    """
-    second = args[1] if len(args) > 1 else None
-    packed = (
-        "data" in kwargs
-        or "batch_sizes" in kwargs
-        or (isinstance(second, torch.Tensor) and not (second.is_floating_point() or second.is_complex()))
-    )
-    bound = _named(_PACKED if packed else _PADDED, args, kwargs)
-    if packed:
-        bound["input"] = bound["data"]
-    return bound
-
-
-def _rnn_network(kind: str, name: str):
+def _network(kind: str, name: str):
     gates = GATES[kind]
 
-    def formula(out, *args, **kwargs) -> Cost:
-        a = _bind(args, kwargs)
-        x, params = a["input"], list(a["params"])
-        has_biases, num_layers = bool(a["has_biases"]), int(a["num_layers"])
-        dirs = 2 if a["bidirectional"] else 1
-        hidden = params[1].shape[0] // gates  # w_hh: (gates * H, R)
-        # Per layer and direction: w_ih, w_hh, [b_ih, b_hh], [w_hr (proj, H)].
-        group = len(params) // (num_layers * dirs)
-        proj = params[group - 1].shape[0] if group == 3 + 2 * has_biases else 0
-        return network_cost(
-            kind,
-            _rows(x),
-            x.shape[-1],
-            hidden,
-            proj_size=proj,
-            num_layers=num_layers,
-            bidirectional=dirs == 2,
-            has_biases=has_biases,
-            dropout=float(a["dropout"]),
-            train=bool(a["train"]),
-        )
+    def formula(out, input=None, *, params, has_biases, num_layers, dropout, train, bidirectional, data=None,
+                **_) -> Cost:
+        x = data if input is None else input  # the packed overload's data: (sum(batch_sizes), I)
+        hidden, proj, _group = _layout(params, has_biases, num_layers, bidirectional, gates)
+        return network_cost(kind, _rows(x), x.shape[-1], hidden, proj_size=proj, num_layers=num_layers,
+                            bidirectional=bidirectional, has_biases=has_biases, dropout=dropout, train=train)
 
     formula.__name__ = formula.__qualname__ = name
     formula.__doc__ = (
-        f"``torch.{name}`` (padded or packed overload): {GATES[kind]} gate block(s), "
-        f"{ELEMENTWISE[kind]} element-wise FLOPs per hidden unit."
+        f"``torch.{name}`` (``input, hx, ...`` or packed ``data, batch_sizes, hx, ...``): {GATES[kind]} gate "
+        f"block(s), {ELEMENTWISE[kind]} element-wise FLOPs per hidden unit."
     )
     return formula
 
 
-lstm = REGISTRY.register_unit(torch.lstm, name="lstm")(_rnn_network("lstm", "lstm"))
-gru = REGISTRY.register_unit(torch.gru, name="gru")(_rnn_network("gru", "gru"))
-rnn_tanh = REGISTRY.register_unit(torch.rnn_tanh, name="rnn_tanh")(_rnn_network("rnn", "rnn_tanh"))
-rnn_relu = REGISTRY.register_unit(torch.rnn_relu, name="rnn_relu")(_rnn_network("rnn", "rnn_relu"))
+def _bias_count(*biases: Any) -> int:
+    return sum(1 for b in biases if isinstance(b, torch.Tensor))
 
-# The same aten ops are CompositeImplicitAutograd, so a dispatch mode normally never sees
-# them; registered anyway so that any path that keeps them whole counts them identically.
-# aten._lstm_mps (Apple GPUs) has exactly lstm.input's arguments.
-REGISTRY.register(aten.lstm, aten._lstm_mps)(lstm)
-REGISTRY.register(aten.gru)(gru)
-REGISTRY.register(aten.rnn_tanh)(rnn_tanh)
-REGISTRY.register(aten.rnn_relu)(rnn_relu)
+
+def _cell(kind: str, name: str):
+    def formula(out, input, hx, w_ih, w_hh, b_ih=None, b_hh=None, **_) -> Cost:
+        # Rows of a 1-D (unbatched) input: prod(()) == 1.
+        return cell_cost(kind, _rows(input), w_ih.shape[1], w_hh.shape[1], _bias_count(b_ih, b_hh))
+
+    formula.__name__ = formula.__qualname__ = name
+    formula.__doc__ = f"One step of a {kind} cell: each given bias costs one FLOP per gate output."
+    return formula
 
 
 # -- fused kernels -------------------------------------------------------------------------
@@ -251,72 +229,36 @@ def _kind_of(gate_rows: int, hidden_size: int, mode: int | None = None) -> str:
     raise ValueError(f"cannot tell the RNN kind from {gate_rows} gate rows, hidden size {hidden_size}, mode {mode}")
 
 
-_MKLDNN = ("input", "weight0", "weight1", "weight2", "weight3", "hx_", "cx_", "reverse", "batch_sizes",
-           "mode", "hidden_size", "num_layers", "has_biases", "bidirectional", "batch_first", "train")
-
-
 @REGISTRY.register(aten.mkldnn_rnn_layer)
-def mkldnn_rnn_layer(out, *args, **kwargs) -> Cost:
+def mkldnn_rnn_layer(out, input, weight0, *, mode, hidden_size, has_biases, **_) -> Cost:
     """One layer, one direction of the oneDNN LSTM on CPU (``nn.LSTM`` without the unit).
 
     weight0/1 are w_ih/w_hh; weight2/3 are the biases, or zero tensors (not even
     gate-shaped) when ``has_biases`` is False, so the flag decides. No projections (torch
     falls back to the decomposed path for ``proj_size``), no dropout (dispatched apart).
     """
-    a = _named(_MKLDNN, args, kwargs)
-    x, w_ih, hidden = a["input"], a["weight0"], int(a["hidden_size"])
-    kind = _kind_of(w_ih.shape[0], hidden, a.get("mode"))
-    return cell_cost(kind, _rows(x), x.shape[-1], hidden, 2 if a["has_biases"] else 0)
+    kind = _kind_of(weight0.shape[0], hidden_size, mode)
+    return cell_cost(kind, _rows(input), input.shape[-1], hidden_size, 2 if has_biases else 0)
 
 
-_CUDNN = ("input", "weight", "weight_stride0", "weight_buf", "hx", "cx", "mode", "hidden_size", "proj_size",
-          "num_layers", "batch_first", "dropout", "train", "bidirectional", "batch_sizes", "dropout_state")
-_MIOPEN = tuple(n for n in _CUDNN if n not in ("weight_buf", "proj_size"))
+def _has_biases(weight_stride0: int, proj_size: int) -> bool:
+    """cuDNN/MIOpen flat weights per layer and direction: w_ih, w_hh, [b_ih, b_hh], [w_hr]."""
+    return weight_stride0 - (1 if proj_size else 0) == 4
 
 
-def _fused_network(a: dict[str, Any]) -> Cost:
-    """``_cudnn_rnn``/``miopen_rnn``: the whole network, dropout between layers included."""
-    x, hidden, proj = a["input"], int(a["hidden_size"]), int(a.get("proj_size") or 0)
-    weights = a["weight"]
-    # weight is the flat list in module order, weight_stride0 entries per layer/direction:
-    # w_ih, w_hh, [b_ih, b_hh], [w_hr].
-    has_biases = int(a["weight_stride0"]) - (1 if proj else 0) == 4
-    gate_rows = weights[0].shape[0] if len(weights) else 0
-    kind = _kind_of(gate_rows, hidden, a["mode"])
-    return network_cost(
-        kind,
-        _rows(x),
-        x.shape[-1],
-        hidden,
-        proj_size=proj,
-        num_layers=int(a["num_layers"]),
-        bidirectional=bool(a["bidirectional"]),
-        has_biases=has_biases,
-        dropout=float(a["dropout"]),
-        train=bool(a["train"]),
-    )
-
-
-@REGISTRY.register(aten._cudnn_rnn)
-def cudnn_rnn(out, *args, **kwargs) -> Cost:
-    """cuDNN RNN/GRU/LSTM (also packed: then ``input`` is the packed data)."""
-    a = _named(_CUDNN, args, kwargs)
-    return _fused_network(a)
-
-
-@REGISTRY.register(aten.miopen_rnn)
-def miopen_rnn(out, *args, **kwargs) -> Cost:
-    """MIOpen (ROCm) RNN/GRU/LSTM: cuDNN's arguments without weight_buf and proj_size."""
-    a = _named(_MIOPEN, args, kwargs)
-    return _fused_network(a)
-
-
-def _bias_count(*biases: Any) -> int:
-    return sum(1 for b in biases if isinstance(b, torch.Tensor))
+@REGISTRY.register(aten._cudnn_rnn, aten.miopen_rnn)
+def cudnn_rnn(out, input, weight, weight_stride0, *, mode, hidden_size, num_layers, dropout, train, bidirectional,
+              proj_size=0, **_) -> Cost:
+    """cuDNN (and MIOpen, which has no ``proj_size``) RNN/GRU/LSTM: the whole network,
+    dropout between layers included. Packed: ``input`` is the packed data."""
+    kind = _kind_of(weight[0].shape[0] if len(weight) else 0, hidden_size, mode)
+    return network_cost(kind, _rows(input), input.shape[-1], hidden_size, proj_size=proj_size,
+                        num_layers=num_layers, bidirectional=bidirectional,
+                        has_biases=_has_biases(weight_stride0, proj_size), dropout=dropout, train=train)
 
 
 @REGISTRY.register(aten._thnn_fused_lstm_cell)
-def thnn_fused_lstm_cell(out, input_gates, hidden_gates, cx, input_bias=None, hidden_bias=None, **kwargs) -> Cost:
+def thnn_fused_lstm_cell(out, input_gates, hidden_gates, cx, input_bias=None, hidden_bias=None, **_) -> Cost:
     """The CUDA LSTM cell after its two products (counted as mm): biases + 13 per unit."""
     hidden = cx.shape[-1]
     per_row = _bias_count(input_bias, hidden_bias) * input_gates.shape[-1] + ELEMENTWISE["lstm"] * hidden
@@ -324,33 +266,30 @@ def thnn_fused_lstm_cell(out, input_gates, hidden_gates, cx, input_bias=None, hi
 
 
 @REGISTRY.register(aten._thnn_fused_gru_cell)
-def thnn_fused_gru_cell(out, input_gates, hidden_gates, hx, input_bias=None, hidden_bias=None, **kwargs) -> Cost:
+def thnn_fused_gru_cell(out, input_gates, hidden_gates, hx, input_bias=None, hidden_bias=None, **_) -> Cost:
     """The CUDA GRU cell after its two products (counted as mm): biases + 10 per unit."""
     hidden = hx.shape[-1]
     per_row = _bias_count(input_bias, hidden_bias) * input_gates.shape[-1] + ELEMENTWISE["gru"] * hidden
     return Cost.of_flops(prod(hx.shape[:-1]) * per_row)
 
 
-# -- cells ---------------------------------------------------------------------------------
-_CELL = ("input", "hx", "w_ih", "w_hh", "b_ih", "b_hh")
+lstm = _network("lstm", "lstm")
+gru = _network("gru", "gru")
+rnn_tanh = _network("rnn", "rnn_tanh")
+rnn_relu = _network("rnn", "rnn_relu")
+lstm_cell = _cell("lstm", "lstm_cell")
+gru_cell = _cell("gru", "gru_cell")
+rnn_tanh_cell = _cell("rnn", "rnn_tanh_cell")
+rnn_relu_cell = _cell("rnn", "rnn_relu_cell")
 
-
-def _rnn_cell(kind: str, name: str):
-    def formula(out, *args, **kwargs) -> Cost:
-        a = _named(_CELL, args, kwargs)
-        x, w_ih, w_hh = a["input"], a["w_ih"], a["w_hh"]
-        # Rows of a 1-D (unbatched) input: prod(()) == 1.
-        return cell_cost(kind, _rows(x), w_ih.shape[1], w_hh.shape[1], _bias_count(a.get("b_ih"), a.get("b_hh")))
-
-    formula.__name__ = formula.__qualname__ = name
-    formula.__doc__ = f"One step of a {kind} cell: each given bias costs one FLOP per gate output."
-    return formula
-
-
-lstm_cell = REGISTRY.register_unit(torch.lstm_cell, name="lstm_cell")(_rnn_cell("lstm", "lstm_cell"))
-gru_cell = REGISTRY.register_unit(torch.gru_cell, name="gru_cell")(_rnn_cell("gru", "gru_cell"))
-rnn_tanh_cell = REGISTRY.register_unit(torch.rnn_tanh_cell, name="rnn_tanh_cell")(_rnn_cell("rnn", "rnn_tanh_cell"))
-rnn_relu_cell = REGISTRY.register_unit(torch.rnn_relu_cell, name="rnn_relu_cell")(_rnn_cell("rnn", "rnn_relu_cell"))
+# The same aten ops are CompositeImplicitAutograd, so a dispatch mode normally never sees
+# them; registered anyway so that any path that keeps them whole counts them identically.
+# aten._lstm_mps (Apple GPUs) has exactly lstm.input's arguments. (The units, the torch
+# functions of the same names, are registered below with their backward formulas.)
+REGISTRY.register(aten.lstm, aten._lstm_mps)(lstm)
+REGISTRY.register(aten.gru)(gru)
+REGISTRY.register(aten.rnn_tanh)(rnn_tanh)
+REGISTRY.register(aten.rnn_relu)(rnn_relu)
 REGISTRY.register(aten.lstm_cell)(lstm_cell)
 REGISTRY.register(aten.gru_cell)(gru_cell)
 REGISTRY.register(aten.rnn_tanh_cell)(rnn_tanh_cell)
@@ -461,7 +400,7 @@ def layer_backward_cost(
     >>> # MACs: dh_prev 8*4*4 (4 steps after the first), dW_ih 10*4*3, dW_hh 10*4*4;
     >>> # FLOPs: 2*MACs + tanh backward 10*2*4 + h fan-in 8*4 + bias sums 2*10*4
     >>> layer_backward_cost("rnn", 10, 3, 4, first_batch=2, last_batch=2, input_grad=False)
-    Cost(macs=408, flops=1008)
+    Stats(macs=408, flops=1008)
     """
     proj = int(proj_size or 0)
     if not (input_grad or h0_grad or c0_grad or params.any()):
@@ -542,7 +481,7 @@ def network_backward_cost(
     >>> # layer 0: 8*12*4 + 10*12*3 + 10*12*4 MACs, layer 1 (input gradient too): + 10*12*4
     >>> # and reads 4 features; FLOPs 2*MACs + 10*12*4 + 8*4 + 8*4 + 2*10*12 per layer
     >>> network_backward_cost("gru", 10, 3, 4, batch=2, num_layers=2)
-    Cost(macs=3048, flops=7664)
+    Stats(macs=3048, flops=7664)
     """
     dirs = 2 if bidirectional else 1
     layers = int(num_layers)
@@ -557,16 +496,16 @@ def network_backward_cost(
         in_size = input_size if layer == 0 else out_size * dirs
         group = params[layer * dirs : (layer + 1) * dirs]
         if layer > 0 and needs:  # the gradient flows back through the inter-layer dropout
-            total = total.plus(Cost.of_flops(dropout_backward_flops(rows * out_size * dirs, dropout, train)))
+            total += Cost.of_flops(dropout_backward_flops(rows * out_size * dirs, dropout, train))
         if dirs == 2 and needs:  # both directions read the layer input: add their two gradients
-            total = total.plus(Cost.of_flops(elementwise_flops(rows * in_size)))
+            total += Cost.of_flops(elementwise_flops(rows * in_size))
         for d, grads in enumerate(group):
             # the reverse direction runs a PackedSequence smallest batch first
             first, last = (batch, min_batch) if d == 0 else (min_batch, batch)
-            total = total.plus(layer_backward_cost(
+            total += layer_backward_cost(
                 kind, rows, in_size, hidden_size, proj, first_batch=first, last_batch=last, input_grad=needs,
                 h0_grad=h0_grad, c0_grad=c0_grad, params=grads, output_grad=output_grad,
-            ))
+            )
         # the next layer's input (this one's output) depends on h0, c0 and this layer's weights
         needs = needs or h0_grad or c0_grad or any(g.any() for g in group)
     return total
@@ -599,36 +538,36 @@ def _min_batch(batch_sizes: Any, default: int) -> int:
     return int(batch_sizes[-1]) if batch_sizes else default
 
 
-def _rnn_network_backward(kind: str, name: str):
+_NOTHING = Cost()
+
+
+def _network_backward(kind: str, name: str):
     gates = GATES[kind]
 
-    def formula(out, *args, **kwargs) -> Cost:
-        a = _bind(args, kwargs)
-        x, params, hx = a["input"], list(a["params"]), a["hx"]
-        has_biases, num_layers = bool(a["has_biases"]), int(a["num_layers"])
-        dirs = 2 if a["bidirectional"] else 1
+    def formula(out, input=None, *, hx, params, has_biases, num_layers, dropout, train, bidirectional, data=None,
+                batch_sizes=None, **_) -> Cost:
+        if not torch.is_grad_enabled():
+            return _NOTHING  # no autograd node, no backward (and no time spent on it)
+        x = data if input is None else input
         h0, c0 = (hx[0], hx[1]) if isinstance(hx, (list, tuple)) else (hx, None)
-        hidden = params[1].shape[0] // gates
-        group = len(params) // (num_layers * dirs)
-        proj = params[group - 1].shape[0] if group == 3 + 2 * has_biases else 0
+        hidden, proj, group = _layout(params, has_biases, num_layers, bidirectional, gates)
         batch = _batch_of(h0)
-        min_batch = _min_batch(a["batch_sizes"], batch) if "batch_sizes" in a else batch
         return network_backward_cost(
             kind,
             _rows(x),
             x.shape[-1],
             hidden,
             batch=batch,
-            min_batch=min_batch,
+            min_batch=_min_batch(batch_sizes, batch),
             proj_size=proj,
             num_layers=num_layers,
-            bidirectional=dirs == 2,
+            bidirectional=bidirectional,
             input_grad=_requires_grad(x),
             h0_grad=_requires_grad(h0),
             c0_grad=_requires_grad(c0),
             params=[ParamGrads.of(params[i : i + group], has_biases, bool(proj)) for i in range(0, len(params), group)],
-            dropout=float(a["dropout"]),
-            train=bool(a["train"]),
+            dropout=dropout,
+            train=train,
         )
 
     formula.__name__ = formula.__qualname__ = f"{name}_backward"
@@ -636,23 +575,16 @@ def _rnn_network_backward(kind: str, name: str):
     return formula
 
 
-lstm_backward = _rnn_network_backward("lstm", "lstm")
-gru_backward = _rnn_network_backward("gru", "gru")
-rnn_tanh_backward = _rnn_network_backward("rnn", "rnn_tanh")
-rnn_relu_backward = _rnn_network_backward("rnn", "rnn_relu")
-
-
-def _rnn_cell_backward(kind: str, name: str):
-    def formula(out, *args, **kwargs) -> Cost:
-        a = _named(_CELL, args, kwargs)
-        x, hx, w_ih, w_hh = a["input"], a.get("hx"), a["w_ih"], a["w_hh"]
+def _cell_backward(kind: str, name: str):
+    def formula(out, input, hx, w_ih, w_hh, b_ih=None, b_hh=None, **_) -> Cost:
+        if not torch.is_grad_enabled():
+            return _NOTHING
         h, c = (hx[0], hx[1]) if isinstance(hx, (list, tuple)) else (hx, None)
-        rows = _rows(x)
+        rows = _rows(input)
         return layer_backward_cost(
             kind, rows, w_ih.shape[1], w_hh.shape[1], first_batch=rows, last_batch=rows,
-            input_grad=_requires_grad(x), h0_grad=_requires_grad(h), c0_grad=_requires_grad(c),
-            params=ParamGrads(w_ih.requires_grad, w_hh.requires_grad, _requires_grad(a.get("b_ih")),
-                              _requires_grad(a.get("b_hh"))),
+            input_grad=_requires_grad(input), h0_grad=_requires_grad(h), c0_grad=_requires_grad(c),
+            params=ParamGrads(w_ih.requires_grad, w_hh.requires_grad, _requires_grad(b_ih), _requires_grad(b_hh)),
             incoming_fan_in=True,
         )
 
@@ -664,56 +596,53 @@ def _rnn_cell_backward(kind: str, name: str):
     return formula
 
 
-lstm_cell_backward = _rnn_cell_backward("lstm", "lstm_cell")
-gru_cell_backward = _rnn_cell_backward("gru", "gru_cell")
-rnn_tanh_cell_backward = _rnn_cell_backward("rnn", "rnn_tanh_cell")
-rnn_relu_cell_backward = _rnn_cell_backward("rnn", "rnn_relu_cell")
+lstm_backward = _network_backward("lstm", "lstm")
+gru_backward = _network_backward("gru", "gru")
+rnn_tanh_backward = _network_backward("rnn", "rnn_tanh")
+rnn_relu_backward = _network_backward("rnn", "rnn_relu")
+lstm_cell_backward = _cell_backward("lstm", "lstm_cell")
+gru_cell_backward = _cell_backward("gru", "gru_cell")
+rnn_tanh_cell_backward = _cell_backward("rnn", "rnn_tanh_cell")
+rnn_relu_cell_backward = _cell_backward("rnn", "rnn_relu_cell")
 
-for _name, _fn in [
-    ("lstm", lstm_backward), ("gru", gru_backward), ("rnn_tanh", rnn_tanh_backward), ("rnn_relu", rnn_relu_backward),
-    ("lstm_cell", lstm_cell_backward), ("gru_cell", gru_cell_backward),
-    ("rnn_tanh_cell", rnn_tanh_cell_backward), ("rnn_relu_cell", rnn_relu_cell_backward),
+# -- the units: the torch functions the modules call, each with its backward ----------------
+# torch.lstm & co. have no Python signature: the registry binds a call to the schema of the
+# aten op of the same name whose overload fits it (lstm.input or lstm.data), so the network
+# formulas take ``input`` or ``data``/``batch_sizes``. torch._VF.lstm is torch.lstm.
+for _function, _forward, _backward in [
+    (torch.lstm, lstm, lstm_backward), (torch.gru, gru, gru_backward),
+    (torch.rnn_tanh, rnn_tanh, rnn_tanh_backward), (torch.rnn_relu, rnn_relu, rnn_relu_backward),
+    (torch.lstm_cell, lstm_cell, lstm_cell_backward), (torch.gru_cell, gru_cell, gru_cell_backward),
+    (torch.rnn_tanh_cell, rnn_tanh_cell, rnn_tanh_cell_backward),
+    (torch.rnn_relu_cell, rnn_relu_cell, rnn_relu_cell_backward),
 ]:  # fmt: skip
-    REGISTRY.set_unit_backward(_name, _fn)
+    REGISTRY.register_unit(_function, name=_forward.__name__, backward=_backward)(_forward)
 
 
 # -- fused backward kernels, counted with the same functions -------------------------------
-_MKLDNN_BACKWARD = (
-    "input", "weight1", "weight2", "weight3", "weight4", "hx_", "cx_tmp", "output", "hy_", "cy_", "grad_output",
-    "grad_hy", "grad_cy", "reverse", "mode", "hidden_size", "num_layers", "has_biases", "train", "bidirectional",
-    "batch_sizes", "batch_first", "workspace",
-)  # fmt: skip
-
-
 @REGISTRY.register(aten.mkldnn_rnn_layer_backward)
-def mkldnn_rnn_layer_backward(out, *args, **kwargs) -> Cost:
+def mkldnn_rnn_layer_backward(out, input, weight1, *, hx_, mode, hidden_size, has_biases, **_) -> Cost:
     """One layer and direction of the oneDNN LSTM backward (CPU ``nn.LSTM`` without the unit).
 
     The kernel computes every gradient whatever requires grad: the input's, ``hx``'s and
     ``cx``'s, both weights', and one bias gradient (oneDNN keeps ``b_ih + b_hh`` as one
     bias; torch returns it twice). Padded input only (no projections, no packing).
     """
-    a = _named(_MKLDNN_BACKWARD, args, kwargs)
-    x, hidden = a["input"], int(a["hidden_size"])
-    kind = _kind_of(a["weight1"].shape[0], hidden, a.get("mode"))
-    batch = _batch_of(a["hx_"])
+    kind = _kind_of(weight1.shape[0], hidden_size, mode)
+    batch = _batch_of(hx_)
     return layer_backward_cost(
-        kind, _rows(x), x.shape[-1], hidden, first_batch=batch, last_batch=batch, input_grad=True, h0_grad=True,
+        kind, _rows(input), input.shape[-1], hidden_size, first_batch=batch, last_batch=batch, input_grad=True,
+        h0_grad=True, c0_grad=kind == "lstm",
         # one bias gradient: oneDNN adds b_ih + b_hh into one bias
-        c0_grad=kind == "lstm", params=ParamGrads(True, True, bool(a["has_biases"]), False),
+        params=ParamGrads(True, True, bool(has_biases), False),
     )
 
 
-_CUDNN_BACKWARD = (
-    "input", "weight", "weight_stride0", "weight_buf", "hx", "cx", "output", "grad_output", "grad_hy", "grad_cy",
-    "mode", "hidden_size", "proj_size", "num_layers", "batch_first", "dropout", "train", "bidirectional",
-    "batch_sizes", "dropout_state", "reserve", "output_mask",
-)  # fmt: skip
-_MIOPEN_BACKWARD = tuple(n for n in _CUDNN_BACKWARD if n != "proj_size")
-
-
-def _fused_network_backward(a: dict[str, Any]) -> Cost:
-    """``_cudnn_rnn_backward``/``miopen_rnn_backward``: the whole network.
+@REGISTRY.register(aten._cudnn_rnn_backward, aten.miopen_rnn_backward)
+def cudnn_rnn_backward(out, input, weight, weight_stride0, *, hx, grad_output, grad_hy, grad_cy, mode, hidden_size,
+                       num_layers, dropout, train, bidirectional, batch_sizes, output_mask, proj_size=0, **_) -> Cost:
+    """cuDNN (and MIOpen: no ``proj_size``) RNN/GRU/LSTM backward, the whole network
+    (padded or packed: then ``input`` is the packed data).
 
     The data gradients (input, ``hx``, ``cx``) are computed unconditionally (torch runs
     the data backward whatever ``output_mask`` says: it updates the reserve space the
@@ -721,71 +650,47 @@ def _fused_network_backward(a: dict[str, Any]) -> Cost:
     A missing ``grad_output``/``grad_hy``/``grad_cy`` is replaced by zeros (the same
     work); with none of them, torch returns at once.
     """
-    if all(a.get(g) is None for g in ("grad_output", "grad_hy", "grad_cy")):
-        return Cost()
-    x, hidden, proj = a["input"], int(a["hidden_size"]), int(a.get("proj_size") or 0)
-    weights = a["weight"]
-    has_biases = int(a["weight_stride0"]) - (1 if proj else 0) == 4
-    kind = _kind_of(weights[0].shape[0] if len(weights) else 0, hidden, a["mode"])
-    mask = a.get("output_mask") or (True, True, True, True)
-    num_layers, dirs = int(a["num_layers"]), 2 if a["bidirectional"] else 1
-    batch = _batch_of(a["hx"])
-    grads = ParamGrads(True, True, has_biases, has_biases, bool(proj)) if mask[3] else NO_PARAM_GRADS
+    if grad_output is None and grad_hy is None and grad_cy is None:
+        return _NOTHING
+    has_biases = _has_biases(weight_stride0, proj_size)
+    kind = _kind_of(weight[0].shape[0] if len(weight) else 0, hidden_size, mode)
+    dirs = 2 if bidirectional else 1
+    batch = _batch_of(hx)
+    grads = ParamGrads(True, True, has_biases, has_biases, bool(proj_size)) if output_mask[3] else NO_PARAM_GRADS
     return network_backward_cost(
         kind,
-        _rows(x),
-        x.shape[-1],
-        hidden,
+        _rows(input),
+        input.shape[-1],
+        hidden_size,
         batch=batch,
-        min_batch=_min_batch(a.get("batch_sizes"), batch),
-        proj_size=proj,
+        min_batch=_min_batch(batch_sizes, batch),
+        proj_size=proj_size,
         num_layers=num_layers,
-        bidirectional=dirs == 2,
+        bidirectional=bidirectional,
         input_grad=True,
         h0_grad=True,
         c0_grad=kind == "lstm",
         params=[grads] * (num_layers * dirs),
-        dropout=float(a["dropout"]),
-        train=bool(a["train"]),
+        dropout=dropout,
+        train=train,
     )
 
 
-@REGISTRY.register(aten._cudnn_rnn_backward)
-def cudnn_rnn_backward(out, *args, **kwargs) -> Cost:
-    """cuDNN RNN/GRU/LSTM backward (padded or packed: then ``input`` is the packed data)."""
-    a = _named(_CUDNN_BACKWARD, args, kwargs)
-    return _fused_network_backward(a)
-
-
-@REGISTRY.register(aten.miopen_rnn_backward)
-def miopen_rnn_backward(out, *args, **kwargs) -> Cost:
-    """MIOpen (ROCm) backward: cuDNN's arguments without ``proj_size``."""
-    a = _named(_MIOPEN_BACKWARD, args, kwargs)
-    return _fused_network_backward(a)
-
-
-_MPS_BACKWARD = ("grad_y", "grad_hy", "grad_cy", "z_state", "cell_state_fwd", "input", "layersOutputs", "hx",
-                 "params", "has_biases", "num_layers", "dropout", "train", "bidirectional", "batch_first")
-
-
 @REGISTRY.register("aten::lstm_mps_backward", missing_ok=True)
-def lstm_mps_backward(out, *args, **kwargs) -> Cost:
+def lstm_mps_backward(out, *, input, hx, params, has_biases, num_layers, dropout, train, bidirectional, **_) -> Cost:
     """The Apple-GPU LSTM backward (``_lstm_mps``'s): every gradient, whatever requires grad."""
-    a = _named(_MPS_BACKWARD, args, kwargs)
-    x, params, hx = a["input"], list(a["params"]), list(a["hx"])
-    has_biases, num_layers = bool(a["has_biases"]), int(a["num_layers"])
-    dirs = 2 if a["bidirectional"] else 1
+    dirs = 2 if bidirectional else 1
     batch = _batch_of(hx[0]) if hx else 1
     grads = ParamGrads(True, True, has_biases, has_biases)
     return network_backward_cost(
-        "lstm", _rows(x), x.shape[-1], params[1].shape[0] // GATES["lstm"], batch=batch, num_layers=num_layers,
-        bidirectional=dirs == 2, input_grad=True, h0_grad=True, c0_grad=True, params=[grads] * (num_layers * dirs),
-        dropout=float(a["dropout"]), train=bool(a["train"]),
+        "lstm", _rows(input), input.shape[-1], params[1].shape[0] // GATES["lstm"], batch=batch,
+        num_layers=num_layers, bidirectional=bidirectional, input_grad=True, h0_grad=True, c0_grad=True,
+        params=[grads] * (num_layers * dirs), dropout=dropout, train=train,
     )
 
 
 @REGISTRY.register(aten._thnn_fused_lstm_cell_backward_impl, aten._thnn_fused_lstm_cell_backward)
-def thnn_fused_lstm_cell_backward(out, grad_hy, grad_cy, cx, cy, workspace, has_bias=True, **kwargs) -> Cost:
+def thnn_fused_lstm_cell_backward(out, grad_hy, grad_cy, cx, cy, workspace, has_bias, **_) -> Cost:
     """The CUDA LSTM cell backward after its products (``mm``, counted apart): the gate
     gradients, ``dcx = dc * f`` (always computed), the add of ``grad_cy`` to the ``c'``
     gradient when given, and one bias gradient (the gates' gradient summed; torch returns
@@ -800,7 +705,7 @@ def thnn_fused_lstm_cell_backward(out, grad_hy, grad_cy, cx, cy, workspace, has_
 
 
 @REGISTRY.register(aten._thnn_fused_gru_cell_backward)
-def thnn_fused_gru_cell_backward(out, grad_hy, workspace, has_bias=True, **kwargs) -> Cost:
+def thnn_fused_gru_cell_backward(out, grad_hy, workspace, has_bias, **_) -> Cost:
     """The CUDA GRU cell backward after its products: the gate gradients (``dhx``'s direct
     term ``g*z`` among them) and, with biases, the input and hidden gate gradients summed
     (two bias gradients: they differ in the ``n`` block)."""

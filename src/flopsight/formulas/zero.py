@@ -52,8 +52,8 @@ the torch they run with, which catches typos.
 >>> import torch
 >>> from flopsight.formulas import REGISTRY
 >>> name, formula = REGISTRY.lookup(torch.ops.aten.view.default)
->>> formula(None, torch.ones(2, 3), [6])
-Cost(macs=0, flops=0)
+>>> formula(None, self=torch.ones(2, 3), size=[6])
+Stats(macs=0, flops=0)
 >>> all(REGISTRY.is_registered(getattr(torch.ops.aten, n)) for n in ("clone", "cat", "sort"))
 True
 """

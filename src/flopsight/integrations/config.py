@@ -51,9 +51,8 @@ import torch
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from ..compat import _check_output_file, _write_report
 from ..profiler import Profiler, check_model
-from ..renderers.text_renderer import render_text
+from ..renderers.output import check_output_file, print_report
 from ..result import ProfileResult
 
 __all__ = ["attach", "AttachedProfiler", "FlopsProfilerConfig", "parse_config"]
@@ -226,14 +225,14 @@ class AttachedProfiler:
             if self._profiler.running:
                 self.result = self._profiler.stop()
                 cfg = self.config
-                self.report = render_text(
+                self.report = print_report(
                     self.result,
+                    cfg.output_file,
                     profile_step=cfg.profile_step,
                     module_depth=cfg.module_depth,
                     top_modules=cfg.top_modules,
                     detailed=cfg.detailed,
                 )
-                _write_report(self.report, cfg.output_file)
         finally:
             self._detach()
 
@@ -331,7 +330,7 @@ def attach(
         raise TypeError(f"optimizer: expected a torch.optim.Optimizer, got {type(optimizer).__name__}")
     cfg = parse_config(config)
     if cfg.enabled:
-        _check_output_file(cfg.output_file)
+        check_output_file(cfg.output_file)
         if cfg.recompute_fwd_factor:
             warnings.warn(
                 "flopsight: recompute_fwd_factor is not used: the forward re-run by activation checkpointing is "

@@ -12,7 +12,9 @@ What was measured decides what is shown; a forward-only profile prints DeepSpeed
 and nothing else. A profile with a backward pass or an optimizer step adds the training
 lines of DeepSpeed's engine report, computed from the *measured* backward and step (not
 DeepSpeed's ``2 * fwd flops`` estimate), and backward columns in the aggregated and
-detailed profiles. A ``generate()`` profile adds prefill, decode and whole-call lines.
+detailed profiles. A ``generate()`` profile adds prefill, decode and whole-call lines
+(and, for encoder-decoder models, the encoder pass the prefill includes). Every number
+comes from :mod:`flopsight.analysis.report_figures`; this file only formats.
 
 >>> import torch, flopsight
 >>> from flopsight.renderers.text_renderer import render_text
@@ -24,10 +26,19 @@ detailed profiles. A ``generate()`` profile adds prefill, decode and whole-call 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ..analysis.aggregate import by_depth_and_type
-from ..result import ModuleStats, ProfileResult
+from ..analysis.report_figures import (
+    GenerationFigures,
+    ParallelInfo,
+    SummaryFigures,
+    TrainingFigures,
+    is_training,
+    module_figures,
+    parallel_of,
+    summary_figures,
+)
+from ..result import ProfileResult
+from ..tree import ModuleNode
 from ..units import (
     DEFAULT_PRECISION,
     duration_to_string,
@@ -37,6 +48,8 @@ from ..units import (
     params_to_string,
 )
 
+# ParallelInfo, is_training and parallel_of live in analysis.report_figures; re-exported
+# here, where they were first defined
 __all__ = ["ParallelInfo", "render_text", "render_aggregated", "is_training", "parallel_of"]
 
 RULE = "-" * 78
@@ -56,27 +69,13 @@ _NOTATIONS_TRAINING = _NOTATIONS.replace(
 )
 
 
-@dataclass
-class ParallelInfo:
-    """Parallelism figures for the summary's header lines (from a DeepSpeed engine)."""
-
-    world_size: int = 1
-    dp_size: int = 1
-    mp_size: int = 1
-    batch_size: int | None = None
+def _pct(percent: float) -> str:
+    return f"{round(percent, DEFAULT_PRECISION):g}%"
 
 
-def _pct(part: float, whole: float) -> str:
-    return f"{round(100 * part / whole, DEFAULT_PRECISION) if whole else 0:g}%"
-
-
-def _rate(flops: float, seconds: float) -> str:
-    return flops_to_string(round(flops / seconds, DEFAULT_PRECISION) if seconds else 0)
-
-
-def _per_second(amount: float, seconds: float) -> str:
-    """A summary-line rate, as DeepSpeed prints it (rounded by the unit, not before)."""
-    return flops_to_string(amount / seconds if seconds else 0)
+def _rate(flops_per_second: float) -> str:
+    """A per-module rate, as DeepSpeed prints it (rounded before the unit)."""
+    return flops_to_string(round(flops_per_second, DEFAULT_PRECISION))
 
 
 def _count(n: float) -> str:
@@ -89,39 +88,12 @@ def _indent(text: str, spaces: int) -> str:
     return "\n".join([first] + [" " * spaces + line for line in rest])
 
 
-def is_training(result: ProfileResult) -> bool:
-    """True when the profile measured a backward pass or an optimizer step."""
-    phases = result.phases
-    return (
-        "backward" in phases
-        or "step" in phases
-        or bool(result.spans.get("backward"))
-        or bool(result.spans.get("step"))
-    )
-
-
-def parallel_of(result: ProfileResult, given: ParallelInfo | None) -> ParallelInfo:
-    """``given`` (a DeepSpeed engine's figures), else what the run recorded: under
-    torch.distributed every rank is a data-parallel rank (world size = dp size, mp 1)."""
-    if given is not None:
-        return given
-    world = int(result.metadata.world_size or 1)
-    return ParallelInfo(world_size=world, dp_size=world, mp_size=1)
-
-
 class _Report:
     def __init__(self, result: ProfileResult, parallel: ParallelInfo | None):
         self.result = result
         self.parallel = parallel
         self.unit = "GPU" if result.metadata.device_type == "cuda" else "device"
         self.training = is_training(result)
-        total = result.total
-        self.params = total.params
-        self.macs = total.forward.macs
-        self.flops = total.forward.flops
-        self.latency = total.forward.latency
-        # the detailed tree's backward percentages are of the model's measured backward
-        self.bwd = total.backward
         self.lines: list[str] = []
 
     def add(self, *lines: str) -> None:
@@ -133,64 +105,51 @@ class _Report:
     # -- summary --------------------------------------------------------------------------
     def summary(self, profile_step: int) -> None:
         u = self.unit
-        notations = _NOTATIONS_TRAINING if self.training else _NOTATIONS
+        f: SummaryFigures = summary_figures(self.result, self.parallel)
+        notations = _NOTATIONS_TRAINING if f.training_report else _NOTATIONS
         self.add("", " flopsight ".center(78, "-"), f"Profile Summary at step {profile_step}:", notations)
-        # forward-only reports print the header only for an engine, as DeepSpeed does;
-        # training reports always do (DeepSpeed's engine report always has it)
-        parallel = parallel_of(self.result, self.parallel) if self.training else self.parallel
-        mp = parallel.mp_size if parallel else 1
-        iteration = self.result.iteration if self.training else None
+        parallel = f.parallel
         if parallel:
             self.kv("world size: ", parallel.world_size)
             self.kv("data parallel size: ", parallel.dp_size)
-            self.kv("model parallel size: ", mp)
-            batch = parallel.batch_size
-            if batch is None and iteration is not None and iteration.samples and iteration.micro_batches:
-                batch = _count(iteration.samples / iteration.micro_batches)
-            if batch is not None:
-                self.kv(f"batch size per {u}: ", batch)
-        if iteration is not None:
-            self._repeats(iteration)
-        self.kv(f"params per {u}: ", params_to_string(self.params))
-        self.kv(f"params of model = params per {u} * mp_size: ", params_to_string(self.params * mp))
-        self.kv(f"fwd MACs per {u}: ", macs_to_string(self.macs))
-        self.kv(f"fwd flops per {u}: ", number_to_string(self.flops))
-        self.kv(f"fwd flops of model = fwd flops per {u} * mp_size: ", number_to_string(self.flops * mp))
-        self.kv("fwd latency: ", duration_to_string(self.latency))
+            self.kv("model parallel size: ", parallel.mp_size)
+            if f.batch_size is not None:
+                self.kv(f"batch size per {u}: ", _count(f.batch_size) if f.batch_size_measured else f.batch_size)
+        if f.training_report:
+            # Gradient accumulation (several forwards and backwards per step) or a span of
+            # several steps: every figure below is a total over the whole span.
+            if f.micro_batches > 1:
+                self.kv("micro-batches (figures below are totals over all of them): ", f.micro_batches)
+            if f.optimizer_steps > 1:
+                self.kv("optimizer steps (figures below are totals over all of them): ", f.optimizer_steps)
+        self.kv(f"params per {u}: ", params_to_string(f.params))
+        self.kv(f"params of model = params per {u} * mp_size: ", params_to_string(f.params_of_model))
+        self.kv(f"fwd MACs per {u}: ", macs_to_string(f.fwd.macs))
+        self.kv(f"fwd flops per {u}: ", number_to_string(f.fwd.flops))
+        self.kv(f"fwd flops of model = fwd flops per {u} * mp_size: ", number_to_string(f.fwd_flops_of_model))
+        self.kv("fwd latency: ", duration_to_string(f.fwd.latency))
         self.kv(
             f"fwd FLOPS per {u} = fwd flops per {u} / fwd latency: ",
-            flops_to_string(self.flops / self.latency if self.latency else 0),
+            flops_to_string(f.fwd_flops_per_second),
         )
-        if iteration is not None:
-            self._training(iteration, parallel)
-        generation = self.result.generation
-        if generation is not None:
-            self._generation(generation, batch_printed=parallel is not None and parallel.batch_size is not None)
-        unsupported = self.result.unsupported_ops
-        if unsupported:
-            listed = ", ".join(f"{name} x{calls}" for name, calls in sorted(unsupported.items()))
+        if f.training is not None:
+            self._training(f.training)
+        if f.generation is not None:
+            self._generation(f.generation, batch_printed=parallel is not None and parallel.batch_size is not None)
+        if f.unsupported_ops:
+            listed = ", ".join(f"{name} x{calls}" for name, calls in f.unsupported_ops)
             self.kv("ops not counted (no formula): ", listed)
-        if self.result.metadata.error:
-            self.kv("profile incomplete: ", self.result.metadata.error)
+        if f.error:
+            self.kv("profile incomplete: ", f.error)
 
-    def _repeats(self, it) -> None:
-        # Gradient accumulation (several forwards and backwards per step) or a span of
-        # several steps: every figure below is a total over the whole span.
-        if it.micro_batches > 1:
-            self.kv("micro-batches (figures below are totals over all of them): ", it.micro_batches)
-        if it.step.calls > 1:
-            self.kv("optimizer steps (figures below are totals over all of them): ", it.step.calls)
-
-    def _training(self, it, parallel: ParallelInfo) -> None:
+    def _training(self, t: TrainingFigures) -> None:
         """DeepSpeed's engine lines, from the measured backward and step."""
         u = self.unit
-        fwd_flops, fwd_latency = self.flops, self.latency
-        bwd, rec, step = it.backward, it.recompute, it.step
-        recomputed = "recompute" in self.result.phases
+        bwd, rec, step = t.backward, t.recompute, t.step
         self.kv(f"bwd MACs per {u}: ", macs_to_string(bwd.macs))
         self.kv(f"bwd flops per {u}: ", number_to_string(bwd.flops))
         self.kv("bwd latency: ", duration_to_string(bwd.latency))
-        if recomputed:
+        if rec is not None:
             # Activation checkpointing re-runs forwards inside the backward pass: the
             # hardware did that work too, so the bwd rates count it (DeepSpeed's
             # recompute_fwd_factor, measured); "model FLOPS" below leaves it out.
@@ -199,51 +158,56 @@ class _Report:
             self.kv("recompute latency (part of bwd latency): ", duration_to_string(rec.latency))
             self.kv(
                 f"bwd FLOPS per {u} = (bwd + recompute flops) / bwd latency: ",
-                _per_second(bwd.flops + rec.flops, bwd.latency),
+                flops_to_string(t.bwd_flops_per_second),
             )
             self.kv(
                 f"fwd+bwd FLOPS per {u} = fwd+bwd+recompute flops / fwd+bwd latency: ",
-                _per_second(fwd_flops + bwd.flops + rec.flops, fwd_latency + bwd.latency),
+                flops_to_string(t.fwd_bwd_flops_per_second),
             )
         else:
             self.kv(
                 f"bwd FLOPS per {u} = measured bwd flops per {u} / bwd latency: ",
-                _per_second(bwd.flops, bwd.latency),
+                flops_to_string(t.bwd_flops_per_second),
             )
             self.kv(
                 f"fwd+bwd FLOPS per {u} = (fwd + bwd flops) / (fwd+bwd latency): ",
-                _per_second(fwd_flops + bwd.flops, fwd_latency + bwd.latency),
+                flops_to_string(t.fwd_bwd_flops_per_second),
             )
         self.kv(f"step flops per {u}: ", number_to_string(step.flops))
         self.kv("step latency: ", duration_to_string(step.latency))
-        iter_flops = fwd_flops + bwd.flops + rec.flops + step.flops
-        parts = "fwd + bwd + recompute + step" if recomputed else "fwd + bwd + step"
-        self.kv(f"iter flops per {u} = {parts} flops: ", number_to_string(iter_flops))
-        self.kv("iter latency: ", duration_to_string(it.latency))
-        self.kv(f"FLOPS per {u} = iter flops per {u} / iter latency: ", _per_second(iter_flops, it.latency))
-        if recomputed:
+        parts = "fwd + bwd + recompute + step" if rec is not None else "fwd + bwd + step"
+        self.kv(f"iter flops per {u} = {parts} flops: ", number_to_string(t.iter_flops))
+        self.kv("iter latency: ", duration_to_string(t.iter_latency))
+        self.kv(f"FLOPS per {u} = iter flops per {u} / iter latency: ", flops_to_string(t.iter_flops_per_second))
+        if t.model_flops_per_second is not None:
             self.kv(
                 f"model FLOPS per {u} = (iter - recompute flops) / iter latency: ",
-                _per_second(iter_flops - rec.flops, it.latency),
+                flops_to_string(t.model_flops_per_second),
             )
-        if it.samples:
+        if t.samples_per_second is not None:
             # samples of every data-parallel rank (DeepSpeed multiplies by the world size,
             # which overcounts under model parallelism)
             label = "samples/second = samples per {} * dp_size / iter latency: ".format(u)
-            self.kv(label, _count(it.samples * parallel.dp_size / it.latency if it.latency else 0))
+            self.kv(label, _count(t.samples_per_second))
 
-    def _generation(self, g, batch_printed: bool) -> None:
+    def _generation(self, gf: GenerationFigures, batch_printed: bool) -> None:
         """generate(): the prompt's prefill apart from the decode steps, then the whole call."""
         u = self.unit
+        g = gf.stats
         if not batch_printed:
             self.kv(f"batch size per {u}: ", g.batch_size)
         self.kv("new tokens per sequence (prefill + decode steps): ", g.new_tokens)
+        if g.encoder is not None:
+            # encoder-decoder models: the encoder runs once, outside the model's calls
+            self.kv(f"encoder MACs per {u} (part of prefill): ", macs_to_string(g.encoder.macs))
+            self.kv(f"encoder flops per {u} (part of prefill): ", number_to_string(g.encoder.flops))
+            self.kv("encoder latency (part of prefill): ", duration_to_string(g.encoder.latency))
         self.kv(f"prefill MACs per {u}: ", macs_to_string(g.prefill.macs))
         self.kv(f"prefill flops per {u}: ", number_to_string(g.prefill.flops))
         self.kv("prefill latency: ", duration_to_string(g.prefill.latency))
         self.kv(
             f"prefill FLOPS per {u} = prefill flops / prefill latency: ",
-            _per_second(g.prefill.flops, g.prefill.latency),
+            flops_to_string(gf.prefill_flops_per_second),
         )
         self.kv("decode steps: ", g.decode.calls)
         if g.decode.calls:
@@ -252,25 +216,25 @@ class _Report:
             self.kv("decode latency per step: ", duration_to_string(g.per_step.latency))
             self.kv(
                 f"decode FLOPS per {u} = decode flops / decode latency: ",
-                _per_second(g.decode.flops, g.decode.latency),
+                flops_to_string(gf.decode_flops_per_second),
             )
             self.kv("decode MACs per generated token = per step / batch size: ", macs_to_string(g.per_token.macs))
             self.kv("decode flops per generated token = per step / batch size: ", number_to_string(g.per_token.flops))
             self.kv("decode latency per generated token = per step / batch size: ", duration_to_string(g.per_token.latency))
             self.kv(
                 "decode tokens/second = batch size * decode steps / decode latency: ",
-                _count(g.batch_size * g.decode.calls / g.decode.latency if g.decode.latency else 0),
+                _count(gf.decode_tokens_per_second),
             )
         self.kv(f"generate() MACs per {u}: ", macs_to_string(g.total.macs))
         self.kv(f"generate() flops per {u}: ", number_to_string(g.total.flops))
         self.kv("generate() latency: ", duration_to_string(g.total.latency))
         self.kv(
             f"generate() FLOPS per {u} = generate() flops / generate() latency: ",
-            _per_second(g.total.flops, g.total.latency),
+            flops_to_string(gf.flops_per_second),
         )
         self.kv(
             "tokens/second = batch size * new tokens / generate() latency: ",
-            _count(g.batch_size * g.new_tokens / g.total.latency if g.total.latency else 0),
+            _count(gf.tokens_per_second),
         )
 
     # -- aggregated -----------------------------------------------------------------------
@@ -302,20 +266,19 @@ class _Report:
             )
 
     # -- detailed -------------------------------------------------------------------------
-    def stats_line(self, s: ModuleStats) -> str:
-        fwd = s.forward
+    def stats_line(self, s: ModuleNode) -> str:
+        m = module_figures(s, self.result.total)
         items = [
-            f"{params_to_string(s.params)} = {_pct(s.params, self.params)} Params",
-            f"{macs_to_string(fwd.macs)} = {_pct(fwd.macs, self.macs)} MACs",
-            f"{duration_to_string(fwd.latency)} = {_pct(fwd.latency, self.latency)} latency",
-            _rate(fwd.flops, fwd.latency),
+            f"{params_to_string(m.params)} = {_pct(m.params_share)} Params",
+            f"{macs_to_string(m.macs)} = {_pct(m.macs_share)} MACs",
+            f"{duration_to_string(m.latency)} = {_pct(m.latency_share)} latency",
+            _rate(m.flops_per_second),
         ]
         if self.training:
-            bwd = s.backward
             items += [
-                f"{macs_to_string(bwd.macs)} = {_pct(bwd.macs, self.bwd.macs)} bwd MACs",
-                f"{duration_to_string(bwd.latency)} = {_pct(bwd.latency, self.bwd.latency)} bwd latency",
-                f"{_rate(bwd.flops, bwd.latency)} bwd",
+                f"{macs_to_string(m.bwd_macs)} = {_pct(m.bwd_macs_share)} bwd MACs",
+                f"{duration_to_string(m.bwd_latency)} = {_pct(m.bwd_latency_share)} bwd latency",
+                f"{_rate(m.bwd_flops_per_second)} bwd",
             ]
         if s.ignored:
             items.append("ignored")
@@ -325,13 +288,16 @@ class _Report:
             items.append(s.extra_repr)
         return ", ".join(items)
 
-    def module_repr(self, s: ModuleStats) -> str:
+    def module_repr(self, s: ModuleNode) -> str:
         # the shape of nn.Module.__repr__, rendered from the result (the model is not touched)
         extra = self.stats_line(s).split("\n")
         children = []
         for child in s.children:
             key = child.rpartition(".")[2] if s.name else child
-            children.append(f"({key}): " + _indent(self.module_repr(self.result.modules[child]), 2))
+            node = self.result.module(child)
+            children.append(f"({key}): " + _indent(self.module_repr(node), 2))
+            for alias in node.aliases:  # `self.b = self.a`: the same module, shown once
+                children.append(f"({alias}): same module as ({key})")
         if len(extra) == 1 and not children:
             return f"{s.type_name}({extra[0]})"
         return f"{s.type_name}(\n  " + "\n  ".join(extra + children) + "\n)"

@@ -1,0 +1,274 @@
+"""The figures a report prints, derived from a result: pure functions, no formatting.
+
+The text renderer formats what :func:`summary_figures` and :func:`module_figures` return
+and computes nothing itself: rates (FLOPS, samples/s, tokens/s), shares of the model's
+totals, the model-parallel scaling of the summary and the parallelism header live here.
+
+>>> import torch, flopsight
+>>> model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
+>>> result = flopsight.profile(model, torch.ones(1, 4), clock=flopsight.FakeClock())
+>>> f = summary_figures(result)
+>>> f.params, f.fwd.macs, f.training
+(58, 48, None)
+>>> m = module_figures(result.module("0"), result.total)
+>>> m.macs, m.macs_share     # percent of the model's forward MACs: 32 of 48
+(32, 66.66666666666667)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..result import ProfileResult
+from ..stats import Stats
+from ..tree import ModuleNode
+from .training import GenerationStats
+
+__all__ = [
+    "ParallelInfo",
+    "TrainingFigures",
+    "GenerationFigures",
+    "SummaryFigures",
+    "ModuleFigures",
+    "is_training",
+    "parallel_of",
+    "rate",
+    "share",
+    "summary_figures",
+    "training_figures",
+    "generation_figures",
+    "module_figures",
+]
+
+
+@dataclass
+class ParallelInfo:
+    """Parallelism figures for the summary's header lines (from a DeepSpeed engine)."""
+
+    world_size: int = 1
+    dp_size: int = 1
+    mp_size: int = 1
+    batch_size: int | None = None
+
+
+def rate(amount: float, seconds: float) -> float:
+    """``amount`` per second; 0 when no time was measured (never divides by zero).
+
+    >>> rate(10, 4), rate(10, 0)
+    (2.5, 0)
+    """
+    return amount / seconds if seconds else 0
+
+
+def share(part: float, whole: float) -> float:
+    """``part`` as a percentage of ``whole`` (0 when ``whole`` is 0).
+
+    >>> share(1, 4), share(3, 0)
+    (25.0, 0)
+    """
+    return 100 * part / whole if whole else 0
+
+
+def is_training(result: ProfileResult) -> bool:
+    """True when the profile measured a backward pass or an optimizer step."""
+    phases = result.phases
+    return (
+        "backward" in phases
+        or "step" in phases
+        or bool(result.spans.get("backward"))
+        or bool(result.spans.get("step"))
+    )
+
+
+def parallel_of(result: ProfileResult, given: ParallelInfo | None) -> ParallelInfo:
+    """``given`` (a DeepSpeed engine's figures), else what the run recorded: under
+    torch.distributed every rank is a data-parallel rank (world size = dp size, mp 1)."""
+    if given is not None:
+        return given
+    world = int(result.metadata.world_size or 1)
+    return ParallelInfo(world_size=world, dp_size=world, mp_size=1)
+
+
+@dataclass
+class TrainingFigures:
+    """DeepSpeed's engine lines, from the measured backward, recompute and step.
+
+    ``recompute`` is None when activation checkpointing re-ran nothing; then the bwd rates
+    are of the backward alone and ``model_flops_per_second`` is None. ``iter_flops`` is
+    every phase's FLOPs (recompute included); ``samples_per_second`` counts the samples
+    of every data-parallel rank (None when the batch size is unknown).
+    """
+
+    backward: Stats
+    recompute: Stats | None
+    step: Stats
+    bwd_flops_per_second: float
+    fwd_bwd_flops_per_second: float
+    iter_flops: int
+    iter_latency: float
+    iter_flops_per_second: float
+    model_flops_per_second: float | None
+    samples_per_second: float | None
+
+
+@dataclass
+class GenerationFigures:
+    """generate(): the :class:`~flopsight.analysis.training.GenerationStats` and the rates
+    the report prints from them."""
+
+    stats: GenerationStats
+    prefill_flops_per_second: float
+    decode_flops_per_second: float
+    decode_tokens_per_second: float
+    flops_per_second: float
+    tokens_per_second: float
+
+    @property
+    def encoder(self) -> Stats | None:
+        return self.stats.encoder
+
+
+@dataclass
+class SummaryFigures:
+    """Every number of the report's summary block.
+
+    ``parallel`` is None when the header lines (world, data- and model-parallel size) are
+    not printed: forward-only reports print them only for a DeepSpeed engine, training
+    reports always. ``batch_size`` is the header's batch size per device: the engine's,
+    or (``batch_size_measured``) samples per micro-batch. ``micro_batches`` and
+    ``optimizer_steps`` are None outside training reports.
+    """
+
+    training_report: bool
+    parallel: ParallelInfo | None
+    batch_size: float | None
+    batch_size_measured: bool
+    micro_batches: int | None
+    optimizer_steps: int | None
+    params: int
+    params_of_model: int
+    fwd: Stats
+    fwd_flops_of_model: int
+    fwd_flops_per_second: float
+    training: TrainingFigures | None
+    generation: GenerationFigures | None
+    unsupported_ops: list[tuple[str, int]]
+    error: str | None
+
+
+def training_figures(result: ProfileResult, parallel: ParallelInfo) -> TrainingFigures:
+    """The training lines' figures (``parallel`` gives the data-parallel size)."""
+    it = result.iteration
+    fwd = result.total.forward
+    bwd, rec, step = it.backward, it.recompute, it.step
+    recomputed = "recompute" in result.phases
+    iter_flops = fwd.flops + bwd.flops + rec.flops + step.flops
+    if recomputed:
+        bwd_rate = rate(bwd.flops + rec.flops, bwd.latency)
+        fwd_bwd_rate = rate(fwd.flops + bwd.flops + rec.flops, fwd.latency + bwd.latency)
+        model_rate = rate(iter_flops - rec.flops, it.latency)
+    else:
+        bwd_rate = rate(bwd.flops, bwd.latency)
+        fwd_bwd_rate = rate(fwd.flops + bwd.flops, fwd.latency + bwd.latency)
+        model_rate = None
+    samples = rate(it.samples * parallel.dp_size, it.latency) if it.samples else None
+    return TrainingFigures(
+        backward=bwd,
+        recompute=rec if recomputed else None,
+        step=step,
+        bwd_flops_per_second=bwd_rate,
+        fwd_bwd_flops_per_second=fwd_bwd_rate,
+        iter_flops=iter_flops,
+        iter_latency=it.latency,
+        iter_flops_per_second=rate(iter_flops, it.latency),
+        model_flops_per_second=model_rate,
+        samples_per_second=samples,
+    )
+
+
+def generation_figures(result: ProfileResult) -> GenerationFigures | None:
+    """The generate() lines' figures (None for other profiles)."""
+    g = result.generation
+    if g is None:
+        return None
+    return GenerationFigures(
+        stats=g,
+        prefill_flops_per_second=rate(g.prefill.flops, g.prefill.latency),
+        decode_flops_per_second=rate(g.decode.flops, g.decode.latency),
+        decode_tokens_per_second=rate(g.batch_size * g.decode.calls, g.decode.latency),
+        flops_per_second=rate(g.total.flops, g.total.latency),
+        tokens_per_second=rate(g.batch_size * g.new_tokens, g.total.latency),
+    )
+
+
+def summary_figures(result: ProfileResult, parallel: ParallelInfo | None = None) -> SummaryFigures:
+    """The summary block's figures; ``parallel`` is a DeepSpeed engine's (or None)."""
+    training = is_training(result)
+    # forward-only reports print the header only for an engine, as DeepSpeed does;
+    # training reports always do (DeepSpeed's engine report always has it)
+    header = parallel_of(result, parallel) if training else parallel
+    mp = header.mp_size if header else 1
+    it = result.iteration if training else None
+    batch, measured = None, False
+    if header is not None:
+        batch = header.batch_size
+        if batch is None and it is not None and it.samples and it.micro_batches:
+            batch, measured = it.samples / it.micro_batches, True
+    total = result.total
+    fwd = total.forward
+    return SummaryFigures(
+        training_report=training,
+        parallel=header,
+        batch_size=batch,
+        batch_size_measured=measured,
+        micro_batches=it.micro_batches if it is not None else None,
+        optimizer_steps=it.step.calls if it is not None else None,
+        params=total.params,
+        params_of_model=total.params * mp,
+        fwd=Stats(fwd.macs, fwd.flops, fwd.latency, fwd.calls),
+        fwd_flops_of_model=fwd.flops * mp,
+        fwd_flops_per_second=rate(fwd.flops, fwd.latency),
+        training=training_figures(result, header) if training else None,
+        generation=generation_figures(result),
+        unsupported_ops=sorted(result.unsupported_ops.items()),
+        error=result.metadata.error or None,
+    )
+
+
+@dataclass
+class ModuleFigures:
+    """One module's line of the detailed profile: its inclusive figures and their shares
+    (percent) of the model's totals; the backward ones are of the measured backward."""
+
+    params: int
+    params_share: float
+    macs: int
+    macs_share: float
+    latency: float
+    latency_share: float
+    flops_per_second: float
+    bwd_macs: int
+    bwd_macs_share: float
+    bwd_latency: float
+    bwd_latency_share: float
+    bwd_flops_per_second: float
+
+
+def module_figures(stats: ModuleNode, total: ModuleNode) -> ModuleFigures:
+    """``stats``'s figures against the model's ``total`` (the root's stats)."""
+    fwd, bwd = stats.forward, stats.backward
+    all_fwd, all_bwd = total.forward, total.backward
+    return ModuleFigures(
+        params=stats.params,
+        params_share=share(stats.params, total.params),
+        macs=fwd.macs,
+        macs_share=share(fwd.macs, all_fwd.macs),
+        latency=fwd.latency,
+        latency_share=share(fwd.latency, all_fwd.latency),
+        flops_per_second=rate(fwd.flops, fwd.latency),
+        bwd_macs=bwd.macs,
+        bwd_macs_share=share(bwd.macs, all_bwd.macs),
+        bwd_latency=bwd.latency,
+        bwd_latency_share=share(bwd.latency, all_bwd.latency),
+        bwd_flops_per_second=rate(bwd.flops, bwd.latency),
+    )
