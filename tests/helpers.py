@@ -10,7 +10,20 @@ from torch import nn
 
 import flopsight
 from flopsight.formulas import REGISTRY, Cost, Registry
-from flopsight.result import PhaseStats, ProfileResult
+from flopsight.result import ProfileResult
+from flopsight.stats import Stats
+
+
+class _Run(nn.Module):
+    """A bare root whose call runs one function: everything the function runs is the root's."""
+
+    def __init__(self, fn: Callable, args: tuple, kwargs: dict):
+        super().__init__()
+        self._run = (fn, args, kwargs)  # a tuple: a module among them is not a submodule
+
+    def forward(self) -> Any:
+        fn, args, kwargs = self._run
+        return fn(*args, **kwargs)
 
 
 def run_profiled(fn: Callable, *args: Any, registry: Registry | None = None, **kwargs: Any) -> ProfileResult:
@@ -18,12 +31,13 @@ def run_profiled(fn: Callable, *args: Any, registry: Registry | None = None, **k
 
     ``registry``: the formulas to count with (default: flopsight's global registry).
     """
-    with flopsight.Profiler(nn.Module(), registry=registry) as prof:
-        fn(*args, **kwargs)
+    root = _Run(fn, args, kwargs)
+    with flopsight.Profiler(root, registry=registry) as prof:
+        root()
     return prof.result
 
 
-def measure(fn: Callable, *args: Any, registry: Registry | None = None, **kwargs: Any) -> PhaseStats:
+def measure(fn: Callable, *args: Any, registry: Registry | None = None, **kwargs: Any) -> Stats:
     """MACs/FLOPs of ``fn(*args, **kwargs)``."""
     return run_profiled(fn, *args, registry=registry, **kwargs).total.forward
 
@@ -33,7 +47,7 @@ def ops_of(
 ) -> dict[str, tuple[int, int, int]]:
     """op name -> (calls, macs, flops) for ``fn(*args, **kwargs)``."""
     result = run_profiled(fn, *args, registry=registry, **kwargs)
-    return {o.name: (o.calls, o.macs, o.flops) for o in result.ops()}
+    return {name: (o.calls, o.macs, o.flops) for name, o in result.ops().items()}
 
 
 def to_device(value: Any, device: str, _memo: dict | None = None) -> Any:
@@ -137,7 +151,7 @@ def layer_backward(
     ops: dict[str, tuple[int, int, int]] = {}
     for stats in result.modules.values():  # the layer and its submodules
         if stats.name == "layer" or stats.name.startswith("layer."):
-            for name, o in stats.self_ops.get("backward", {}).items():
+            for name, o in stats.ops.get("backward", {}).items():
                 calls, macs, flops = ops.get(name, (0, 0, 0))
                 ops[name] = (calls + o.calls, macs + o.macs, flops + o.flops)
     total = result.module("layer").backward

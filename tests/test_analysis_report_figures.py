@@ -14,42 +14,49 @@ from flopsight.analysis.report_figures import (
     summary_figures,
     training_figures,
 )
-from flopsight.result import CallStats, ModuleStats, PhaseStats, ProfileResult
+from flopsight.metadata import Metadata
+from flopsight.result import ModelCall, ModuleStats, ProfileResult
+from flopsight.stats import Stats
 
 
 def module(name, parent, children, params, **phases):
     return ModuleStats(
-        name=name, type_name="M", depth=0 if name == "" else 1, parent=parent, children=children,
-        params=params, params_trainable=params, self_phases=phases,
+        name=name, type_name="M", depth=0 if name == "" else 1, parent=parent, children=tuple(children),
+        params=params, params_trainable=params, phases=phases,
     )
+
+
+def call(macs, flops, latency, batch_size):
+    """One call of the model itself."""
+    return ModelCall("", Stats(macs, flops, latency, 1), batch_size)
 
 
 def forward_only(world_size=1):
     """Root (2 params, 4 MACs of its own) with one child fc (6 params, 12 MACs); one call of 0.5 s
     of which the child took 0.125 s."""
     modules = {
-        "": module("", None, ["fc"], 8, forward=PhaseStats(4, 10, 0.375, 1)),
-        "fc": module("fc", "", [], 6, forward=PhaseStats(12, 30, 0.125, 1)),
+        "": module("", None, ["fc"], 8, forward=Stats(4, 10, 0.375, 1)),
+        "fc": module("fc", "", [], 6, forward=Stats(12, 30, 0.125, 1)),
     }
-    meta = {"world_size": world_size, "mode": "forward"}
+    meta = Metadata(world_size=world_size, mode="forward")
     return ProfileResult(modules, metadata=meta, spans={"forward": [0.5], "iteration": [0.5]},
-                         root_calls=[CallStats(16, 40, 0.5, 4)])
+                         calls=[call(16, 40, 0.5, 4)])
 
 
 def training(recompute=False):
     """fwd 20 FLOPs in 0.5 s, bwd 40 in 1 s, step 6 in 0.25 s, the whole span 2 s, 4 samples;
     with ``recompute``, fc re-ran its forward (10 FLOPs, 0.25 s) during the backward."""
-    fc = {"forward": PhaseStats(8, 16, 0.25, 1), "backward": PhaseStats(16, 32, 0.5, 0)}
+    fc = {"forward": Stats(8, 16, 0.25, 1), "backward": Stats(16, 32, 0.5, 0)}
     if recompute:
-        fc["recompute"] = PhaseStats(5, 10, 0.25, 1)
+        fc["recompute"] = Stats(5, 10, 0.25, 1)
     modules = {
-        "": module("", None, ["fc"], 8, forward=PhaseStats(2, 4, 0.25, 1), backward=PhaseStats(4, 8, 0.5, 0),
-                   step=PhaseStats(0, 6, 0.25, 1)),
+        "": module("", None, ["fc"], 8, forward=Stats(2, 4, 0.25, 1), backward=Stats(4, 8, 0.5, 0),
+                   step=Stats(0, 6, 0.25, 1)),
         "fc": module("fc", "", [], 6, **fc),
     }
     spans = {"forward": [0.5], "backward": [1.0], "step": [0.25], "iteration": [2.0]}
-    return ProfileResult(modules, metadata={"world_size": 1, "mode": "custom"}, spans=spans,
-                         root_calls=[CallStats(10, 20, 0.5, 4)])
+    return ProfileResult(modules, metadata=Metadata(world_size=1, mode="custom"), spans=spans,
+                         calls=[call(10, 20, 0.5, 4)])
 
 
 def test_rate_and_share_never_divide_by_zero():
@@ -74,9 +81,9 @@ def test_an_engine_scales_params_and_flops_by_the_model_parallel_size():
 
 
 def test_unsupported_ops_are_sorted_and_an_error_is_passed_on():
-    result = forward_only()
-    result.unsupported_ops.update({"aten.b": 2, "aten.a": 1})
-    result.metadata["error"] = "RuntimeError raised in module 'fc'"
+    base = forward_only()
+    result = ProfileResult(base.modules, {"aten.b": 2, "aten.a": 1},
+                           Metadata(mode="forward", error="RuntimeError raised in module 'fc'"), calls=base.calls)
     f = summary_figures(result)
     assert f.unsupported_ops == [("aten.a", 1), ("aten.b", 2)]
     assert f.error == "RuntimeError raised in module 'fc'"
@@ -131,9 +138,9 @@ def test_training_summary_has_the_header_and_the_measured_batch():
 def test_generation_figures():
     # three calls of the model: 12, 4 and 4 FLOPs (0.5 s, 0.25 s, 0.25 s), batch 2; the
     # whole generate() call took 1.25 s
-    modules = {"": module("", None, [], 0, forward=PhaseStats(10, 20, 1.0, 3))}
-    calls = [CallStats(6, 12, 0.5, 2), CallStats(2, 4, 0.25, 2), CallStats(2, 4, 0.25, 2)]
-    result = ProfileResult(modules, metadata={"mode": "generate"}, root_calls=calls,
+    modules = {"": module("", None, [], 0, forward=Stats(10, 20, 1.0, 3))}
+    calls = [call(6, 12, 0.5, 2), call(2, 4, 0.25, 2), call(2, 4, 0.25, 2)]
+    result = ProfileResult(modules, metadata=Metadata(mode="generate"), calls=calls,
                            spans={"forward": [0.5, 0.25, 0.25], "iteration": [1.25]})
     g = generation_figures(result)
     assert g.encoder is None

@@ -62,7 +62,7 @@ def test_func_name_profiles_any_method():
 
     result = flopsight.profile(WithEncode(), torch.ones(2, 4), func_name="encode")
     assert result.module("proj").forward.macs == 2 * 4 * 3
-    assert result.metadata["method"] == "encode"
+    assert result.metadata.method == "encode"
 
 
 def test_output_file_in_a_missing_directory(tmp_path):

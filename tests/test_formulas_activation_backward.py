@@ -162,7 +162,7 @@ def test_mish_is_one_unit_forward_and_backward(device):
     x = torch.randn(SHAPE, device=device, requires_grad=True)
     with flopsight.Profiler(model) as prof:
         model(x).sum().backward()
-    ops = prof.result.module("0").self_ops
+    ops = prof.result.module("0").ops
     assert {name: (o.calls, o.flops) for name, o in ops["forward"].items()} == {"mish": (1, N)}
     assert {name: (o.calls, o.flops) for name, o in ops["backward"].items()} == {"mish.backward": (1, 2 * N)}
 

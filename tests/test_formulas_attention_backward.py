@@ -423,7 +423,7 @@ def encoder_layer_backward_hand(*, N, L, D, H, F, x_grad):
 
 
 def costly_self_backward(result, name) -> dict[str, tuple[int, int, int]]:
-    ops = result.module(name).self_ops.get("backward", {})
+    ops = result.module(name).ops.get("backward", {})
     return {op: (s.calls, s.macs, s.flops) for op, s in ops.items() if s.macs or s.flops}
 
 
@@ -444,7 +444,7 @@ def test_transformer_encoder_layer_training_step(x_grad, activation):
             assert (device, name, costly_self_backward(result, name)) == (device, name, ops)
         # the norms run their own backward kernel (its cost is the norm family's)
         for norm in ("norm1", "norm2"):
-            assert result.module(norm).self_ops["backward"]["aten.native_layer_norm_backward"].calls == 1
+            assert result.module(norm).ops["backward"]["aten.native_layer_norm_backward"].calls == 1
 
 
 # -- HF BERT: SDPA vs eager attention in training ----------------------------------------------
@@ -474,9 +474,9 @@ def test_hf_bert_backward_is_the_same_with_sdpa_and_eager_attention():
         name = f"encoder.layer.{layer}.attention.self"
         s, e = sdpa.module(name).self.backward, eager.module(name).self.backward
         assert (s.macs, s.flops) == (e.macs, e.flops) == core
-        costly = {op for op, stats in sdpa.module(name).self_ops["backward"].items() if stats.flops}
+        costly = {op for op, stats in sdpa.module(name).ops["backward"].items() if stats.flops}
         assert costly == {"scaled_dot_product_attention.backward"}
-        costly = {op for op, stats in eager.module(name).self_ops["backward"].items() if stats.flops}
+        costly = {op for op, stats in eager.module(name).ops["backward"].items() if stats.flops}
         assert costly == {"aten.bmm", "aten.mul", "aten._softmax_backward_data", "dropout.backward"}
     assert (sdpa.total.backward.macs, sdpa.total.backward.flops) == (eager.total.backward.macs,
                                                                       eager.total.backward.flops)
@@ -507,5 +507,5 @@ def test_hf_llama_backward_is_the_same_with_sdpa_and_eager_attention():
                                                                       eager.total.backward.flops)
     # per layer: B=2, H=4, L=S=12, head dim 8; dK, dV of 2 KV heads summed over groups of 2
     core = sdpa_backward_hand(2 * 4, 12, 12, 8, 8, dropout=True, summed=2 * 4 * 12 * 8 * 2)
-    unit = sdpa.module("model.layers.0.self_attn").self_ops["backward"]["scaled_dot_product_attention.backward"]
+    unit = sdpa.module("model.layers.0.self_attn").ops["backward"]["scaled_dot_product_attention.backward"]
     assert (unit.calls, unit.macs, unit.flops) == (1, *core)

@@ -188,4 +188,4 @@ def test_moe_experts_count_the_same_with_every_implementation():
             result = flopsight.profile(model, (ids,), warm_up=0)
         experts = result.module("model.layers.0.mlp.experts")
         assert experts.forward.macs == expected, implementation
-        assert experts.self_ops["forward"][kernel].macs == expected, implementation
+        assert experts.ops["forward"][kernel].macs == expected, implementation

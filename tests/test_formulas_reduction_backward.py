@@ -127,4 +127,4 @@ def test_sparse_coalesce_adds_duplicate_values():
     x = torch.sparse_coo_tensor(i, v, (5, 4), check_invariants=True)
     with flopsight.Profiler(nn.Module()) as prof:
         x.coalesce()
-    assert {o.name: o.flops for o in prof.result.ops()}["aten._coalesce"] == 3 * 4  # one add per stored value
+    assert {name: o.flops for name, o in prof.result.ops().items()}["aten._coalesce"] == 3 * 4  # one add per stored value

@@ -124,7 +124,7 @@ def test_lstm_on_cpu_runs_the_fused_kernel_counted_at_dispatch():
     args = (torch.randn(5, 2, 3),)
     with torch.no_grad(), flopsight.Profiler(nn.Module(), registry=OP_BY_OP) as prof:
         lstm(*args)
-    ops = {o.name: o for o in prof.result.ops()}
+    ops = prof.result.ops()
     assert ops["aten.mkldnn_rnn_layer"].calls == 4  # 2 layers * 2 directions
     assert ops["aten.mkldnn_rnn_layer"].macs == 20 * (112 + 192)
 
@@ -266,9 +266,9 @@ def test_lstm_module_gets_its_cost_and_a_latency():
     assert result.unsupported_ops == {}
     lstm = result.module("lstm")
     assert (lstm.forward.macs, lstm.forward.flops) == (10 * 112, 10 * 308)
-    assert set(lstm.self_ops["forward"]) >= {"lstm"}
-    assert lstm.self_ops["forward"]["lstm"].calls == 1
-    assert "aten.mkldnn_rnn_layer" not in lstm.self_ops["forward"]  # counted once, as the unit
+    assert set(lstm.ops["forward"]) >= {"lstm"}
+    assert lstm.ops["forward"]["lstm"].calls == 1
+    assert "aten.mkldnn_rnn_layer" not in lstm.ops["forward"]  # counted once, as the unit
     assert lstm.forward.latency > 0  # DeepSpeed reports 0 for RNN modules
     head = result.module("head")
     assert (head.forward.macs, head.forward.flops) == (2 * 4 * 2, 2 * 2 * 4 * 2 + 2 * 2)  # + bias

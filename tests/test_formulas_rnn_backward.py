@@ -455,7 +455,7 @@ def test_training_step_charges_the_lstm_backward_once(device):
     assert result.unsupported_ops == {}
     lstm = result.module("lstm")
     assert (lstm.backward.macs, lstm.backward.flops) == CASES["lstm"][3]  # (1632, 4280): see "lstm"
-    ops = lstm.self_ops["backward"]
+    ops = lstm.ops["backward"]
     assert ops["lstm.backward"].calls == 1
     assert (ops["lstm.backward"].macs, ops["lstm.backward"].flops) == (1632, 4280)
     assert not any(name.startswith("aten.") and ops[name].flops for name in ops)  # nothing else costs

@@ -8,9 +8,10 @@ import pytest
 import torch
 
 import flopsight
-from flopsight.analysis.training import outside_modules
+from flopsight.metadata import Metadata
 from flopsight.renderers.text_renderer import render_text
-from flopsight.result import CallStats, ModuleStats, PhaseStats, ProfileResult
+from flopsight.result import ModelCall, ModuleStats, ProfileResult
+from flopsight.stats import Stats
 from flopsight.units import macs_to_string
 
 transformers = pytest.importorskip("transformers")
@@ -104,7 +105,7 @@ def test_t5_encoder_flops_and_latency_are_the_encoder_modules():
     result = profile_generate(model, args)
     g = result.generation
     encoder = result.module("encoder").forward
-    first = result.root_calls[0]
+    first = result.root_calls[0].stats
     assert (g.encoder.flops, g.encoder.latency) == (encoder.flops, encoder.latency)
     assert g.encoder.flops == encoder_alone(model, args).flops
     assert g.prefill.flops == encoder.flops + first.flops
@@ -112,8 +113,7 @@ def test_t5_encoder_flops_and_latency_are_the_encoder_modules():
     assert g.prefill.latency + g.decode.latency + g.other.latency == pytest.approx(g.total.latency)
 
 
-def test_t5_a_single_new_token_still_finds_the_encoder():
-    # one model call and one encoder call: the call counts cannot tell them apart, the costs can
+def test_t5_a_single_new_token_has_the_encoder_in_its_prefill():
     model, args = t5()
     result = profile_generate(model, args, max_new_tokens=1, min_new_tokens=1)
     g = result.generation
@@ -139,7 +139,7 @@ def test_encoder_is_the_separately_profiled_encoder_and_the_split_adds_up(build)
     alone = encoder_alone(model, args)
     assert g.encoder_paths == ["model.encoder"]
     assert (g.encoder.macs, g.encoder.flops) == (alone.macs, alone.flops)
-    assert g.prefill.macs == alone.macs + result.root_calls[0].macs
+    assert g.prefill.macs == alone.macs + result.root_calls[0].stats.macs
     assert g.decode.calls == N - 1
     assert g.prefill.macs + g.decode.macs + g.other.macs == g.total.macs == result.total.forward.macs
     assert g.prefill.flops + g.decode.flops + g.other.flops == g.total.flops
@@ -163,20 +163,20 @@ def test_decoder_only_generate_has_no_encoder(fake_clock):
     result = profile_generate(model, (torch.randint(0, 100, (B, L)),), pad_token_id=0)
     g = result.generation
     assert g.encoder is None and g.encoder_paths == []
-    assert g.prefill.macs == result.root_calls[0].macs
+    assert g.prefill.macs == result.root_calls[0].stats.macs
     assert g.prefill.macs + g.decode.macs + g.other.macs == g.total.macs
     assert "encoder" not in render_text(result)
 
 
-# -- outside_modules on hand-made results ----------------------------------------------------
-def hand_made(encoder_macs, decoder_macs, root_calls, forward_spans=None, other_flops=0):
-    """A root with an encoder (run outside the model's calls) and a decoder; ``root_calls``
+# -- the split on hand-made results ------------------------------------------------------------
+def hand_made(encoder_macs, decoder_macs, root_calls, other_flops=0):
+    """A root with an encoder (called once from outside the model) and a decoder; ``root_calls``
     are the model's calls' MACs (their FLOPs are 2x), the encoder's FLOPs 2x its MACs."""
 
     def module(name, parent, children, macs, flops, calls):
         return ModuleStats(
-            name=name, type_name="M", depth=0 if name == "" else 1, parent=parent, children=children,
-            params=0, params_trainable=0, self_phases={"forward": PhaseStats(macs, flops, 0.001 * calls, calls)},
+            name=name, type_name="M", depth=0 if name == "" else 1, parent=parent, children=tuple(children),
+            params=0, params_trainable=0, phases={"forward": Stats(macs, flops, 0.001 * calls, calls)},
         )
 
     modules = {
@@ -185,16 +185,15 @@ def hand_made(encoder_macs, decoder_macs, root_calls, forward_spans=None, other_
         "encoder": module("encoder", "", [], encoder_macs, 2 * encoder_macs, 1),
         "decoder": module("decoder", "", [], decoder_macs, 2 * decoder_macs, len(root_calls)),
     }
-    spans = {} if forward_spans is None else {"forward": [0.001] * forward_spans}
-    calls = [CallStats(m, 2 * m, 0.001, 2) for m in root_calls]
-    return ProfileResult(modules, metadata={"mode": "generate"}, spans=spans, root_calls=calls)
+    encoder = [ModelCall("encoder", Stats(encoder_macs, 2 * encoder_macs, 0.001, 1), 2)] if encoder_macs else []
+    calls = encoder + [ModelCall("", Stats(m, 2 * m, 0.001, 1), 2) for m in root_calls]
+    return ProfileResult(modules, metadata=Metadata(mode="generate"), calls=calls)
 
 
-def test_outside_modules_finds_the_module_that_ran_outside_the_calls():
-    # decoder: 3 calls of 10, 4, 4 MACs; encoder 50 MACs, outside them
-    result = hand_made(50, 18, [10, 4, 4], forward_spans=4, other_flops=7)
-    assert outside_modules(result) == ["encoder"]
-    g = result.generation
+def test_the_encoder_is_the_top_level_call_of_a_submodule():
+    # decoder: 3 calls of 10, 4, 4 MACs; encoder 50 MACs, called by generate() itself
+    g = hand_made(50, 18, [10, 4, 4], other_flops=7).generation
+    assert g.encoder_paths == ["encoder"]
     assert (g.encoder.macs, g.encoder.flops, g.encoder.calls) == (50, 100, 1)
     assert (g.prefill.macs, g.prefill.flops) == (50 + 10, 100 + 20)
     assert (g.decode.macs, g.decode.calls) == (8, 2)
@@ -203,12 +202,7 @@ def test_outside_modules_finds_the_module_that_ran_outside_the_calls():
     assert g.prefill.flops + g.decode.flops + g.other.flops == g.total.flops == 100 + 36 + 7
 
 
-def test_outside_modules_is_empty_when_every_top_level_call_was_the_model():
-    # same costs, but the forward spans say there was no other top-level call
-    assert outside_modules(hand_made(0, 18, [10, 4, 4], forward_spans=3)) == []
-    assert hand_made(0, 18, [10, 4, 4], forward_spans=3).generation.encoder is None
-
-
-def test_outside_modules_without_spans_goes_by_the_costs_alone():
-    assert outside_modules(hand_made(50, 18, [10, 4, 4])) == ["encoder"]
-    assert outside_modules(hand_made(0, 18, [10, 4, 4])) == []
+def test_no_encoder_when_every_top_level_call_was_the_model():
+    g = hand_made(0, 18, [10, 4, 4]).generation
+    assert g.encoder is None and g.encoder_paths == []
+    assert g.prefill.macs == 10
