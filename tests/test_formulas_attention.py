@@ -22,9 +22,27 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import flopsight
 from flopsight.formulas import REGISTRY
+from flopsight.formulas.binding import Binder
 from helpers import measure, measure_cpu_meta, measure_on, meta, ops_of, to_device
 
 aten = torch.ops.aten
+
+
+def kernel_cost(op, *args, out=None, registry=REGISTRY, **kwargs) -> tuple[int, int]:
+    """(MACs, FLOPs) of the formula registered for ``op`` (an overload; a packet means its
+    ``.default``), its arguments bound by the schema as at dispatch: for kernels that cannot
+    run here (CUDA), called with meta tensors in schema order."""
+    overload = op.default if isinstance(op, torch._ops.OpOverloadPacket) else op
+    entry = registry.resolve(overload)
+    assert entry.formula is not None and entry.error is None, (overload, entry.error)
+    cost = entry.cost(out, args, kwargs)
+    return cost.macs, cost.flops
+
+
+def bound_cost(formula, op, *args, out=None, **kwargs) -> tuple[int, int]:
+    """(MACs, FLOPs) of ``formula`` called with ``op``'s arguments bound by its schema."""
+    cost = formula(out, **Binder.of_op(op).bind(args, kwargs))
+    return cost.macs, cost.flops
 
 
 def sdpa_hand(bh, L, S, E, Ev, *, mask=False, dropout=False):
@@ -144,7 +162,7 @@ BIAS = meta(B, H, L, S)
 KERNEL_CASES = {
     "flash": (aten._scaled_dot_product_flash_attention, (*BHLE, 0.1, True), {}, dict(dropout=True)),
     "flash_defaults": (aten._scaled_dot_product_flash_attention, BHLE, {}, {}),
-    "flash_quantized": (aten._scaled_dot_product_flash_attention, (*BHLE, None, None, None, 0.1), {},
+    "flash_quantized": (aten._scaled_dot_product_flash_attention.quantized, (*BHLE, None, None, None, 0.1), {},
                         dict(dropout=True)),
     "efficient": (aten._scaled_dot_product_efficient_attention, (*BHLE, BIAS, True, 0.1), {},
                   dict(mask=True, dropout=True)),
@@ -169,9 +187,7 @@ KERNEL_CASES = {
 @pytest.mark.parametrize("name", list(KERNEL_CASES))
 def test_every_fused_kernel_counts_like_sdpa(name):
     op, args, kwargs, flags = KERNEL_CASES[name]
-    _, formula = REGISTRY.lookup(op)
-    assert formula is not None
-    assert tuple(formula(None, *args, **kwargs)) == sdpa_hand(B * H, L, S, E, EV, **flags)
+    assert kernel_cost(op, *args, **kwargs) == sdpa_hand(B * H, L, S, E, EV, **flags)
 
 
 # Packed variable-length sequences: two sequences of length 5 (queries) and 7 (keys), so
@@ -190,8 +206,7 @@ VARLEN_CASES = {
 @pytest.mark.parametrize("name", list(VARLEN_CASES))
 def test_packed_sequences_of_equal_length_count_exactly(name):
     op, args = VARLEN_CASES[name]
-    _, formula = REGISTRY.lookup(op)
-    assert tuple(formula(None, *args)) == sdpa_hand(2 * H, L, S, E, EV)
+    assert kernel_cost(op, *args) == sdpa_hand(2 * H, L, S, E, EV)
 
 
 def test_packed_sequences_of_unequal_length_are_bounded_without_reading_offsets():
@@ -199,21 +214,25 @@ def test_packed_sequences_of_unequal_length_are_bounded_without_reading_offsets(
     values are never read (meta has none): the bound is min(total_q*max_k, total_k*max_q)
     = min(10*8, 10*8) = 80 per head."""
     q, kv = meta(10, H, E), meta(10, H, E)
-    _, formula = REGISTRY.lookup(aten._flash_attention_forward)
-    assert tuple(formula(None, q, kv, kv, CUM_Q, CUM_K, 8, 8, 0.0, False, False)) == sdpa_hand(H, 10, 8, E, E)
+    assert kernel_cost(aten._flash_attention_forward, q, kv, kv, CUM_Q, CUM_K, 8, 8, 0.0, False, False) == sdpa_hand(
+        H, 10, 8, E, E)
 
 
 def test_varlen_attn_custom_ops():
     """torch.nn.attention.varlen's custom ops (registered only when that module was imported
     before flopsight: importing it costs ~1 s): the same packed-sequence count."""
-    from flopsight.formulas.attention import varlen_attn, varlen_attn_out
+    import torch.nn.attention.varlen  # noqa: F401  (defines the torch_attn ops)
 
+    from flopsight.formulas.attention import varlen_attn
+
+    ops = torch.ops.torch_attn
     args = (VARLEN_Q, VARLEN_K, VARLEN_V, CUM_Q, CUM_K, L, S)
-    assert tuple(varlen_attn(None, *args, True)) == sdpa_hand(2 * H, L, S, E, EV)
-    assert tuple(varlen_attn_out(None, meta(2 * L, H, EV), *args)) == sdpa_hand(2 * H, L, S, E, EV)
+    assert bound_cost(varlen_attn, ops._varlen_attn.default, *args, True) == sdpa_hand(2 * H, L, S, E, EV)
+    assert bound_cost(varlen_attn, ops._varlen_attn_out.default, meta(2 * L, H, EV), *args) == sdpa_hand(
+        2 * H, L, S, E, EV)
     # paged KV cache (block_table, no key offsets): bounded by total_q * max_k
-    assert tuple(varlen_attn(None, VARLEN_Q, meta(4, 16, H, E), meta(4, 16, H, EV), CUM_Q, None, L, S,
-                             block_table=meta(2, 2))) == sdpa_hand(H, 2 * L, S, E, EV)
+    assert bound_cost(varlen_attn, ops._varlen_attn.default, VARLEN_Q, meta(4, 16, H, E), meta(4, 16, H, EV), CUM_Q,
+                      None, L, S, block_table=meta(2, 2)) == sdpa_hand(H, 2 * L, S, E, EV)
 
 
 def test_varlen_ops_registered_when_imported_first():
@@ -229,10 +248,9 @@ def test_varlen_ops_registered_when_imported_first():
 
 
 def test_efficient_forward_takes_maxima_from_its_outputs_when_not_given():
-    _, formula = REGISTRY.lookup(aten._efficient_attention_forward)
     out = (None, None, None, None, L, S)  # (output, lse, seed, offset, max_seqlen_q, max_seqlen_k)
     args = (VARLEN_Q[None], VARLEN_K[None], VARLEN_V[None], None, CUM_Q, CUM_K, None, None, 0.0, 0)
-    assert tuple(formula(out, *args)) == sdpa_hand(2 * H, L, S, E, EV)
+    assert kernel_cost(aten._efficient_attention_forward, *args, out=out) == sdpa_hand(2 * H, L, S, E, EV)
 
 
 # -- nn.MultiheadAttention / F.multi_head_attention_forward --------------------------------

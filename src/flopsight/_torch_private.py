@@ -32,6 +32,10 @@ __all__ = [
     "node_sequence_nr",
     "accumulated_parameter",
     "op_schema",
+    "modes_disabled",
+    "jagged_layout",
+    "flex_attention_ops",
+    "allow_under_mode",
 ]
 
 
@@ -71,6 +75,45 @@ def node_sequence_nr(node) -> int:
 def accumulated_parameter(node):
     """The tensor an ``AccumulateGrad`` node accumulates into."""
     return node.variable
+
+
+def modes_disabled():
+    """A context in which no dispatch or function mode is active (to read tensor values
+    without the profiler counting the reads)."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    return _disable_current_modes()
+
+
+def jagged_layout(t: torch.Tensor) -> tuple:
+    """(lengths or None, offsets, total length, cached max length or None) of a jagged nested
+    tensor's ragged dimension (its internals, read without touching values)."""
+    cached = getattr(t, "_metadata_cache", None) or {}
+    max_len = cached["max_seqlen"].shape[0] if "max_seqlen" in cached else None
+    return t._lengths, t._offsets, t._values.shape[t._ragged_idx - 1], max_len
+
+
+def flex_attention_ops() -> tuple:
+    """flex_attention's forward and backward higher-order operators."""
+    from torch._higher_order_ops.flex_attention import flex_attention, flex_attention_backward
+
+    return flex_attention, flex_attention_backward
+
+
+def allow_under_mode(hop, mode_type: type) -> None:
+    """Let higher-order operator ``hop`` run while a dispatch mode of ``mode_type`` is active:
+    its dense (CompositeExplicitAutograd) implementation runs with the mode re-entered, so the
+    aten ops inside are seen by the mode. Torch has no rule for an unknown mode and raises
+    otherwise. The rule is keyed by ``mode_type`` and so is inert for every other mode."""
+    if mode_type in hop.python_key_table:
+        return
+    dense = hop.py_kernels[torch._C.DispatchKey.CompositeExplicitAutograd]
+
+    def run(mode, *args, **kwargs):
+        with mode:
+            return dense(*args, **kwargs)
+
+    hop.py_impl(mode_type)(run)
 
 
 def op_schema(op: OpOverload):

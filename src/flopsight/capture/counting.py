@@ -8,7 +8,9 @@ returns its result.
 
 from __future__ import annotations
 
-from .._torch_private import TorchDispatchMode, prime_modes
+import torch
+
+from .._torch_private import TorchDispatchMode, allow_under_mode, flex_attention_ops, prime_modes
 from ..formulas.registry import ZERO
 from ..stats import ZERO_STATS
 from .attribution import Attribution
@@ -57,10 +59,24 @@ class CountingSource:
 
     def start(self, ctx: CaptureContext) -> None:
         prime_modes()
-        self._mode = _CountingMode(ctx, self._attribution)
-        self._mode.__enter__()
+        for hop in flex_attention_ops():  # higher-order ops run their aten ops under the mode
+            allow_under_mode(hop, _CountingMode)
+        # Count eagerly: under a dispatch mode dynamo compiles nothing, and eager
+        # flex_attention's torch.compile(fullgraph=True) raises for compiling nothing unless
+        # the stance is not the default. Restored on stop.
+        self._stance = torch.compiler.set_stance("force_eager")
+        self._stance.__enter__()
+        try:
+            self._mode = _CountingMode(ctx, self._attribution)
+            self._mode.__enter__()
+        except BaseException:
+            self._stance.__exit__(None, None, None)
+            raise
 
     def stop(self, ctx: CaptureContext) -> None:
         mode, self._mode = self._mode, None
-        if mode is not None:
-            mode.__exit__(None, None, None)
+        try:
+            if mode is not None:
+                mode.__exit__(None, None, None)
+        finally:
+            self._stance.__exit__(None, None, None)

@@ -1,76 +1,28 @@
-"""Attention: scaled dot-product attention on every backend, multi-head attention, and the
-native fast paths of ``nn.MultiheadAttention`` / ``nn.TransformerEncoderLayer``.
+"""Attention: scaled dot-product attention on every backend (dense, packed, jagged nested),
+multi-head attention, the native fast paths of ``nn.MultiheadAttention`` /
+``nn.TransformerEncoderLayer``, and the ``attention="effective"`` convention option.
 
-Convention (dense)
-------------------
+Convention (dense, the default)
+-------------------------------
 For queries ``(..., Hq, L, E)``, keys ``(..., Hkv, S, E)`` and values ``(..., Hkv, S, Ev)``,
 with ``scores = B * Hq * L * S`` (``B`` the product of the leading batch dims):
 
-* **MACs** = ``scores * E`` (``Q K^T``) + ``scores * Ev`` (``P V``). Grouped-query attention
-  (``Hkv < Hq``) costs the same as with ``Hq`` full heads: every query head does its own
-  products, the KV heads are only shared. Masks and causality are ignored (dense count).
-* **FLOPs** = 2 per MAC, plus one FLOP per score for each of:
+* **MACs** = ``scores * E`` (``Q K^T``) + ``scores * Ev`` (``P V``); grouped-query attention
+  costs what ``Hq`` full heads cost. Masks and causality are ignored.
+* **FLOPs** = 2 per MAC + 1 per score for the scale, 1 for the softmax, 1 for an explicit
+  mask (any dtype) and 1 for dropout on the weights when ``dropout_p > 0``.
 
-  - the scale (``scores * scale``; counted on the scores, wherever a backend applies it --
-    on ``Q`` and ``K`` in the math path, folded into the softmax exponent in flash kernels),
-  - the softmax (1 per element, DeepSpeed's constant),
-  - an explicit ``attn_mask`` of any dtype (every backend applies masks as an additive bias:
-    bool masks are turned into ``0/-inf`` floats before they reach a kernel),
-  - dropout on the attention weights when ``dropout_p > 0`` (the dropout convention: one
-    multiply per element; see :mod:`flopsight.formulas.dropout`).
+With ``attention="effective"`` (:func:`attention_registry`) the same formulas count only the
+score entries that are kept: under a causal mask, a sliding window, the sequences of a packed
+batch (read from the offsets when they have values), a boolean or ``-inf`` mask's kept
+entries (when readable) and a flex ``BlockMask``'s computed blocks. Every per-score term
+applies to the entries counted. docs/conventions/attention.md derives every formula.
 
-  ``is_causal=True`` adds nothing: the causal mask is an index test, not arithmetic, and
-  the dense count does not subtract the skipped upper triangle. (A causal-aware count may
-  come later as a clearly labelled option: :func:`attention_cost` takes ``is_causal`` from
-  every caller for that reason and ignores it today.)
-
-This equals what an eager implementation written with ``@``, ``/ sqrt(d)``, ``+ mask``,
-``softmax`` and ``dropout`` costs op by op, so switching a model between eager and SDPA
-attention does not change its count. DeepSpeed counts ``2 * MACs`` for SDPA and misses the
-per-score terms; PyTorch's ``FlopCounterMode`` counts the CPU flash kernel as 0.
-
-Why units: ``F.scaled_dot_product_attention`` runs ``_scaled_dot_product_flash_attention_for_cpu``
-on CPU, a ``bmm``/``_safe_softmax`` decomposition on meta (and on CPU when flash cannot be
-used), and flash / efficient / cuDNN kernels on CUDA. It is counted as one unit from its
-arguments, so every device agrees. Each fused forward kernel is also registered at dispatch
-with the same formula (its layout and argument positions differ), for when it is reached
-without the unit -- called directly, from ``torch.nn.attention.varlen``, or with no function
-mode active.
-
-``F.multi_head_attention_forward`` (what ``nn.MultiheadAttention`` runs whenever a function
-mode is active -- always, while flopsight counts) is a unit too: in-projection + the
-attention core above + out-projection. ``aten._native_multi_head_attention`` and
-``aten._transformer_encoder_layer_fwd`` (the eval + no_grad fast paths, reached only without
-a function mode or when called directly) are counted to equal the slow path's total.
-
-Backward (dense, device-independent model FLOPs)
-------------------------------------------------
-Each unit has a backward formula, evaluated at forward time from which operands require
-grad, and charged once (as ``<unit>.backward``) whatever kernels the backward runs -- the
-CPU flash backward kernel, the math decomposition's ``bmm``/``_softmax_backward_data``/``mul``
-ops, meta, or CUDA's fused kernels. For the attention core (:func:`attention_backward_cost`):
-
-* ``dV = P^T dO`` if V requires grad: ``scores * Ev`` MACs;
-* if Q, K or the mask requires grad, the gradient of the scores: ``dP = dO V^T``
-  (``scores * Ev`` MACs), the dropout backward (1 per score when ``dropout_p > 0``) and the
-  softmax backward (``activation.softmax_backward_flops``: 4 per score);
-* the scale's backward, 1 per score, if Q or K requires grad (counted on the scores, as in
-  the forward; the math path scales ``dQ`` and ``dK`` instead);
-* ``dQ = dS K`` and ``dK = dS^T Q``: ``scores * E`` MACs each, if Q (K) requires grad;
-* a mask gets no gradient unless it requires grad; then the add passes the score
-  gradient through (0 FLOPs), summed back over the dims it was broadcast along;
-* gradients of operands shared across query heads or broadcast batch dims -- the KV heads
-  of grouped-query attention -- are computed per query head and summed back: 1 FLOP per
-  element summed (the reduction convention).
-
-A flash kernel's backward recomputes the scores and the softmax instead of storing them: that
-recomputation trades compute for memory, is an implementation detail, and is not counted.
-The fused backward kernels are registered at dispatch with the same cost (all of ``dQ``,
-``dK``, ``dV``, which they always return, or those their ``grad_input_mask`` asks for).
-
-``F.multi_head_attention_forward``'s backward = out-projection backward + the core's +
-in-projection backward, each gradient counted where something requires it (see
-:func:`multi_head_attention_backward`).
+Units: ``F.scaled_dot_product_attention`` and ``F.multi_head_attention_forward`` are counted
+whole from their arguments (so CPU flash, the math decomposition, meta and CUDA agree); each
+fused forward and backward kernel is also registered at dispatch for when it is reached
+without the unit. Backward formulas count the gradients needed (``dV``, ``dP``, the softmax,
+scale and dropout backward, ``dQ``, ``dK``) and never a flash kernel's recomputation.
 
 >>> import torch
 >>> from flopsight.formulas.attention import scaled_dot_product_attention
@@ -78,58 +30,190 @@ in-projection backward, each gradient counted where something requires it (see
 >>> kv = torch.ones(2, 4, 32, 8)     # S=32
 >>> # scores = 2*4*16*32 = 4096; MACs = 4096*8 + 4096*8; FLOPs = 2*MACs + scale + softmax
 >>> scaled_dot_product_attention(None, q, kv, kv)
-Cost(macs=65536, flops=139264)
+Stats(macs=65536, flops=139264)
 >>> from flopsight.formulas.attention import scaled_dot_product_attention_backward
 >>> _ = q.requires_grad_()           # only Q requires grad: dP, softmax and scale backward, dQ
 >>> # MACs = 4096*8 (dP) + 4096*8 (dQ); FLOPs = 2*MACs + 4*4096 (softmax) + 4096 (scale)
 >>> scaled_dot_product_attention_backward(None, q, kv, kv)
-Cost(macs=65536, flops=151552)
+Stats(macs=65536, flops=151552)
+>>> # effective: a causal 16 x 16 square keeps 16*17/2 = 136 of 256 entries per head
+>>> q = torch.ones(1, 1, 16, 8)
+>>> scaled_dot_product_attention(None, q, q, q, is_causal=True, effective=True)
+Stats(macs=2176, flops=4624)
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.abc
+import importlib.util
 import sys
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
 
+from .._torch_private import jagged_layout, modes_disabled
 from .activation import activation_flops, softmax_backward_flops, softmax_flops
 from .dropout import dropout_backward_flops, dropout_flops
 from .elementwise import elementwise_flops
 from .matmul import linear_cost
 from .norm import layer_norm_flops
 from .reduction import mean_flops
-from .registry import REGISTRY, Cost
+from .registry import REGISTRY, Cost, Registry
 from .shapes import broadcast_shape, numel, prod
 
 __all__ = [
+    "ATTENTION_CONVENTIONS",
+    "attention_registry",
     "attention_cost",
     "attention_backward_cost",
+    "band_entries",
     "scaled_dot_product_attention",
     "scaled_dot_product_attention_backward",
+    "sdpa_with_bias",
+    "flash_attention_forward",
+    "efficient_attention_forward",
+    "cudnn_attention_forward",
+    "varlen_attn",
+    "varlen_attn_backward",
     "multi_head_attention",
     "multi_head_attention_backward",
     "native_multi_head_attention",
     "transformer_encoder_layer_fwd",
+    "register_varlen_ops",
 ]
 
-# The fused attention kernels came one torch release at a time (cuDNN in 2.3, the
-# overrideable hook in 2.5, ...): registrations name their ops with ``missing_ok=True``.
+#: The values of the ``attention=`` option.
+ATTENTION_CONVENTIONS = ("dense", "effective")
+
+# Every formula of this family takes a keyword-only ``effective=False``; the effective
+# registry registers ``partial(formula, effective=True)`` in its place (see attention_registry).
+_FAMILY: set[Callable] = set()
 
 
-# -- per-element costs ----------------------------------------------------------------------
-# The fast-path kernels below must count what the slow path counts op by op, so every
-# per-element constant comes from the family that owns it: softmax and activations
-# (activation.py), layer norm (norm.py), elementwise arithmetic -- the scale, mask adds and
-# residual adds (elementwise.py) --, the head mean (reduction.py), linear layers (matmul.py)
-# and dropout (dropout.py).
+def _family(fn: Callable) -> Callable:
+    _FAMILY.add(fn)
+    return fn
+
+
+# -- reading values (the effective convention only; meta tensors have none) -------------------
+def _readable(t: Any) -> bool:
+    """Whether ``t``'s values can be read: a real tensor, not meta, not fake, not nested."""
+    return (
+        isinstance(t, torch.Tensor)
+        and t.device.type != "meta"
+        and not t.is_nested
+        and type(t) in (torch.Tensor, torch.nn.Parameter)  # not a fake or other subclass
+    )
+
+
+def _read(fn: Callable, *tensors: Any) -> Any:
+    """``fn(*tensors)`` on the values, outside flopsight's counting modes (so reading is not
+    counted as the model's work), or None when a tensor has no readable values."""
+    if not all(_readable(t) for t in tensors):
+        return None
+    with modes_disabled(), torch.no_grad():
+        return fn(*tensors)
+
+
+def _ints(t: Any) -> list[int] | None:
+    return _read(lambda x: [int(v) for v in x.tolist()], t)
+
+
+# -- counting score entries -------------------------------------------------------------------
+def _sum_positive(slope: int, start: int, lo: int, hi: int) -> int:
+    """``sum(max(0, slope * i + start) for i in range(lo, hi))`` for slope -1, 0 or 1."""
+    if hi <= lo:
+        return 0
+    if slope == 0:
+        return max(0, start) * (hi - lo)
+    if slope == 1:
+        lo = max(lo, 1 - start)  # i + start > 0
+        return 0 if hi <= lo else (hi - lo) * (lo + hi - 1 + 2 * start) // 2
+    hi = min(hi, start)  # start - i > 0
+    return 0 if hi <= lo else (hi - lo) * (2 * start - lo - hi + 1) // 2
+
+
+def band_entries(q_len: int, kv_len: int, lower: int | None = None, upper: int | None = None) -> int:
+    """Score entries ``(i, j)``, ``0 <= i < q_len``, ``0 <= j < kv_len``, with
+    ``i + lower <= j <= i + upper`` (None: unbounded): the kept entries of a causal mask
+    (``upper=0``: top-left aligned, as SDPA's ``is_causal``; ``upper=kv_len-q_len``:
+    bottom-right, as flash kernels) or a sliding window. Closed form, O(1).
+
+    >>> band_entries(4, 4, upper=0)       # causal square: 4*5/2
+    10
+    >>> band_entries(2, 5, upper=0), band_entries(2, 5, upper=3)   # top-left vs bottom-right
+    (3, 9)
+    >>> band_entries(6, 6, lower=-2, upper=0)   # causal window of 3 keys: 1+2+3+3+3+3
+    15
+    """
+    big = q_len + kv_len + 1
+    up = big if upper is None else upper
+    low = -big if lower is None else lower
+    # entries in row i: max(0, min(kv_len - 1, i + up) - max(0, i + low) + 1); split the rows
+    # where either clamp switches, so the count is linear in i on each piece
+    cuts = sorted({0, q_len, min(max(kv_len - 1 - up, 0), q_len), min(max(1 - low, 0), q_len)})
+    total = 0
+    for a, b in zip(cuts, cuts[1:]):
+        top_clamped = a + up >= kv_len - 1  # min(...) = kv_len - 1 on [a, b)
+        bottom_clamped = a + low <= 0  # max(...) = 0 on [a, b)
+        slope = (0 if top_clamped else 1) - (0 if bottom_clamped else 1)
+        start = (kv_len - 1 if top_clamped else up) - (0 if bottom_clamped else low) + 1
+        total += _sum_positive(slope, start, a, b)
+    return total
+
+
+def _kept(mask: Any, full: int, *, drop_true: bool = False) -> int | None:
+    """Entries a mask keeps among the ``full`` entries it is broadcast to, or None when its
+    values are unreadable (meta). Bool masks keep ``True`` (SDPA) or ``False`` entries
+    (``drop_true``: ``nn.MultiheadAttention``'s masks); float masks keep what is not -inf."""
+
+    def count(m):
+        keep = (~m if drop_true else m) if m.dtype == torch.bool else ~torch.isneginf(m)
+        return int(keep.sum())
+
+    n = numel(mask)
+    kept = _read(count, mask) if n else None
+    return None if kept is None else kept * (full // n)
+
+
+def _entries(bh: int, q_len: int, kv_len: int, *, effective: bool, mask: Any = None, upper: int | None = None,
+             lower: int | None = None) -> int:
+    """Score entries counted for ``bh`` score matrices of ``q_len x kv_len``: all of them
+    (dense); with ``effective``, a readable mask's kept entries, else the band
+    ``[i + lower, i + upper]`` (a causal mask or a window)."""
+    dense = bh * q_len * kv_len
+    if not effective:
+        return dense
+    if mask is not None:
+        causal = _causal_bias_upper(mask, q_len, kv_len)
+        if causal is not None:
+            upper = causal
+        else:
+            kept = _kept(mask, dense)
+            if kept is not None:
+                return kept
+    if upper is None and lower is None:
+        return dense
+    return bh * band_entries(q_len, kv_len, lower, upper)
+
+
+def _causal_bias_upper(mask: Any, q_len: int, kv_len: int) -> int | None:
+    """The band's upper offset of ``torch.nn.attention.bias.CausalBias`` masks, else None."""
+    variant = getattr(mask, "variant", None)
+    if variant is None or type(mask).__name__ != "CausalBias":
+        return None
+    return 0 if variant.name == "UPPER_LEFT" else kv_len - q_len
+
+
+# -- the attention core --------------------------------------------------------------------
 def _head_mean_flops(batch: int, heads: int, q_len: int, kv_len: int) -> int:
     """Averaging the attention weights over heads (``need_weights``), as ``aten.mean`` counts it
     (the fast path runs ``sum`` then ``/= heads``; the slow path runs ``mean(dim=1)``)."""
     return mean_flops(batch * heads * q_len * kv_len, batch * q_len * kv_len)
 
 
-# -- the attention core --------------------------------------------------------------------
 def attention_cost(
     batch_heads: int,
     q_len: int,
@@ -140,14 +224,17 @@ def attention_cost(
     masked: bool = False,
     dropout_p: float = 0.0,
     is_causal: bool = False,
+    scores: int | None = None,
 ) -> Cost:
-    """``softmax(Q K^T * scale + mask) V`` for ``batch_heads`` (query) heads, dense.
+    """``softmax(Q K^T * scale + mask) V`` for ``batch_heads`` (query) heads.
 
-    ``is_causal`` is accepted from every caller and ignored: the dense convention counts the
-    full ``q_len x kv_len`` score matrix. It is the extension point for a causal-aware option.
+    ``scores``: the score entries counted, by default all ``batch_heads * q_len * kv_len``
+    (dense); the effective convention passes the kept ones. Every term is per score entry.
+    ``is_causal`` is accepted from every caller and ignored: a causal count is a ``scores``.
     """
-    del is_causal  # dense count: see the docstring
-    scores = batch_heads * q_len * kv_len
+    del is_causal  # carried by ``scores``
+    if scores is None:
+        scores = batch_heads * q_len * kv_len
     macs = scores * head_dim + scores * value_dim
     extra = elementwise_flops(scores) + softmax_flops(scores)  # the scale (a multiply), the softmax
     if masked:
@@ -165,45 +252,40 @@ def _batch_heads(query, key, value) -> int:
     return prod(leading if shape is None else shape)  # None: GQA, Hkv divides Hq
 
 
-def _bhle(query, key, value, *, masked, dropout_p, is_causal) -> Cost:
-    """Layout ``(..., H, L, E)``: SDPA and the ``_scaled_dot_product_*`` kernels."""
-    return attention_cost(
-        _batch_heads(query, key, value),
-        query.shape[-2],
-        key.shape[-2],
-        query.shape[-1],
-        value.shape[-1],
-        masked=masked,
-        dropout_p=dropout_p or 0.0,
-        is_causal=is_causal,
-    )
+def _bhle_dims(query, key, value) -> tuple[int, int, int, int, int]:
+    """(score matrices, L, S, E, Ev) of layout ``(..., H, L, E)`` (SDPA, ``_scaled_dot_product_*``)."""
+    return _batch_heads(query, key, value), query.shape[-2], key.shape[-2], query.shape[-1], value.shape[-1]
 
 
-def _blhe(query, key, value, *, masked, dropout_p, is_causal) -> Cost:
-    """Layout ``(B, L, H, E)``: ``_flash_attention_forward``, ``_efficient_attention_forward``."""
+def _blhe_dims(query, key, value) -> tuple[int, int, int, int, int]:
+    """(score matrices, L, S, E, Ev) of layout ``(B, L, H, E)`` (``_flash_attention_forward``,
+    ``_efficient_attention_forward``)."""
     b, q_len, heads, e = query.shape
-    return attention_cost(
-        b * heads, q_len, key.shape[1], e, value.shape[-1],
-        masked=masked, dropout_p=dropout_p or 0.0, is_causal=is_causal,
-    )
+    return b * heads, q_len, key.shape[1], e, value.shape[-1]
 
 
-def _varlen(query, key, value, total_q, total_k, max_q, max_k, *, masked, dropout_p, is_causal) -> Cost:
-    """Packed variable-length sequences (``cum_seq_q``/``cu_seqlens_q`` given).
-
-    The exact count ``sum_i L_i * S_i`` needs the offsets' *values*, which formulas never
-    read (meta tensors have none). We count ``min(total_q * max_k, total_k * max_q)`` per
-    head: exact when every sequence of the batch has the same length, an upper bound
-    otherwise. ``total_k`` is None for a paged KV cache.
-    """
-    q_len, kv_len = _varlen_dims(total_q, total_k, max_q, max_k)
-    heads, e, ev = query.shape[-2], query.shape[-1], value.shape[-1]
-    return attention_cost(heads, q_len, kv_len, e, ev, masked=masked, dropout_p=dropout_p or 0.0, is_causal=is_causal)
+def _window(q_len, kv_len, is_causal, left, right) -> tuple[int | None, int | None]:
+    """(lower, upper) band of a flash kernel: causal and ``window_size_left/right`` (-1 or
+    None: unbounded) are aligned bottom-right, as flash-attention aligns them."""
+    shift = kv_len - q_len
+    lower = shift - left if left is not None and left >= 0 else None
+    upper = shift + right if right is not None and right >= 0 else None
+    if is_causal:
+        upper = shift if upper is None else min(upper, shift)
+    return lower, upper
 
 
+def _efficient_upper(custom_mask_type, q_len, kv_len) -> int | None:
+    """``custom_mask_type`` of the memory-efficient kernels: 0 none, 1 causal from the top
+    left, 2 causal from the bottom right."""
+    return {1: 0, 2: kv_len - q_len}.get(int(custom_mask_type or 0))
+
+
+# -- packed variable-length sequences --------------------------------------------------------
 def _varlen_dims(total_q, total_k, max_q, max_k) -> tuple[int, int]:
-    """(query length, key length) per head whose product bounds the packed scores (see
-    :func:`_varlen`); shared by the forward and backward kernels."""
+    """(query length, key length) per head whose product bounds the packed scores without
+    reading the offsets: ``min(total_q * max_k, total_k * max_q)``, exact when every sequence
+    has the same length. ``total_k`` is None for a paged KV cache."""
     max_q = int(max_q) if max_q is not None else total_q
     max_k = int(max_k) if max_k is not None else (total_k or 0)
     if total_k is None or total_q * max_k <= total_k * max_q:
@@ -211,151 +293,472 @@ def _varlen_dims(total_q, total_k, max_q, max_k) -> tuple[int, int]:
     return max_q, total_k
 
 
-def _first_float(values, default=0.0) -> float:
-    """The first float among ``values`` (bools are not floats): locates ``dropout_p`` in ops
-    whose overloads put optional tensors before it."""
-    for v in values:
-        if isinstance(v, float):
-            return v
-    return default
+def _lengths(cu_seq) -> list[int] | None:
+    offsets = _ints(cu_seq)
+    return None if offsets is None else [b - a for a, b in zip(offsets, offsets[1:])]
 
 
-# -- scaled_dot_product_attention: the unit and every kernel it may run --------------------
-@REGISTRY.register_unit(F.scaled_dot_product_attention, name="scaled_dot_product_attention")
-def scaled_dot_product_attention(
-    out, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False, **kwargs
-) -> Cost:
-    """``F.scaled_dot_product_attention`` (also ``aten.scaled_dot_product_attention``)."""
-    return _bhle(query, key, value, masked=attn_mask is not None, dropout_p=dropout_p, is_causal=is_causal)
+def _packed_entries(heads, total_q, total_k, max_q, max_k, cu_q, cu_k, *, effective, band) -> int:
+    """Score entries of a packed batch: the dense bound (:func:`_varlen_dims`); with
+    ``effective`` and readable offsets, ``heads * sum_i entries(L_i, S_i)`` where ``band(L, S)``
+    gives a sequence's (lower, upper) band (causal, window)."""
+    if effective and total_k is not None:
+        q_lens, k_lens = _lengths(cu_q), _lengths(cu_k)
+        if q_lens is not None and k_lens is not None and len(q_lens) == len(k_lens):
+            return heads * sum(band_entries(lq, lk, *band(lq, lk)) for lq, lk in zip(q_lens, k_lens))
+    q_len, kv_len = _varlen_dims(total_q, total_k, max_q, max_k)
+    return heads * q_len * kv_len
 
 
-# Composite in eager mode, so normally never seen at dispatch; registered so that a backend
-# or tracer that keeps it whole is counted the same.
-REGISTRY.register("aten::scaled_dot_product_attention", missing_ok=True)(scaled_dot_product_attention)
+def _varlen(query, key, value, total_q, total_k, max_q, max_k, cu_q, cu_k, *, masked, dropout_p, effective,
+            band) -> Cost:
+    """Forward of packed ``(total, H, E)`` operands."""
+    heads, e, ev = query.shape[-2], query.shape[-1], value.shape[-1]
+    scores = _packed_entries(heads, total_q, total_k, max_q, max_k, cu_q, cu_k, effective=effective, band=band)
+    return attention_cost(heads, 0, 0, e, ev, masked=masked, dropout_p=dropout_p or 0.0, scores=scores)
 
 
-@REGISTRY.register(
-    "aten::_scaled_dot_product_attention_math", "aten::_scaled_dot_product_attention_math_for_mps", missing_ok=True
+def _no_band(q_len, kv_len):
+    return None, None
+
+
+def _flash_band(is_causal, left=None, right=None):
+    return lambda q_len, kv_len: _window(q_len, kv_len, is_causal, left, right)
+
+
+# -- jagged nested tensors (torch.nested, layout=torch.jagged) ----------------------------------
+def _nested_lengths(t) -> tuple[list[int] | None, int, int]:
+    """(per-sequence lengths or None if unreadable, total length, max length) of an NJT's
+    ragged dim. The max comes from the NJT's cached metadata when present (no values read)."""
+    lengths, offsets, total, max_len = jagged_layout(t)
+    lens = _ints(lengths) if lengths is not None else _lengths(offsets)
+    max_len = total if max_len is None else max_len
+    if lens is not None:
+        max_len = max(lens, default=0)
+    return lens, total, max_len
+
+
+def _nested_entries(query, key, *, effective, is_causal) -> int:
+    """Score entries of SDPA on jagged ``(B, H, j, E)`` nested tensors: ``H * sum_i L_i * S_i``
+    when the offsets are readable (the exact dense count), else the packed bound
+    ``H * min(total_q * max_k, total_k * max_q)``. ``effective`` and causal: each sequence's
+    top-left causal band."""
+    heads = query.shape[1]
+    q_lens, total_q, max_q = _nested_lengths(query)
+    k_lens, total_k, max_k = (q_lens, total_q, max_q) if key is query else _nested_lengths(key)
+    if q_lens is not None and k_lens is not None:
+        upper = 0 if (effective and is_causal) else None
+        return heads * sum(band_entries(lq, lk, None, upper) for lq, lk in zip(q_lens, k_lens))
+    q_len, kv_len = _varlen_dims(total_q, total_k, max_q, max_k)
+    return heads * q_len * kv_len
+
+
+# What a jagged nested tensor runs around its SDPA unit (reading its values, offsets, lengths
+# and cached extreme lengths, viewing values as a nested tensor): metadata and views, free.
+REGISTRY.zero_cost(
+    "aten::_nested_get_values", "aten::_nested_get_offsets", "aten::_nested_get_lengths",
+    "aten::_nested_get_ragged_idx", "aten::_nested_get_min_seqlen", "aten::_nested_get_max_seqlen",
+    "aten::_nested_get_jagged_dummy", "aten::_nested_view_from_jagged", "aten::sym_is_contiguous", "aten::dim",
+    "prim::layout",
+    missing_ok=True,
 )
-def sdpa_math(
-    out, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, dropout_mask=None, **kwargs
+
+
+# -- scaled_dot_product_attention: the unit's formulas and every kernel it may run -------------
+def _requires_grad(t) -> bool:
+    return isinstance(t, torch.Tensor) and t.requires_grad
+
+
+@_family
+def scaled_dot_product_attention(
+    out, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, effective=False, **_
 ) -> Cost:
-    """The math reference kernel (a real kernel on MPS); returns ``(output, attn_weights)``."""
-    return _bhle(query, key, value, masked=attn_mask is not None, dropout_p=dropout_p, is_causal=is_causal)
+    """``F.scaled_dot_product_attention`` (bound by ``aten::scaled_dot_product_attention``'s
+    schema) and the kernels with the same argument names: the math kernels, the CPU flash
+    kernel (whose ``attn_mask`` is a float keyword) and CUDA flash (no mask; its ``.quantized``
+    overload adds descale tensors). ``is_causal`` is top-left aligned, as SDPA's."""
+    if query.is_nested:
+        scores = _nested_entries(query, key, effective=effective, is_causal=is_causal)
+        e, ev = query.shape[-1], value.shape[-1]
+        return attention_cost(0, 0, 0, e, ev, masked=attn_mask is not None, dropout_p=dropout_p or 0.0,
+                              scores=scores)
+    bh, q_len, kv_len, e, ev = _bhle_dims(query, key, value)
+    scores = _entries(bh, q_len, kv_len, effective=effective, mask=attn_mask, upper=0 if is_causal else None)
+    return attention_cost(bh, q_len, kv_len, e, ev, masked=attn_mask is not None, dropout_p=dropout_p or 0.0,
+                          scores=scores)
 
 
-@REGISTRY.register("aten::_scaled_dot_product_flash_attention_for_cpu", missing_ok=True)
-def sdpa_flash_cpu(
-    out, query, key, value, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None, **kwargs
-) -> Cost:
-    """CPU flash kernel: ``(B, H, L, E)``; the mask arrives as a float (converted) keyword."""
-    return _bhle(query, key, value, masked=attn_mask is not None, dropout_p=dropout_p, is_causal=is_causal)
+@_family
+def sdpa_with_bias(out, query, key, value, attn_bias=None, dropout_p=0.0, is_causal=False, *, effective=False,
+                   **_) -> Cost:
+    """The fused SDPA kernels whose mask is an additive ``attn_bias``: memory-efficient, cuDNN,
+    and the out-of-tree hook (``_fused_attention_overrideable``); ``(B, H, L, E)``."""
+    return scaled_dot_product_attention(out, query, key, value, attn_bias, dropout_p, is_causal, effective=effective)
 
 
-@REGISTRY.register("aten::_scaled_dot_product_flash_attention", missing_ok=True)
-def sdpa_flash(out, query, key, value, *rest, **kwargs) -> Cost:
-    """CUDA flash: ``(B, H, L, E)``, no mask. The ``.quantized`` overload puts three descale
-    tensors before ``dropout_p``, so ``dropout_p`` is found as the first float argument."""
-    dropout_p = kwargs.get("dropout_p", _first_float(rest))
-    return _bhle(query, key, value, masked=False, dropout_p=dropout_p, is_causal=kwargs.get("is_causal", False))
-
-
-@REGISTRY.register("aten::_scaled_dot_product_efficient_attention", missing_ok=True)
-def sdpa_efficient(
-    out, query, key, value, attn_bias=None, compute_log_sumexp=False, dropout_p=0.0, is_causal=False, **kwargs
-) -> Cost:
-    """Memory-efficient attention: ``(B, H, L, E)`` with an optional additive ``attn_bias``."""
-    return _bhle(query, key, value, masked=attn_bias is not None, dropout_p=dropout_p, is_causal=is_causal)
-
-
-@REGISTRY.register("aten::_scaled_dot_product_cudnn_attention", missing_ok=True)
-def sdpa_cudnn(
-    out, query, key, value, attn_bias=None, compute_log_sumexp=False, dropout_p=0.0, is_causal=False, *args, **kwargs
-) -> Cost:
-    """cuDNN attention: ``(B, H, L, E)`` with an optional ``attn_bias``."""
-    return _bhle(query, key, value, masked=attn_bias is not None, dropout_p=dropout_p, is_causal=is_causal)
-
-
-@REGISTRY.register("aten::_scaled_dot_product_fused_attention_overrideable", missing_ok=True)
-def sdpa_overrideable(out, query, key, value, attn_bias=None, dropout_p=0.0, is_causal=False, *args, **kwargs) -> Cost:
-    """The hook for out-of-tree backends (PrivateUse1, XPU): ``(B, H, L, E)``."""
-    return _bhle(query, key, value, masked=attn_bias is not None, dropout_p=dropout_p, is_causal=is_causal)
-
-
-@REGISTRY.register("aten::_flash_attention_forward", missing_ok=True)
+@_family
 def flash_attention_forward(
-    out, query, key, value, cum_seq_q=None, cum_seq_k=None, max_q=None, max_k=None, dropout_p=0.0, is_causal=False,
-    *args, alibi_slopes=None, block_table=None, **kwargs,
+    result, /, query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, *,
+    window_size_left=None, window_size_right=None, alibi_slopes=None, block_table=None, effective=False, **_,
 ) -> Cost:
-    """The flash kernel itself: ``(B, L, H, E)``, or packed ``(total, H, E)`` when
-    ``cum_seq_q`` is given (nested tensors, ``torch.nn.attention.varlen``). ALiBi slopes
-    are an additive bias, counted like a mask."""
+    """The flash kernel (and ``_no_dropout_inplace``, whose ``out`` buffer comes first):
+    ``(B, L, H, E)``, or packed ``(total, H, E)`` when ``cum_seq_q`` is given (nested tensors,
+    ``torch.nn.attention.varlen``). ALiBi slopes are an additive bias, counted like a mask.
+    Causal and sliding windows are aligned bottom-right."""
     masked = alibi_slopes is not None
+    band = _flash_band(is_causal, window_size_left, window_size_right)
     if cum_seq_q is not None:
         total_k = None if (cum_seq_k is None or block_table is not None) else key.shape[0]
-        return _varlen(query, key, value, query.shape[0], total_k, max_q, max_k,
-                       masked=masked, dropout_p=dropout_p, is_causal=is_causal)
-    return _blhe(query, key, value, masked=masked, dropout_p=dropout_p, is_causal=is_causal)
+        return _varlen(query, key, value, query.shape[0], total_k, max_q, max_k, cum_seq_q, cum_seq_k,
+                       masked=masked, dropout_p=dropout_p, effective=effective, band=band)
+    bh, q_len, kv_len, e, ev = _blhe_dims(query, key, value)
+    lower, upper = band(q_len, kv_len)
+    scores = _entries(bh, q_len, kv_len, effective=effective, lower=lower, upper=upper)
+    return attention_cost(bh, q_len, kv_len, e, ev, masked=masked, dropout_p=dropout_p or 0.0, scores=scores)
 
 
-@REGISTRY.register("aten::_flash_attention_forward_no_dropout_inplace", missing_ok=True)
-def flash_attention_forward_inplace(out, out_buffer, query, key, value, *args, **kwargs) -> Cost:
-    """``_flash_attention_forward`` writing into a given output (its first argument)."""
-    return flash_attention_forward(None, query, key, value, *args, **kwargs)
-
-
-@REGISTRY.register("aten::_efficient_attention_forward", missing_ok=True)
+@_family
 def efficient_attention_forward(
-    out, query, key, value, bias=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
-    dropout_p=0.0, custom_mask_type=0, *args, **kwargs,
+    out, query, key, value, bias, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+    custom_mask_type, *, effective=False, **_,
 ) -> Cost:
-    """The memory-efficient kernel itself: ``(B, L, H, E)``; packed sequences are
-    ``(1, total, H, E)`` with ``cu_seqlens_q``. ``custom_mask_type`` (causal) costs nothing."""
+    """The memory-efficient kernel: ``(B, L, H, E)``; packed sequences are ``(1, total, H, E)``
+    with ``cu_seqlens_q``. ``custom_mask_type`` (causal) costs nothing in the dense count."""
     masked = bias is not None
+
+    def band(q_len, kv_len):
+        return None, _efficient_upper(custom_mask_type, q_len, kv_len)
+
     if cu_seqlens_q is not None:
         # The kernel returns the batch maxima it used (outputs 4 and 5) when not given.
         if max_seqlen_q is None and isinstance(out, (tuple, list)) and len(out) > 5:
             max_seqlen_q, max_seqlen_k = out[4], out[5]
         total_k = key.shape[1] if cu_seqlens_k is not None else None
-        return _varlen(query, key, value, query.shape[1], total_k, max_seqlen_q, max_seqlen_k,
-                       masked=masked, dropout_p=dropout_p, is_causal=bool(custom_mask_type))
-    return _blhe(query, key, value, masked=masked, dropout_p=dropout_p, is_causal=bool(custom_mask_type))
+        return _varlen(query, key, value, query.shape[1], total_k, max_seqlen_q, max_seqlen_k, cu_seqlens_q,
+                       cu_seqlens_k, masked=masked, dropout_p=dropout_p, effective=effective, band=band)
+    bh, q_len, kv_len, e, ev = _blhe_dims(query, key, value)
+    scores = _entries(bh, q_len, kv_len, effective=effective, mask=bias, upper=band(q_len, kv_len)[1])
+    return attention_cost(bh, q_len, kv_len, e, ev, masked=masked, dropout_p=dropout_p or 0.0, scores=scores)
 
 
-@REGISTRY.register("aten::_cudnn_attention_forward", missing_ok=True)
+@_family
 def cudnn_attention_forward(
-    out, query, key, value, attn_bias=None, cum_seq_q=None, cum_seq_k=None, max_q=None, max_k=None,
-    compute_log_sumexp=False, dropout_p=0.0, is_causal=False, *args, **kwargs,
+    out, query, key, value, attn_bias, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p=0.0, is_causal=False, *,
+    effective=False, **_,
 ) -> Cost:
-    """The cuDNN kernel itself: ``(B, H, L, E)``, or packed ``(total, H, E)`` with ``cum_seq_q``."""
+    """The cuDNN kernel: ``(B, H, L, E)``, or packed ``(total, H, E)`` with ``cum_seq_q``
+    (causal aligned top-left, cuDNN's causal mask)."""
     masked = attn_bias is not None
     if cum_seq_q is not None:
         total_k = key.shape[0] if cum_seq_k is not None else None
-        return _varlen(query, key, value, query.shape[0], total_k, max_q, max_k,
-                       masked=masked, dropout_p=dropout_p, is_causal=is_causal)
-    return _bhle(query, key, value, masked=masked, dropout_p=dropout_p, is_causal=is_causal)
+        band = (lambda q_len, kv_len: (None, 0)) if is_causal else _no_band
+        return _varlen(query, key, value, query.shape[0], total_k, max_q, max_k, cum_seq_q, cum_seq_k,
+                       masked=masked, dropout_p=dropout_p, effective=effective, band=band)
+    return scaled_dot_product_attention(out, query, key, value, attn_bias, dropout_p, is_causal, effective=effective)
 
 
-def varlen_attn(out, query, key, value, cu_seq_q, cu_seq_k=None, max_q=None, max_k=None, is_causal=False, *args,
-                block_table=None, **kwargs) -> Cost:
-    """``torch_attn::_varlen_attn``: the custom op behind ``torch.nn.attention.varlen``."""
+def _varlen_band(is_causal, window_size):
+    left, right = window_size if window_size else (None, None)
+    return _flash_band(is_causal, left, right)
+
+
+@_family
+def varlen_attn(result, /, query, key, value, cu_seq_q, cu_seq_k=None, max_q=None, max_k=None, is_causal=False,
+                window_size=None, block_table=None, *, effective=False, **_) -> Cost:
+    """``torch_attn::_varlen_attn`` and ``_varlen_attn_out`` (whose ``out`` buffer comes
+    first): the custom ops behind ``torch.nn.attention.varlen``; packed ``(total, H, E)``."""
     total_k = None if (cu_seq_k is None or block_table is not None) else key.shape[0]
-    return _varlen(query, key, value, query.shape[0], total_k, max_q, max_k,
-                   masked=False, dropout_p=0.0, is_causal=is_causal)
+    return _varlen(query, key, value, query.shape[0], total_k, max_q, max_k, cu_seq_q, cu_seq_k, masked=False,
+                   dropout_p=0.0, effective=effective, band=_varlen_band(is_causal, window_size))
 
 
-def varlen_attn_out(out, out_buffer, query, key, value, *args, **kwargs) -> Cost:
-    """``torch_attn::_varlen_attn_out``: the same, writing into its first argument."""
-    return varlen_attn(None, query, key, value, *args, **kwargs)
+# -- backward --------------------------------------------------------------------------------
+# Model FLOPs of the gradients the backward pass needs, device-independent. Flash kernels
+# recompute the scores and the softmax in their backward instead of storing them: that
+# recomputation is an implementation detail (a memory/compute trade) and is not counted, so a
+# flash kernel, the math decomposition and meta agree.
+def attention_backward_cost(
+    batch_heads: int,
+    q_len: int,
+    kv_len: int,
+    head_dim: int,
+    value_dim: int,
+    *,
+    query_grad: bool = True,
+    key_grad: bool = True,
+    value_grad: bool = True,
+    mask_grad: bool = False,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    summed: int = 0,
+    scores: int | None = None,
+) -> Cost:
+    """Backward of ``O = dropout(softmax(Q K^T * scale + mask)) V`` for ``batch_heads`` (query)
+    heads, computing only the gradients asked for (``*_grad``):
+
+    * ``dV = P^T dO`` (``value_grad``): ``scores * Ev`` MACs;
+    * the gradient of the scores, needed for ``dQ``, ``dK`` or a mask that requires grad:
+      ``dP = dO V^T`` (``scores * Ev`` MACs), the dropout backward (1 per score when
+      ``dropout_p > 0``), the softmax backward (``softmax_backward_flops``: 4 per score);
+    * the scale's backward (1 per score) when ``dQ`` or ``dK`` is needed (the mask's
+      gradient is taken before the scale: the add passes it through unchanged);
+    * ``dQ = dS K`` (``query_grad``) and ``dK = dS^T Q`` (``key_grad``): ``scores * E`` MACs each;
+    * ``summed``: gradient elements summed back over broadcast dimensions -- shared KV heads
+      (GQA), broadcast batch dims, a broadcast mask --, 1 FLOP each (the reduction
+      convention: ``aten.sum`` counts every element it reads).
+
+    ``scores`` as in :func:`attention_cost` (default: all entries); ``is_causal`` is ignored.
+    """
+    del is_causal  # carried by ``scores``
+    if scores is None:
+        scores = batch_heads * q_len * kv_len
+    macs = 0
+    flops = summed
+    if value_grad:
+        macs += scores * value_dim  # dV = P^T dO
+    if query_grad or key_grad or mask_grad:
+        macs += scores * value_dim  # dP = dO V^T
+        flops += dropout_backward_flops(scores, dropout_p, training=True)  # dP * mask * scale
+        flops += softmax_backward_flops(scores)
+    if query_grad or key_grad:
+        flops += elementwise_flops(scores)  # dS * scale
+    if query_grad:
+        macs += scores * head_dim  # dQ = dS K
+    if key_grad:
+        macs += scores * head_dim  # dK = dS^T Q
+    return Cost.of_product(macs, flops)
 
 
+def _summed(t, grad: bool, full: int) -> int:
+    """Elements summed to reduce a gradient computed at ``full`` elements (one per query
+    head and batch) back to ``t``'s shape, when ``t`` is smaller (broadcast or shared)."""
+    return full if grad and t is not None and numel(t) < full else 0
+
+
+def _dense_backward(dims, query, key, value, mask, *, grads, dropout_p, scores) -> Cost:
+    """Backward of one attention call of ``dims`` = (score matrices, L, S, E, Ev); ``grads`` =
+    which of (query, key, value, mask) get a gradient; ``scores`` the entries counted."""
+    bh, q_len, kv_len, e, ev = dims
+    q_g, k_g, v_g, m_g = grads
+    m_g = bool(m_g) and mask is not None
+    summed = (
+        _summed(query, q_g, bh * q_len * e)
+        + _summed(key, k_g, bh * kv_len * e)  # GQA: dK of the shared heads sums over the group
+        + _summed(value, v_g, bh * kv_len * ev)
+        + _summed(mask, m_g, bh * q_len * kv_len)
+    )
+    return attention_backward_cost(
+        bh, q_len, kv_len, e, ev, query_grad=bool(q_g), key_grad=bool(k_g), value_grad=bool(v_g), mask_grad=m_g,
+        dropout_p=dropout_p or 0.0, summed=summed, scores=scores,
+    )
+
+
+def _packed_backward(query, key, value, scores, *, dropout_p) -> Cost:
+    """Backward of packed ``(total, H, E)`` attention, all of ``dQ``, ``dK``, ``dV`` (what the
+    varlen kernels return), for ``scores`` entries; with fewer KV heads, ``dK``/``dV`` of
+    every key position sum over the group."""
+    heads, e, ev = query.shape[-2], query.shape[-1], value.shape[-1]
+    summed = 0
+    if key.shape[-2] < heads:
+        keys = numel(key) // (key.shape[-2] * e)  # total key positions
+        summed = heads * keys * (e + ev)
+    return attention_backward_cost(heads, 0, 0, e, ev, dropout_p=dropout_p or 0.0, summed=summed, scores=scores)
+
+
+def _varlen_backward(query, key, value, total_q, total_k, max_q, max_k, cu_q, cu_k, *, dropout_p, effective,
+                     band) -> Cost:
+    scores = _packed_entries(query.shape[-2], total_q, total_k, max_q, max_k, cu_q, cu_k, effective=effective,
+                             band=band)
+    return _packed_backward(query, key, value, scores, dropout_p=dropout_p)
+
+
+@_family
+def scaled_dot_product_attention_backward(
+    out, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, effective=False, **_
+) -> Cost:
+    """Backward of ``F.scaled_dot_product_attention``: the gradients of the operands that
+    require grad (read at forward time), whatever kernel the device runs."""
+    grads = (_requires_grad(query), _requires_grad(key), _requires_grad(value), _requires_grad(attn_mask))
+    if query.is_nested:
+        scores = _nested_entries(query, key, effective=effective, is_causal=is_causal)
+        e, ev = query.shape[-1], value.shape[-1]
+        return attention_backward_cost(0, 0, 0, e, ev, query_grad=grads[0], key_grad=grads[1],
+                                       value_grad=grads[2], dropout_p=dropout_p or 0.0, scores=scores)
+    dims = _bhle_dims(query, key, value)
+    scores = _entries(*dims[:3], effective=effective, mask=attn_mask, upper=0 if is_causal else None)
+    return _dense_backward(dims, query, key, value, attn_mask, grads=grads, dropout_p=dropout_p, scores=scores)
+
+
+REGISTRY.register_unit(F.scaled_dot_product_attention, name="scaled_dot_product_attention",
+                       backward=scaled_dot_product_attention_backward)(scaled_dot_product_attention)
+REGISTRY.register(
+    # composite in eager mode, so normally never seen at dispatch; registered so that a backend
+    # or tracer that keeps it whole is counted the same
+    "aten::scaled_dot_product_attention",
+    "aten::_scaled_dot_product_attention_math",
+    "aten::_scaled_dot_product_attention_math_for_mps",
+    "aten::_scaled_dot_product_flash_attention_for_cpu",
+    "aten::_scaled_dot_product_flash_attention",
+    missing_ok=True,
+)(scaled_dot_product_attention)
+REGISTRY.register(
+    "aten::_scaled_dot_product_efficient_attention",
+    "aten::_scaled_dot_product_cudnn_attention",
+    "aten::_scaled_dot_product_fused_attention_overrideable",
+    missing_ok=True,
+)(sdpa_with_bias)
+REGISTRY.register("aten::_flash_attention_forward", "aten::_flash_attention_forward_no_dropout_inplace",
+                  missing_ok=True)(flash_attention_forward)
+REGISTRY.register("aten::_efficient_attention_forward", missing_ok=True)(efficient_attention_forward)
+REGISTRY.register("aten::_cudnn_attention_forward", missing_ok=True)(cudnn_attention_forward)
+
+# The fused backward kernels compute dQ, dK and dV whenever they run (the efficient and
+# overrideable ones take a ``grad_input_mask`` for (q, k, v, bias)); a bias gets a gradient
+# only when asked for.
+_ALL = (True, True, True, False)
+
+
+@_family
+def sdpa_flash_backward(result, /, query, key, value, dropout_p, is_causal, attn_mask=None, *, effective=False,
+                        **_) -> Cost:
+    """The flash kernels' backward, ``(B, H, L, E)``: CPU (``attn_mask`` a float keyword, no
+    gradient for it) and CUDA (no mask; its dense calls leave ``cum_seq_q`` empty)."""
+    dims = _bhle_dims(query, key, value)
+    scores = _entries(*dims[:3], effective=effective, mask=attn_mask, upper=0 if is_causal else None)
+    return _dense_backward(dims, query, key, value, attn_mask, grads=_ALL, dropout_p=dropout_p, scores=scores)
+
+
+@_family
+def sdpa_efficient_backward(result, /, query, key, value, attn_bias, dropout_p, grad_input_mask, is_causal=False,
+                            *, effective=False, **_) -> Cost:
+    """Memory-efficient and out-of-tree (overrideable) backward: ``(B, H, L, E)``;
+    ``grad_input_mask`` says which of (q, k, v, bias) are computed."""
+    dims = _bhle_dims(query, key, value)
+    scores = _entries(*dims[:3], effective=effective, mask=attn_bias, upper=0 if is_causal else None)
+    return _dense_backward(dims, query, key, value, attn_bias, grads=tuple(grad_input_mask), dropout_p=dropout_p,
+                           scores=scores)
+
+
+@_family
+def sdpa_cudnn_backward(result, /, query, key, value, attn_bias, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p,
+                        is_causal, *, effective=False, **_) -> Cost:
+    """cuDNN backward: ``(B, H, L, E)``, or packed ``(total, H, E)`` with ``cum_seq_q``; it
+    returns no gradient for ``attn_bias``."""
+    if cum_seq_q is not None:
+        total_k = key.shape[0] if cum_seq_k is not None else None
+        band = (lambda q_len, kv_len: (None, 0)) if is_causal else _no_band
+        return _varlen_backward(query, key, value, query.shape[0], total_k, max_q, max_k, cum_seq_q, cum_seq_k,
+                                dropout_p=dropout_p, effective=effective, band=band)
+    dims = _bhle_dims(query, key, value)
+    scores = _entries(*dims[:3], effective=effective, mask=attn_bias, upper=0 if is_causal else None)
+    return _dense_backward(dims, query, key, value, attn_bias, grads=_ALL, dropout_p=dropout_p, scores=scores)
+
+
+@_family
+def flash_attention_backward(result, /, query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal,
+                             *, window_size_left=None, window_size_right=None, effective=False, **_) -> Cost:
+    """The flash kernel's backward: ``(B, L, H, E)``, or packed ``(total, H, E)`` when
+    ``cum_seq_q`` is given; causal and windows aligned bottom-right as in the forward."""
+    band = _flash_band(is_causal, window_size_left, window_size_right)
+    if cum_seq_q is not None:
+        total_k = key.shape[0] if cum_seq_k is not None else None
+        return _varlen_backward(query, key, value, query.shape[0], total_k, max_q, max_k, cum_seq_q, cum_seq_k,
+                                dropout_p=dropout_p, effective=effective, band=band)
+    dims = _blhe_dims(query, key, value)
+    lower, upper = band(dims[1], dims[2])
+    scores = _entries(*dims[:3], effective=effective, lower=lower, upper=upper)
+    return _dense_backward(dims, query, key, value, None, grads=_ALL, dropout_p=dropout_p, scores=scores)
+
+
+@_family
+def efficient_attention_backward(
+    result, /, query, key, value, bias, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+    custom_mask_type, bias_requires_grad, *, effective=False, **_,
+) -> Cost:
+    """The memory-efficient kernel's backward: ``(B, L, H, E)``, or packed ``(1, total, H, E)``
+    with ``cu_seqlens_q``; the bias gets a gradient when ``bias_requires_grad``."""
+
+    def band(q_len, kv_len):
+        return None, _efficient_upper(custom_mask_type, q_len, kv_len)
+
+    if cu_seqlens_q is not None:
+        total_k = key.shape[1] if cu_seqlens_k is not None else None
+        return _varlen_backward(query, key, value, query.shape[1], total_k, max_seqlen_q, max_seqlen_k, cu_seqlens_q,
+                                cu_seqlens_k, dropout_p=dropout_p, effective=effective, band=band)
+    dims = _blhe_dims(query, key, value)
+    scores = _entries(*dims[:3], effective=effective, mask=bias, upper=band(dims[1], dims[2])[1])
+    return _dense_backward(dims, query, key, value, bias, grads=(True, True, True, bias_requires_grad),
+                           dropout_p=dropout_p, scores=scores)
+
+
+@_family
+def varlen_attn_backward(result, /, query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, is_causal,
+                         window_size=None, *, effective=False, **_) -> Cost:
+    """``torch_attn::_varlen_attn_backward`` (``torch.nn.attention.varlen``'s backward): dQ,
+    dK, dV of packed ``(total, H, E)`` operands, for the forward's score entries (no dropout)."""
+    return _varlen_backward(query, key, value, query.shape[0], key.shape[0], max_q, max_k, cu_seq_q, cu_seq_k,
+                            dropout_p=0.0, effective=effective, band=_varlen_band(is_causal, window_size))
+
+
+REGISTRY.register("aten::_scaled_dot_product_flash_attention_for_cpu_backward",
+                  "aten::_scaled_dot_product_flash_attention_backward", missing_ok=True)(sdpa_flash_backward)
+REGISTRY.register("aten::_scaled_dot_product_efficient_attention_backward",
+                  "aten::_scaled_dot_product_fused_attention_overrideable_backward",
+                  missing_ok=True)(sdpa_efficient_backward)
+REGISTRY.register("aten::_scaled_dot_product_cudnn_attention_backward", "aten::_cudnn_attention_backward",
+                  missing_ok=True)(sdpa_cudnn_backward)
+REGISTRY.register("aten::_flash_attention_backward", missing_ok=True)(flash_attention_backward)
+REGISTRY.register("aten::_efficient_attention_backward", missing_ok=True)(efficient_attention_backward)
+
+
+# -- torch.nn.attention.varlen's custom ops --------------------------------------------------
 # The torch_attn ops exist only once torch.nn.attention.varlen is imported, which costs ~1 s
-# (it imports torch._dynamo), too much for `import flopsight`. Register them when the user
-# has already imported it; otherwise they are reported as unsupported (see the conventions
-# doc: the registry would need lazily resolved op names to do better).
-if "torch.nn.attention.varlen" in sys.modules:
-    REGISTRY.register(torch.ops.torch_attn._varlen_attn)(varlen_attn)
-    REGISTRY.register(torch.ops.torch_attn._varlen_attn_out)(varlen_attn_out)
+# before torch._dynamo is loaded: too much for `import flopsight`. They are registered when
+# that module is imported, before or after flopsight (a post-import hook on its name).
+_VARLEN_MODULE = "torch.nn.attention.varlen"
+
+
+def register_varlen_ops(registry: Registry = REGISTRY) -> bool:
+    """Register ``torch_attn::_varlen_attn``, ``_varlen_attn_out`` and ``_varlen_attn_backward``
+    in ``registry`` if ``torch.nn.attention.varlen`` has defined them; whether it had."""
+    ops = getattr(torch.ops, "torch_attn", None)
+    if ops is None or not hasattr(ops, "_varlen_attn"):
+        return False
+    registry.register(ops._varlen_attn, ops._varlen_attn_out)(varlen_attn)
+    if hasattr(ops, "_varlen_attn_backward"):
+        registry.register(ops._varlen_attn_backward)(varlen_attn_backward)
+    return True
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs ``then()`` right after module ``name`` is first imported (then steps aside)."""
+
+    def __init__(self, name: str, then: Callable[[], Any]):
+        self.name, self.then = name, then
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != self.name:
+            return None
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        loader = getattr(spec, "loader", None)
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        exec_module, then = loader.exec_module, self.then
+
+        def exec_then_register(module):
+            exec_module(module)
+            then()
+
+        loader.exec_module = exec_then_register
+        return spec
+
+
+if _VARLEN_MODULE in sys.modules:
+    register_varlen_ops()
+else:
+    sys.meta_path.insert(0, _AfterImport(_VARLEN_MODULE, register_varlen_ops))
 
 
 # -- multi-head attention -----------------------------------------------------------------
@@ -368,8 +771,8 @@ def _in_projection(
     ``E x k_in`` and ``E x v_in``."""
     return (
         linear_cost(batch * q_len, q_in, embed_dim, bias)
-        .plus(linear_cost(batch * kv_len, k_in, embed_dim, bias))
-        .plus(linear_cost(batch * kv_len, v_in, embed_dim, bias))
+        + linear_cost(batch * kv_len, k_in, embed_dim, bias)
+        + linear_cost(batch * kv_len, v_in, embed_dim, bias)
     )
 
 
@@ -383,35 +786,44 @@ def _mha_dims(query, key, num_heads, bias_k, add_zero_attn, static_k) -> tuple[i
     return batch, q_len, kv_len, embed_dim, embed_dim // num_heads, attended
 
 
-@REGISTRY.register_unit(F.multi_head_attention_forward, name="multi_head_attention")
+def _mha_entries(batch, heads, q_len, attended, *, effective, attn_mask, key_padding_mask, is_causal) -> int:
+    """Score entries of multi-head attention: all ``N * H * L * Sa`` (dense); with
+    ``effective``, those both masks keep (``nn.MultiheadAttention``'s masks drop ``True`` and
+    ``-inf`` entries; appended ``bias_k``/zero positions are always kept), when readable;
+    else the top-left causal band if ``is_causal``."""
+    dense = batch * heads * q_len * attended
+    if not effective:
+        return dense
+    masks = [m for m in (attn_mask, key_padding_mask) if m is not None]
+    if masks and all(_readable(m) for m in masks):
+
+        def keep(m):
+            return ~m if m.dtype == torch.bool else ~torch.isneginf(m)
+
+        def count(*ms):
+            attn = keep(attn_mask) if attn_mask is not None else None
+            kpm = keep(key_padding_mask) if key_padding_mask is not None else None
+            s = (attn if attn is not None else kpm).shape[-1]
+            # per (batch, head): the columns each row keeps, restricted to kept keys
+            cols = attn.reshape(-1, q_len, s).sum(-2) if attn is not None else torch.full((1, s), q_len)
+            cols = cols.reshape(-1, 1, s) if cols.shape[0] == 1 else cols.reshape(batch, heads, s)
+            rows = kpm.reshape(batch, 1, s) if kpm is not None else torch.ones(1, 1, s, dtype=torch.bool)
+            per = (cols * rows).sum(-1)  # (batch or 1, heads or 1)
+            extra = q_len * (attended - s)  # appended positions: kept
+            return int(per.sum()) * (batch * heads // per.numel()) + batch * heads * extra
+
+        return _read(count, *masks)
+    if is_causal:
+        return batch * heads * band_entries(q_len, attended, None, 0)
+    return dense
+
+
+@_family
 def multi_head_attention(
-    out,
-    query,
-    key,
-    value,
-    embed_dim_to_check,
-    num_heads,
-    in_proj_weight=None,
-    in_proj_bias=None,
-    bias_k=None,
-    bias_v=None,
-    add_zero_attn=False,
-    dropout_p=0.0,
-    out_proj_weight=None,
-    out_proj_bias=None,
-    training=True,
-    key_padding_mask=None,
-    need_weights=True,
-    attn_mask=None,
-    use_separate_proj_weight=False,
-    q_proj_weight=None,
-    k_proj_weight=None,
-    v_proj_weight=None,
-    static_k=None,
-    static_v=None,
-    average_attn_weights=True,
-    is_causal=False,
-    **kwargs,
+    out, query, key, value, embed_dim_to_check, num_heads, in_proj_weight=None, in_proj_bias=None, bias_k=None,
+    bias_v=None, add_zero_attn=False, dropout_p=0.0, out_proj_weight=None, out_proj_bias=None, training=True,
+    key_padding_mask=None, need_weights=True, attn_mask=None, static_k=None, average_attn_weights=True,
+    is_causal=False, *, effective=False, **_,
 ) -> Cost:
     """``F.multi_head_attention_forward``: inputs ``(L, N, E)`` (or unbatched ``(L, E)``);
     ``nn.MultiheadAttention`` transposes ``batch_first`` inputs before the call.
@@ -437,294 +849,42 @@ def multi_head_attention(
 
     scores = batch_heads * q_len * attended
     if attn_mask is not None and key_padding_mask is not None:
-        cost = cost.plus(Cost.of_flops(elementwise_flops(scores)))  # merging the masks: an add
-    cost = cost.plus(attention_cost(
+        cost = cost + Cost.of_flops(elementwise_flops(scores))  # merging the masks: an add (dense)
+    kept = _mha_entries(batch, num_heads, q_len, attended, effective=effective, attn_mask=attn_mask,
+                        key_padding_mask=key_padding_mask, is_causal=is_causal)
+    cost = cost + attention_cost(
         batch_heads, q_len, attended, head_dim, head_dim,
         masked=attn_mask is not None or key_padding_mask is not None,
         dropout_p=dropout_p if training else 0.0,
-        is_causal=is_causal,
-    ))
+        scores=kept,
+    )
     if need_weights and average_attn_weights:
-        cost = cost.plus(Cost.of_flops(_head_mean_flops(batch, num_heads, q_len, attended)))
+        cost = cost + Cost.of_flops(_head_mean_flops(batch, num_heads, q_len, attended))
     out_features = out_proj_weight.shape[0] if out_proj_weight is not None else embed_dim
-    return cost.plus(linear_cost(batch * q_len, embed_dim, out_features, out_proj_bias is not None))
+    return cost + linear_cost(batch * q_len, embed_dim, out_features, out_proj_bias is not None)
 
 
-@REGISTRY.register("aten::_native_multi_head_attention", missing_ok=True)
-def native_multi_head_attention(
-    out, query, key, value, embed_dim, num_head, qkv_weight, qkv_bias, proj_weight, proj_bias,
-    mask=None, need_weights=True, average_attn_weights=True, mask_type=None, **kwargs,
-) -> Cost:
-    """``nn.MultiheadAttention``'s fast path: batch-first ``(B, L, E)`` inputs, bool masks
-    already merged by ``merge_masks`` (whose add, if any, is counted at dispatch before this
-    op). Counted as :func:`multi_head_attention` counts the same call on the slow path (the
-    fast path runs only in eval, so without dropout)."""
-    batch = query.shape[0] if query.dim() == 3 else 1
-    q_len, kv_len = query.shape[-2], key.shape[-2]
-    head_dim = embed_dim // num_head
-    batch_heads = batch * num_head
-    cost = _in_projection(batch, q_len, kv_len, embed_dim, query.shape[-1], key.shape[-1], value.shape[-1],
-                          qkv_bias is not None)
-    cost = cost.plus(attention_cost(batch_heads, q_len, kv_len, head_dim, head_dim, masked=mask is not None))
-    if need_weights and average_attn_weights:
-        cost = cost.plus(Cost.of_flops(_head_mean_flops(batch, num_head, q_len, kv_len)))
-    return cost.plus(linear_cost(batch * q_len, embed_dim, proj_weight.shape[0], proj_bias is not None))
-
-
-@REGISTRY.register("aten::_transformer_encoder_layer_fwd", missing_ok=True)
-def transformer_encoder_layer_fwd(
-    out, src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias, use_gelu, norm_first, eps,
-    norm_weight_1, norm_bias_1, norm_weight_2, norm_bias_2, ffn_weight_1, ffn_bias_1, ffn_weight_2, ffn_bias_2,
-    mask=None, mask_type=None, **kwargs,
-) -> Cost:
-    """``nn.TransformerEncoderLayer``'s fast path, equal to the slow path's total:
-    self-attention (``need_weights=False``) + 2 layer norms + ``linear1`` + ReLU/GELU +
-    ``linear2`` + 2 residual adds, on ``tokens = B * L`` rows. ``norm_first`` only reorders
-    them. Eval only, so the dropouts cost nothing."""
-    tokens = numel(src) // embed_dim
-    hidden = ffn_weight_1.shape[0]
-    cost = native_multi_head_attention(None, src, src, src, embed_dim, num_heads, qkv_weight, qkv_bias,
-                                       proj_weight, proj_bias, mask, need_weights=False)
-    cost = cost.plus(linear_cost(tokens, embed_dim, hidden, ffn_bias_1 is not None))
-    cost = cost.plus(linear_cost(tokens, hidden, ffn_weight_2.shape[0], ffn_bias_2 is not None))
-    elementwise = (
-        activation_flops(tokens * hidden)
-        + layer_norm_flops(tokens * embed_dim, norm_weight_1 is not None)
-        + layer_norm_flops(tokens * embed_dim, norm_weight_2 is not None)
-        + elementwise_flops(tokens * embed_dim, ops=2)  # the two residual adds
-    )
-    return cost.plus(Cost.of_flops(elementwise))
-
-
-# -- backward ----------------------------------------------------------------------------------
-# Model FLOPs of the gradients the backward pass needs, dense and device-independent (see the
-# module docstring). Flash kernels recompute the scores and the softmax in their backward
-# instead of storing them: that recomputation is an implementation detail (a memory/compute
-# trade) and is not counted, so a flash kernel, the math decomposition and meta agree.
-def _requires_grad(t) -> bool:
-    return isinstance(t, torch.Tensor) and t.requires_grad
-
-
-def attention_backward_cost(
-    batch_heads: int,
-    q_len: int,
-    kv_len: int,
-    head_dim: int,
-    value_dim: int,
-    *,
-    query_grad: bool = True,
-    key_grad: bool = True,
-    value_grad: bool = True,
-    mask_grad: bool = False,
-    dropout_p: float = 0.0,
-    is_causal: bool = False,
-    summed: int = 0,
-) -> Cost:
-    """Backward of ``O = dropout(softmax(Q K^T * scale + mask)) V`` for ``batch_heads`` (query)
-    heads, computing only the gradients asked for (``*_grad``), dense:
-
-    * ``dV = P^T dO`` (``value_grad``): ``scores * Ev`` MACs;
-    * the gradient of the scores, needed for ``dQ``, ``dK`` or a mask that requires grad:
-      ``dP = dO V^T`` (``scores * Ev`` MACs), the dropout backward (1 per score when
-      ``dropout_p > 0``), the softmax backward (``softmax_backward_flops``: 4 per score);
-    * the scale's backward (1 per score) when ``dQ`` or ``dK`` is needed (the mask's
-      gradient is taken before the scale: the add passes it through unchanged);
-    * ``dQ = dS K`` (``query_grad``) and ``dK = dS^T Q`` (``key_grad``): ``scores * E`` MACs each;
-    * ``summed``: gradient elements summed back over broadcast dimensions -- shared KV heads
-      (GQA), broadcast batch dims, a broadcast mask --, 1 FLOP each (the reduction
-      convention: ``aten.sum`` counts every element it reads).
-
-    ``is_causal`` is ignored, as in :func:`attention_cost`.
-    """
-    del is_causal  # dense count
-    scores = batch_heads * q_len * kv_len
-    macs = 0
-    flops = summed
-    if value_grad:
-        macs += scores * value_dim  # dV = P^T dO
-    if query_grad or key_grad or mask_grad:
-        macs += scores * value_dim  # dP = dO V^T
-        flops += dropout_backward_flops(scores, dropout_p, training=True)  # dP * mask * scale
-        flops += softmax_backward_flops(scores)
-    if query_grad or key_grad:
-        flops += elementwise_flops(scores)  # dS * scale
-    if query_grad:
-        macs += scores * head_dim  # dQ = dS K
-    if key_grad:
-        macs += scores * head_dim  # dK = dS^T Q
-    return Cost.of_product(macs, flops)
-
-
-def _summed(t, grad: bool, full: int) -> int:
-    """Elements summed to reduce a gradient computed at ``full`` elements (one per query
-    head and batch) back to ``t``'s shape, when ``t`` is smaller (broadcast or shared)."""
-    return full if grad and t is not None and numel(t) < full else 0
-
-
-def _dense_backward(query, key, value, mask, *, layout, grads, dropout_p, is_causal) -> Cost:
-    """Backward of one attention call in layout ``"bhle"`` or ``"blhe"`` (see the forward
-    helpers); ``grads`` = which of (query, key, value, mask) get a gradient."""
-    if layout == "bhle":
-        bh, q_len, kv_len = _batch_heads(query, key, value), query.shape[-2], key.shape[-2]
-    else:
-        b, q_len, heads, _ = query.shape
-        bh, kv_len = b * heads, key.shape[1]
-    e, ev = query.shape[-1], value.shape[-1]
-    q_g, k_g, v_g, m_g = grads
-    m_g = bool(m_g) and mask is not None
-    summed = (
-        _summed(query, q_g, bh * q_len * e)
-        + _summed(key, k_g, bh * kv_len * e)  # GQA: dK of the shared heads sums over the group
-        + _summed(value, v_g, bh * kv_len * ev)
-        + _summed(mask, m_g, bh * q_len * kv_len)
-    )
-    return attention_backward_cost(
-        bh, q_len, kv_len, e, ev, query_grad=bool(q_g), key_grad=bool(k_g), value_grad=bool(v_g), mask_grad=m_g,
-        dropout_p=dropout_p or 0.0, is_causal=is_causal, summed=summed,
-    )
-
-
-def _varlen_backward(query, key, value, total_q, total_k, max_q, max_k, *, dropout_p, is_causal) -> Cost:
-    """Backward of packed variable-length attention (``(total, H, E)`` operands), all of
-    ``dQ``, ``dK``, ``dV`` (what the varlen kernels return): the same scores bound as the
-    forward's; with fewer KV heads, ``dK``/``dV`` of every key position sum over the group."""
-    q_len, kv_len = _varlen_dims(total_q, total_k, max_q, max_k)
-    heads, e, ev = query.shape[-2], query.shape[-1], value.shape[-1]
-    summed = 0
-    if key.shape[-2] < heads:
-        keys = numel(key) // (key.shape[-2] * e)  # total key positions
-        summed = heads * keys * (e + ev)
-    return attention_backward_cost(heads, q_len, kv_len, e, ev, dropout_p=dropout_p or 0.0, is_causal=is_causal,
-                                   summed=summed)
-
-
-def scaled_dot_product_attention_backward(
-    out, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False, **kwargs
-) -> Cost:
-    """Backward of ``F.scaled_dot_product_attention``: the gradients of the operands that
-    require grad (read at forward time), whatever kernel the device runs."""
-    grads = (_requires_grad(query), _requires_grad(key), _requires_grad(value), _requires_grad(attn_mask))
-    return _dense_backward(query, key, value, attn_mask, layout="bhle", grads=grads, dropout_p=dropout_p,
-                           is_causal=is_causal)
-
-
-REGISTRY.set_unit_backward("scaled_dot_product_attention", scaled_dot_product_attention_backward)
-
-# The fused backward kernels compute dQ, dK and dV whenever they run (the efficient and
-# overrideable ones take a ``grad_input_mask`` for (q, k, v, bias)); a bias gets a gradient
-# only when asked for.
-_ALL = (True, True, True, False)
-
-
-@REGISTRY.register("aten::_scaled_dot_product_flash_attention_for_cpu_backward", missing_ok=True)
-def sdpa_flash_cpu_backward(
-    out, grad_out, query, key, value, output, logsumexp, dropout_p=0.0, is_causal=False, *, attn_mask=None, **kwargs
-) -> Cost:
-    """The CPU flash kernel's backward: ``(B, H, L, E)``; no gradient for the mask."""
-    return _dense_backward(query, key, value, attn_mask, layout="bhle", grads=_ALL, dropout_p=dropout_p,
-                           is_causal=is_causal)
-
-
-@REGISTRY.register("aten::_scaled_dot_product_flash_attention_backward", missing_ok=True)
-def sdpa_flash_backward(
-    out, grad_out, query, key, value, output, logsumexp, cum_seq_q=None, cum_seq_k=None, max_q=None, max_k=None,
-    dropout_p=0.0, is_causal=False, *args, **kwargs,
-) -> Cost:
-    """CUDA flash backward: ``(B, H, L, E)``, no mask."""
-    return _dense_backward(query, key, value, None, layout="bhle", grads=_ALL, dropout_p=dropout_p,
-                           is_causal=is_causal)
-
-
-@REGISTRY.register("aten::_scaled_dot_product_efficient_attention_backward", missing_ok=True)
-def sdpa_efficient_backward(
-    out, grad_out, query, key, value, attn_bias, output, logsumexp, philox_seed=None, philox_offset=None,
-    dropout_p=0.0, grad_input_mask=(True, True, True, False), is_causal=False, **kwargs,
-) -> Cost:
-    """Memory-efficient backward: ``(B, H, L, E)``; ``grad_input_mask`` says which of
-    (q, k, v, bias) it computes."""
-    return _dense_backward(query, key, value, attn_bias, layout="bhle", grads=tuple(grad_input_mask),
-                           dropout_p=dropout_p, is_causal=is_causal)
-
-
-@REGISTRY.register("aten::_scaled_dot_product_cudnn_attention_backward", "aten::_cudnn_attention_backward",
-                   missing_ok=True)
-def sdpa_cudnn_backward(
-    out, grad_out, query, key, value, output, logsumexp, philox_seed=None, philox_offset=None, attn_bias=None,
-    cum_seq_q=None, cum_seq_k=None, max_q=None, max_k=None, dropout_p=0.0, is_causal=False, *args, **kwargs,
-) -> Cost:
-    """cuDNN backward: ``(B, H, L, E)``, or packed ``(total, H, E)`` with ``cum_seq_q``; it
-    returns no gradient for ``attn_bias``."""
-    if cum_seq_q is not None:
-        total_k = key.shape[0] if cum_seq_k is not None else None
-        return _varlen_backward(query, key, value, query.shape[0], total_k, max_q, max_k, dropout_p=dropout_p,
-                                is_causal=is_causal)
-    return _dense_backward(query, key, value, attn_bias, layout="bhle", grads=_ALL, dropout_p=dropout_p,
-                           is_causal=is_causal)
-
-
-@REGISTRY.register("aten::_scaled_dot_product_fused_attention_overrideable_backward", missing_ok=True)
-def sdpa_overrideable_backward(
-    out, grad_out, query, key, value, attn_bias=None, grad_input_mask=(True, True, True, False), output=None,
-    logsumexp=None, cum_seq_q=None, cum_seq_k=None, max_q=None, max_k=None, dropout_p=0.0, is_causal=False,
-    *args, **kwargs,
-) -> Cost:
-    """The out-of-tree backends' hook: ``(B, H, L, E)``, gradients per ``grad_input_mask``."""
-    return _dense_backward(query, key, value, attn_bias, layout="bhle", grads=tuple(grad_input_mask),
-                           dropout_p=dropout_p, is_causal=is_causal)
-
-
-@REGISTRY.register("aten::_flash_attention_backward", missing_ok=True)
-def flash_attention_backward(
-    out, grad_out, query, key, value, output, logsumexp, cum_seq_q=None, cum_seq_k=None, max_q=None, max_k=None,
-    dropout_p=0.0, is_causal=False, *args, **kwargs,
-) -> Cost:
-    """The flash kernel's backward: ``(B, L, H, E)``, or packed ``(total, H, E)`` when
-    ``cum_seq_q`` is given."""
-    if cum_seq_q is not None:
-        total_k = key.shape[0] if cum_seq_k is not None else None
-        return _varlen_backward(query, key, value, query.shape[0], total_k, max_q, max_k, dropout_p=dropout_p,
-                                is_causal=is_causal)
-    return _dense_backward(query, key, value, None, layout="blhe", grads=_ALL, dropout_p=dropout_p,
-                           is_causal=is_causal)
-
-
-@REGISTRY.register("aten::_efficient_attention_backward", missing_ok=True)
-def efficient_attention_backward(
-    out, grad_out, query, key, value, bias, output, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
-    max_seqlen_k=None, logsumexp=None, dropout_p=0.0, philox_seed=None, philox_offset=None, custom_mask_type=0,
-    bias_requires_grad=False, **kwargs,
-) -> Cost:
-    """The memory-efficient kernel's backward: ``(B, L, H, E)``, or packed ``(1, total, H, E)``
-    with ``cu_seqlens_q``; the bias gets a gradient when ``bias_requires_grad``."""
-    if cu_seqlens_q is not None:
-        total_k = key.shape[1] if cu_seqlens_k is not None else None
-        return _varlen_backward(query, key, value, query.shape[1], total_k, max_seqlen_q, max_seqlen_k,
-                                dropout_p=dropout_p, is_causal=bool(custom_mask_type))
-    return _dense_backward(query, key, value, bias, layout="blhe", grads=(True, True, True, bias_requires_grad),
-                           dropout_p=dropout_p, is_causal=bool(custom_mask_type))
-
-
-# -- multi-head attention backward ---------------------------------------------------------------
 def _linear_backward(rows: int, in_features: int, out_features: int, *, input_grad, weight_grad, bias_grad) -> Cost:
     """Backward of ``rows`` vectors through a linear map, the products priced by
     :func:`matmul.linear_cost`: ``dX = dY W`` and ``dW = dY^T X`` are ``rows * in * out``
     MACs each; the bias gradient sums ``dY`` over the rows (1 FLOP per element summed)."""
     cost = Cost()
     if input_grad:
-        cost = cost.plus(linear_cost(rows, out_features, in_features, False))
+        cost = cost + linear_cost(rows, out_features, in_features, False)
     if weight_grad:
-        cost = cost.plus(linear_cost(in_features, rows, out_features, False))
+        cost = cost + linear_cost(in_features, rows, out_features, False)
     if bias_grad:
-        cost = cost.plus(Cost.of_flops(rows * out_features))
+        cost = cost + Cost.of_flops(rows * out_features)
     return cost
 
 
+@_family
 def multi_head_attention_backward(
     out, query, key, value, embed_dim_to_check, num_heads, in_proj_weight=None, in_proj_bias=None, bias_k=None,
     bias_v=None, add_zero_attn=False, dropout_p=0.0, out_proj_weight=None, out_proj_bias=None, training=True,
     key_padding_mask=None, need_weights=True, attn_mask=None, use_separate_proj_weight=False, q_proj_weight=None,
     k_proj_weight=None, v_proj_weight=None, static_k=None, static_v=None, average_attn_weights=True,
-    is_causal=False, **kwargs,
+    is_causal=False, *, effective=False, **_,
 ) -> Cost:
     """Backward of ``F.multi_head_attention_forward``: out-projection backward + attention
     core backward (:func:`attention_backward_cost`, as for SDPA) + in-projection backward,
@@ -764,22 +924,134 @@ def multi_head_attention_backward(
     # masks broadcast over heads (and batch, for an (L, S) attn_mask): their gradients sum back
     summed = _summed(attn_mask, rg(attn_mask), scores) + _summed(key_padding_mask, rg(key_padding_mask), scores)
     summed += batch * embed_dim * (rg(bias_k) + rg(bias_v))  # bias_k.repeat(1, N, 1) summed back
-    cost = cost.plus(attention_backward_cost(
+    kept = _mha_entries(batch, num_heads, q_len, attended, effective=effective, attn_mask=attn_mask,
+                        key_padding_mask=key_padding_mask, is_causal=is_causal)
+    cost = cost + attention_backward_cost(
         batch_heads, q_len, attended, head_dim, head_dim,
         query_grad=q_grad, key_grad=k_grad, value_grad=v_grad, mask_grad=mask_grad,
-        dropout_p=dropout_p if training else 0.0, is_causal=is_causal, summed=summed,
-    ))
+        dropout_p=dropout_p if training else 0.0, summed=summed, scores=kept,
+    )
     for needed, rows, x, w in ((q_proj, q_len, query, w_q), (k_proj, kv_len, key, w_k), (v_proj, kv_len, value, w_v)):
         if needed:
-            cost = cost.plus(_linear_backward(batch * rows, x.shape[-1], embed_dim, input_grad=rg(x),
-                                              weight_grad=rg(w), bias_grad=bias_grad))
+            cost = cost + _linear_backward(batch * rows, x.shape[-1], embed_dim, input_grad=rg(x),
+                                           weight_grad=rg(w), bias_grad=bias_grad)
     return cost
 
 
-REGISTRY.set_unit_backward("multi_head_attention", multi_head_attention_backward)
+REGISTRY.register_unit(F.multi_head_attention_forward, name="multi_head_attention",
+                       backward=multi_head_attention_backward)(multi_head_attention)
 
 
-def attention_registry(registry, attention: str):  # TRANSITION: replaced by the attention family's own
+def _native_mask_entries(batch, heads, q_len, kv_len, mask, mask_type, *, effective) -> int:
+    """Entries the fast paths' merged mask keeps (``mask_type`` 1: a ``(N, S)`` key padding
+    mask; otherwise broadcast to ``(N, H, L, S)``); bool ``True`` and ``-inf`` entries drop."""
+    if mask is not None and int(mask_type or 0) == 1:
+        return _mha_entries(batch, heads, q_len, kv_len, effective=effective, attn_mask=None, key_padding_mask=mask,
+                            is_causal=False)
+    dense = batch * heads * q_len * kv_len
+    if not effective or mask is None:
+        return dense
+    kept = _kept(mask, dense, drop_true=True)
+    return dense if kept is None else kept
+
+
+@_family
+def native_multi_head_attention(
+    out, query, key, value, embed_dim, num_head, qkv_weight, qkv_bias, proj_weight, proj_bias,
+    mask=None, need_weights=True, average_attn_weights=True, mask_type=None, *, effective=False, **_,
+) -> Cost:
+    """``nn.MultiheadAttention``'s fast path: batch-first ``(B, L, E)`` inputs, bool masks
+    already merged by ``merge_masks`` (whose add, if any, is counted at dispatch before this
+    op). Counted as :func:`multi_head_attention` counts the same call on the slow path (the
+    fast path runs only in eval, so without dropout)."""
+    batch = query.shape[0] if query.dim() == 3 else 1
+    q_len, kv_len = query.shape[-2], key.shape[-2]
+    head_dim = embed_dim // num_head
+    batch_heads = batch * num_head
+    cost = _in_projection(batch, q_len, kv_len, embed_dim, query.shape[-1], key.shape[-1], value.shape[-1],
+                          qkv_bias is not None)
+    kept = _native_mask_entries(batch, num_head, q_len, kv_len, mask, mask_type, effective=effective)
+    cost = cost + attention_cost(batch_heads, q_len, kv_len, head_dim, head_dim, masked=mask is not None,
+                                 scores=kept)
+    if need_weights and average_attn_weights:
+        cost = cost + Cost.of_flops(_head_mean_flops(batch, num_head, q_len, kv_len))
+    return cost + linear_cost(batch * q_len, embed_dim, proj_weight.shape[0], proj_bias is not None)
+
+
+@_family
+def transformer_encoder_layer_fwd(
+    out, src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias, *, norm_weight_1, norm_weight_2,
+    ffn_weight_1, ffn_bias_1, ffn_weight_2, ffn_bias_2, mask=None, mask_type=None, effective=False, **_,
+) -> Cost:
+    """``nn.TransformerEncoderLayer``'s fast path, equal to the slow path's total:
+    self-attention (``need_weights=False``) + 2 layer norms + ``linear1`` + ReLU/GELU +
+    ``linear2`` + 2 residual adds, on ``tokens = B * L`` rows. ``norm_first`` only reorders
+    them. Eval only, so the dropouts cost nothing."""
+    tokens = numel(src) // embed_dim
+    hidden = ffn_weight_1.shape[0]
+    cost = native_multi_head_attention(None, src, src, src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight,
+                                       proj_bias, mask, need_weights=False, mask_type=mask_type, effective=effective)
+    cost = cost + linear_cost(tokens, embed_dim, hidden, ffn_bias_1 is not None)
+    cost = cost + linear_cost(tokens, hidden, ffn_weight_2.shape[0], ffn_bias_2 is not None)
+    elementwise = (
+        activation_flops(tokens * hidden)
+        + layer_norm_flops(tokens * embed_dim, norm_weight_1 is not None)
+        + layer_norm_flops(tokens * embed_dim, norm_weight_2 is not None)
+        + elementwise_flops(tokens * embed_dim, ops=2)  # the two residual adds
+    )
+    return cost + Cost.of_flops(elementwise)
+
+
+REGISTRY.register("aten::_native_multi_head_attention", missing_ok=True)(native_multi_head_attention)
+REGISTRY.register("aten::_transformer_encoder_layer_fwd", missing_ok=True)(transformer_encoder_layer_fwd)
+
+
+# -- the attention= option ---------------------------------------------------------------------
+def _effective(formula: Callable) -> Callable:
+    variant = functools.partial(formula, effective=True)
+    variant.__name__ = f"{formula.__name__}[effective]"  # type: ignore[attr-defined]
+    variant.__doc__ = formula.__doc__
+    return variant
+
+
+def attention_registry(registry: Registry, attention: str = "dense") -> Registry:
+    """The registry that counts attention by the convention ``attention``:
+
+    * ``"dense"`` (the default, DeepSpeed-compatible): ``registry`` itself;
+    * ``"effective"``: a copy of ``registry`` whose attention formulas (ops and units, the
+      backward formulas included) count only the score entries kept -- a causal band, a
+      sliding window, the sequences of a packed or nested batch, a boolean / ``-inf`` mask's
+      kept entries (when its values are readable: not on meta), a flex ``BlockMask``'s
+      computed blocks. Formulas a user replaced are left alone.
+
+    >>> import torch
+    >>> from flopsight.formulas import REGISTRY
+    >>> attention_registry(REGISTRY, "dense") is REGISTRY
+    True
+    >>> effective = attention_registry(REGISTRY, "effective")
+    >>> q = torch.ones(1, 1, 4, 8)   # causal 4 x 4: 10 of 16 entries; MACs 10*8*2
+    >>> effective.unit(torch.nn.functional.scaled_dot_product_attention).cost(None, (q, q, q), {"is_causal": True})[0]
+    Stats(macs=160, flops=340)
+    """
     if attention == "dense":
         return registry
-    raise NotImplementedError(attention)
+    if attention != "effective":
+        raise ValueError(f"attention: expected one of {', '.join(map(repr, ATTENTION_CONVENTIONS))}, got {attention!r}")
+    new = registry.copy()
+    variants: dict[Callable, Callable] = {}
+
+    def variant(fn):
+        if fn not in variants:
+            variants[fn] = _effective(fn)
+        return variants[fn]
+
+    for op, formula in list(registry.ops().items()):
+        if formula in _FAMILY:
+            new.register(op)(variant(formula))
+    for function, unit in list(registry.units().items()):
+        if unit.formula in _FAMILY:
+            backward = unit.backward
+            if backward in _FAMILY:
+                backward = variant(backward)
+            new.register_unit(function, name=unit.name, backward=backward)(variant(unit.formula))
+    return new
