@@ -14,26 +14,13 @@ from flopsight.result import ProfileResult
 from flopsight.stats import Stats
 
 
-class _Run(nn.Module):
-    """A bare root whose call runs one function: everything the function runs is the root's."""
-
-    def __init__(self, fn: Callable, args: tuple, kwargs: dict):
-        super().__init__()
-        self._run = (fn, args, kwargs)  # a tuple: a module among them is not a submodule
-
-    def forward(self) -> Any:
-        fn, args, kwargs = self._run
-        return fn(*args, **kwargs)
-
-
 def run_profiled(fn: Callable, *args: Any, registry: Registry | None = None, **kwargs: Any) -> ProfileResult:
     """Profile ``fn(*args, **kwargs)`` with every op attributed to a bare root module.
 
     ``registry``: the formulas to count with (default: flopsight's global registry).
     """
-    root = _Run(fn, args, kwargs)
-    with flopsight.Profiler(root, registry=registry) as prof:
-        root()
+    with flopsight.Profiler(registry=registry) as prof:  # no model: everything is the root's
+        fn(*args, **kwargs)
     return prof.result
 
 
@@ -156,3 +143,10 @@ def layer_backward(
                 ops[name] = (calls + o.calls, macs + o.macs, flops + o.flops)
     total = result.module("layer").backward
     return (total.macs, total.flops), ops
+
+
+def with_metadata(result: ProfileResult, **changes: Any) -> ProfileResult:
+    """``result`` with some metadata fields changed (what another run would have recorded)."""
+    import dataclasses
+
+    return dataclasses.replace(result, metadata=dataclasses.replace(result.metadata, **changes))

@@ -25,7 +25,7 @@ def ids(vocab=512):
 
 
 def kernels(result, *names):
-    return {o.name: (o.calls, o.macs, o.flops) for o in result.ops() if o.name in names}
+    return {name: (o.calls, o.macs, o.flops) for name, o in result.ops().items() if name in names}
 
 
 def test_fnet_forward_and_training_step():

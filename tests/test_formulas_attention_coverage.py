@@ -25,10 +25,10 @@ from helpers import meta
 
 
 def profile_ops(fn, phase="forward"):
-    with flopsight.Profiler(nn.Module()) as prof:
+    with flopsight.Profiler() as prof:
         fn()
     result = prof.result
-    return {o.name: (o.calls, o.macs, o.flops) for o in result.ops(phase) if o.macs or o.flops}, result
+    return {name: (o.calls, o.macs, o.flops) for name, o in result.ops(phase).items() if o.macs or o.flops}, result
 
 
 # -- torch.nn.attention.varlen: forward and backward ------------------------------------------
@@ -46,13 +46,13 @@ def test_varlen_attn_forward_and_backward_on_meta():
     v = torch.randn(14, 2, 8, device="meta", requires_grad=True)
     cu_q = torch.tensor([0, 5, 10], dtype=torch.int32, device="meta")
     cu_k = torch.tensor([0, 7, 14], dtype=torch.int32, device="meta")
-    with flopsight.Profiler(nn.Module()) as prof:
+    with flopsight.Profiler() as prof:
         varlen_attn(q, k, v, cu_q, cu_k, 5, 7).sum().backward()
     result = prof.result
     assert result.unsupported_ops == {}
-    ops = {o.name: (o.calls, o.macs, o.flops) for o in result.ops("forward") if o.macs}
+    ops = {name: (o.calls, o.macs, o.flops) for name, o in result.ops("forward").items() if o.macs}
     assert ops == {"torch_attn._varlen_attn": (1, 2240, 4760)}
-    ops = {o.name: (o.calls, o.macs, o.flops) for o in result.ops("backward") if o.macs or o.flops}
+    ops = {name: (o.calls, o.macs, o.flops) for name, o in result.ops("backward").items() if o.macs or o.flops}
     assert ops == {"torch_attn._varlen_attn_backward": (1, 4480, 9660)}
 
 
@@ -115,11 +115,11 @@ def test_sdpa_on_nested_tensors_cross_attention():
 def test_sdpa_on_nested_tensors_backward():
     """All of Q, K, V require grad (one tensor): scores = 76 as in the forward;
     MACs = 2*76*16 = 2432; FLOPs = 2*2432 + 5*76 = 5244."""
-    with flopsight.Profiler(nn.Module()) as prof:
+    with flopsight.Profiler() as prof:
         _, q = njt([3, 5, 2], grad=True)  # its views' autograd nodes made while profiling
         F.scaled_dot_product_attention(q, q, q).values().sum().backward()
     result = prof.result
-    ops = {o.name: (o.calls, o.macs, o.flops) for o in result.ops("backward") if o.macs or o.flops}
+    ops = {name: (o.calls, o.macs, o.flops) for name, o in result.ops("backward").items() if o.macs or o.flops}
     assert ops == {"scaled_dot_product_attention.backward": (1, 2432, 5244)}
     assert result.unsupported_ops == {}
 

@@ -88,7 +88,7 @@ def test_causal_backward():
     """scores = 168 as in test_causal_square: MACs = 2*168*16 = 5376; FLOPs = 10752 + 840."""
     for device in ("cpu", "meta"):
         q, k, v = (torch.randn(2, 4, 6, 8, device=device, requires_grad=True) for _ in range(3))
-        with flopsight.Profiler(nn.Module(), registry=EFFECTIVE) as prof:
+        with flopsight.Profiler(registry=EFFECTIVE) as prof:
             F.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
         b = prof.result.total.backward
         # + the .sum()'s backward (an expand, free)
@@ -185,7 +185,7 @@ def test_flex_block_mask_counts_computed_blocks():
     mask = create_block_mask(lambda b, h, q, k: q >= k, None, None, 200, 200, device="cpu")
     q = torch.randn(2, 2, 200, 16)
     with torch.compiler.set_stance("force_eager"):
-        with flopsight.Profiler(nn.Module(), registry=EFFECTIVE) as prof:
+        with flopsight.Profiler(registry=EFFECTIVE) as prof:
             flex_attention(q, q, q, block_mask=mask)
     f = prof.result.total.forward
     assert (f.macs, f.flops) == fwd(123136, E=16, Ev=16, mask=True) == (3940352, 8250112)

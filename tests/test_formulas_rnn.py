@@ -122,7 +122,7 @@ def test_lstm_on_cpu_runs_the_fused_kernel_counted_at_dispatch():
     """Without the unit, CPU nn.LSTM is one aten.mkldnn_rnn_layer per layer and direction."""
     lstm = nn.LSTM(3, 4, num_layers=2, bidirectional=True)
     args = (torch.randn(5, 2, 3),)
-    with torch.no_grad(), flopsight.Profiler(nn.Module(), registry=OP_BY_OP) as prof:
+    with torch.no_grad(), flopsight.Profiler(registry=OP_BY_OP) as prof:
         lstm(*args)
     ops = prof.result.ops()
     assert ops["aten.mkldnn_rnn_layer"].calls == 4  # 2 layers * 2 directions

@@ -52,13 +52,13 @@ def test_contract_fields(result):
     assert conv.forward.latency > 0
     assert result.total is result.module("")
     assert result.unsupported_ops == {}
-    assert result.metadata["device"] == "cpu" and result.metadata["batch_size"] == 2
+    assert result.metadata.device == "cpu" and result.metadata.batch_size == 2
 
 
 def test_walk_with_depth_limit_and_per_op_totals():
     result = flopsight.profile(Stack(width=8, depth=2), torch.ones(2, 8))
     assert [s.name for s in result.walk(max_depth=1)] == ["", "layers", "norms", "head"]
-    ops = {o.name: o for o in result.ops()}
+    ops = {name: o for name, o in result.ops().items()}
     assert ops["aten.addmm"].calls == 3
     assert ops["aten.addmm"].macs == result.total.forward.macs
 

@@ -1,13 +1,12 @@
 """Latency: per module, free of the counting overhead, deterministic under a fake clock."""
 
-import time
-
 import pytest
 import torch
 from torch import nn
 
 import flopsight
 from flopsight.capture.timing import CudaEventClock, HostClock, default_clock
+from flopsight.metadata import Timing
 from models import LeNet
 
 aten = torch.ops.aten
@@ -18,34 +17,59 @@ def test_fake_clock_latencies_are_exact_in_the_separate_timing_pass():
     # child calls (conv1, pool, conv2, pool, fc1, fc2, fc3) takes a pre and a post
     # stamp, then root post: the root spans 15 steps, each leaf call 1 step.
     result = flopsight.profile(LeNet(), torch.ones(1, 3, 32, 32), clock=flopsight.FakeClock(step=1e-3))
-    assert result.metadata["timing"] == {"method": "separate-pass", "clock": "fake"}
+    assert result.metadata.timing == Timing("separate-pass", "fake")
     assert result.module("conv1").forward.latency == pytest.approx(1e-3)
     assert result.module("pool").forward.latency == pytest.approx(2e-3)  # called twice
     assert result.total.forward.latency == pytest.approx(15e-3)
     assert result.total.self.forward.latency == pytest.approx(8e-3)
 
 
-def slow_registry(seconds):
-    """A registry whose addmm formula sleeps: counting that is very expensive."""
+class ManualClock:
+    """Host time that moves only when told: stamps and the profiler's own clock are one."""
+
+    name, subtracts_overhead, scale = "manual", True, 1.0
+
+    def __init__(self):
+        self.t = 0.0
+
+    def stamp(self):
+        return self.t
+
+    def now(self):
+        return self.t
+
+    def finish(self):
+        pass
+
+    @staticmethod
+    def seconds(start, end):
+        return end - start
+
+
+def expensive_registry(clock, seconds):
+    """A registry whose addmm formula takes ``seconds`` of the clock: counting that is very expensive."""
     registry = flopsight.REGISTRY.copy()
     _, addmm = registry.lookup(aten.addmm)
 
     @registry.register(aten.addmm)
-    def slow_addmm(out, *args, **kwargs):
-        time.sleep(seconds)
-        return addmm(out, *args, **kwargs)
+    def slow_addmm(out, self, mat1, mat2, **kwargs):
+        clock.t += seconds
+        return addmm(out, self, mat1, mat2, **kwargs)
 
     return registry
 
 
-@pytest.mark.parametrize("timing", ["separate", "subtract"])
-def test_latency_excludes_the_counting_overhead(timing):
+def test_latency_excludes_the_counting_overhead():
+    clock = ManualClock()
     model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 8))
-    result = flopsight.profile(model, torch.ones(2, 8), warm_up=1, timing=timing, registry=slow_registry(0.1))
+    result = flopsight.profile(model, torch.ones(2, 8), warm_up=0, timing="subtract", clock=clock,
+                               registry=expensive_registry(clock, 100.0))
     assert result.total.forward.macs == 2 * 2 * 8 * 8
-    # two 0.1 s formula calls ran inside the model's span; neither may show up in it
-    assert result.total.forward.latency < 0.1
-    assert result.metadata["timing"]["method"] == {"separate": "separate-pass", "subtract": "overhead-subtracted"}[timing]
+    # two formula calls took 100 s each inside the model's span, and nothing else moved the
+    # clock: all of it is the profiler's own time, none of it latency
+    assert clock.t == 200.0
+    assert result.total.forward.latency == 0.0
+    assert result.metadata.timing.method == "overhead-subtracted"
 
 
 def test_real_clock_latencies_are_positive_and_additive():

@@ -190,7 +190,7 @@ def test_gpt2_small_generate_prefill_and_decode_steps_derived_by_hand():
     prefill = layers * layer(P, P) + H * V
     steps = [layers * layer(1, P + t) + H * V for t in range(1, N)]  # the KV cache holds P + t keys
     assert gen.prefill.macs == prefill == 719_254_272
-    assert [c.macs for c in result.root_calls[1:]] == steps
+    assert [c.stats.macs for c in result.root_calls[1:]] == steps
     assert gen.decode.macs == sum(steps) and gen.decode.calls == N - 1
     assert gen.per_step.macs == round(sum(steps) / (N - 1))
     assert gen.new_tokens == N and gen.batch_size == 1

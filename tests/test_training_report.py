@@ -10,6 +10,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 
 import flopsight
+from helpers import with_metadata
 from flopsight.renderers.text_renderer import ParallelInfo, render_aggregated, render_text
 from flopsight.units import duration_to_string, flops_to_string, macs_to_string, number_to_string
 
@@ -235,8 +236,7 @@ def test_forward_only_flops_profiler_report_has_no_training_lines(fake_clock, ca
 
 # -- parallel sizes ----------------------------------------------------------------------------
 def test_distributed_world_size_is_read_from_the_result(fake_clock):
-    result = profiled_step()
-    result.metadata["world_size"] = 4  # what a run under torch.distributed records
+    result = with_metadata(profiled_step(), world_size=4)  # what a run under torch.distributed records
     text = render_text(result)
     assert (value(text, "world size"), value(text, "data parallel size"), value(text, "model parallel size")) == (
         "4",
@@ -259,7 +259,7 @@ def test_engine_parallel_info_wins(fake_clock):
 def test_forward_only_report_ignores_the_world_size():
     with torch.no_grad():
         result = flopsight.profile(MLP(), batch()[0], clock=flopsight.FakeClock())
-    result.metadata["world_size"] = 2
+    result = with_metadata(result, world_size=2)
     assert "world size" not in render_text(result)
 
 
@@ -332,8 +332,7 @@ def test_recompute_lines_separate_model_and_hardware_flops(fake_clock):
         / (result.total.forward.latency + it.backward.latency)
     )
     assert_aligned(text)
-    gpu = flopsight.ProfileResult.from_dict(result.to_dict())
-    gpu.metadata["device_type"] = "cuda"
+    gpu = with_metadata(result, device_type="cuda")
     assert_aligned(render_text(gpu))
 
 

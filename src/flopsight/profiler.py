@@ -264,7 +264,14 @@ class Profiler:
 
     Only what runs inside the model's forward calls (and their backward) is counted, as in
     DeepSpeed: give it a submodule and it counts that submodule, whatever the code around
-    it runs (a loss computed outside the model is not the model's).
+    it runs (a loss computed outside the model is not the model's). Without a model,
+    everything the span runs is counted, at the root:
+
+    >>> import torch, flopsight
+    >>> with flopsight.Profiler() as prof:
+    ...     _ = torch.ones(2, 3) @ torch.ones(3, 4)
+    >>> prof.result.total.forward.macs
+    24
 
     Counting and timing happen in the same pass, so latencies have the profiler's own
     measured overhead subtracted (on CPU). Starting twice or stopping when not started
@@ -273,7 +280,7 @@ class Profiler:
 
     def __init__(
         self,
-        model: nn.Module,
+        model: nn.Module | None = None,
         *,
         optimizer: torch.optim.Optimizer | None = None,
         batch_size: int | None = None,
@@ -282,7 +289,9 @@ class Profiler:
         clock: Clock | None = None,
         registry: Registry | None = None,
     ):
-        self.model = check_model(model)
+        self._everything = model is None  # no model: count all the span runs, at the root
+        self.model = nn.Module() if model is None else check_model(model)
+        model = self.model
         if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
             raise TypeError(f"optimizer: expected a torch.optim.Optimizer or None, got {type(optimizer).__name__}")
         if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
@@ -315,7 +324,8 @@ class Profiler:
             self._infos = describe(self._target)
             clock = self._clock or default_clock(model_device(self._target))
             session = CaptureSession(
-                self._infos, registry=self._registry, clock=clock, ignore=self._ignore, optimizer=self.optimizer
+                self._infos, registry=self._registry, clock=clock, ignore=self._ignore, optimizer=self.optimizer,
+                outside_to_root=self._everything,
             )
             session.start()
             self._session = session
