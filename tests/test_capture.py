@@ -31,7 +31,7 @@ class Entry:
 
 def call(path, phase="forward", root_id=-1):
     rec = CallRecord(0, path, phase, None, -1, None)
-    rec.root_id = root_id
+    rec.top_id = root_id
     return rec
 
 
@@ -75,7 +75,7 @@ def test_overhead_is_one_object_summing_host_time():
     assert overhead.seconds == 0.75
 
 
-def test_attribution_charges_the_innermost_call_and_its_root_call():
+def test_attribution_charges_the_innermost_call_and_its_top_level_call():
     ctx = context()
     attribution = Attribution(ctx, owner_of=lambda seq: None, param_owner={})
     ctx.stack.extend([call("", root_id=0), call("encoder")])
@@ -85,7 +85,7 @@ def test_attribution_charges_the_innermost_call_and_its_root_call():
     ops = ctx.tally.resolve(lambda a, b: b - a, scale=1.0)
     assert ops[("encoder", "forward")]["aten.mm"] == Stats(5, 10, 2.0, 1)
     assert ops[("", "forward")]["aten.add"] == Stats(0, 1, 1.0, 1)
-    assert ctx.tally.roots == [Stats(5, 11)]  # both ran inside the model's call 0
+    assert ctx.tally.tops == [Stats(5, 11)]  # both ran inside the top-level call 0
 
 
 def test_attribution_outside_every_module_depends_on_what_is_profiled():
@@ -128,7 +128,7 @@ def test_build_result_from_hand_made_captures_derives_inclusive_values():
              ("1", "forward"): {"aten.relu": Stats(0, 2, 0.5, 1)}},
         latency={("", "forward"): 1.0, ("0", "forward"): 2.0, ("1", "forward"): 0.5},
         calls={("", "forward"): 1, ("0", "forward"): 1, ("1", "forward"): 1},
-        root_calls=[(Stats(4, 13, 3.5, 1), 3)],
+        top_calls=[("", Stats(4, 13, 3.5, 1), 3)],
     )
     result = build_result(describe(model), raw, metadata=Metadata(model="Sequential"))
     # self values are stored; the root's forward adds both children: 4 MACs, 1 + 10 + 2 FLOPs

@@ -231,7 +231,7 @@ def test_grad_scaler_kernels():
     model = _model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     scaler = torch.amp.GradScaler("cpu")
-    with flopsight.Profiler(model, optimizer=opt) as prof:
+    with flopsight.Profiler(optimizer=opt) as prof:  # everything: the scaler's work is not the model's
         scaler.scale(model(torch.randn(2, 4)).sum()).backward()
         scaler.step(opt)
         scaler.update()

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from flopsight.formulas import Cost
 from helpers import formula_of, measure_cpu_meta, meta, ops_on
 
 aten = torch.ops.aten
@@ -161,8 +162,8 @@ def test_grouped_mm_bias_adds_one_flop_per_output_element():
     out, a, b, offs = meta(32, 8, dtype=bf), meta(32, 16, dtype=bf), meta(3, 16, 8, dtype=bf), OFFS(8, 16, 32)
     formula = formula_of(aten._grouped_mm)
     # (32, 16) x (3, 16, 8) -> (32, 8), + a (3, 8) per-expert bias on every output element
-    assert formula(out, a, b, offs.to("meta"), meta(3, 8, dtype=bf)) == (32 * 16 * 8, 2 * 32 * 16 * 8 + 32 * 8)
-    assert formula(out, a, b, offs.to("meta"), bias=None) == (32 * 16 * 8, 2 * 32 * 16 * 8)
+    assert formula(out, a, b, offs.to("meta"), meta(3, 8, dtype=bf)) == Cost(32 * 16 * 8, 2 * 32 * 16 * 8 + 32 * 8)
+    assert formula(out, a, b, offs.to("meta"), bias=None) == Cost(32 * 16 * 8, 2 * 32 * 16 * 8)
 
 
 @needs_grouped_mm

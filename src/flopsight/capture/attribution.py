@@ -8,7 +8,8 @@
   (its sequence number falls in the range seen around that module's call),
   ``AccumulateGrad`` to the module owning the parameter; a node made by a call counted
   whole (a unit, a module rule, an autograd function) charges that call's backward formula
-  once, whichever kernels run.
+  once, whichever kernels run; a node created *by* the backward pass (``create_graph=True``,
+  gradient penalties) belongs to the module whose backward created it.
 """
 
 from __future__ import annotations
@@ -51,6 +52,10 @@ class Attribution:
         self._owner_cache = (-1, "")  # (sequence nr, path) of the last node looked up
         self._seq_at_start = autograd_sequence_nr()  # nodes numbered below were made before start
         self._warned_unprofiled = False
+        # nodes created by backward ops: [start, end) sequence ranges and the path charged
+        self._made_in_backward: list[tuple[int, int, str]] = []
+        self._made_starts: list[int] = []
+        self._seq_seen: int | None = None  # sequence nr after the last backward op, in a backward pass
 
     def charge(self, entry, t0, t1, *payload, cost: Stats | None = None) -> str | None:
         """Charge one call of ``entry`` (a resolved op, a unit...: it has ``name``,
@@ -63,6 +68,7 @@ class Attribution:
         node = current_autograd_node()
         top_id = -1
         if node is None or (stack and stack[-1].phase == "recompute"):
+            self._seq_seen = None
             if stack:
                 top = stack[-1]
                 path, phase = top.path, top.phase
@@ -78,9 +84,14 @@ class Attribution:
                 self._charge_whole_backward(whole, t0, t1)
                 return whole.path
             path = self._backward_owner(node)
+            seq, before = autograd_sequence_nr(), self._seq_seen
+            self._seq_seen = seq
             if path is None:
                 return None
             phase = "backward"
+            if before is not None and seq > before:  # this op made nodes: a graph of the gradient
+                self._made_in_backward.append((before, seq, path))
+                self._made_starts.append(before)
         if cost is None:
             cost = self.evaluate(entry, *payload)
         ctx.tally.add(path, phase, entry.name, cost, t0, t1)
@@ -142,6 +153,10 @@ class Attribution:
         if seq == ACCUMULATE_GRAD_SEQUENCE_NR:  # gradient accumulation into a parameter
             return self._param_owner.get(id(accumulated_parameter(node)), "" if self.ctx.outside_to_root else None)
         path = self._owner_of(seq)
+        if path is None and self._made_in_backward:
+            i = bisect.bisect_right(self._made_starts, seq) - 1
+            if i >= 0 and seq < self._made_in_backward[i][1]:
+                path = self._made_in_backward[i][2]
         if path is None:
             if seq < self._seq_at_start:
                 # its forward ran before profiling started: the root is the best we can say

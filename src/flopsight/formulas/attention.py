@@ -1030,7 +1030,8 @@ def attention_registry(registry: Registry, attention: str = "dense") -> Registry
     True
     >>> effective = attention_registry(REGISTRY, "effective")
     >>> q = torch.ones(1, 1, 4, 8)   # causal 4 x 4: 10 of 16 entries; MACs 10*8*2
-    >>> effective.unit(torch.nn.functional.scaled_dot_product_attention).cost(None, (q, q, q), {"is_causal": True})[0]
+    >>> sdpa = effective.unit(torch.nn.functional.scaled_dot_product_attention)
+    >>> sdpa.cost(None, sdpa.bind((q, q, q), {"is_causal": True}))
     Stats(macs=160, flops=340)
     """
     if attention == "dense":
