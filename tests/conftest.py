@@ -3,7 +3,12 @@
 import pytest
 import torch
 
-from flopsight._torch_private import active_dispatch_modes, active_function_modes, global_module_hooks
+from flopsight._torch_private import (
+    active_dispatch_modes,
+    active_function_modes,
+    compiler_stance,
+    global_module_hooks,
+)
 
 torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
 
@@ -16,6 +21,7 @@ def torch_left_clean():
     assert active_dispatch_modes() == [], "a TorchDispatchMode was left active"
     assert active_function_modes() == [], "a TorchFunctionMode was left active"
     assert global_module_hooks() == before, "global module hooks were left installed"
+    assert compiler_stance() == "default", "torch.compile's stance was left changed"
 
 
 def pytest_addoption(parser):

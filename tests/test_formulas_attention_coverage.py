@@ -138,8 +138,7 @@ def test_nested_tensors_on_meta_are_bounded():
 # -- flex_attention ------------------------------------------------------------------------------
 # Eager flex_attention goes through torch.compile(fullgraph=True), which raises when it
 # compiled nothing -- as under any dispatch mode -- unless the compiler stance is not the
-# default. The profiler is to set torch.compiler.set_stance("force_eager") while counting;
-# until then the tests set it themselves.
+# default: the profiler counts under the "force_eager" stance, and puts the stance back.
 B, FH, FL, FE = 2, 2, 200, 16
 DENSE_SCORES = B * FH * FL * FL  # 160000
 
@@ -147,8 +146,7 @@ DENSE_SCORES = B * FH * FL * FL  # 160000
 def flex_ops(*args, **kwargs):
     from torch.nn.attention.flex_attention import flex_attention
 
-    with torch.compiler.set_stance("force_eager"):
-        return profile_ops(lambda: flex_attention(*args, **kwargs))
+    return profile_ops(lambda: flex_attention(*args, **kwargs))
 
 
 def test_flex_attention_dense():
@@ -187,9 +185,7 @@ def test_flex_attention_gqa():
     assert ops == {"flex_attention": (1, 262144, 557056)}
 
 
-@pytest.mark.xfail(raises=RuntimeError,
-                   reason="needs the profiler to count under torch.compiler.set_stance('force_eager')")
-def test_flex_attention_without_a_stance():
+def test_flex_attention_runs_under_the_profiler_in_eager_mode():
     from torch.nn.attention.flex_attention import flex_attention
 
     q = torch.randn(1, 1, 16, 8)

@@ -32,6 +32,7 @@ __all__ = [
     "node_sequence_nr",
     "accumulated_parameter",
     "op_schema",
+    "compiler_stance",
     "modes_disabled",
     "jagged_layout",
     "flex_attention_ops",
@@ -114,6 +115,13 @@ def allow_under_mode(hop, mode_type: type) -> None:
             return dense(*args, **kwargs)
 
     hop.py_impl(mode_type)(run)
+
+
+def compiler_stance() -> str:
+    """The name of torch.compile's current stance (``"default"`` unless set)."""
+    from torch._dynamo.eval_frame import _stance
+
+    return _stance.stance
 
 
 def op_schema(op: OpOverload):

@@ -50,6 +50,34 @@ class _CountingMode(TorchDispatchMode):
         return out
 
 
+class _EagerStance:
+    """torch.compile's ``force_eager`` stance while any counting source runs.
+
+    Under a dispatch mode dynamo compiles nothing, and eager flex_attention's
+    ``torch.compile(fullgraph=True)`` raises for compiling nothing unless the stance is not
+    the default. Sessions may stop in any order (two attached profilers sharing a step), so
+    the stance is counted, not nested: the first start sets it, the last stop restores it.
+    """
+
+    def __init__(self) -> None:
+        self._users = 0
+        self._stance = None
+
+    def acquire(self) -> None:
+        if self._users == 0:
+            self._stance = torch.compiler.set_stance("force_eager")  # sets it now; exit restores
+        self._users += 1
+
+    def release(self) -> None:
+        self._users -= 1
+        if self._users == 0:
+            stance, self._stance = self._stance, None
+            stance.__exit__(None, None, None)
+
+
+_EAGER = _EagerStance()
+
+
 class CountingSource:
     """Installs the counting dispatch mode between ``start`` and ``stop``."""
 
@@ -61,22 +89,19 @@ class CountingSource:
         prime_modes()
         for hop in flex_attention_ops():  # higher-order ops run their aten ops under the mode
             allow_under_mode(hop, _CountingMode)
-        # Count eagerly: under a dispatch mode dynamo compiles nothing, and eager
-        # flex_attention's torch.compile(fullgraph=True) raises for compiling nothing unless
-        # the stance is not the default. Restored on stop.
-        self._stance = torch.compiler.set_stance("force_eager")
-        self._stance.__enter__()
+        _EAGER.acquire()
         try:
             self._mode = _CountingMode(ctx, self._attribution)
             self._mode.__enter__()
         except BaseException:
-            self._stance.__exit__(None, None, None)
+            _EAGER.release()
             raise
 
     def stop(self, ctx: CaptureContext) -> None:
         mode, self._mode = self._mode, None
+        if mode is None:
+            return
         try:
-            if mode is not None:
-                mode.__exit__(None, None, None)
+            mode.__exit__(None, None, None)
         finally:
-            self._stance.__exit__(None, None, None)
+            _EAGER.release()
