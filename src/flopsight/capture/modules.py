@@ -21,6 +21,7 @@ from torch.nn.modules.module import register_module_forward_hook, register_modul
 from .._torch_private import autograd_sequence_nr, current_autograd_node
 from .inputs import batch_size
 from .params import param_numel
+from .scripted import is_scripted, type_name
 
 __all__ = ["ModuleInfo", "describe", "ModuleTracker", "CallRecord"]
 
@@ -41,6 +42,8 @@ class ModuleInfo:
 
 
 def _extra_repr(module: nn.Module) -> str:
+    if is_scripted(module):  # TorchScript's is "original_name=Linear": the type name already says it
+        return ""
     try:
         return module.extra_repr()
     except Exception:  # a user's extra_repr must never break profiling
@@ -53,7 +56,7 @@ def describe(model: nn.Module) -> dict[str, ModuleInfo]:
     params_of: dict[str, dict[int, object]] = {}  # path -> {id: parameter} of its subtree
 
     def visit(module: nn.Module, path: str, parent: str | None, depth: int, ancestors: tuple[int, ...]) -> dict:
-        info = ModuleInfo(path, module, type(module).__name__, depth, parent, [], _extra_repr(module), 0, 0)
+        info = ModuleInfo(path, module, type_name(module), depth, parent, [], _extra_repr(module), 0, 0)
         infos[path] = info
         # a parameter tied into several submodules is one tensor: collect by identity
         subtree = {id(p): p for p in module._parameters.values() if p is not None}
@@ -163,6 +166,9 @@ class ModuleTracker:
             if not ignore(info.module):
                 self._paths.setdefault(id(info.module), []).append(info.path)
         self._root = infos[""].module
+        # A scripted or traced root refuses hooks of its own (the global hooks still see its
+        # calls): its inputs are recorded from the global pre-hook instead
+        self._root_is_script = is_scripted(self._root)
         self._seq_starts: list[int] = []
 
     def start(self, ctx) -> None:
@@ -170,7 +176,8 @@ class ModuleTracker:
         try:
             self._handles.append(register_module_forward_pre_hook(pre))
             self._handles.append(register_module_forward_hook(post, always_call=True, with_kwargs=True))
-            self._handles.append(self._root.register_forward_pre_hook(self._inputs_hook(ctx), with_kwargs=True))
+            if not self._root_is_script:
+                self._handles.append(self._root.register_forward_pre_hook(self._inputs_hook(ctx), with_kwargs=True))
         except BaseException:
             self.stop(ctx)
             raise
@@ -195,6 +202,7 @@ class ModuleTracker:
     def _make_hooks(self, ctx):
         stack, log, paths_of, top_calls, listeners = ctx.stack, self.log, self._paths, self.top_calls, self.listeners
         overhead, stamp = ctx.overhead, ctx.clock.stamp
+        script_root, record_inputs = (self._root, self._inputs_hook(ctx)) if self._root_is_script else (None, None)
 
         def pre_hook(module, args):
             paths = paths_of.get(id(module))
@@ -215,6 +223,8 @@ class ModuleTracker:
             stack.append(rec)
             for listener in listeners:
                 listener.call_begins(rec)
+            if module is script_root:  # a scripted root: no kwargs hook, record its inputs here
+                record_inputs(module, args, {})
             overhead.end(h0)
             rec.ovh_start = overhead.seconds
             rec.start = stamp()

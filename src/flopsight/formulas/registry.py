@@ -278,12 +278,6 @@ class Registry:
 
         return deco
 
-    def set_unit_backward(self, name: str, backward: Callable[..., Cost]) -> None:  # TRANSITION: remove
-        for unit in self._units.values():
-            if unit.name == name:
-                unit.backward = backward
-                unit.backward_entry = _UnitBackward(unit)
-
     def register_module(
         self, *classes: type, name: str | None = None, backward: Callable[..., Cost] | None = None
     ) -> Callable[[Callable[..., Cost]], Callable[..., Cost]]:

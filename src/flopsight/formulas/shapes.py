@@ -8,7 +8,6 @@ from typing import Any, Iterable
 import torch
 
 __all__ = [
-    "arg",
     "prod",
     "numel",
     "is_float",
@@ -18,19 +17,6 @@ __all__ = [
     "float_arithmetic",
     "result_numel",
 ]
-
-
-def arg(args: tuple, kwargs: dict, index: int, name: str, default: Any = None) -> Any:
-    """Argument ``name`` of an op: ``args[index]`` when given positionally, else by keyword.
-
-    ``args`` is what a formula's ``*args`` caught, so ``index`` counts from there.
-
-    >>> arg((2,), {}, 0, "p", 2), arg((), {"p": 1}, 0, "p", 2), arg((), {}, 0, "p", 2)
-    (2, 1, 2)
-    """
-    if len(args) > index:
-        return args[index]
-    return kwargs.get(name, default)
 
 
 def prod(dims: Iterable[int]) -> int:
