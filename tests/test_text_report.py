@@ -88,7 +88,11 @@ def test_summary_layout_matches_deepspeed_line_format():
         end = text_lines.index("", start)
         return [line[:70].rstrip() for line in text_lines[start:end]]
 
-    assert summary_labels(lines, "device") == [l.replace("GPU", "device") for l in summary_labels(sample, "GPU")]
+    # DeepSpeed's lines word for word, in order; flopsight's own lines only after them
+    theirs = [l.replace("GPU", "device") for l in summary_labels(sample, "GPU")]
+    mine = summary_labels(lines, "device")
+    assert mine[: len(theirs)] == theirs
+    assert mine[len(theirs):] == ["op coverage (ops with a formula / ops seen):"]
     # the label column is 70 wide, then two spaces, then the value padded to 8
     params_line = next(line for line in lines if line.startswith("params per"))
     assert params_line == "params per device:".ljust(70) + "  " + "117".ljust(8)

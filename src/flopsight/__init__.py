@@ -10,7 +10,7 @@ __version__ = "0.1.0"
 
 from .capture.notices import UnprofiledForwardWarning, UnsupportedOpWarning
 from .capture.timing import FakeClock
-from .compat import FlopsProfiler, get_model_profile, get_module_duration, get_module_flops, get_module_macs
+from .deepspeed_api import FlopsProfiler, get_model_profile, get_module_duration, get_module_flops, get_module_macs
 from .formulas import REGISTRY, Cost
 from .profiler import Profiler, profile
 from .integrations.config import AttachedProfiler, attach

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..result import ProfileResult
+from ..result import Coverage, ProfileResult
 from ..stats import Stats
 from ..tree import ModuleNode
 from .training import GenerationStats
@@ -154,6 +154,7 @@ class SummaryFigures:
     generation: GenerationFigures | None
     unsupported_ops: list[tuple[str, int]]
     error: str | None
+    coverage: Coverage | None = None
 
 
 def training_figures(result: ProfileResult, parallel: ParallelInfo) -> TrainingFigures:
@@ -231,6 +232,7 @@ def summary_figures(result: ProfileResult, parallel: ParallelInfo | None = None)
         training=training_figures(result, header) if training else None,
         generation=generation_figures(result),
         unsupported_ops=sorted(result.unsupported_ops.items()),
+        coverage=result.coverage,
         error=result.metadata.error or None,
     )
 

@@ -136,6 +136,12 @@ class _Report:
             self._training(f.training)
         if f.generation is not None:
             self._generation(f.generation, batch_printed=parallel is not None and parallel.batch_size is not None)
+        if f.coverage is not None:
+            c = f.coverage
+            self.kv(
+                "op coverage (ops with a formula / ops seen): ",
+                f"{c.ops_with_formula} / {c.ops_seen}, {c.calls_without_formula} of {c.calls} calls not counted",
+            )
         if f.unsupported_ops:
             listed = ", ".join(f"{name} x{calls}" for name, calls in f.unsupported_ops)
             self.kv("ops not counted (no formula): ", listed)

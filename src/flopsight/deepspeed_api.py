@@ -20,7 +20,16 @@ from typing import Any
 import torch
 from torch import nn
 
-from .profiler import Profiler, as_args, as_kwargs, check_model, check_warm_up, profile
+from .profiler import (
+    Profiler,
+    as_args,
+    as_kwargs,
+    check_attention,
+    check_model,
+    check_warm_up,
+    ignore_predicate,
+    profile,
+)
 from .renderers.output import check_output_file, print_report, write_report
 from .renderers.text_renderer import ParallelInfo, render_aggregated
 from .result import ProfileResult
@@ -263,15 +272,19 @@ def get_model_profile(
     ignore_modules: list[type] | None = None,
     mode: str = "forward",
     func_name: str | None = None,
+    attention: str = "dense",
 ):
     """Profile one forward (or ``generate``, or ``func_name``) call; returns (flops, macs, params).
 
     As in DeepSpeed, the model is put in eval mode for the run (and, unlike DeepSpeed,
     put back afterwards). ``input_shape`` builds a single tensor of ones on the model's
-    device and dtype; otherwise ``args``/``kwargs`` are the call's inputs.
+    device and dtype; otherwise ``args``/``kwargs`` are the call's inputs. ``attention``
+    (beyond DeepSpeed): ``"dense"`` or ``"effective"``, as in :func:`flopsight.profile`.
     """
     check_model(model)
     check_warm_up(warm_up)
+    check_attention(attention)
+    ignore_predicate(ignore_modules)  # validated before the model runs
     args, kwargs = as_args(args), as_kwargs(kwargs)
     if input_shape is not None:
         if args:
@@ -285,7 +298,8 @@ def get_model_profile(
     model.eval()
     try:
         result = profile(
-            model, args, kwargs, warm_up=warm_up, mode=mode, func_name=func_name, ignore_modules=ignore_modules
+            model, args, kwargs, warm_up=warm_up, mode=mode, func_name=func_name, ignore_modules=ignore_modules,
+            attention=attention,
         )
     finally:
         for m, flag in flags:
