@@ -8,9 +8,17 @@ returns its result.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
-from .._torch_private import TorchDispatchMode, allow_under_mode, flex_attention_ops, prime_modes
+from .._torch_private import (
+    EagerDispatchMode,
+    allow_under_mode,
+    flex_attention_ops,
+    innermost_dispatch_mode,
+    prime_modes,
+)
 from ..formulas.registry import ZERO
 from ..stats import ZERO_STATS
 from .attribution import Attribution
@@ -21,7 +29,7 @@ __all__ = ["CountingSource"]
 _NO_KWARGS: dict = {}  # shared, never written to
 
 
-class _CountingMode(TorchDispatchMode):
+class _CountingMode(EagerDispatchMode):
     def __init__(self, ctx: CaptureContext, attribution: Attribution):
         super().__init__()
         # bound once: this runs for every op of the model
@@ -96,6 +104,21 @@ class CountingSource:
         except BaseException:
             _EAGER.release()
             raise
+
+    @contextlib.contextmanager
+    def aside(self):
+        """Take the mode off while a call counted whole runs (an RNN unit runs hundreds of
+        small ops that are not counted again): ops then skip Python entirely. Only when the
+        mode is the innermost one, so the mode stack stays in order."""
+        mode = self._mode
+        if mode is None or innermost_dispatch_mode() is not mode:
+            yield
+            return
+        mode.__exit__(None, None, None)
+        try:
+            yield
+        finally:
+            mode.__enter__()
 
     def stop(self, ctx: CaptureContext) -> None:
         mode, self._mode = self._mode, None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import sys
+import weakref
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -41,13 +42,24 @@ class ModuleInfo:
     aliases: list[str] = field(default_factory=list)  # other names of this object under the same parent
 
 
+#: module -> its extra_repr: a module's configuration does not change between profiles, and
+#: some reprs are slow (EmbeddingBag's formats its weight tensor)
+_EXTRA_REPRS: "weakref.WeakKeyDictionary[nn.Module, str]" = weakref.WeakKeyDictionary()
+
+
 def _extra_repr(module: nn.Module) -> str:
+    text = _EXTRA_REPRS.get(module)
+    if text is not None:
+        return text
     if is_scripted(module):  # TorchScript's is "original_name=Linear": the type name already says it
-        return ""
-    try:
-        return module.extra_repr()
-    except Exception:  # a user's extra_repr must never break profiling
-        return ""
+        text = ""
+    else:
+        try:
+            text = module.extra_repr()
+        except Exception:  # a user's extra_repr must never break profiling
+            text = ""
+    _EXTRA_REPRS[module] = text
+    return text
 
 
 def describe(model: nn.Module) -> dict[str, ModuleInfo]:

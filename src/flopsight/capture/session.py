@@ -94,12 +94,13 @@ class CaptureSession:
             attribution = Attribution(ctx, self.tracker.owner_of, param_owner)
             rules = ModuleRules(attribution, registry)
             self.tracker.listeners.append(rules)
+            counting = CountingSource(attribution)
             sources += [
                 rules,
-                UnitSource(attribution, functions, registry.units()),
+                UnitSource(attribution, functions, registry.units(), counting),
                 AutogradFunctions(attribution, registry.functions()),
                 functions,  # after the sources that register handlers with it
-                CountingSource(attribution),
+                counting,
             ]
         self._sources = [*sources, self.spans]
         self._started: list = []

@@ -16,8 +16,9 @@ __all__ = ["UnitSource"]
 
 
 class UnitSource:
-    def __init__(self, attribution: Attribution, functions: FunctionInterceptor, units: dict):
+    def __init__(self, attribution: Attribution, functions: FunctionInterceptor, units: dict, counting):
         self._attribution = attribution
+        self._counting = counting  # its mode steps aside while a unit runs
         self._units = units  # function -> Unit
         self._functions = functions
         self._ctx: CaptureContext | None = None
@@ -38,11 +39,12 @@ class UnitSource:
         stamp = ctx.clock.stamp
         ctx.suppressed += 1
         try:
-            seq_start = autograd_sequence_nr()
-            t0 = stamp()
-            out = func(*args, **kwargs)
-            t1 = stamp()
-            seq_end = autograd_sequence_nr()  # the unit's autograd nodes are numbered in between
+            with self._counting.aside():
+                seq_start = autograd_sequence_nr()
+                t0 = stamp()
+                out = func(*args, **kwargs)
+                t1 = stamp()
+                seq_end = autograd_sequence_nr()  # the unit's autograd nodes are numbered in between
         finally:
             ctx.suppressed -= 1
         h0 = ctx.overhead.begin()
