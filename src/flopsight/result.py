@@ -23,7 +23,7 @@ import difflib
 import json
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, NamedTuple
 
 from .metadata import Metadata
 from .stats import ZERO_STATS, Stats
@@ -37,9 +37,8 @@ __all__ = ["ModuleStats", "ModelCall", "Coverage", "ProfileResult", "load", "SCH
 SCHEMA_VERSION = 2
 
 
-@dataclass(frozen=True)
-class ModuleStats:
-    """What was measured for one module path, its own code only.
+class ModuleStats(NamedTuple):
+    """What was measured for one module path, its own code only (an immutable record).
 
     ``name`` is the state_dict-style path (``""`` for the root); ``phases`` maps each phase
     that ran to the module's self cost; ``ops`` maps each phase to operator name -> cost.
@@ -58,11 +57,11 @@ class ModuleStats:
     shared_with: tuple[str, ...] = ()
     aliases: tuple[str, ...] = ()
     ignored: bool = False
-    phases: dict[str, Stats] = field(default_factory=dict)
-    ops: dict[str, dict[str, Stats]] = field(default_factory=dict)
+    phases: dict[str, Stats] = {}  # shared default: records are never written to
+    ops: dict[str, dict[str, Stats]] = {}
 
     def to_dict(self) -> dict[str, Any]:
-        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        d = self._asdict()
         d["children"], d["shared_with"], d["aliases"] = list(self.children), list(self.shared_with), list(self.aliases)
         d["phases"] = {ph: s._asdict() for ph, s in self.phases.items()}
         d["ops"] = {ph: {name: s._asdict() for name, s in ops.items()} for ph, ops in self.ops.items()}
@@ -127,7 +126,7 @@ class ProfileResult:
             raise ValueError("modules: a profile needs a root module stored under the path ''")
         if not isinstance(self.metadata, Metadata):
             raise TypeError(f"metadata: expected a flopsight Metadata, got {type(self.metadata).__name__}")
-        aliases = {a: s.name for s in self.modules.values() for a in _alias_paths(s)}
+        aliases = {a: s.name for s in self.modules.values() if s.aliases for a in _alias_paths(s)}
         object.__setattr__(self, "_tree", build_tree(self.modules))
         object.__setattr__(self, "_aliases", aliases)
 

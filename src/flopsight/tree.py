@@ -38,7 +38,7 @@ class Phases(Mapping):
     __slots__ = ("_phases",)
 
     def __init__(self, phases: Mapping[str, Stats]):
-        self._phases = dict(phases)
+        self._phases = phases  # not copied: the records it comes from are never written to
 
     def __getitem__(self, name: str) -> Stats:
         if name not in PHASES:
@@ -122,21 +122,24 @@ def build_tree(modules: Mapping[str, "ModuleStats"]) -> dict[str, ModuleNode]:
     """A :class:`ModuleNode` per path; ``modules`` must be in pre-order (parents first)."""
     nodes: dict[str, ModuleNode] = {}
     # children come after their parent in pre-order, so a reversed walk is post-order
-    sums: dict[str, dict[str, list]] = {}  # path -> phase -> [macs, flops, latency, calls]
     for record in reversed(list(modules.values())):
-        acc = {phase: list(s) for phase, s in record.phases.items()}
-        ran = any(s.calls for s in record.phases.values())
+        own = record.phases
+        ran = any(s[3] for s in own.values())
+        if not record.children:
+            nodes[record.name] = ModuleNode(record, own, ran)
+            continue
+        acc = {phase: list(s) for phase, s in own.items()}
         for child in record.children:
-            ran = ran or nodes[child].ran
-            for phase, sub in sums[child].items():
+            node = nodes[child]
+            ran = ran or node.ran
+            for phase, sub in node.inclusive._phases.items():
                 # a child's calls are its own: inclusive calls stay the module's
-                own = acc.get(phase)
-                if own is None:
+                mine = acc.get(phase)
+                if mine is None:
                     acc[phase] = [sub[0], sub[1], sub[2], 0]
                 else:
-                    own[0] += sub[0]
-                    own[1] += sub[1]
-                    own[2] += sub[2]
-        sums[record.name] = acc
+                    mine[0] += sub[0]
+                    mine[1] += sub[1]
+                    mine[2] += sub[2]
         nodes[record.name] = ModuleNode(record, {p: make_stats(*v) for p, v in acc.items()}, ran)
     return dict(reversed(list(nodes.items())))

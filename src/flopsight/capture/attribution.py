@@ -24,6 +24,8 @@ from .._torch_private import (
     node_sequence_nr,
 )
 from ..stats import ZERO_STATS, Stats
+
+_make = tuple.__new__  # a Stats from a 4-tuple without the keyword-handling constructor
 from .context import CaptureContext
 from .notices import warn_formula_failed, warn_unprofiled_forward, warn_unsupported
 
@@ -57,18 +59,20 @@ class Attribution:
         self._made_starts: list[int] = []
         self._seq_seen: int | None = None  # sequence nr after the last backward op, in a backward pass
 
-    def charge(self, entry, t0, t1, *payload, cost: Stats | None = None) -> str | None:
+    def charge(self, entry, t0, t1, payload: tuple = (), cost: Stats | None = None) -> str | None:
         """Charge one call of ``entry`` (a resolved op, a unit...: it has ``name``,
         ``formula`` and ``cost(*payload)``) that ran from stamp ``t0`` to ``t1``. Its cost is
         ``cost`` if given, else ``entry.cost(*payload)``, evaluated only once the call is
         known to be counted. Returns the module path charged, or None when the call is not
-        the profiled model's."""
+        the profiled model's. (Runs for every op: positional arguments, no helper calls on
+        the forward path.)"""
         ctx = self.ctx
         stack = ctx.stack
         node = current_autograd_node()
         top_id = -1
         if node is None or (stack and stack[-1].phase == "recompute"):
-            self._seq_seen = None
+            if self._seq_seen is not None:
+                self._seq_seen = None
             if stack:
                 top = stack[-1]
                 path, phase = top.path, top.phase
@@ -94,9 +98,21 @@ class Attribution:
                 self._made_starts.append(before)
         if cost is None:
             cost = self.evaluate(entry, *payload)
-        ctx.tally.add(path, phase, entry.name, cost, t0, t1)
+        # the tally, inline: Tally.add's body
+        tally = ctx.tally
+        key = (path, phase)
+        ops = tally.ops.get(key)
+        if ops is None:
+            ops = tally.ops[key] = {}
+        name = entry.name
+        macs, flops, latency, n = ops.get(name, ZERO_STATS)
+        if tally.linear:
+            ops[name] = _make(Stats, (macs + cost[0], flops + cost[1], latency + (t1 - t0), n + 1))
+        else:
+            ops[name] = _make(Stats, (macs + cost[0], flops + cost[1], 0.0, n + 1))
+            tally.stamps.setdefault((path, phase, name), []).append((t0, t1))
         if top_id >= 0:
-            ctx.tally.add_top(top_id, cost)
+            tally.add_top(top_id, cost)
         return path
 
     def evaluate(self, entry, *payload) -> Stats:

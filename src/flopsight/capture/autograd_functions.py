@@ -58,7 +58,7 @@ class AutogradFunctions:
                 ctx.suppressed -= 1
             h0 = ctx.overhead.begin()
             bound = unit.bind(args, kwargs)
-            path = attribution.charge(unit, t0, t1, out, bound)
+            path = attribution.charge(unit, t0, t1, (out, bound))
             if path is not None and unit.backward is not None:
                 cost = attribution.evaluate(unit.backward_entry, out, bound)
                 attribution.expect_backward(seq_start, seq_end, path, unit.name, cost)

@@ -10,6 +10,7 @@ from torch import nn
 from ..metadata import Metadata
 from ..result import ModelCall, ModuleStats, ProfileResult
 from ..stats import Stats
+from ..tree import PHASES
 from .modules import ModuleInfo
 from .session import RawCapture
 
@@ -17,6 +18,8 @@ __all__ = ["build_result"]
 
 #: phases whose latency is the modules' own span time; the others sum their ops' time
 _SPANNED = ("forward", "recompute")
+_PHASE_ORDER = {phase: i for i, phase in enumerate(PHASES)}
+_make = tuple.__new__
 
 
 def build_result(
@@ -29,23 +32,26 @@ def build_result(
 ) -> ProfileResult:
     """Merge a counting capture (and optionally a separate timing capture) into a result."""
     times = times or counts
-    phases_of: dict[str, set[str]] = {}
-    for path, phase in set(counts.ops) | set(counts.calls) | set(times.latency):
-        phases_of.setdefault(path, set()).add(phase)
+    phases_of: dict[str, list[str]] = {}
+    for path, phase in {*counts.ops, *counts.calls, *times.latency}:
+        phases_of.setdefault(path, []).append(phase)
     modules: dict[str, ModuleStats] = {}
+    no_ops: dict = {}
     for path, info in infos.items():
         phases, ops = {}, {}
-        for phase in sorted(phases_of.get(path, ())):
+        for phase in sorted(phases_of.get(path, ()), key=_PHASE_ORDER.get):
             key = (path, phase)
-            op_stats = counts.ops.get(key, {})
-            macs = sum(s[0] for s in op_stats.values())
-            flops = sum(s[1] for s in op_stats.values())
+            op_stats = counts.ops.get(key, no_ops)
+            macs = flops = 0
+            latency = 0.0
+            for s in op_stats.values():
+                macs += s[0]
+                flops += s[1]
+                latency += s[2]
             if phase in _SPANNED:
                 latency = times.latency.get(key, 0.0)
-            else:
-                latency = sum(s[2] for s in op_stats.values())
             calls = counts.calls.get(key, times.calls.get(key, 0))
-            phases[phase] = Stats(macs, flops, latency, calls)
+            phases[phase] = _make(Stats, (macs, flops, latency, calls))
             if op_stats:
                 ops[phase] = op_stats
         modules[path] = ModuleStats(

@@ -56,7 +56,7 @@ class ModuleRules:
         bound = rule.bind(args, kwargs)
         bound = None if bound is None else {"module": rec.module, **bound}
         attribution = self._attribution
-        path = attribution.charge(rule, rec.start, rec.start, output, bound)
+        path = attribution.charge(rule, rec.start, rec.start, (output, bound))
         if path is not None and rule.backward is not None:
             cost = attribution.evaluate(rule.backward_entry, output, bound)
             attribution.expect_backward(rec.seq_start, rec.seq_end, path, rule.name, cost)

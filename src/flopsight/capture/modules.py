@@ -187,7 +187,8 @@ class ModuleTracker:
         pre, post = self._make_hooks(ctx)
         try:
             self._handles.append(register_module_forward_pre_hook(pre))
-            self._handles.append(register_module_forward_hook(post, always_call=True, with_kwargs=True))
+            # keyword arguments only for listeners that read them (module rules)
+            self._handles.append(register_module_forward_hook(post, always_call=True, with_kwargs=bool(self.listeners)))
             if not self._root_is_script:
                 self._handles.append(self._root.register_forward_pre_hook(self._inputs_hook(ctx), with_kwargs=True))
         except BaseException:
@@ -213,14 +214,14 @@ class ModuleTracker:
 
     def _make_hooks(self, ctx):
         stack, log, paths_of, top_calls, listeners = ctx.stack, self.log, self._paths, self.top_calls, self.listeners
-        overhead, stamp = ctx.overhead, ctx.clock.stamp
+        overhead, stamp, now = ctx.overhead, ctx.clock.stamp, ctx.overhead.now
         script_root, record_inputs = (self._root, self._inputs_hook(ctx)) if self._root_is_script else (None, None)
 
         def pre_hook(module, args):
             paths = paths_of.get(id(module))
             if paths is None or ctx.paused:  # not a module of this model (or an ignored one)
                 return
-            h0 = overhead.begin()
+            h0 = now()
             top = stack[-1] if stack else None
             path = paths[0] if len(paths) == 1 else choose_path(paths, top.path if top else None)
             # a forward that runs while the backward pass executes a node is activation
@@ -237,7 +238,7 @@ class ModuleTracker:
                 listener.call_begins(rec)
             if module is script_root:  # a scripted root: no kwargs hook, record its inputs here
                 record_inputs(module, args, {})
-            overhead.end(h0)
+            overhead.seconds += now() - h0
             rec.ovh_start = overhead.seconds
             rec.start = stamp()
 
@@ -246,7 +247,7 @@ class ModuleTracker:
             end = stamp()
             if id(module) not in paths_of or ctx.paused:
                 return
-            h0 = overhead.begin()
+            h0 = now()
             ovh_end = overhead.seconds
             # Unwind to this module's frame: a child whose exception was caught by user
             # code never reached its own post-hook and is abandoned.
@@ -269,7 +270,7 @@ class ModuleTracker:
                 kwargs = kwargs_output[0] if len(kwargs_output) == 2 else {}
                 listener.call_ends(rec, args, kwargs, None if failed else kwargs_output[-1])
             stack.pop()
-            overhead.end(h0)
+            overhead.seconds += now() - h0
 
         return pre_hook, post_hook
 

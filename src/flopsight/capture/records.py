@@ -27,7 +27,7 @@ class Tally:
         self.linear = linear
         self.ops: dict[tuple[str, str], dict[str, Stats]] = {}
         self.stamps: dict[tuple[str, str, str], list] = {}  # (path, phase, op) -> stamp pairs
-        self.tops: list[Stats] = []  # cost of each top-level forward call
+        self.tops: list[list[int]] = []  # [macs, flops] of each top-level forward call
         self.unsupported: Counter = Counter()
 
     def add(self, path: str, phase: str, name: str, cost: Stats, t0, t1, calls: int = 1) -> None:
@@ -45,8 +45,10 @@ class Tally:
     def add_top(self, top_id: int, cost: Stats) -> None:
         tops = self.tops
         while len(tops) <= top_id:
-            tops.append(ZERO_STATS)
-        tops[top_id] = tops[top_id] + cost
+            tops.append([0, 0])
+        acc = tops[top_id]
+        acc[0] += cost[0]
+        acc[1] += cost[1]
 
     def resolve(self, seconds: Callable, scale: float | None) -> dict[tuple[str, str], dict[str, Stats]]:
         """Per (path, phase), per op: costs with latencies in seconds."""

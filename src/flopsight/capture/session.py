@@ -92,11 +92,12 @@ class CaptureSession:
             param_owner = {id(p): path for path, info in reversed(infos.items())
                            for p in info.module._parameters.values() if p is not None}
             attribution = Attribution(ctx, self.tracker.owner_of, param_owner)
-            rules = ModuleRules(attribution, registry)
-            self.tracker.listeners.append(rules)
             counting = CountingSource(attribution)
+            if registry.has_module_rules():  # listening to every module call costs: only if needed
+                rules = ModuleRules(attribution, registry)
+                self.tracker.listeners.append(rules)
+                sources.append(rules)
             sources += [
-                rules,
                 UnitSource(attribution, functions, registry.units(), counting),
                 AutogradFunctions(attribution, registry.functions()),
                 functions,  # after the sources that register handlers with it
@@ -182,8 +183,8 @@ class CaptureSession:
                 children[rec.parent] += span[rec.index]
         tops = ctx.tally.tops
         for i, rec in enumerate(self.tracker.top_calls):
-            cost = tops[i] if i < len(tops) else Stats()
-            raw.top_calls.append((rec.path, cost._replace(latency=span[rec.index], calls=1), rec.batch_size))
+            macs, flops = tops[i] if i < len(tops) else (0, 0)
+            raw.top_calls.append((rec.path, Stats(macs, flops, span[rec.index], 1), rec.batch_size))
         # forward wall time: the top-level forward calls (the model, or whatever modules
         # of it the caller ran directly)
         raw.spans["forward"] = [span[r.index] for r in log if r.parent < 0 and r.phase == "forward"]

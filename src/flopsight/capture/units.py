@@ -50,7 +50,7 @@ class UnitSource:
         h0 = ctx.overhead.begin()
         attribution = self._attribution
         bound = unit.bind(args, kwargs)  # None if no schema fits: reported as a failed formula
-        path = attribution.charge(unit, t0, t1, out, bound)
+        path = attribution.charge(unit, t0, t1, (out, bound))
         if path is not None and unit.backward is not None and seq_end > seq_start:
             cost = attribution.evaluate(unit.backward_entry, out, bound)
             attribution.expect_backward(seq_start, seq_end, path, unit.name, cost)

@@ -300,6 +300,9 @@ class Registry:
 
         return deco
 
+    def has_module_rules(self) -> bool:
+        return bool(self._module_rules)
+
     def module_rule(self, module_type: type) -> Unit | None:
         """The rule for modules of ``module_type`` (the nearest registered base class), or None."""
         if not self._module_rules:
