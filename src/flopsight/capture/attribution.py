@@ -21,6 +21,7 @@ from .._torch_private import (
     accumulated_parameter,
     autograd_sequence_nr,
     current_autograd_node,
+    function_modes_disabled,
     node_sequence_nr,
 )
 from ..stats import ZERO_STATS, Stats
@@ -122,7 +123,8 @@ class Attribution:
             self._unsupported(entry.name, None)
             return ZERO_STATS
         try:
-            return entry.cost(*payload)
+            with function_modes_disabled():
+                return entry.cost(*payload)
         except Exception as e:  # a formula bug must not break the user's model
             self._unsupported(entry.name, e)
             return ZERO_STATS
