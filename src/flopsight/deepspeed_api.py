@@ -273,13 +273,19 @@ def get_model_profile(
     mode: str = "forward",
     func_name: str | None = None,
     attention: str = "dense",
+    timing: str = "auto",
 ):
     """Profile one forward (or ``generate``, or ``func_name``) call; returns (flops, macs, params).
 
     As in DeepSpeed, the model is put in eval mode for the run (and, unlike DeepSpeed,
     put back afterwards). ``input_shape`` builds a single tensor of ones on the model's
-    device and dtype; otherwise ``args``/``kwargs`` are the call's inputs. ``attention``
-    (beyond DeepSpeed): ``"dense"`` or ``"effective"``, as in :func:`flopsight.profile`.
+    device and dtype; otherwise ``args``/``kwargs`` are the call's inputs.
+
+    Beyond DeepSpeed: ``attention``, ``"dense"`` or ``"effective"``, as in
+    :func:`flopsight.profile`; ``timing``, how latency is kept free of the profiler's cost,
+    as in :func:`flopsight.profile` (by default a separate pass timed with module hooks only
+    when ``warm_up >= 1``; ``"subtract"`` times in the counted pass, as DeepSpeed does, with
+    the profiler's own measured time taken out).
     """
     check_model(model)
     check_warm_up(warm_up)
@@ -299,7 +305,7 @@ def get_model_profile(
     try:
         result = profile(
             model, args, kwargs, warm_up=warm_up, mode=mode, func_name=func_name, ignore_modules=ignore_modules,
-            attention=attention,
+            attention=attention, timing=timing,
         )
     finally:
         for m, flag in flags:

@@ -23,14 +23,13 @@ import difflib
 import json
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterator, NamedTuple
+from typing import Any, Iterator, NamedTuple
 
 from .metadata import Metadata
 from .stats import ZERO_STATS, Stats
 from .tree import PHASES, ModuleNode, build_tree
+from .views import GenerationStats, IterationStats, generation_stats, iteration_stats
 
-if TYPE_CHECKING:  # the derived views live in analysis/, which imports this module
-    from .analysis.training import GenerationStats, IterationStats
 
 __all__ = ["ModuleStats", "ModelCall", "Coverage", "ProfileResult", "load", "SCHEMA_VERSION", "check_parent_dir"]
 
@@ -207,15 +206,11 @@ class ProfileResult:
     @property
     def iteration(self) -> "IterationStats":
         """The whole profiled span: per-phase figures, samples/second, FLOPS."""
-        from .analysis.training import iteration_stats
-
         return iteration_stats(self)
 
     @property
     def generation(self) -> "GenerationStats | None":
         """Prefill and decode figures of a generate() profile (None for other profiles)."""
-        from .analysis.training import generation_stats
-
         return generation_stats(self)
 
     # -- serialisation ----------------------------------------------------------------

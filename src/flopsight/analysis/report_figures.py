@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from ..result import Coverage, ProfileResult
 from ..stats import Stats
 from ..tree import ModuleNode
-from .training import GenerationStats
+from ..views import GenerationStats
 
 __all__ = [
     "ParallelInfo",
@@ -113,7 +113,7 @@ class TrainingFigures:
 
 @dataclass
 class GenerationFigures:
-    """generate(): the :class:`~flopsight.analysis.training.GenerationStats` and the rates
+    """generate(): the :class:`~flopsight.views.GenerationStats` and the rates
     the report prints from them."""
 
     stats: GenerationStats

@@ -1,4 +1,7 @@
-"""Training-step and generate() views of a result: pure functions of a ProfileResult.
+"""Training-step and generate() views of a result: pure functions of its records.
+
+They sit beside the tree view, below :mod:`flopsight.result` (which offers them as
+``result.iteration`` and ``result.generation``) and import nothing from it at run time.
 
 >>> import torch, flopsight
 >>> model = torch.nn.Linear(8, 4)
@@ -14,9 +17,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from ..result import ModelCall, ProfileResult
-from ..stats import ZERO_STATS, Stats
+from .stats import ZERO_STATS, Stats
+
+if TYPE_CHECKING:
+    from .result import ModelCall, ProfileResult
 
 __all__ = ["IterationStats", "GenerationStats", "iteration_stats", "generation_stats"]
 
