@@ -177,9 +177,9 @@ def variants(model, ids, kwargs: dict, report_path: str) -> dict[str, Callable[[
     return {
         "plain forward": plain,
         "empty dispatch mode": empty_mode,
+        "torch FlopCounterMode": torch_counter,
         "flopsight profile(warm_up=0)": fs_profile,
         "flopsight get_model_profile + text report": fs_report,
-        "torch FlopCounterMode": torch_counter,
     }
 
 

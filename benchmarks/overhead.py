@@ -33,6 +33,8 @@ import time
 import warnings
 
 import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import flopsight
 
@@ -78,12 +80,17 @@ def variants(model, args, kwargs):
         with FlopCounterMode(display=False):
             model(*args, **kwargs)
 
+    def empty_modes():
+        with _EmptyFunctionMode(), _EmptyDispatchMode():
+            model(*args, **kwargs)
+
     out = {
         "plain forward": plain,
         "flopsight one profiled pass": flopsight_pass,
         "flopsight get_model_profile(warm_up=1)": flopsight_gmp,
         "flopsight profile(warm_up=1)": flopsight_profile,
         "torch FlopCounterMode pass": torch_counter,
+        "floor: empty function + dispatch modes": empty_modes,
     }
     try:
         with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
@@ -111,6 +118,18 @@ def variants(model, args, kwargs):
     except ImportError:
         pass
     return out
+
+
+class _EmptyDispatchMode(TorchDispatchMode):
+    """A dispatch mode that only runs each op: what any dispatch-level counter pays at least."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+class _EmptyFunctionMode(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
 
 
 def measure(name: str, repeats: int) -> list[tuple[str, float, float, float | None]]:

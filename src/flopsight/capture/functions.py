@@ -54,6 +54,7 @@ class FunctionInterceptor:
         if mode is not None and not self._paused:
             mode.__exit__(None, None, None)
         self._paused = False
+        self.handlers.clear()  # bound methods of the other sources: no cycle outlives the session
 
     def pause(self) -> None:
         """Take the mode off while no handled function can run (an optimizer step runs

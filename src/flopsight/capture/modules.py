@@ -87,6 +87,7 @@ def describe(model: nn.Module) -> dict[str, ModuleInfo]:
         return subtree
 
     visit(model, "", None, 0, (id(model),))
+    visit = None  # the closure refers to itself: break the cycle, so the tree is freed at once
 
     sizes = {k: (param_numel(p), p.requires_grad) for k, p in params_of[""].items()}  # each tensor once
     by_object: dict[int, list[str]] = {}
