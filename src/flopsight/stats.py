@@ -31,12 +31,13 @@ class Stats(NamedTuple):
     @classmethod
     def of_product(cls, macs: int, extra_flops: int = 0) -> "Stats":
         """A matrix-like product: 2 FLOPs per MAC, plus ``extra_flops`` (bias adds...)."""
-        return cls(int(macs), 2 * int(macs) + int(extra_flops))
+        macs = int(macs)
+        return _make(cls, (macs, 2 * macs + int(extra_flops), 0.0, 0))
 
     @classmethod
     def of_flops(cls, flops: int) -> "Stats":
         """Arithmetic that is not a multiply-accumulate: FLOPs only."""
-        return cls(0, int(flops))
+        return _make(cls, (0, int(flops), 0.0, 0))
 
     def __add__(self, other: "Stats") -> "Stats":  # type: ignore[override]
         if not isinstance(other, Stats):

@@ -125,6 +125,8 @@ def elementwise_flops(n: int, ops: int = 1) -> int:
 def _flops(per_element: int, out: Any, operands: Iterable[Any]) -> Cost:
     """``per_element`` FLOPs per element of the result, if a float tensor is among ``out`` and
     ``operands`` (the op's argument values: tensors, scalars, lists)."""
+    if isinstance(out, torch.Tensor) and (out.is_floating_point() or out.is_complex()):
+        return Cost.of_flops(per_element * out.numel())  # the common case, without scanning operands
     operands = tuple(operands)
     if not float_arithmetic(out, operands):
         return Cost()
