@@ -25,12 +25,12 @@ from .._torch_private import (
     node_sequence_nr,
 )
 from ..stats import ZERO_STATS, Stats
-
-_make = tuple.__new__  # a Stats from a 4-tuple without the keyword-handling constructor
 from .context import CaptureContext
 from .notices import warn_formula_failed, warn_unprofiled_forward, warn_unsupported
 
 __all__ = ["Attribution", "WholeCall"]
+
+_make = tuple.__new__  # a Stats from a 4-tuple without the keyword-handling constructor
 
 
 class WholeCall:
