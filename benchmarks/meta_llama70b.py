@@ -42,7 +42,6 @@ import io
 import json
 import os
 import pstats
-import re
 import resource
 import statistics
 import subprocess

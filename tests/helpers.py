@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any, Callable
 
 import torch
@@ -147,6 +148,4 @@ def layer_backward(
 
 def with_metadata(result: ProfileResult, **changes: Any) -> ProfileResult:
     """``result`` with some metadata fields changed (what another run would have recorded)."""
-    import dataclasses
-
     return dataclasses.replace(result, metadata=dataclasses.replace(result.metadata, **changes))

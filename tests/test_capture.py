@@ -29,9 +29,9 @@ class Entry:
         return self._cost
 
 
-def call(path, phase="forward", root_id=-1):
+def call(path, phase="forward", top_id=-1):
     rec = CallRecord(0, path, phase, None, -1, None)
-    rec.top_id = root_id
+    rec.top_id = top_id
     return rec
 
 
@@ -78,7 +78,7 @@ def test_overhead_is_one_object_summing_host_time():
 def test_attribution_charges_the_innermost_call_and_its_top_level_call():
     ctx = context()
     attribution = Attribution(ctx, owner_of=lambda seq: None, param_owner={})
-    ctx.stack.extend([call("", root_id=0), call("encoder")])
+    ctx.stack.extend([call("", top_id=0), call("encoder")])
     assert attribution.charge(Entry("aten.mm", Cost(5, 10)), 0, 2) == "encoder"
     ctx.stack.pop()
     attribution.charge(Entry("aten.add"), 2, 3, cost=Cost(0, 1))

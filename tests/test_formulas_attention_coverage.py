@@ -13,10 +13,8 @@ import subprocess
 import sys
 import warnings
 
-import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 import flopsight
 from flopsight.formulas.flex_attention import flex_attention as flex_formula

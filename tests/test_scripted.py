@@ -5,7 +5,6 @@ hooks fire for the scripted module Python calls and not for its submodules, so i
 attributed to it. (tests/conftest.py checks that no hook or mode is left behind.)
 """
 
-import warnings
 
 import pytest
 import torch

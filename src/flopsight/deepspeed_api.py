@@ -24,10 +24,8 @@ from .profiler import (
     Profiler,
     as_args,
     as_kwargs,
-    check_attention,
     check_model,
     check_warm_up,
-    ignore_predicate,
     profile,
 )
 from .renderers.output import check_output_file, print_report, write_report
@@ -289,8 +287,6 @@ def get_model_profile(
     """
     check_model(model)
     check_warm_up(warm_up)
-    check_attention(attention)
-    ignore_predicate(ignore_modules)  # validated before the model runs
     args, kwargs = as_args(args), as_kwargs(kwargs)
     if input_shape is not None:
         if args:

@@ -30,8 +30,6 @@ from .notices import warn_formula_failed, warn_unprofiled_forward, warn_unsuppor
 
 __all__ = ["Attribution", "WholeCall"]
 
-_make = tuple.__new__  # a Stats from a 4-tuple without the keyword-handling constructor
-
 
 class WholeCall:
     """A call counted whole whose backward is charged once, from a formula, when it runs."""
@@ -65,15 +63,13 @@ class Attribution:
         ``formula`` and ``cost(*payload)``) that ran from stamp ``t0`` to ``t1``. Its cost is
         ``cost`` if given, else ``entry.cost(*payload)``, evaluated only once the call is
         known to be counted. Returns the module path charged, or None when the call is not
-        the profiled model's. (Runs for every op: positional arguments, no helper calls on
-        the forward path.)"""
+        the profiled model's. (Runs for every op: arguments are positional.)"""
         ctx = self.ctx
         stack = ctx.stack
         node = current_autograd_node()
         top_id = -1
         if node is None or (stack and stack[-1].phase == "recompute"):
-            if self._seq_seen is not None:
-                self._seq_seen = None
+            self._seq_seen = None
             if stack:
                 top = stack[-1]
                 path, phase = top.path, top.phase
@@ -99,19 +95,8 @@ class Attribution:
                 self._made_starts.append(before)
         if cost is None:
             cost = self.evaluate(entry, *payload)
-        # the tally, inline: Tally.add's body
         tally = ctx.tally
-        key = (path, phase)
-        ops = tally.ops.get(key)
-        if ops is None:
-            ops = tally.ops[key] = {}
-        name = entry.name
-        macs, flops, latency, n = ops.get(name, ZERO_STATS)
-        if tally.linear:
-            ops[name] = _make(Stats, (macs + cost[0], flops + cost[1], latency + (t1 - t0), n + 1))
-        else:
-            ops[name] = _make(Stats, (macs + cost[0], flops + cost[1], 0.0, n + 1))
-            tally.stamps.setdefault((path, phase, name), []).append((t0, t1))
+        tally.add(path, phase, entry.name, cost, t0, t1)
         if top_id >= 0:
             tally.add_top(top_id, cost)
         return path
@@ -139,6 +124,15 @@ class Attribution:
                 warn_formula_failed(name, error)
 
     # -- calls counted whole ------------------------------------------------------------
+    def charge_whole(self, unit, t0, t1, out, bound, seq_start: int, seq_end: int) -> None:
+        """A call counted whole (a unit, a module rule, an autograd function) that ran from
+        ``t0`` to ``t1`` and made autograd nodes ``seq_start <= n < seq_end``: its cost now,
+        its backward formula (if any) once the backward pass runs those nodes."""
+        path = self.charge(unit, t0, t1, (out, bound))
+        if path is not None and unit.backward is not None and seq_end > seq_start:  # a backward will run
+            cost = self.evaluate(unit.backward_entry, out, bound)
+            self.expect_backward(seq_start, seq_end, path, unit.name, cost)
+
     def expect_backward(self, seq_start: int, seq_end: int, path: str, name: str, cost: Stats) -> None:
         """A call counted whole made autograd nodes ``seq_start <= n < seq_end``: when the
         backward pass runs them, charge ``cost`` once as ``<name>.backward`` to ``path``."""

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import inspect
 
-from .._torch_private import autograd_sequence_nr
 from .attribution import Attribution
 from .context import CaptureContext
+from .units import run_whole
 
 __all__ = ["AutogradFunctions"]
 
@@ -46,22 +46,9 @@ class AutogradFunctions:
         def counted(cls, *args, **kwargs):
             if ctx.suppressed or ctx.paused:
                 return apply(cls, *args, **kwargs)
-            stamp = ctx.clock.stamp
-            ctx.suppressed += 1
-            try:
-                seq_start = autograd_sequence_nr()
-                t0 = stamp()
-                out = apply(cls, *args, **kwargs)
-                t1 = stamp()
-                seq_end = autograd_sequence_nr()
-            finally:
-                ctx.suppressed -= 1
+            out, t0, t1, seq_start, seq_end = run_whole(ctx, apply, (cls, *args), kwargs)
             h0 = ctx.overhead.begin()
-            bound = unit.bind(args, kwargs)
-            path = attribution.charge(unit, t0, t1, (out, bound))
-            if path is not None and unit.backward is not None:
-                cost = attribution.evaluate(unit.backward_entry, out, bound)
-                attribution.expect_backward(seq_start, seq_end, path, unit.name, cost)
+            attribution.charge_whole(unit, t0, t1, out, unit.bind(args, kwargs), seq_start, seq_end)
             ctx.overhead.end(h0)
             return out
 

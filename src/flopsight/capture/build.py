@@ -9,7 +9,7 @@ from torch import nn
 
 from ..metadata import Metadata
 from ..result import ModelCall, ModuleStats, ProfileResult
-from ..stats import Stats
+from ..stats import make_stats
 from ..tree import PHASES
 from .modules import ModuleInfo
 from .session import RawCapture
@@ -19,7 +19,6 @@ __all__ = ["build_result"]
 #: phases whose latency is the modules' own span time; the others sum their ops' time
 _SPANNED = ("forward", "recompute")
 _PHASE_ORDER = {phase: i for i, phase in enumerate(PHASES)}
-_make = tuple.__new__
 
 
 def build_result(
@@ -51,7 +50,7 @@ def build_result(
             if phase in _SPANNED:
                 latency = times.latency.get(key, 0.0)
             calls = counts.calls.get(key, times.calls.get(key, 0))
-            phases[phase] = _make(Stats, (macs, flops, latency, calls))
+            phases[phase] = make_stats(macs, flops, latency, calls)
             if op_stats:
                 ops[phase] = op_stats
         modules[path] = ModuleStats(

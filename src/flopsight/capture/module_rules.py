@@ -55,8 +55,5 @@ class ModuleRules:
             return  # the call raised: nothing ran to count
         bound = rule.bind(args, kwargs)
         bound = None if bound is None else {"module": rec.module, **bound}
-        attribution = self._attribution
-        path = attribution.charge(rule, rec.start, rec.start, (output, bound))
-        if path is not None and rule.backward is not None:
-            cost = attribution.evaluate(rule.backward_entry, output, bound)
-            attribution.expect_backward(rec.seq_start, rec.seq_end, path, rule.name, cost)
+        # no time of its own: the module's span is its latency
+        self._attribution.charge_whole(rule, rec.start, rec.start, output, bound, rec.seq_start, rec.seq_end)

@@ -12,7 +12,7 @@ from .attribution import Attribution
 from .context import CaptureContext
 from .functions import FunctionInterceptor
 
-__all__ = ["UnitSource"]
+__all__ = ["UnitSource", "run_whole"]
 
 
 class UnitSource:
@@ -36,23 +36,25 @@ class UnitSource:
         if ctx.suppressed or ctx.paused:
             return func(*args, **kwargs)
         unit = self._units[func]
-        stamp = ctx.clock.stamp
-        ctx.suppressed += 1
-        try:
-            with self._counting.aside():
-                seq_start = autograd_sequence_nr()
-                t0 = stamp()
-                out = func(*args, **kwargs)
-                t1 = stamp()
-                seq_end = autograd_sequence_nr()  # the unit's autograd nodes are numbered in between
-        finally:
-            ctx.suppressed -= 1
+        with self._counting.aside():
+            out, t0, t1, seq_start, seq_end = run_whole(ctx, func, args, kwargs)
         h0 = ctx.overhead.begin()
-        attribution = self._attribution
         bound = unit.bind(args, kwargs)  # None if no schema fits: reported as a failed formula
-        path = attribution.charge(unit, t0, t1, (out, bound))
-        if path is not None and unit.backward is not None and seq_end > seq_start:
-            cost = attribution.evaluate(unit.backward_entry, out, bound)
-            attribution.expect_backward(seq_start, seq_end, path, unit.name, cost)
+        self._attribution.charge_whole(unit, t0, t1, out, bound, seq_start, seq_end)
         ctx.overhead.end(h0)
         return out
+
+
+def run_whole(ctx: CaptureContext, call, args: tuple, kwargs: dict) -> tuple:
+    """Run a call counted whole: (its result, start and end stamps, and the range of sequence
+    numbers of the autograd nodes it made). The ops it runs are not counted again."""
+    stamp = ctx.clock.stamp
+    ctx.suppressed += 1
+    try:
+        seq_start = autograd_sequence_nr()
+        t0 = stamp()
+        out = call(*args, **kwargs)
+        t1 = stamp()
+        return out, t0, t1, seq_start, autograd_sequence_nr()
+    finally:
+        ctx.suppressed -= 1

@@ -153,9 +153,13 @@ class Unit:
 
     def cost(self, out: Any, bound: dict[str, Any] | None) -> Cost:
         """Forward cost of one call whose arguments :meth:`bind` returned."""
-        if bound is None:
-            raise TypeError(f"{self.name}: no schema of this function fits the call's arguments")
-        return _as_cost(self.formula(out, **bound), self.name)
+        return _call_bound(self.formula, self.name, out, bound)
+
+
+def _call_bound(formula: Callable[..., Cost], name: str, out: Any, bound: dict[str, Any] | None) -> Cost:
+    if bound is None:
+        raise TypeError(f"{name}: no schema of this function fits the call's arguments")
+    return _as_cost(formula(out, **bound), name)
 
 
 class _UnitBackward:
@@ -167,9 +171,7 @@ class _UnitBackward:
         self.name, self.formula = f"{unit.name}.backward", unit.backward
 
     def cost(self, out: Any, bound: dict[str, Any] | None) -> Cost:
-        if bound is None:
-            raise TypeError(f"{self.name}: no schema of this function fits the call's arguments")
-        return _as_cost(self.formula(out, **bound), self.name)
+        return _call_bound(self.formula, self.name, out, bound)
 
 
 class Registry:
