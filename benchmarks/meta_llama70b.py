@@ -56,6 +56,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
+from pairing import paired_rounds
+
 LLAMA_70B = dict(
     hidden_size=8192,
     num_hidden_layers=80,
@@ -193,19 +195,9 @@ def quiet():
 
 
 def time_variants(runs: dict[str, Callable[[], object]], rounds: int) -> dict[str, dict]:
-    plain = runs["plain forward"]
-    times = {k: {"time": [], "plain": []} for k in runs}
     for fn in runs.values():  # warm every path once
         fn()
-    for _ in range(rounds):
-        for key, fn in runs.items():
-            t0 = time.perf_counter()
-            plain()
-            t1 = time.perf_counter()
-            fn()
-            t2 = time.perf_counter()
-            times[key]["plain"].append(t1 - t0)
-            times[key]["time"].append(t2 - t1)
+    times = paired_rounds(runs["plain forward"], runs, rounds)
     return {
         k: {
             "median_s": statistics.median(t["time"]),

@@ -29,7 +29,6 @@ import argparse
 import contextlib
 import io
 import statistics
-import time
 import warnings
 
 import torch
@@ -37,6 +36,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import flopsight
+from pairing import paired_rounds
 
 
 def build(name: str):
@@ -136,29 +136,16 @@ def measure(name: str, repeats: int) -> list[tuple[str, float, float, float | No
     """(variant, median seconds, median ratio to plain in the same round, reported latency / plain)."""
     model, args, kwargs = build(name)
     runs = variants(model, args, kwargs)
-    times: dict[str, list[float]] = {k: [] for k in runs}
-    reported: dict[str, list[float]] = {k: [] for k in runs}
-    paired: dict[str, list[float]] = {k: [] for k in runs}  # the plain forward run just before
-    plain = runs["plain forward"]
     with torch.no_grad():
         for fn in runs.values():  # warm every path once (lazy imports, allocator)
             fn()
-        for _ in range(repeats):
-            for key, fn in runs.items():
-                t0 = time.perf_counter()
-                plain()
-                t1 = time.perf_counter()
-                latency = fn()
-                t2 = time.perf_counter()
-                paired[key].append(t1 - t0)
-                times[key].append(t2 - t1)
-                if latency:
-                    reported[key].append(latency / (t1 - t0))
+        rounds = paired_rounds(runs["plain forward"], runs, repeats)
     rows = []
-    for key in runs:
-        ratio = statistics.median(t / p for t, p in zip(times[key], paired[key]))
-        rep = statistics.median(reported[key]) if reported[key] else None
-        rows.append((key, statistics.median(times[key]), ratio, rep))
+    for key, r in rounds.items():
+        ratio = statistics.median(t / p for t, p in zip(r["time"], r["plain"]))
+        # the forward latency the profiler reported, over the paired plain forward's time
+        reported = [lat / p for lat, p in zip(r["result"], r["plain"]) if lat]
+        rows.append((key, statistics.median(r["time"]), ratio, statistics.median(reported) if reported else None))
     return rows
 
 

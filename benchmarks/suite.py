@@ -46,6 +46,7 @@ import flopsight
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from models import MODELS, build  # noqa: E402
+from pairing import paired_rounds  # noqa: E402
 
 VARIANTS = ["fs gmp", "ds gmp", "fs pass", "ds pass", "torch pass"]
 
@@ -124,24 +125,6 @@ def counted_macs(runs: dict[str, Callable[[], object]]) -> dict[str, int | None]
     return macs
 
 
-def time_rounds(runs: dict[str, Callable[[], object]], repeats: int) -> dict[str, dict[str, list[float]]]:
-    """Per variant: its times and the times of the plain forward run just before it (seconds)."""
-    plain = runs["plain"]
-    out = {k: {"time": [], "plain": []} for k in runs if k != "plain"}
-    for _ in range(repeats):
-        for key, fn in runs.items():
-            if key == "plain":
-                continue
-            t0 = time.perf_counter()
-            plain()
-            t1 = time.perf_counter()
-            fn()
-            t2 = time.perf_counter()
-            out[key]["plain"].append(t1 - t0)
-            out[key]["time"].append(t2 - t1)
-    return out
-
-
 def measure(name: str, repeats: int, ds) -> dict:
     model, args, kwargs = build(name)
     runs = variants(model, args, kwargs, ds)
@@ -149,7 +132,7 @@ def measure(name: str, repeats: int, ds) -> dict:
     patched = (torch.nn.functional.linear, torch.matmul, torch.Tensor.__matmul__)
     with torch.no_grad(), quiet():
         macs = counted_macs(runs)
-        timings = time_rounds(runs, repeats)
+        timings = paired_rounds(runs["plain"], {k: fn for k, fn in runs.items() if k != "plain"}, repeats)
     if patched != (torch.nn.functional.linear, torch.matmul, torch.Tensor.__matmul__):
         print(f"warning: {name}: torch functions are still patched after profiling")
     plain_all = [p for t in timings.values() for p in t["plain"]]
