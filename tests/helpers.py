@@ -11,6 +11,7 @@ from torch import nn
 
 import flopsight
 from flopsight.formulas import REGISTRY, Cost, Registry
+from flopsight.formulas.binding import Binder
 from flopsight.result import ProfileResult
 from flopsight.stats import Stats
 
@@ -149,3 +150,27 @@ def layer_backward(
 def with_metadata(result: ProfileResult, **changes: Any) -> ProfileResult:
     """``result`` with some metadata fields changed (what another run would have recorded)."""
     return dataclasses.replace(result, metadata=dataclasses.replace(result.metadata, **changes))
+
+
+def schema_cost(op: Any, out: Any, *positional: Any, registry: Registry | None = None, **keywords: Any) -> Cost:
+    """The cost of ``op(*positional, **keywords)`` returning ``out``, its arguments bound to the
+    names of the first overload of ``op`` (a packet, or one overload) whose schema fits the call,
+    as counting binds them (for kernels that run only on GPUs/MPS, or ops a mode sees at
+    another level)."""
+    registry = registry or REGISTRY
+    overloads = [op] if isinstance(op, torch._ops.OpOverload) else [getattr(op, n) for n in op.overloads()]
+    for overload in overloads:
+        if Binder.of_op(overload).accepts(positional, keywords):
+            return registry.resolve(overload).cost(out, positional, keywords)
+    raise TypeError(f"no overload of {op} fits {len(positional)} positional arguments and {sorted(keywords)}")
+
+
+def kernel_cost(op: Any, *args: Any, out: Any = None, registry: Registry | None = None, **kwargs: Any) -> tuple[int, int]:
+    """(MACs, FLOPs) of the formula registered for ``op`` (an overload; a packet means its
+    ``.default``), its arguments bound by the schema as at dispatch: for kernels that cannot run
+    here (CUDA), called with meta tensors in schema order. The formula must fit the schema."""
+    overload = op.default if isinstance(op, torch._ops.OpOverloadPacket) else op
+    entry = (registry or REGISTRY).resolve(overload)
+    assert entry.formula is not None and entry.error is None, (overload, entry.error)
+    cost = entry.cost(out, args, kwargs)
+    return cost.macs, cost.flops

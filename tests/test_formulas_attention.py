@@ -21,22 +21,10 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import flopsight
-from flopsight.formulas import REGISTRY
 from flopsight.formulas.binding import Binder
-from helpers import measure, measure_cpu_meta, measure_on, meta, ops_of, to_device
+from helpers import kernel_cost, measure, measure_cpu_meta, measure_on, meta, ops_of, to_device
 
 aten = torch.ops.aten
-
-
-def kernel_cost(op, *args, out=None, registry=REGISTRY, **kwargs) -> tuple[int, int]:
-    """(MACs, FLOPs) of the formula registered for ``op`` (an overload; a packet means its
-    ``.default``), its arguments bound by the schema as at dispatch: for kernels that cannot
-    run here (CUDA), called with meta tensors in schema order."""
-    overload = op.default if isinstance(op, torch._ops.OpOverloadPacket) else op
-    entry = registry.resolve(overload)
-    assert entry.formula is not None and entry.error is None, (overload, entry.error)
-    cost = entry.cost(out, args, kwargs)
-    return cost.macs, cost.flops
 
 
 def bound_cost(formula, op, *args, out=None, **kwargs) -> tuple[int, int]:

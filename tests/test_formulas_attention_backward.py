@@ -27,8 +27,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import flopsight
-from flopsight.formulas import REGISTRY
-from helpers import meta, to_device
+from helpers import kernel_cost, meta, to_device
 
 aten = torch.ops.aten
 
@@ -50,15 +49,6 @@ def sdpa_backward_hand(bh, L, S, E, Ev, *, q=True, k=True, v=True, mask_grad=Fal
     if k:
         macs += scores * E  # dK = dS^T Q
     return macs, 2 * macs + extra
-
-
-def kernel_cost(op, *args, registry=REGISTRY, **kwargs) -> tuple[int, int]:
-    """(MACs, FLOPs) of the formula registered for ``op``'s ``.default`` overload, its
-    arguments bound by the schema as at dispatch (meta tensors: the CUDA kernels cannot run)."""
-    entry = registry.resolve(op.default)
-    assert entry.formula is not None and entry.error is None, (op, entry.error)
-    cost = entry.cost(None, args, kwargs)
-    return cost.macs, cost.flops
 
 
 def backward_profile(fn):

@@ -17,6 +17,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import flopsight
 from flopsight.formulas import REGISTRY, Cost, Registry
 from flopsight.formulas.attention import attention_registry, band_entries
+import helpers
 from helpers import measure_on, meta
 
 EFFECTIVE = attention_registry(REGISTRY, "effective")
@@ -34,8 +35,8 @@ def bwd(scores, E=8, Ev=8):
 
 
 def kernel_cost(op, *args, registry=EFFECTIVE, **kwargs):
-    cost = registry.resolve(op).cost(None, args, kwargs)
-    return cost.macs, cost.flops
+    """:func:`helpers.kernel_cost`, with the effective formulas unless told otherwise."""
+    return helpers.kernel_cost(op, *args, registry=registry, **kwargs)
 
 
 def sdpa(device, *shapes, **kwargs):

@@ -17,8 +17,7 @@ from torch import nn
 
 from flopsight.formulas import Cost
 
-from helpers import measure_cpu_meta, measure_on, ops_on
-from schema_calls import schema_cost
+from helpers import measure_cpu_meta, measure_on, ops_on, schema_cost
 
 aten = torch.ops.aten
 

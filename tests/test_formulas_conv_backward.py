@@ -19,8 +19,7 @@ from torch import nn
 from flopsight.formulas import Cost
 from flopsight.formulas.conv import convolution_backward
 
-from helpers import layer_backward, measure_on
-from schema_calls import schema_cost
+from helpers import layer_backward, measure_on, schema_cost
 
 aten = torch.ops.aten
 

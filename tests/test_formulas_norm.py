@@ -15,8 +15,7 @@ from torch.nn.utils.parametrizations import weight_norm
 
 import flopsight
 from flopsight.formulas import REGISTRY, Cost
-from helpers import measure_cpu_meta, measure_on, ops_on
-from schema_calls import schema_cost
+from helpers import measure_cpu_meta, measure_on, ops_on, schema_cost
 
 aten = torch.ops.aten
 

@@ -18,8 +18,7 @@ from torch import nn
 from torch.nn.utils.parametrizations import weight_norm
 
 from flopsight.formulas import Cost
-from helpers import layer_backward, measure_on
-from schema_calls import schema_cost
+from helpers import layer_backward, measure_on, schema_cost
 
 aten = torch.ops.aten
 

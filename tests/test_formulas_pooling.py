@@ -12,8 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from flopsight.formulas import Cost
-from helpers import formula_of, measure_cpu_meta, measure_on, ops_on
-from schema_calls import schema_cost
+from helpers import formula_of, measure_cpu_meta, measure_on, ops_on, schema_cost
 
 aten = torch.ops.aten
 

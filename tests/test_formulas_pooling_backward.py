@@ -14,8 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from flopsight.formulas import Cost
-from helpers import layer_backward, measure_on
-from schema_calls import schema_cost
+from helpers import layer_backward, measure_on, schema_cost
 
 aten = torch.ops.aten
 

@@ -16,9 +16,8 @@ from torch.nn.utils.rnn import pack_padded_sequence
 
 import flopsight
 from flopsight.formulas import REGISTRY, Cost
-from helpers import formula_of, measure_cpu_meta, measure_on, meta, to_device
+from helpers import formula_of, measure_cpu_meta, measure_on, meta, schema_cost, to_device
 from models import Tagger
-from schema_calls import schema_cost
 
 aten = torch.ops.aten
 

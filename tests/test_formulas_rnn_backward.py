@@ -31,9 +31,8 @@ import flopsight
 from flopsight.formulas import REGISTRY, Cost
 from flopsight.formulas.activation import activation_backward_flops
 from flopsight.formulas.rnn import BACKWARD_ELEMENTWISE, gates_backward_flops
-from helpers import formula_of, meta, to_device
+from helpers import formula_of, meta, schema_cost, to_device
 from models import Tagger
-from schema_calls import schema_cost
 
 aten = torch.ops.aten
 
