@@ -23,7 +23,7 @@ def _entries(module: nn.Module) -> dict:
 
 
 def _same_entries(a: dict, b: dict) -> bool:
-    return a.keys() == b.keys() and all(a[k] is b[k] for k in a)
+    return len(a) == len(b) and all(b.get(k, b) is v for k, v in a.items())
 
 
 def _put_back(module: nn.Module, saved: dict) -> None:

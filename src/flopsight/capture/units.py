@@ -25,8 +25,7 @@ class UnitSource:
 
     def start(self, ctx: CaptureContext) -> None:
         self._ctx = ctx
-        for function in self._units:
-            self._functions.handlers[function] = self._run
+        self._functions.handlers.update(dict.fromkeys(self._units, self._run))
 
     def stop(self, ctx: CaptureContext) -> None:
         pass
