@@ -305,7 +305,8 @@ def get_model_profile(
         )
     finally:
         for m, flag in flags:
-            m.training = flag
+            if m.training is not flag:  # nn.Module.__setattr__ is slow: write only what changed
+                m.training = flag
 
     if print_profile:
         print_report(result, output_file, profile_step=warm_up, module_depth=module_depth, top_modules=top_modules,

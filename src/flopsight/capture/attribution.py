@@ -95,10 +95,7 @@ class Attribution:
                 self._made_starts.append(before)
         if cost is None:
             cost = self.evaluate(entry, *payload)
-        tally = ctx.tally
-        tally.add(path, phase, entry.name, cost, t0, t1)
-        if top_id >= 0:
-            tally.add_top(top_id, cost)
+        ctx.tally.add(path, phase, entry.name, cost, t0, t1, 1, top_id)
         return path
 
     def evaluate(self, entry, *payload) -> Stats:

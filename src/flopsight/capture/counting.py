@@ -36,7 +36,7 @@ class _CountingMode(EagerDispatchMode):
         self._ctx = ctx
         self._stamp, self._now = ctx.clock.stamp, ctx.clock.now
         self._overhead = ctx.overhead
-        self._resolve = ctx.registry.resolve  # cached per overload by the registry
+        self._resolved, self._resolve = ctx.registry.resolved, ctx.registry.resolve  # cached per overload
         self._charge = attribution.charge
         # on a host clock the op's end stamp is also when the profiler's own work starts
         self._stamp_is_now = self._stamp is self._now
@@ -49,7 +49,7 @@ class _CountingMode(EagerDispatchMode):
         ctx = self._ctx
         if not ctx.suppressed and not ctx.paused:
             h0 = t1 if self._stamp_is_now else self._now()
-            entry = self._resolve(func)
+            entry = self._resolved(func) or self._resolve(func)
             if entry.formula is ZERO:  # most ops (views, copies) cost nothing: skip the formula
                 self._charge(entry, t0, t1, (), ZERO_STATS)
             else:

@@ -15,51 +15,60 @@ from __future__ import annotations
 from collections import Counter
 from typing import Callable
 
-from ..stats import ZERO_STATS, Stats, make_stats
+from ..stats import Stats, make_stats
 
 __all__ = ["Tally"]
 
 
 class Tally:
-    """Operator costs per (path, phase), each top-level forward call's cost, unsupported ops."""
+    """Operator costs per (path, phase), each top-level forward call's cost, unsupported ops.
+
+    While capturing, each (path, phase, op) sums into a mutable ``[macs, flops, latency,
+    calls]`` list (no record is built per op); :meth:`resolve` turns them into ``Stats``.
+    """
 
     def __init__(self, linear: bool):
         self.linear = linear
-        self.ops: dict[tuple[str, str], dict[str, Stats]] = {}
+        self.ops: dict[tuple[str, str], dict[str, list]] = {}
         self.stamps: dict[tuple[str, str, str], list] = {}  # (path, phase, op) -> stamp pairs
         self.tops: list[list[int]] = []  # [macs, flops] of each top-level forward call
         self.unsupported: Counter = Counter()
 
-    def add(self, path: str, phase: str, name: str, cost: Stats, t0, t1, calls: int = 1) -> None:
-        key = (path, phase)
-        ops = self.ops.get(key)
+    def add(self, path: str, phase: str, name: str, cost: Stats, t0, t1, calls: int = 1, top_id: int = -1) -> None:
+        """One call of op ``name`` from stamp ``t0`` to ``t1``; ``top_id`` (if >= 0) is the
+        top-level forward call whose cost it also adds to."""
+        ops = self.ops.get((path, phase))
         if ops is None:
-            ops = self.ops[key] = {}
-        macs, flops, latency, n = ops.get(name, ZERO_STATS)
+            ops = self.ops[(path, phase)] = {}
+        acc = ops.get(name)
+        if acc is None:
+            acc = ops[name] = [0, 0, 0.0, 0]
+        macs, flops = cost[0], cost[1]
+        acc[0] += macs
+        acc[1] += flops
+        acc[3] += calls
         if self.linear:
-            ops[name] = make_stats(macs + cost[0], flops + cost[1], latency + (t1 - t0), n + calls)
+            acc[2] += t1 - t0
         else:
-            ops[name] = make_stats(macs + cost[0], flops + cost[1], 0.0, n + calls)
             self.stamps.setdefault((path, phase, name), []).append((t0, t1))
-
-    def add_top(self, top_id: int, cost: Stats) -> None:
-        tops = self.tops
-        while len(tops) <= top_id:
-            tops.append([0, 0])
-        acc = tops[top_id]
-        acc[0] += cost[0]
-        acc[1] += cost[1]
+        if top_id >= 0 and (macs or flops):
+            tops = self.tops
+            while len(tops) <= top_id:
+                tops.append([0, 0])
+            top = tops[top_id]
+            top[0] += macs
+            top[1] += flops
 
     def resolve(self, seconds: Callable, scale: float | None) -> dict[tuple[str, str], dict[str, Stats]]:
         """Per (path, phase), per op: costs with latencies in seconds."""
         out = {}
         for key, ops in self.ops.items():
             resolved = {}
-            for name, s in ops.items():
+            for name, (macs, flops, latency, calls) in ops.items():
                 if scale is not None:
-                    latency = s.latency * scale
+                    latency = latency * scale
                 else:
                     latency = sum(seconds(a, b) for a, b in self.stamps.get((*key, name), ()))
-                resolved[name] = make_stats(s.macs, s.flops, latency, s.calls)
+                resolved[name] = make_stats(macs, flops, latency, calls)
             out[key] = resolved
         return out

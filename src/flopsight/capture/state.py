@@ -78,4 +78,5 @@ class ModelState:
         """Everything back to the snapshot, training flags included."""
         self.rewind()
         for module, flag in zip(self._modules, self._training):
-            module.training = flag
+            if module.training is not flag:  # nn.Module.__setattr__ is slow: write only what changed
+                module.training = flag

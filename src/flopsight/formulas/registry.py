@@ -110,7 +110,8 @@ class Resolved:
         """The op call's cost (raises the signature error, or what the formula raised)."""
         if self.error is not None:
             raise self.error
-        return _as_cost(self.formula(out, **self.binder.bind(args, kwargs)), self.name)
+        value = self.formula(out, **self.binder.bind(args, kwargs))
+        return value if type(value) is Stats else _as_cost(value, self.name)
 
 
 class Unit:
@@ -365,15 +366,25 @@ class Registry:
         """``op``'s formula with the binder of its schema, checked against each other once."""
         entry = self._resolved.get(op)
         if entry is None:
-            name, formula = self.lookup(op)
-            binder = error = None
-            if formula is not None and formula is not ZERO:
-                binder = Binder.of_op(op)
-                try:
-                    check_signature(formula, binder, str(op))
-                except FormulaSignatureError as e:
-                    error = e
-            entry = self._resolved[op] = Resolved(name, formula, binder, error)
+            entry = self._resolve(op)
+        return entry
+
+    @property
+    def resolved(self) -> Callable[[OpOverload], Resolved | None]:
+        """What :meth:`resolve` has already built for an op, or None: one dict lookup, for
+        the counting mode's per-op path (the cache is emptied, never replaced)."""
+        return self._resolved.get
+
+    def _resolve(self, op: OpOverload) -> Resolved:
+        name, formula = self.lookup(op)
+        binder = error = None
+        if formula is not None and formula is not ZERO:
+            binder = Binder.of_op(op)
+            try:
+                check_signature(formula, binder, str(op))
+            except FormulaSignatureError as e:
+                error = e
+        entry = self._resolved[op] = Resolved(name, formula, binder, error)
         return entry
 
     def unit(self, function: Any) -> Unit | None:
