@@ -212,9 +212,16 @@ def profile(
     clock = clock or default_clock(model_device(target, args, kwargs))
     separate = timing == "separate" or (timing == "auto" and warm_up >= 1)
     state = ModelState(target)
+    passes = 0
+
+    def rewind() -> None:  # every pass starts from the snapshot (the first one already does)
+        nonlocal passes
+        if passes:
+            state.rewind()
+        passes += 1
 
     def captured(count: bool):
-        state.rewind()
+        rewind()
         # the whole call is the model's: ops between its module calls (generate()'s sampling) are the root's
         session = CaptureSession(infos if count else time_infos, registry=registry, clock=clock, count=count,
                                  ignore=ignore, outside_to_root=True)
@@ -229,7 +236,7 @@ def profile(
         return raw
 
     def plain() -> None:
-        state.rewind()
+        rewind()
         time_call(*args, **kwargs)
 
     try:
