@@ -10,6 +10,8 @@ from flopsight._torch_private import (
     global_module_hooks,
 )
 
+collect_ignore_glob = ["multirank/*_worker.py"]  # scripts run by torchrun, not test modules
+
 torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
 
 

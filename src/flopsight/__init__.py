@@ -15,6 +15,7 @@ from .formulas import REGISTRY, Cost
 from .profiler import Profiler, profile
 from .integrations.config import AttachedProfiler, attach
 from .metadata import Metadata, Timing
+from .communication import Collective
 from .result import Coverage, ModelCall, ModuleStats, ProfileResult, load
 from .stats import Stats
 from .tree import ModuleNode, Phases
@@ -102,6 +103,7 @@ __all__ = [
     "Profiler",
     "ProfileResult",
     "ModuleStats",
+    "Collective",
     "ModuleNode",
     "ModelCall",
     "Phases",

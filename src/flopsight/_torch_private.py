@@ -40,6 +40,8 @@ __all__ = [
     "jagged_layout",
     "flex_attention_ops",
     "allow_under_mode",
+    "process_group_size",
+    "on_work_done",
 ]
 
 
@@ -189,3 +191,31 @@ def original_module(model: torch.nn.Module) -> torch.nn.Module:
     if isinstance(inner, torch.nn.Module) and type(model).__name__ == "OptimizedModule":
         return inner
     return model
+
+
+# -- torch.distributed, as seen at the dispatch level --------------------------------------
+def process_group_size(group) -> int | None:
+    """Ranks in a collective's group: a ``ProcessGroup`` script object (c10d ops) or a group
+    name (functional collectives). None when it cannot be told."""
+    try:
+        if isinstance(group, str):
+            from torch.distributed.distributed_c10d import _resolve_process_group
+
+            return int(_resolve_process_group(group).size())
+        from torch._C._distributed_c10d import ProcessGroup
+
+        return int(ProcessGroup.unbox(group).size())
+    except Exception:  # a group this torch build cannot read back: the size stays unknown
+        return None
+
+
+def on_work_done(work, callback) -> bool:
+    """Call ``callback()`` when the c10d ``Work`` script object an op returned completes
+    (from the backend's thread; at once if it already has). False if it cannot be watched."""
+    try:
+        from torch._C._distributed_c10d import Work
+
+        Work.unbox(work).get_future().add_done_callback(lambda _future: callback())
+        return True
+    except Exception:  # not a Work, or a backend whose work has no future
+        return False

@@ -25,6 +25,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Iterator, NamedTuple
 
+from .communication import Collective
 from .metadata import Metadata
 from .stats import ZERO_STATS, Stats
 from .tree import PHASES, ModuleNode, build_tree
@@ -119,6 +120,8 @@ class ProfileResult:
     metadata: Metadata = field(default_factory=Metadata)
     spans: dict[str, list[float]] = field(default_factory=dict)
     calls: list[ModelCall] = field(default_factory=list)
+    #: what :meth:`collectives` returns, unfiltered
+    comms: tuple[Collective, ...] = ()
 
     def __post_init__(self) -> None:
         if "" not in self.modules:
@@ -175,6 +178,13 @@ class ProfileResult:
                 totals[name] = totals.get(name, ZERO_STATS) + op
         return dict(sorted(totals.items(), key=lambda kv: (-kv[1].flops, -kv[1].latency, kv[0])))
 
+    def collectives(self, phase: str | None = None) -> list[Collective]:
+        """The collectives this rank issued (one record per module, phase, kind and group
+        size; see :mod:`flopsight.communication`), optionally of one phase only."""
+        if phase is not None and phase not in PHASES:
+            raise ValueError(f"phase: expected one of {', '.join(PHASES)} or None, got {phase!r}")
+        return [c for c in self.comms if phase is None or c.phase == phase]
+
     @property
     def coverage(self) -> Coverage:
         """Operators seen, operators with a formula, and the calls without one."""
@@ -223,6 +233,7 @@ class ProfileResult:
             "spans": {k: list(v) for k, v in self.spans.items()},
             "calls": [{"path": c.path, "stats": c.stats._asdict(), "batch_size": c.batch_size} for c in self.calls],
             "modules": [s.to_dict() for s in self.modules.values()],
+            "collectives": [c.to_dict() for c in self.comms],
         }
 
     @classmethod
@@ -237,6 +248,7 @@ class ProfileResult:
             Metadata.from_dict(data.get("metadata", {})),
             spans={k: list(v) for k, v in data.get("spans", {}).items()},
             calls=[ModelCall(c["path"], Stats(**c["stats"]), c.get("batch_size")) for c in data.get("calls", [])],
+            comms=tuple(Collective.from_dict(c) for c in data.get("collectives", [])),
         )
 
     def save(self, path: str | os.PathLike) -> None:

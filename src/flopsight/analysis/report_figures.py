@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..communication import Collective, bandwidths
 from ..result import Coverage, ProfileResult
 from ..stats import Stats
 from ..tree import ModuleNode
@@ -28,6 +29,7 @@ __all__ = [
     "ParallelInfo",
     "TrainingFigures",
     "GenerationFigures",
+    "CommunicationFigures",
     "SummaryFigures",
     "ModuleFigures",
     "is_training",
@@ -37,6 +39,7 @@ __all__ = [
     "summary_figures",
     "training_figures",
     "generation_figures",
+    "communication_figures",
     "module_figures",
 ]
 
@@ -129,6 +132,37 @@ class GenerationFigures:
 
 
 @dataclass
+class CommunicationFigures:
+    """One kind of collective over the whole profile (this rank): calls, payload bytes per
+    rank, seconds, and DeepSpeed's algorithm and bus bandwidths in bytes/s."""
+
+    kind: str
+    count: int
+    bytes: int
+    latency: float
+    algbw: float
+    busbw: float
+
+
+def communication_figures(collectives: list[Collective]) -> list[CommunicationFigures]:
+    """Per kind, in the records' order: totals over modules and phases; the bandwidths of
+    the summed bytes and time, on the largest group the kind used.
+
+    >>> communication_figures([Collective("all_reduce", "", "backward", 2, 800, 0.002, 2)])[0].busbw
+    400000.0
+    """
+    totals: dict[str, list] = {}
+    for c in collectives:
+        t = totals.setdefault(c.kind, [0, 0, 0.0, 0])
+        t[0] += c.count
+        t[1] += c.bytes
+        t[2] += c.latency
+        t[3] = max(t[3], c.group_size)
+    return [CommunicationFigures(kind, n, size, seconds, *bandwidths(kind, size, seconds, group))
+            for kind, (n, size, seconds, group) in totals.items()]
+
+
+@dataclass
 class SummaryFigures:
     """Every number of the report's summary block.
 
@@ -152,6 +186,7 @@ class SummaryFigures:
     fwd_flops_per_second: float
     training: TrainingFigures | None
     generation: GenerationFigures | None
+    communication: list[CommunicationFigures]  # empty without collectives
     unsupported_ops: list[tuple[str, int]]
     error: str | None
     coverage: Coverage | None = None
@@ -231,6 +266,7 @@ def summary_figures(result: ProfileResult, parallel: ParallelInfo | None = None)
         fwd_flops_per_second=rate(fwd.flops, fwd.latency),
         training=training_figures(result, header) if training else None,
         generation=generation_figures(result),
+        communication=communication_figures(result.collectives()),
         unsupported_ops=sorted(result.unsupported_ops.items()),
         coverage=result.coverage,
         error=result.metadata.error or None,

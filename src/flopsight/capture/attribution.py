@@ -57,6 +57,7 @@ class Attribution:
         self._made_in_backward: list[tuple[int, int, str]] = []
         self._made_starts: list[int] = []
         self._seq_seen: int | None = None  # sequence nr after the last backward op, in a backward pass
+        self.last_phase = ""  # phase of the last call charged
 
     def charge(self, entry, t0, t1, payload: tuple = (), cost: Stats | None = None) -> str | None:
         """Charge one call of ``entry`` (a resolved op, a unit...: it has ``name``,
@@ -96,7 +97,20 @@ class Attribution:
         if cost is None:
             cost = self.evaluate(entry, *payload)
         ctx.tally.add(path, phase, entry.name, cost, t0, t1, 1, top_id)
+        self.last_phase = phase
         return path
+
+    def charge_collective(self, entry, t0, t1) -> tuple[str, str] | None:
+        """Charge a collective op like any free op and say where it went: (path, phase), or
+        None when it is not the profiled model's. One issued by a gradient hook while the
+        backward pass accumulates a parameter's gradient (DDP's bucket all-reduce, ZeRO's
+        gradient reduction) carries the gradients of many modules: the root's backward."""
+        node = current_autograd_node()
+        if node is not None and node_sequence_nr(node) == ACCUMULATE_GRAD_SEQUENCE_NR:
+            self.ctx.tally.add("", "backward", entry.name, ZERO_STATS, t0, t1)
+            return "", "backward"
+        path = self.charge(entry, t0, t1, (), ZERO_STATS)
+        return None if path is None else (path, self.last_phase)
 
     def evaluate(self, entry, *payload) -> Stats:
         """``entry.cost(*payload)``; an op without a formula, or whose formula fails, costs

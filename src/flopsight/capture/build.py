@@ -7,6 +7,7 @@ from typing import Callable
 
 from torch import nn
 
+from ..communication import KINDS, Collective
 from ..metadata import Metadata
 from ..result import ModelCall, ModuleStats, ProfileResult
 from ..stats import make_stats
@@ -78,4 +79,19 @@ def build_result(
             if path == calls[i].path:
                 calls[i] = dataclasses.replace(calls[i], stats=calls[i].stats._replace(latency=timed.latency))
         spans.update(times.spans)
-    return ProfileResult(modules, dict(counts.unsupported), metadata, spans=spans, calls=calls)
+    return ProfileResult(modules, dict(counts.unsupported), metadata, spans=spans, calls=calls,
+                         comms=_collectives(counts.collectives))
+
+
+def _collectives(calls) -> tuple[Collective, ...]:
+    """One record per (module, phase, kind, group size), summed over the calls, in module
+    order of first use, then phase and kind order."""
+    acc: dict[tuple, list] = {}
+    for path, phase, kind, nbytes, group_size, seconds in calls:
+        a = acc.setdefault((path, phase, kind, group_size), [0, 0, 0.0])
+        a[0] += 1
+        a[1] += nbytes
+        a[2] += seconds
+    order = {k: i for i, k in enumerate(KINDS)}
+    keys = sorted(acc, key=lambda k: (_PHASE_ORDER.get(k[1], len(_PHASE_ORDER)), order.get(k[2], len(order))))
+    return tuple(Collective(kind, path, phase, *acc[(path, phase, kind, n)], n) for path, phase, kind, n in keys)

@@ -40,6 +40,9 @@ class _CountingMode(EagerDispatchMode):
         self._charge = attribution.charge
         # on a host clock the op's end stamp is also when the profiler's own work starts
         self._stamp_is_now = self._stamp is self._now
+        #: op overload -> handler(entry, func, args, kwargs, out, t0, t1) that charges it
+        #: instead (collectives); empty outside torch.distributed, so other ops pay one test
+        self.observers: dict = {}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         stamp = self._stamp
@@ -50,7 +53,10 @@ class _CountingMode(EagerDispatchMode):
         if not ctx.suppressed and not ctx.paused:
             h0 = t1 if self._stamp_is_now else self._now()
             entry = self._resolved(func) or self._resolve(func)
-            if entry.formula is ZERO:  # most ops (views, copies) cost nothing: skip the formula
+            observer = self.observers.get(func) if self.observers else None
+            if observer is not None:
+                observer(entry, func, args, kwargs or _NO_KWARGS, out, t0, t1)
+            elif entry.formula is ZERO:  # most ops (views, copies) cost nothing: skip the formula
                 self._charge(entry, t0, t1, (), ZERO_STATS)
             else:
                 self._charge(entry, t0, t1, (out, args, kwargs or _NO_KWARGS))
@@ -92,6 +98,9 @@ class CountingSource:
     def __init__(self, attribution: Attribution):
         self._attribution = attribution
         self._mode: _CountingMode | None = None
+        #: op overload -> handler, for ops another source records more about
+        #: (``handler(entry, func, args, kwargs, out, t0, t1)`` charges the op itself)
+        self.observers: dict = {}
 
     def start(self, ctx: CaptureContext) -> None:
         prime_modes()
@@ -100,6 +109,7 @@ class CountingSource:
         _EAGER.acquire()
         try:
             self._mode = _CountingMode(ctx, self._attribution)
+            self._mode.observers = self.observers
             self._mode.__enter__()
         except BaseException:
             _EAGER.release()

@@ -29,6 +29,7 @@ from ..formulas.registry import Registry
 from ..stats import Stats
 from .attribution import Attribution
 from .autograd_functions import AutogradFunctions
+from .communication import CommunicationSource
 from .context import CaptureContext
 from .counting import CountingSource
 from .functions import FunctionInterceptor
@@ -61,6 +62,8 @@ class RawCapture:
     top_calls: list[tuple[str, Stats, int | None]] = field(default_factory=list)
     first_inputs: tuple | None = None
     error: str | None = None
+    #: every collective: (module path, phase, kind, payload bytes per rank, group size, seconds)
+    collectives: list[tuple[str, str, str, int, int, float]] = field(default_factory=list)
 
 
 class CaptureSession:
@@ -97,12 +100,16 @@ class CaptureSession:
                 rules = ModuleRules(attribution, registry)
                 self.tracker.listeners.append(rules)
                 sources.append(rules)
+            self.communication = CommunicationSource(attribution, counting)
             sources += [
                 UnitSource(attribution, functions, registry.units(), counting),
                 AutogradFunctions(attribution, registry.functions()),
+                self.communication,  # asks the counting mode to hand it the collectives
                 functions,  # after the sources that register handlers with it
                 counting,
             ]
+        else:
+            self.communication = None
         self._sources = [*sources, self.spans]
         self._started: list = []
 
@@ -188,6 +195,9 @@ class CaptureSession:
         # forward wall time: the top-level forward calls (the model, or whatever modules
         # of it the caller ran directly)
         raw.spans["forward"] = [span[r.index] for r in log if r.parent < 0 and r.phase == "forward"]
+        if self.communication is not None:
+            raw.collectives = [(c.path, c.phase, c.kind, c.bytes, c.group_size, c.seconds)
+                               for c in self.communication.calls]
         for kind, start, end, ovh_start, ovh_end in self.spans.spans:
             raw.spans.setdefault(kind, []).append(self._seconds(start, end, ovh_start, ovh_end))
         return raw

@@ -165,7 +165,8 @@ _C10D = """
 _C10D_FUNCTIONAL = """
     all_reduce all_reduce_ all_reduce_coalesced all_reduce_coalesced_ all_gather_into_tensor
     all_gather_into_tensor_out all_gather_into_tensor_coalesced reduce_scatter_tensor
-    reduce_scatter_tensor_coalesced all_to_all_single broadcast broadcast_ wait_tensor
+    reduce_scatter_tensor_coalesced all_to_all_single broadcast broadcast_ wait_tensor isend irecv
+    batch_p2p_ops
 """
 
 

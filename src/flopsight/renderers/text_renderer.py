@@ -41,6 +41,7 @@ from ..result import ProfileResult
 from ..tree import ModuleNode
 from ..units import (
     DEFAULT_PRECISION,
+    bytes_to_string,
     duration_to_string,
     flops_to_string,
     macs_to_string,
@@ -76,6 +77,11 @@ def _pct(percent: float) -> str:
 def _rate(flops_per_second: float) -> str:
     """A per-module rate, as DeepSpeed prints it (rounded before the unit)."""
     return flops_to_string(round(flops_per_second, DEFAULT_PRECISION))
+
+
+def _gbps(bytes_per_second: float) -> str:
+    """Gbit/s, as DeepSpeed's communication logger prints bandwidths."""
+    return f"{bytes_per_second * 8 / 1e9:.2f} Gbps"
 
 
 def _count(n: float) -> str:
@@ -136,6 +142,13 @@ class _Report:
             self._training(f.training)
         if f.generation is not None:
             self._generation(f.generation, batch_printed=parallel is not None and parallel.batch_size is not None)
+        for c in f.communication:
+            # new lines of their own after DeepSpeed's (its log parsers never see them change)
+            self.kv(
+                f"{c.kind} (calls, bytes per rank, time, algbw, busbw): ",
+                f"{c.count}, {bytes_to_string(c.bytes)}, {duration_to_string(c.latency)}, "
+                f"{_gbps(c.algbw)}, {_gbps(c.busbw)}",
+            )
         if f.coverage is not None:
             c = f.coverage
             self.kv(

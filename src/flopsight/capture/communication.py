@@ -1,0 +1,197 @@
+"""Capture source: every collective the profiled code issues, seen at the dispatch level.
+
+``torch.distributed``'s calls, its functional collectives, DDP's gradient buckets, FSDP2 and
+DeepSpeed ZeRO all reach the dispatcher as ``c10d::*`` or ``_c10d_functional::*`` ops, so
+the counting mode sees each one; this source asks it to hand those ops over (free ops pay
+one test, and only once a process group exists). Each collective is charged to a module
+and phase by :meth:`~.attribution.Attribution.charge_collective`, with its kind, payload
+bytes per rank (see :mod:`flopsight.communication`) and group size. Its time runs from
+issue to completion: the ``Work`` the op returns reports completion from the backend's
+thread; a functional collective completes when ``wait_tensor`` returns for its result.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from .._torch_private import on_work_done, process_group_size
+from ..formulas.binding import Binder
+from ..stats import ZERO_STATS
+from .attribution import Attribution
+from .context import CaptureContext
+from .counting import CountingSource
+
+__all__ = ["CommunicationSource", "COLLECTIVE_OPS", "payload_bytes"]
+
+# op -> (kind, the argument holding this rank's payload, the argument naming the group);
+# reduce-scatter's functional form takes the whole input: its share is input / group size
+_C10D = {
+    "allreduce_": ("all_reduce", "tensors"),
+    "allreduce_coalesced_": ("all_reduce", "tensors"),
+    "allgather_": ("all_gather", "input_tensors"),
+    "_allgather_base_": ("all_gather", "input_tensor"),
+    "allgather_coalesced_": ("all_gather", "input_list"),
+    "allgather_into_tensor_coalesced_": ("all_gather", "inputs"),
+    "reduce_scatter_": ("reduce_scatter", "output_tensors"),
+    "_reduce_scatter_base_": ("reduce_scatter", "output_tensor"),
+    "reduce_scatter_tensor_coalesced_": ("reduce_scatter", "outputs"),
+    "broadcast_": ("broadcast", "tensors"),
+    "reduce_": ("reduce", "tensors"),
+    "gather_": ("gather", "input_tensors"),
+    "scatter_": ("scatter", "output_tensors"),
+    "alltoall_": ("all_to_all", "input_tensors"),
+    "alltoall_base_": ("all_to_all", "input"),
+    "barrier": ("barrier", None),
+    "monitored_barrier_": ("barrier", None),
+    "send": ("send", "tensors"),
+    "recv_": ("recv", "tensors"),
+    "recv_any_source_": ("recv", "tensors"),
+}
+_FUNCTIONAL = {
+    "all_reduce": ("all_reduce", "input"),
+    "all_reduce_": ("all_reduce", "input"),
+    "all_reduce_coalesced": ("all_reduce", "inputs"),
+    "all_reduce_coalesced_": ("all_reduce", "inputs"),
+    "all_gather_into_tensor": ("all_gather", "input"),
+    "all_gather_into_tensor_out": ("all_gather", "input"),
+    "all_gather_into_tensor_coalesced": ("all_gather", "inputs"),
+    "reduce_scatter_tensor": ("reduce_scatter", "input"),
+    "reduce_scatter_tensor_coalesced": ("reduce_scatter", "inputs"),
+    "all_to_all_single": ("all_to_all", "input"),
+    "broadcast": ("broadcast", "input"),
+    "broadcast_": ("broadcast", "input"),
+    "isend": ("send", "tensor"),
+    "irecv": ("recv", "tensor"),
+}
+
+
+def collective_ops() -> dict:
+    """op overload -> (kind, payload argument, group argument) of every collective this
+    torch build has."""
+    ops = {}
+    for namespace, table, group_arg in (("c10d", _C10D, "process_group"), ("_c10d_functional", _FUNCTIONAL, "group_name")):
+        ns = getattr(torch.ops, namespace)
+        for name, (kind, payload) in table.items():
+            try:
+                packet = getattr(ns, name)
+            except (AttributeError, RuntimeError):  # not in this torch build
+                continue
+            for overload in packet.overloads():
+                ops[getattr(packet, overload)] = (kind, payload, group_arg)
+    return ops
+
+
+def _overloads(namespace: str, name: str) -> tuple:
+    try:
+        packet = getattr(getattr(torch.ops, namespace), name)
+    except (AttributeError, RuntimeError):
+        return ()
+    return tuple(getattr(packet, o) for o in packet.overloads())
+
+
+COLLECTIVE_OPS: dict = {}  # filled on first use, once torch.distributed is initialised
+WAIT_OPS: list = []  # the functional collectives' wait_tensor
+#: the functional collectives' own bookkeeping, defined in Python by torch.distributed (so
+#: unknown to the registry when flopsight is imported): free
+FREE_OPS: list = []
+
+
+def payload_bytes(value) -> int:
+    """Bytes of a tensor, or of every tensor in a (nested) list of them.
+
+    >>> payload_bytes([torch.ones(3), [torch.ones(2, dtype=torch.float64)]])
+    28
+    """
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, (list, tuple)):
+        return sum(payload_bytes(v) for v in value)
+    return 0
+
+
+class _Call:
+    """One collective: where it was charged, its size, and its issue and completion times."""
+
+    __slots__ = ("kind", "path", "phase", "bytes", "group_size", "issued", "returned", "done")
+
+    def __init__(self, kind, path, phase, nbytes, group_size, issued, returned):
+        self.kind, self.path, self.phase, self.bytes, self.group_size = kind, path, phase, nbytes, group_size
+        self.issued, self.returned = issued, returned
+        self.done: float | None = None
+
+    def complete(self) -> None:
+        if self.done is None:
+            self.done = time.perf_counter()
+
+    @property
+    def seconds(self) -> float:
+        """Issue to completion (to the op's return when completion was never seen)."""
+        return max((self.done if self.done is not None else self.returned) - self.issued, 0.0)
+
+
+class CommunicationSource:
+    """Records collectives while a process group exists (installed with the counting mode)."""
+
+    def __init__(self, attribution: Attribution, counting: CountingSource):
+        self._attribution = attribution
+        self._counting = counting
+        self.calls: list[_Call] = []
+        self._binders: dict = {}
+        self._awaiting: dict[int, tuple[_Call, torch.Tensor]] = {}  # id(result) -> functional call
+        self._issue_time = lambda stamp: stamp
+
+    def start(self, ctx: CaptureContext) -> None:
+        dist = torch.distributed
+        if not (dist.is_available() and dist.is_initialized()):
+            return
+        if not COLLECTIVE_OPS:
+            COLLECTIVE_OPS.update(collective_ops())
+            WAIT_OPS.extend(_overloads("_c10d_functional", "wait_tensor"))
+        if not FREE_OPS:  # defined once torch.distributed._functional_collectives is imported
+            FREE_OPS.extend(_overloads("_c10d_functional", "_wrap_tensor_autograd"))
+        observers = self._counting.observers
+        for op in COLLECTIVE_OPS:
+            observers[op] = self._collective
+        for op in WAIT_OPS:
+            observers[op] = self._wait
+        for op in FREE_OPS:
+            observers[op] = self._free
+        if ctx.clock.stamp is not time.perf_counter:  # device or fake stamps: time calls on the host
+            self._issue_time = lambda stamp: time.perf_counter()
+
+    def stop(self, ctx: CaptureContext) -> None:
+        self._awaiting.clear()
+
+    def _collective(self, entry, func, args, kwargs, out, t0, t1) -> None:
+        where = self._attribution.charge_collective(entry, t0, t1)
+        if where is None:
+            return
+        kind, payload, group_arg = COLLECTIVE_OPS[func]
+        binder = self._binders.get(func)
+        if binder is None:
+            binder = self._binders[func] = Binder.of_op(func)
+        bound = binder.bind(args, kwargs)
+        group_size = process_group_size(bound.get(group_arg)) or 0
+        nbytes = payload_bytes(bound.get(payload)) if payload else 0
+        if func.namespace == "_c10d_functional" and kind == "reduce_scatter" and group_size:
+            nbytes //= group_size  # the whole input is passed; this rank keeps 1/n of it
+        call = _Call(kind, where[0], where[1], nbytes, group_size, self._issue_time(t0), self._issue_time(t1))
+        self.calls.append(call)
+        if func.namespace == "_c10d_functional":  # done when its result is waited for
+            for t in out if isinstance(out, (list, tuple)) else (out,):
+                self._awaiting[id(t)] = (call, t)
+        elif not on_work_done(out[-1] if isinstance(out, tuple) else out, call.complete):
+            call.complete()  # no Work to watch: treat the call as synchronous
+
+    def _free(self, entry, func, args, kwargs, out, t0, t1) -> None:
+        self._attribution.charge(entry, t0, t1, (), ZERO_STATS)
+
+    def _wait(self, entry, func, args, kwargs, out, t0, t1) -> None:
+        self._attribution.charge(entry, t0, t1, (), ZERO_STATS)
+        tensor = args[0] if args else kwargs.get("tensor")
+        pending = self._awaiting.pop(id(tensor), None)
+        if pending is not None:
+            pending[0].complete()
+

@@ -1,0 +1,73 @@
+"""Worker for tests/test_communication.py: run by torchrun on 2 gloo ranks.
+
+Writes ``<out>/<scenario>.rank<r>.json`` (a ProfileResult) for each scenario:
+
+* ``direct``: one of each collective called from user code, under ``Profiler()``;
+* ``ddp``: one DDP training step of a small MLP under ``Profiler(ddp_model, optimizer)``;
+* ``module``: a module whose forward all-reduces its output (tensor parallelism's row layer).
+"""
+
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.distributed._functional_collectives as fc
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+import flopsight
+
+out = sys.argv[1]
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+torch.manual_seed(0)
+
+
+def save(name: str, result) -> None:
+    result.save(f"{out}/{name}.rank{rank}.json")
+
+
+with flopsight.Profiler() as prof:
+    dist.all_reduce(torch.ones(100))  # 400 bytes
+    dist.all_gather([torch.zeros(3), torch.zeros(3)], torch.ones(3))  # 12 bytes this rank gives
+    dist.all_gather_into_tensor(torch.zeros(6), torch.ones(3))  # 12 bytes
+    dist.reduce_scatter_tensor(torch.zeros(2), torch.ones(4))  # 8 bytes this rank keeps
+    dist.broadcast(torch.ones(5), src=0)  # 20 bytes
+    dist.all_to_all_single(torch.zeros(4), torch.ones(4))  # 16 bytes
+    if rank == 0:
+        dist.send(torch.ones(6), dst=1)  # 24 bytes
+    else:
+        dist.recv(torch.zeros(6), src=0)  # 24 bytes
+    dist.barrier()
+    summed = fc.all_reduce(torch.ones(8), "sum", dist.group.WORLD)  # 32 bytes
+    assert float(summed.sum()) == 16.0  # waits for it
+save("direct", prof.result)
+
+model = DistributedDataParallel(nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+with flopsight.Profiler(model, optimizer=opt) as prof:
+    model(torch.randn(8, 16)).sum().backward()
+    opt.step()
+save("ddp", prof.result)
+
+
+class RowParallel(nn.Module):
+    """Each rank holds half of a linear layer; the partial outputs are summed across ranks."""
+
+    def __init__(self):
+        super().__init__()
+        self.part = nn.Linear(8, 4, bias=False)
+
+    def forward(self, x):
+        y = self.part(x)
+        dist.all_reduce(y)  # 2 x 4 fp32: 32 bytes
+        return y
+
+
+model = nn.Sequential(nn.Linear(8, 8), RowParallel())
+with flopsight.Profiler(model) as prof:
+    model(torch.randn(2, 8))
+save("module", prof.result)
+
+dist.barrier()
+dist.destroy_process_group()

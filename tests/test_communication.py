@@ -1,0 +1,136 @@
+"""Collectives: kinds, payload bytes, bandwidths, attribution, on real gloo ranks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import flopsight
+from flopsight.analysis.report_figures import communication_figures
+from flopsight.capture.communication import collective_ops, payload_bytes
+from flopsight.communication import Collective, bandwidths
+
+from multirank.launch import torchrun
+
+WORKER = Path(__file__).parent / "multirank" / "collectives_worker.py"
+
+
+# -- bandwidths: DeepSpeed's comms-logger definitions, derived by hand ----------------------
+def test_all_reduce_bandwidths():
+    # 1000 bytes in 1 ms on 4 ranks: algbw = 2 * 1000 / 1e-3 = 2e6; busbw = 1e6 * 2 * 3 / 4 = 1.5e6
+    assert bandwidths("all_reduce", 1000, 1e-3, 4) == (2e6, 1.5e6)
+
+
+def test_all_gather_and_reduce_scatter_bandwidths_count_every_rank_s_share():
+    # 1000 bytes per rank, 4 ranks: 4000 bytes in 1 ms = 4e6; busbw = 4e6 * 3 / 4 = 3e6
+    assert bandwidths("all_gather", 1000, 1e-3, 4) == (4e6, 3e6)
+    assert bandwidths("reduce_scatter", 1000, 1e-3, 4) == (4e6, 3e6)
+
+
+def test_all_to_all_and_point_to_point_bandwidths():
+    assert bandwidths("all_to_all", 1000, 1e-3, 4) == (1e6, 0.75e6)  # busbw = 1e6 * 3 / 4
+    for kind in ("broadcast", "send", "recv", "barrier"):
+        assert bandwidths(kind, 1000, 1e-3, 4) == (1e6, 1e6)
+    assert bandwidths("all_reduce", 1000, 0.0, 4) == (0.0, 0.0)  # no time measured: no rate
+
+
+def test_report_figures_sum_each_kind_over_modules_and_phases():
+    records = [
+        Collective("all_reduce", "", "backward", 1, 600, 0.001, 2),
+        Collective("all_reduce", "enc", "forward", 1, 200, 0.001, 2),
+        Collective("barrier", "", "forward", 1, 0, 0.0005, 2),
+    ]
+    ar, barrier = communication_figures(records)
+    # 800 bytes in 2 ms on 2 ranks: algbw = 2 * 800 / 2e-3 = 8e5, busbw = 4e5 * 2 * 1 / 2 = 4e5
+    assert (ar.kind, ar.count, ar.bytes, ar.algbw, ar.busbw) == ("all_reduce", 2, 800, 8e5, 4e5)
+    assert (barrier.count, barrier.bytes, barrier.busbw) == (1, 0, 0.0)
+
+
+def test_payload_bytes_of_tensors_and_nested_lists():
+    assert payload_bytes(torch.ones(100)) == 400
+    assert payload_bytes([[torch.ones(3, dtype=torch.bfloat16)], torch.ones(2, dtype=torch.int64)]) == 6 + 16
+    assert payload_bytes(None) == 0
+
+
+def test_every_collective_op_is_free_and_has_a_kind():
+    ops = collective_ops()
+    assert {kind for kind, _, _ in ops.values()} >= {
+        "all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send", "recv", "barrier",
+    }
+    registry = flopsight.formulas.REGISTRY
+    for op in ops:
+        assert registry.resolve(op).formula is flopsight.formulas.registry.ZERO, op
+
+
+def test_a_single_process_profile_has_no_collectives():
+    model = torch.nn.Linear(4, 2)
+    result = flopsight.profile(model, torch.ones(1, 4), warm_up=0)
+    assert result.collectives() == [] and result.to_dict()["collectives"] == []
+    with pytest.raises(ValueError, match="phase: expected one of"):
+        result.collectives("bwd")
+
+
+def test_collectives_survive_save_and_load(tmp_path):
+    model = torch.nn.Linear(4, 2)
+    result = flopsight.profile(model, torch.ones(1, 4), warm_up=0)
+    record = Collective("all_gather", "layer", "forward", 3, 96, 0.25, 8)
+    data = result.to_dict()
+    data["collectives"] = [record.to_dict()]
+    loaded = flopsight.ProfileResult.from_dict(data)
+    assert loaded.collectives() == [record] and loaded.collectives("backward") == []
+
+
+# -- two real gloo ranks ----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory):
+    """Both ranks' results of every scenario in tests/multirank/collectives_worker.py."""
+    if not torch.distributed.is_available():
+        pytest.skip("torch.distributed is not available")
+    out = tmp_path_factory.mktemp("collectives")
+    torchrun(WORKER, str(out))
+    return lambda scenario: [flopsight.load(out / f"{scenario}.rank{r}.json") for r in (0, 1)]
+
+
+def by_kind(result) -> dict[str, Collective]:
+    return {c.kind: c for c in result.collectives()}
+
+
+def test_every_kind_of_collective_with_its_payload_per_rank(ranks):
+    for rank, result in enumerate(ranks("direct")):
+        got = {kind: (c.count, c.bytes, c.group_size) for kind, c in by_kind(result).items()}
+        p2p = {"send": (1, 24, 2)} if rank == 0 else {"recv": (1, 24, 2)}  # 6 fp32, rank 0 -> 1
+        assert got == {
+            "all_reduce": (2, 400 + 32, 2),  # 100 fp32 by torch.distributed, 8 by a functional collective
+            "all_gather": (2, 12 + 12, 2),  # 3 fp32 this rank contributes, twice
+            "reduce_scatter": (1, 8, 2),  # 2 fp32 this rank keeps of the 4 reduced
+            "broadcast": (1, 20, 2),  # 5 fp32
+            "all_to_all": (1, 16, 2),  # 4 fp32 this rank sends out
+            "barrier": (1, 0, 2),
+            **p2p,
+        }
+        for c in result.collectives():
+            assert (c.module, c.phase) == ("", "forward")  # user code under Profiler(): the root
+            assert c.latency > 0
+        assert "ops not counted" not in flopsight.renderers.text_renderer.render_text(result)
+
+
+def test_ddp_all_reduces_every_gradient_once_in_the_backward_at_the_root(ranks):
+    # Linear(16, 32) + Linear(32, 4): 16*32 + 32 + 32*4 + 4 = 676 fp32 gradients, 4 bytes each
+    for result in ranks("ddp"):
+        assert result.collectives() == result.collectives("backward")
+        (bucket,) = result.collectives()
+        assert (bucket.kind, bucket.module, bucket.count, bucket.bytes, bucket.group_size) == (
+            "all_reduce", "", 1, 676 * 4, 2
+        )
+        assert bucket.latency > 0 and bucket.busbw > 0
+        report = flopsight.renderers.text_renderer.render_text(result)
+        assert "all_reduce (calls, bytes per rank, time, algbw, busbw): " in report
+        assert "bwd MACs per device" in report  # after DeepSpeed's training lines
+
+
+def test_a_collective_in_a_module_s_forward_is_that_module_s(ranks):
+    for result in ranks("module"):
+        (c,) = result.collectives()
+        assert (c.kind, c.module, c.phase, c.bytes) == ("all_reduce", "1", "forward", 2 * 4 * 4)
