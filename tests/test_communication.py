@@ -127,7 +127,7 @@ def test_ddp_all_reduces_every_gradient_once_in_the_backward_at_the_root(ranks):
         assert bucket.latency > 0 and bucket.busbw > 0
         report = flopsight.renderers.text_renderer.render_text(result)
         assert "all_reduce (calls, bytes per rank, time, algbw, busbw): " in report
-        assert "bwd MACs per device" in report  # after DeepSpeed's training lines
+        assert "bwd MACs per GPU" in report  # after DeepSpeed's training lines
 
 
 def test_a_collective_in_a_module_s_forward_is_that_module_s(ranks):

@@ -76,7 +76,7 @@ def test_prints_at_the_end_of_profile_step_and_profiles_that_step_only(capsys):
     text = printed[3]
     assert "Profile Summary at step 3:" in text and "Detailed Profile" not in text
     # the iteration of step 3 (3 rows), whole: one forward, one backward, one step
-    assert value(text, "batch size per device") == "3"
+    assert value(text, "batch size per GPU") == "3"
     it = handle.result.iteration
     assert (it.forward.calls, len(handle.result.spans["backward"]), it.step.calls) == (1, 1, 1)
     assert it.forward.macs == 3 * (8 * 16 + 16 * 4)
@@ -92,7 +92,7 @@ def test_profile_step_1_starts_at_attach(capsys):
     text = capsys.readouterr().out
     assert text.count("Profile Summary at step 1:") == 1
     # DeepSpeed's defaults: every depth, top 1 module, the detailed profile; 8*16+16 + 16*4+4 params
-    assert "Detailed Profile per device" in text and "    params      - {'Sequential': '212'}" in text
+    assert "Detailed Profile per GPU" in text and "    params      - {'Sequential': '212'}" in text
     assert re.search(r"^depth 1:", text, re.M)
 
 
@@ -335,6 +335,6 @@ def test_two_process_gloo_run_only_rank_0_prints(tmp_path):
         "2",
         "1",
     )
-    assert value(text, "batch size per device") == "4"  # rank 0's
+    assert value(text, "batch size per GPU") == "4"  # rank 0's
     assert "ops not counted" not in text  # DDP's gradient allreduce is communication, not compute
-    assert value(text, "bwd MACs per device") == flopsight.macs_to_string(4 * 16 * 4 * 2 + 4 * 8 * 16)
+    assert value(text, "measured bwd MACs per GPU") == flopsight.macs_to_string(4 * 16 * 4 * 2 + 4 * 8 * 16)

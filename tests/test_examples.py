@@ -21,7 +21,7 @@ def test_bert(capsys):
     L, H, I = 16, 768, 3072
     # one layer (4LH^2 + 2L^2H + 2LHI) + pooler H^2 + classifier H*2 labels
     assert macs == "114.23 MMACs" and 4 * L * H * H + 2 * L * L * H + 2 * L * H * I + H * H + H * 2 == 114_230_784
-    assert "Detailed Profile per device" in out and "BertForSequenceClassification(" in out
+    assert "Detailed Profile per GPU" in out and "BertForSequenceClassification(" in out
 
 
 def test_gpt2(capsys):

@@ -150,9 +150,9 @@ def test_report_prints_the_encoder_line_only_for_encoder_decoder_models(fake_clo
     model, args = t5()
     text = render_text(profile_generate(model, args))
     lines = {line.split(":")[0]: line.rsplit(":", 1)[1].strip() for line in text.splitlines() if ": " in line}
-    assert lines["encoder MACs per device (part of prefill)"] == macs_to_string(T5_ENCODER)
-    assert lines["prefill MACs per device"] == macs_to_string(T5_ENCODER + t5_decoder_call(1))
-    assert text.index("encoder MACs per device") < text.index("prefill MACs per device")
+    assert lines["encoder MACs per GPU (part of prefill)"] == macs_to_string(T5_ENCODER)
+    assert lines["prefill MACs per GPU"] == macs_to_string(T5_ENCODER + t5_decoder_call(1))
+    assert text.index("encoder MACs per GPU") < text.index("prefill MACs per GPU")
     assert "encoder latency (part of prefill):" in text
 
 

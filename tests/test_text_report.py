@@ -68,10 +68,10 @@ def test_lenet_params_and_macs_columns_equal_deepspeeds_real_report():
         return m and (m.group(1), m.group(2), m.group(3), m.group(4))
 
     theirs = [columns(line) for line in sample.split("Detailed Profile per GPU")[1].splitlines()]
-    mine = [columns(line) for line in text.split("Detailed Profile per device")[1].splitlines()]
+    mine = [columns(line) for line in text.split("Detailed Profile per GPU")[1].splitlines()]
     assert [c for c in mine if c] == [c for c in theirs if c]
     for label, value in [("params per", "62.01 K"), ("fwd MACs per", "5.21 MMACs"), ("fwd flops per", "10.58 M")]:
-        assert re.search(rf"^{label} device: +{re.escape(value)}", text, re.M), label
+        assert re.search(rf"^{label} GPU: +{re.escape(value)}", text, re.M), label
 
 
 def test_summary_layout_matches_deepspeed_line_format():
@@ -79,7 +79,7 @@ def test_summary_layout_matches_deepspeed_line_format():
     model = JSC_Tiny()
     text = report_of(lambda out: flopsight.get_model_profile(model, input_shape=(4, 16), output_file=out))
     lines = text.splitlines()
-    # same lines in the same order, 'GPU' reading 'device' off CUDA, the title naming us
+    # same lines in the same order, the title naming us
     start = sample.index("Profile Summary at step 1:")
     for theirs, mine in zip(sample[start : start + 8], lines[2:10]):
         assert mine == theirs
@@ -89,20 +89,20 @@ def test_summary_layout_matches_deepspeed_line_format():
         return [line[:70].rstrip() for line in text_lines[start:end]]
 
     # DeepSpeed's lines word for word, in order; flopsight's own lines only after them
-    theirs = [l.replace("GPU", "device") for l in summary_labels(sample, "GPU")]
-    mine = summary_labels(lines, "device")
+    theirs = summary_labels(sample, "GPU")
+    mine = summary_labels(lines, "GPU")
     assert mine[: len(theirs)] == theirs
     assert mine[len(theirs):] == ["op coverage (ops with a formula / ops seen):"]
     # the label column is 70 wide, then two spaces, then the value padded to 8
     params_line = next(line for line in lines if line.startswith("params per"))
-    assert params_line == "params per device:".ljust(70) + "  " + "117".ljust(8)
+    assert params_line == "params per GPU:".ljust(70) + "  " + "117".ljust(8)
     assert lines[1] == " flopsight ".center(78, "-")
     assert lines[-1] == "-" * 78
 
 
 def test_params_of_model_is_right_without_an_engine():
     text = render_text(flopsight.profile(JSC_Tiny(), torch.ones(4, 16)))
-    assert re.search(r"^params of model = params per device \* mp_size: +117 ", text, re.M)
+    assert re.search(r"^params of model = params per GPU \* mp_size: +117 ", text, re.M)
 
 
 def aggregated_depths(text):
@@ -140,14 +140,16 @@ def test_zero_latency_does_not_divide_by_zero():
             phase["latency"] = 0.0
     data["spans"] = {}
     text = render_text(flopsight.ProfileResult.from_dict(data))
-    assert "fwd FLOPS per device = fwd flops per device / fwd latency:" in text
+    assert "fwd FLOPS per GPU = fwd flops per GPU / fwd latency:" in text
     assert "0 FLOPS" in text
 
 
-def test_gpu_labels_on_cuda_results():
-    result = with_metadata(flopsight.profile(nn.Linear(4, 4), torch.ones(1, 4)), device_type="cuda")
-    text = render_text(result)
-    assert "params per GPU:" in text and "Aggregated Profile per GPU" in text and "per device" not in text
+def test_labels_say_gpu_on_every_device_as_deepspeed_s_do():
+    # DeepSpeed's log parsers look for "per GPU": the wording does not follow the device
+    for device_type in ("cpu", "cuda", "meta"):
+        result = with_metadata(flopsight.profile(nn.Linear(4, 4), torch.ones(1, 4)), device_type=device_type)
+        text = render_text(result)
+        assert "params per GPU:" in text and "Aggregated Profile per GPU" in text and "per device" not in text
 
 
 def test_print_model_aggregated_profile(capsys):

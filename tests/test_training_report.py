@@ -111,51 +111,77 @@ def test_training_step_golden_via_flops_profiler(fake_clock, golden, tmp_path):
 
 
 # -- what the training lines say --------------------------------------------------------------
-def test_training_lines_follow_deepspeeds_engine_report_in_order_and_format(fake_clock):
+def test_training_lines_are_deepspeeds_word_for_word_then_the_measured_ones(fake_clock):
     text = render_text(profiled_step())
     lines = summary_lines(text)
-    # every line of DeepSpeed's engine summary (the data-parallel LeNet sample), in its
-    # order, labels reading 'device' off CUDA; ours adds measured lines between them
+    # DeepSpeed's engine summary (the data-parallel LeNet sample): the same 18 labels, in its
+    # order, one after the other, before any line of flopsight's own
     sample = (DATA / "deepspeed-lenet-dp2.txt").read_text().splitlines()
     start = sample.index("world size:".ljust(70) + "  " + "2".ljust(8))
-    theirs = [l[:70].rstrip().replace("GPU", "device") for l in sample[start : sample.index("", start)]]
-    deepspeed_labels = [re.split(r" = |:", l)[0] for l in theirs]
+    theirs = [l[:70].rstrip() for l in sample[start : sample.index("", start)]]
     mine = [l[:70].rstrip() for l in lines]
-    positions = [next(i for i, l in enumerate(mine) if l.startswith(lbl)) for lbl in deepspeed_labels]
-    assert positions == sorted(positions), "DeepSpeed's lines out of order"
-    assert len(deepspeed_labels) == 18
+    assert len(theirs) == 18 and mine[: len(theirs)] == theirs
+    assert all(l.startswith(("measured ", "op coverage")) for l in mine[len(theirs):]), mine[len(theirs):]
     assert_aligned(text)
-    assert "iter latency (wall time of the whole profiled span)" in text
+    assert "iter latency (sum of fwd, bwd and step latency)" in text  # DeepSpeed's notation, and its definition
+
+
+def test_deepspeeds_lines_keep_deepspeeds_definitions(fake_clock):
+    result = profiled_step()
+    text = render_text(result)
+    fwd, it = result.total.forward, result.iteration
+    # DeepSpeed estimates the backward as 2 x the forward and sums fwd, bwd and step latency
+    assert value(text, "bwd latency") == duration_to_string(it.backward.latency)
+    assert value(text, "bwd FLOPS per GPU = 2 * fwd flops per GPU / bwd latency") == flops_to_string(
+        2 * fwd.flops / it.backward.latency
+    )
+    assert value(text, "fwd+bwd FLOPS per GPU = 3 * fwd flops per GPU / (fwd+bwd latency)") == flops_to_string(
+        3 * fwd.flops / (fwd.latency + it.backward.latency)
+    )
+    iter_latency = fwd.latency + it.backward.latency + it.step.latency
+    assert value(text, "iter latency") == duration_to_string(iter_latency)
+    assert value(text, "FLOPS per GPU = 3 * fwd flops per GPU / iter latency") == flops_to_string(
+        3 * fwd.flops / iter_latency
+    )
+    # batch size per GPU * world size / iter latency
+    assert value(text, "samples/second") == f"{round(B * 1 / iter_latency, 2):g}"
+    # an engine configured with recompute_fwd_factor=0.5 (activation checkpointing) says 2.5 and 3.5
+    text = render_text(result, recompute_fwd_factor=0.5)
+    assert value(text, "bwd FLOPS per GPU = 2.5 * fwd flops per GPU / bwd latency") == flops_to_string(
+        2.5 * fwd.flops / it.backward.latency
+    )
+    assert value(text, "FLOPS per GPU = 3.5 * fwd flops per GPU / iter latency") == flops_to_string(
+        3.5 * fwd.flops / iter_latency
+    )
 
 
 def test_bwd_figures_are_measured_not_estimated(fake_clock):
     result = profiled_step()
     text = render_text(result)
     bwd_macs = sum(BWD_MACS.values())  # 1536: not 2 * forward (3584), as DeepSpeed estimates
-    assert value(text, "bwd MACs per device") == macs_to_string(bwd_macs) == "1.54 KMACs"
+    assert value(text, "measured bwd MACs per GPU") == macs_to_string(bwd_macs) == "1.54 KMACs"
     assert result.iteration.backward.macs == bwd_macs
     it = result.iteration
-    assert value(text, "bwd FLOPS per device = measured bwd flops per device / bwd latency") == flops_to_string(
+    assert value(text, "measured bwd FLOPS per GPU = measured bwd flops / bwd latency") == flops_to_string(
         it.backward.flops / it.backward.latency
     )
-    assert value(text, "bwd flops per device") == number_to_string(it.backward.flops)
-    assert value(text, "bwd latency") == duration_to_string(it.backward.latency)
+    assert value(text, "measured bwd flops per GPU") == number_to_string(it.backward.flops)
     fwd = result.total.forward
-    assert value(text, "fwd MACs per device") == macs_to_string(FWD_MACS)
-    assert value(text, "fwd+bwd FLOPS per device") == flops_to_string(
+    assert value(text, "fwd MACs per GPU") == macs_to_string(FWD_MACS)
+    assert value(text, "measured fwd+bwd FLOPS per GPU") == flops_to_string(
         (fwd.flops + it.backward.flops) / (fwd.latency + it.backward.latency)
     )
     # AdamW: its step is counted, and the step is a span of its own
-    assert it.step.flops > 0 and value(text, "step flops per device") == number_to_string(it.step.flops)
+    assert it.step.flops > 0 and value(text, "measured step flops per GPU") == number_to_string(it.step.flops)
     assert value(text, "step latency") == duration_to_string(result.spans["step"][0])
     iter_flops = fwd.flops + it.backward.flops + it.step.flops
-    assert value(text, "iter flops per device = fwd + bwd + step flops") == number_to_string(iter_flops)
-    assert value(text, "iter latency") == duration_to_string(result.spans["iteration"][0])
-    assert value(text, "FLOPS per device = iter flops per device / iter latency") == flops_to_string(
+    assert value(text, "measured iter flops per GPU = fwd + bwd + step flops") == number_to_string(iter_flops)
+    assert value(text, "measured iter wall time") == duration_to_string(result.spans["iteration"][0])
+    assert value(text, "measured FLOPS per GPU = measured iter flops / iter wall time") == flops_to_string(
         iter_flops / it.latency
     )
-    assert value(text, "samples/second") == f"{round(B / it.latency, 2):g}"
-    assert value(text, "batch size per device") == str(B)
+    assert value(text, "measured samples/second") == f"{round(B / it.latency, 2):g}"
+    assert value(text, "batch size per GPU") == str(B)
     assert (value(text, "world size"), value(text, "data parallel size"), value(text, "model parallel size")) == (
         "1",
         "1",
@@ -244,16 +270,20 @@ def test_distributed_world_size_is_read_from_the_result(fake_clock):
         "1",
     )
     # samples of every data-parallel rank
-    assert value(text, "samples/second") == f"{round(4 * B / result.iteration.latency, 2):g}"
+    assert value(text, "measured samples/second") == f"{round(4 * B / result.iteration.latency, 2):g}"
 
 
 def test_engine_parallel_info_wins(fake_clock):
     result = profiled_step()
     text = render_text(result, parallel=ParallelInfo(world_size=8, dp_size=4, mp_size=2, batch_size=16))
     assert [value(text, k) for k in ("world size", "data parallel size", "model parallel size")] == ["8", "4", "2"]
-    assert value(text, "batch size per device") == "16"
-    assert value(text, "params of model = params per device * mp_size") == str(2 * result.total.params)
-    assert value(text, "samples/second") == f"{round(4 * B / result.iteration.latency, 2):g}"
+    assert value(text, "batch size per GPU") == "16"
+    assert value(text, "params of model = params per GPU * mp_size") == str(2 * result.total.params)
+    assert value(text, "measured samples/second") == f"{round(4 * B / result.iteration.latency, 2):g}"
+    # DeepSpeed's own line: batch size per GPU * world size / (fwd + bwd + step latency)
+    fwd, it = result.total.forward, result.iteration
+    ds_iter = fwd.latency + it.backward.latency + it.step.latency
+    assert value(text, "samples/second") == f"{round(16 * 8 / ds_iter, 2):g}"
 
 
 def test_forward_only_report_ignores_the_world_size():
@@ -271,7 +301,7 @@ def test_gradient_accumulation_figures_cover_all_micro_batches(fake_clock):
     it1, it4 = one.iteration, four.iteration
     assert it4.micro_batches == 4 and it4.samples == 4 * B
     assert value(text, "micro-batches (figures below are totals over all of them)") == "4"
-    assert value(text, "batch size per device") == str(B)
+    assert value(text, "batch size per GPU") == str(B)
     # forward and backward: 4x one micro-batch (the loss scaling included), plus, in the
     # backward of micro-batches 2..4, one add per trainable parameter element to
     # accumulate into .grad (fc2: 16*16 + 16, fc3: 16*4 + 4); one step
@@ -280,16 +310,16 @@ def test_gradient_accumulation_figures_cover_all_micro_batches(fake_clock):
     assert it4.backward.flops == 4 * it1.backward.flops + accumulate
     assert it4.backward.macs == 4 * sum(BWD_MACS.values())
     assert it4.step.flops == it1.step.flops and it4.step.calls == 1
-    assert value(text, "fwd flops per device") == number_to_string(4 * it1.forward.flops)
-    assert value(text, "bwd flops per device") == number_to_string(4 * it1.backward.flops + accumulate)
+    assert value(text, "fwd flops per GPU") == number_to_string(4 * it1.forward.flops)
+    assert value(text, "measured bwd flops per GPU") == number_to_string(4 * it1.backward.flops + accumulate)
     # over the same span: four forwards, four backward passes, one step, one wall time
     assert len(four.spans["forward"]) == len(four.spans["backward"]) == 4 and len(four.spans["step"]) == 1
     assert value(text, "bwd latency") == duration_to_string(sum(four.spans["backward"]))
     assert it4.latency >= sum(four.spans["forward"]) + sum(four.spans["backward"]) + four.spans["step"][0]
     iter_flops = 4 * (it1.forward.flops + it1.backward.flops) + accumulate + it1.step.flops
-    assert value(text, "iter flops per device") == number_to_string(iter_flops)
-    assert value(text, "FLOPS per device = iter flops") == flops_to_string(iter_flops / it4.latency)
-    assert value(text, "samples/second") == f"{round(4 * B / it4.latency, 2):g}"
+    assert value(text, "measured iter flops per GPU") == number_to_string(iter_flops)
+    assert value(text, "measured FLOPS per GPU") == flops_to_string(iter_flops / it4.latency)
+    assert value(text, "measured samples/second") == f"{round(4 * B / it4.latency, 2):g}"
 
 
 # -- activation checkpointing ----------------------------------------------------------------------
@@ -315,19 +345,23 @@ def test_recompute_lines_separate_model_and_hardware_flops(fake_clock):
     it = result.iteration
     # the whole body runs again in the backward pass: B*8*16 + B*16*16 MACs
     assert it.recompute.macs == B * (8 * 16 + 16 * 16)
-    assert value(text, "recompute MACs per device (activation checkpointing)") == macs_to_string(B * (8 * 16 + 16 * 16))
-    assert value(text, "recompute flops per device") == number_to_string(it.recompute.flops)
-    assert value(text, "bwd FLOPS per device = (bwd + recompute flops) / bwd latency") == flops_to_string(
+    assert value(text, "measured recompute MACs per GPU (activation checkpointing)") == macs_to_string(
+        B * (8 * 16 + 16 * 16)
+    )
+    assert value(text, "measured recompute flops per GPU") == number_to_string(it.recompute.flops)
+    assert value(text, "measured bwd FLOPS per GPU (recompute included)") == flops_to_string(
         (it.backward.flops + it.recompute.flops) / it.backward.latency
     )
     hardware = result.total.forward.flops + it.backward.flops + it.recompute.flops + it.step.flops
-    assert value(text, "iter flops per device = fwd + bwd + recompute + step flops") == number_to_string(hardware)
-    assert value(text, "FLOPS per device = iter flops") == flops_to_string(hardware / it.latency)
-    assert value(text, "model FLOPS per device = (iter - recompute flops) / iter latency") == flops_to_string(
+    assert value(text, "measured iter flops per GPU = fwd + bwd + recompute + step flops") == number_to_string(
+        hardware
+    )
+    assert value(text, "measured FLOPS per GPU") == flops_to_string(hardware / it.latency)
+    assert value(text, "measured model FLOPS per GPU (recompute left out)") == flops_to_string(
         (hardware - it.recompute.flops) / it.latency
     )
-    assert "measured bwd flops per device / bwd latency" not in text
-    assert value(text, "fwd+bwd FLOPS per device = fwd+bwd+recompute flops / fwd+bwd latency") == flops_to_string(
+    assert "measured bwd flops / bwd latency" not in text
+    assert value(text, "measured fwd+bwd FLOPS per GPU (recompute included)") == flops_to_string(
         (result.total.forward.flops + it.backward.flops + it.recompute.flops)
         / (result.total.forward.latency + it.backward.latency)
     )
@@ -374,15 +408,15 @@ def test_generate_summary_lines(fake_clock, tmp_path, golden):
     golden("gpt2_generate_summary.txt", summary)
     prefill = gpt2_macs(2, 5, 5)  # 1008640
     steps = [gpt2_macs(2, 1, 5 + t) for t in (1, 2, 3)]  # the cache grows by one per step
-    assert value(text, "prefill MACs per device") == macs_to_string(prefill) == "1.01 MMACs"
+    assert value(text, "prefill MACs per GPU") == macs_to_string(prefill) == "1.01 MMACs"
     assert value(text, "new tokens per sequence (prefill + decode steps)") == "4"
     assert value(text, "decode steps") == "3"
-    assert value(text, "decode MACs per device per step") == macs_to_string(sum(steps) / 3) == "212.99 KMACs"
+    assert value(text, "decode MACs per GPU per step") == macs_to_string(sum(steps) / 3) == "212.99 KMACs"
     assert value(text, "decode MACs per generated token = per step / batch size") == macs_to_string(
         sum(steps) / 3 / 2
     )
-    assert value(text, "generate() MACs per device") == macs_to_string(prefill + sum(steps))
-    assert value(text, "batch size per device") == "2"
+    assert value(text, "generate() MACs per GPU") == macs_to_string(prefill + sum(steps))
+    assert value(text, "batch size per GPU") == "2"
     assert_aligned(text)
     latency = value(text, "generate() latency")
     seconds = float(latency.split()[0]) * {"s": 1, "ms": 1e-3, "us": 1e-6}[latency.split()[1]]

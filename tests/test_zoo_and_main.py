@@ -40,5 +40,5 @@ def test_build_rejects_unknown_names_and_bad_batch_sizes():
 def test_python_m_flopsight_prints_the_report(capsys):
     assert main(["--model", "resnet18", "--no-detailed", "--depth", "1", "--top", "2", "--warm-up", "0"]) == 0
     out = capsys.readouterr().out
-    assert "fwd MACs per device:".ljust(70) + "  1.81 GMACs" in out
+    assert "fwd MACs per GPU:".ljust(70) + "  1.81 GMACs" in out
     assert "depth 1:" in out and "depth 2:" not in out and "Detailed Profile" not in out

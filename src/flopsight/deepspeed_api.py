@@ -49,9 +49,14 @@ _PROFILED: "weakref.WeakKeyDictionary[nn.Module, tuple[FlopsProfiler, str]]" = w
 def _parallel_info(ds_engine: Any) -> ParallelInfo | None:
     if ds_engine is None:
         return None
+    # With sequence parallelism (Ulysses) DeepSpeed folds the data-parallel replicas into the
+    # sequence-data-parallel group and sets dp_world_size to None: it reports that group
+    dp_size = ds_engine.dp_world_size
+    if dp_size is None:
+        dp_size = getattr(ds_engine, "seq_dp_world_size", None) or 1
     return ParallelInfo(
         world_size=ds_engine.world_size,
-        dp_size=ds_engine.dp_world_size,
+        dp_size=dp_size,
         mp_size=ds_engine.mp_world_size,
         batch_size=ds_engine.train_micro_batch_size_per_gpu(),
     )
@@ -75,8 +80,9 @@ class FlopsProfiler:
     measured too: ``get_total_backward_flops/macs/duration``, ``get_total_step_duration``
     and ``get_total_iteration_duration`` read them, and ``print_model_profile`` prints
     DeepSpeed's training lines from them. The other getters keep DeepSpeed's meaning (the
-    forward). Any optimizer's ``step()`` counts. ``recompute_fwd_factor`` is accepted and
-    unused: activation checkpointing's recomputed forward is measured.
+    forward). Any optimizer's ``step()`` counts. ``recompute_fwd_factor`` is DeepSpeed's: its
+    training lines estimate the backward as ``2 + recompute_fwd_factor`` times the forward,
+    as DeepSpeed does; the measured lines after them count the recomputed forward.
 
     Start twice, stop without start and end twice are harmless.
     """
@@ -203,6 +209,7 @@ class FlopsProfiler:
             top_modules=top_modules,
             detailed=detailed,
             parallel=_parallel_info(self.ds_engine),
+            recompute_fwd_factor=self.recompute_fwd_factor,
         )
 
     def print_model_aggregated_profile(self, module_depth: int = -1, top_modules: int = 1) -> None:

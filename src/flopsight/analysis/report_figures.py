@@ -94,14 +94,25 @@ def parallel_of(result: ProfileResult, given: ParallelInfo | None) -> ParallelIn
 
 @dataclass
 class TrainingFigures:
-    """DeepSpeed's engine lines, from the measured backward, recompute and step.
+    """A training report's figures: DeepSpeed's engine lines with DeepSpeed's definitions,
+    then the measured ones.
 
-    ``recompute`` is None when activation checkpointing re-ran nothing; then the bwd rates
-    are of the backward alone and ``model_flops_per_second`` is None. ``iter_flops`` is
-    every phase's FLOPs (recompute included); ``samples_per_second`` counts the samples
-    of every data-parallel rank (None when the batch size is unknown).
+    DeepSpeed's (``ds_*``): its backward is ``bwd_factor = 2 + recompute_fwd_factor`` times
+    the forward's FLOPs, its iter latency the sum of the fwd, bwd and step latencies, its
+    samples/second ``batch size per GPU * world size / iter latency``. Measured:
+    ``backward``, ``recompute`` (None when activation checkpointing re-ran nothing; then
+    ``model_flops_per_second`` is None too) and ``step`` as counted; ``iter_flops`` is every
+    phase's FLOPs, ``iter_latency`` the wall time of the whole profiled span;
+    ``samples_per_second`` counts the samples of every data-parallel rank (None when the
+    batch size is unknown).
     """
 
+    bwd_factor: float
+    ds_bwd_flops_per_second: float
+    ds_fwd_bwd_flops_per_second: float
+    ds_iter_latency: float
+    ds_flops_per_second: float
+    ds_samples_per_second: float | None
     backward: Stats
     recompute: Stats | None
     step: Stats
@@ -168,7 +179,7 @@ class SummaryFigures:
 
     ``parallel`` is None when the header lines (world, data- and model-parallel size) are
     not printed: forward-only reports print them only for a DeepSpeed engine, training
-    reports always. ``batch_size`` is the header's batch size per device: the engine's,
+    reports always. ``batch_size`` is the header's batch size per GPU: the engine's,
     or (``batch_size_measured``) samples per micro-batch. ``micro_batches`` and
     ``optimizer_steps`` are None outside training reports.
     """
@@ -192,8 +203,12 @@ class SummaryFigures:
     coverage: Coverage | None = None
 
 
-def training_figures(result: ProfileResult, parallel: ParallelInfo) -> TrainingFigures:
-    """The training lines' figures (``parallel`` gives the data-parallel size)."""
+def training_figures(
+    result: ProfileResult, parallel: ParallelInfo, batch_size: float | None = None, recompute_fwd_factor: float = 0.0
+) -> TrainingFigures:
+    """The training lines' figures: ``parallel`` gives the world and data-parallel sizes,
+    ``batch_size`` the batch size per GPU (for DeepSpeed's samples/second) and
+    ``recompute_fwd_factor`` DeepSpeed's estimate of the recomputed forward."""
     it = result.iteration
     fwd = result.total.forward
     bwd, rec, step = it.backward, it.recompute, it.step
@@ -208,7 +223,15 @@ def training_figures(result: ProfileResult, parallel: ParallelInfo) -> TrainingF
         fwd_bwd_rate = rate(fwd.flops + bwd.flops, fwd.latency + bwd.latency)
         model_rate = None
     samples = rate(it.samples * parallel.dp_size, it.latency) if it.samples else None
+    factor = 2 + recompute_fwd_factor
+    ds_iter = fwd.latency + bwd.latency + step.latency
     return TrainingFigures(
+        bwd_factor=factor,
+        ds_bwd_flops_per_second=rate(factor * fwd.flops, bwd.latency),
+        ds_fwd_bwd_flops_per_second=rate((factor + 1) * fwd.flops, fwd.latency + bwd.latency),
+        ds_iter_latency=ds_iter,
+        ds_flops_per_second=rate((factor + 1) * fwd.flops, ds_iter),
+        ds_samples_per_second=rate(batch_size * parallel.world_size, ds_iter) if batch_size is not None else None,
         backward=bwd,
         recompute=rec if recomputed else None,
         step=step,
@@ -237,8 +260,11 @@ def generation_figures(result: ProfileResult) -> GenerationFigures | None:
     )
 
 
-def summary_figures(result: ProfileResult, parallel: ParallelInfo | None = None) -> SummaryFigures:
-    """The summary block's figures; ``parallel`` is a DeepSpeed engine's (or None)."""
+def summary_figures(
+    result: ProfileResult, parallel: ParallelInfo | None = None, recompute_fwd_factor: float = 0.0
+) -> SummaryFigures:
+    """The summary block's figures; ``parallel`` is a DeepSpeed engine's (or None),
+    ``recompute_fwd_factor`` its config's (DeepSpeed's estimate of checkpointing's recompute)."""
     training = is_training(result)
     # forward-only reports print the header only for an engine, as DeepSpeed does;
     # training reports always do (DeepSpeed's engine report always has it)
@@ -264,7 +290,7 @@ def summary_figures(result: ProfileResult, parallel: ParallelInfo | None = None)
         fwd=Stats(fwd.macs, fwd.flops, fwd.latency, fwd.calls),
         fwd_flops_of_model=fwd.flops * mp,
         fwd_flops_per_second=rate(fwd.flops, fwd.latency),
-        training=training_figures(result, header) if training else None,
+        training=training_figures(result, header, batch, recompute_fwd_factor) if training else None,
         generation=generation_figures(result),
         communication=communication_figures(result.collectives()),
         unsupported_ops=sorted(result.unsupported_ops.items()),

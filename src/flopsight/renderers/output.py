@@ -57,6 +57,7 @@ def print_report(
     top_modules: int = 1,
     detailed: bool = True,
     parallel: ParallelInfo | None = None,
+    recompute_fwd_factor: float = 0.0,
 ) -> str:
     """Render ``result`` as the text report, write it (see :func:`write_report`) and
     return the text. The arguments are :func:`~flopsight.renderers.text_renderer.render_text`'s."""
@@ -67,6 +68,7 @@ def print_report(
         top_modules=top_modules,
         detailed=detailed,
         parallel=parallel,
+        recompute_fwd_factor=recompute_fwd_factor,
     )
     write_report(text, output_file)
     return text

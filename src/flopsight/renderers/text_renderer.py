@@ -62,12 +62,6 @@ number of floating-point operations (flops), floating-point operations per secon
 fwd latency (forward propagation latency), bwd latency (backward propagation latency),
 step (weights update latency), iter latency (sum of fwd, bwd and step latency)
 """
-# A training report's iter latency is the wall time of the whole profiled span, so it also
-# holds what ran between fwd, bwd and step (loss, zero_grad, data loading): say so.
-_NOTATIONS_TRAINING = _NOTATIONS.replace(
-    "iter latency (sum of fwd, bwd and step latency)",
-    "iter latency (wall time of the whole profiled span)",
-)
 
 
 def _pct(percent: float) -> str:
@@ -95,10 +89,12 @@ def _indent(text: str, spaces: int) -> str:
 
 
 class _Report:
-    def __init__(self, result: ProfileResult, parallel: ParallelInfo | None):
+    def __init__(self, result: ProfileResult, parallel: ParallelInfo | None, recompute_fwd_factor: float = 0.0):
         self.result = result
         self.parallel = parallel
-        self.unit = "GPU" if result.metadata.device_type == "cuda" else "device"
+        self.recompute_fwd_factor = recompute_fwd_factor
+        # DeepSpeed's wording on every device: its log parsers look for "per GPU"
+        self.unit = "GPU"
         self.training = is_training(result)
         self.lines: list[str] = []
 
@@ -111,9 +107,8 @@ class _Report:
     # -- summary --------------------------------------------------------------------------
     def summary(self, profile_step: int) -> None:
         u = self.unit
-        f: SummaryFigures = summary_figures(self.result, self.parallel)
-        notations = _NOTATIONS_TRAINING if f.training_report else _NOTATIONS
-        self.add("", " flopsight ".center(78, "-"), f"Profile Summary at step {profile_step}:", notations)
+        f: SummaryFigures = summary_figures(self.result, self.parallel, self.recompute_fwd_factor)
+        self.add("", " flopsight ".center(78, "-"), f"Profile Summary at step {profile_step}:", _NOTATIONS)
         parallel = f.parallel
         if parallel:
             self.kv("world size: ", parallel.world_size)
@@ -162,52 +157,53 @@ class _Report:
             self.kv("profile incomplete: ", f.error)
 
     def _training(self, t: TrainingFigures) -> None:
-        """DeepSpeed's engine lines, from the measured backward and step."""
-        u = self.unit
-        bwd, rec, step = t.backward, t.recompute, t.step
-        self.kv(f"bwd MACs per {u}: ", macs_to_string(bwd.macs))
-        self.kv(f"bwd flops per {u}: ", number_to_string(bwd.flops))
+        """DeepSpeed's engine lines word for word, with its definitions (the backward
+        estimated from the forward, iter latency the sum of fwd, bwd and step), so its log
+        parsers read them unchanged; then what was measured, on lines of their own."""
+        bwd, rec, step, k = t.backward, t.recompute, t.step, f"{t.bwd_factor:g}"
         self.kv("bwd latency: ", duration_to_string(bwd.latency))
+        self.kv(f"bwd FLOPS per GPU = {k} * fwd flops per GPU / bwd latency: ",
+                flops_to_string(t.ds_bwd_flops_per_second))
+        self.kv(f"fwd+bwd FLOPS per GPU = {t.bwd_factor + 1:g} * fwd flops per GPU / (fwd+bwd latency): ",
+                flops_to_string(t.ds_fwd_bwd_flops_per_second))
+        self.kv("step latency: ", duration_to_string(step.latency))
+        self.kv("iter latency: ", duration_to_string(t.ds_iter_latency))
+        self.kv(f"FLOPS per GPU = {t.bwd_factor + 1:g} * fwd flops per GPU / iter latency: ",
+                flops_to_string(t.ds_flops_per_second))
+        if t.ds_samples_per_second is not None:
+            self.kv("samples/second: ", round(t.ds_samples_per_second, DEFAULT_PRECISION))
+        self.kv("measured bwd MACs per GPU: ", macs_to_string(bwd.macs))
+        self.kv("measured bwd flops per GPU: ", number_to_string(bwd.flops))
         if rec is not None:
             # Activation checkpointing re-runs forwards inside the backward pass: the
             # hardware did that work too, so the bwd rates count it (DeepSpeed's
             # recompute_fwd_factor, measured); "model FLOPS" below leaves it out.
-            self.kv(f"recompute MACs per {u} (activation checkpointing): ", macs_to_string(rec.macs))
-            self.kv(f"recompute flops per {u} (activation checkpointing): ", number_to_string(rec.flops))
+            self.kv("measured recompute MACs per GPU (activation checkpointing): ", macs_to_string(rec.macs))
+            self.kv("measured recompute flops per GPU (activation checkpointing): ", number_to_string(rec.flops))
             self.kv("recompute latency (part of bwd latency): ", duration_to_string(rec.latency))
-            self.kv(
-                f"bwd FLOPS per {u} = (bwd + recompute flops) / bwd latency: ",
-                flops_to_string(t.bwd_flops_per_second),
-            )
-            self.kv(
-                f"fwd+bwd FLOPS per {u} = fwd+bwd+recompute flops / fwd+bwd latency: ",
-                flops_to_string(t.fwd_bwd_flops_per_second),
-            )
+            self.kv("measured bwd FLOPS per GPU (recompute included): ",
+                    flops_to_string(t.bwd_flops_per_second))
+            self.kv("measured fwd+bwd FLOPS per GPU (recompute included): ",
+                    flops_to_string(t.fwd_bwd_flops_per_second))
         else:
-            self.kv(
-                f"bwd FLOPS per {u} = measured bwd flops per {u} / bwd latency: ",
-                flops_to_string(t.bwd_flops_per_second),
-            )
-            self.kv(
-                f"fwd+bwd FLOPS per {u} = (fwd + bwd flops) / (fwd+bwd latency): ",
-                flops_to_string(t.fwd_bwd_flops_per_second),
-            )
-        self.kv(f"step flops per {u}: ", number_to_string(step.flops))
-        self.kv("step latency: ", duration_to_string(step.latency))
+            self.kv("measured bwd FLOPS per GPU = measured bwd flops / bwd latency: ",
+                    flops_to_string(t.bwd_flops_per_second))
+            self.kv("measured fwd+bwd FLOPS per GPU = fwd+bwd flops / fwd+bwd latency: ",
+                    flops_to_string(t.fwd_bwd_flops_per_second))
+        self.kv("measured step flops per GPU: ", number_to_string(step.flops))
         parts = "fwd + bwd + recompute + step" if rec is not None else "fwd + bwd + step"
-        self.kv(f"iter flops per {u} = {parts} flops: ", number_to_string(t.iter_flops))
-        self.kv("iter latency: ", duration_to_string(t.iter_latency))
-        self.kv(f"FLOPS per {u} = iter flops per {u} / iter latency: ", flops_to_string(t.iter_flops_per_second))
+        self.kv(f"measured iter flops per GPU = {parts} flops: ", number_to_string(t.iter_flops))
+        self.kv("measured iter wall time (the whole profiled span): ", duration_to_string(t.iter_latency))
+        self.kv("measured FLOPS per GPU = measured iter flops / iter wall time: ",
+                flops_to_string(t.iter_flops_per_second))
         if t.model_flops_per_second is not None:
-            self.kv(
-                f"model FLOPS per {u} = (iter - recompute flops) / iter latency: ",
-                flops_to_string(t.model_flops_per_second),
-            )
+            self.kv("measured model FLOPS per GPU (recompute left out): ",
+                    flops_to_string(t.model_flops_per_second))
         if t.samples_per_second is not None:
-            # samples of every data-parallel rank (DeepSpeed multiplies by the world size,
-            # which overcounts under model parallelism)
-            label = "samples/second = samples per {} * dp_size / iter latency: ".format(u)
-            self.kv(label, _count(t.samples_per_second))
+            # samples of every data-parallel rank (DeepSpeed's line above multiplies by the
+            # world size, which overcounts under model parallelism)
+            self.kv("measured samples/second = samples * dp_size / iter wall time: ",
+                    _count(t.samples_per_second))
 
     def _generation(self, gf: GenerationFigures, batch_printed: bool) -> None:
         """generate(): the prompt's prefill apart from the decode steps, then the whole call."""
@@ -374,14 +370,17 @@ def render_text(
     top_modules: int = 1,
     detailed: bool = True,
     parallel: ParallelInfo | None = None,
+    recompute_fwd_factor: float = 0.0,
 ) -> str:
     """The whole report as one string (ends with a newline).
 
     ``parallel`` gives the world, data-parallel and model-parallel sizes and the batch size
-    per device (a DeepSpeed engine's); without it a training report takes the world size
+    per GPU (a DeepSpeed engine's); without it a training report takes the world size
     recorded in the result (torch.distributed's, else 1) and the batch size it measured.
+    ``recompute_fwd_factor`` is DeepSpeed's (its training lines estimate the backward as
+    ``2 + recompute_fwd_factor`` times the forward).
     """
-    report = _Report(result, parallel)
+    report = _Report(result, parallel, recompute_fwd_factor)
     report.summary(profile_step)
     report.add("", f"----------------------------- Aggregated Profile per {report.unit} -----------------------------")
     report.aggregated(module_depth, top_modules)
