@@ -11,6 +11,13 @@ def model():
     return nn.Linear(4, 2)
 
 
+class Exploding(nn.Module):
+    """A model that fails if it ever runs: errors must come before the model runs."""
+
+    def forward(self, x):
+        raise AssertionError("the model ran")
+
+
 def test_model_that_is_not_a_module():
     with pytest.raises(TypeError, match=r"model: expected a torch.nn.Module, got function"):
         flopsight.get_model_profile(lambda x: x, input_shape=(1, 4))
@@ -29,11 +36,6 @@ def test_no_inputs_at_all():
 def test_input_shape_must_be_a_tuple_of_positive_ints(shape):
     with pytest.raises(TypeError, match="input_shape: expected a non-empty tuple of positive ints"):
         flopsight.get_model_profile(model(), input_shape=shape, print_profile=False)
-
-
-def test_input_shape_and_args_together():
-    with pytest.raises(ValueError, match="input_shape: give either input_shape or args"):
-        flopsight.get_model_profile(model(), input_shape=(1, 4), args=[torch.ones(1, 4)])
 
 
 def test_unknown_mode():
@@ -65,11 +67,15 @@ def test_func_name_profiles_any_method():
     assert result.metadata.method == "encode"
 
 
-def test_output_file_in_a_missing_directory(tmp_path):
+def test_output_file_in_a_missing_directory_is_created_as_deepspeed_does(tmp_path):
     missing = tmp_path / "no" / "such" / "report.txt"
-    with pytest.raises(FileNotFoundError, match="output_file: directory .* does not exist"):
-        flopsight.get_model_profile(model(), input_shape=(1, 4), output_file=str(missing))
-    assert not missing.parent.exists()
+    flopsight.get_model_profile(model(), input_shape=(1, 4), output_file=str(missing))
+    assert "Profile Summary at step 1:" in missing.read_text()
+
+
+def test_output_file_that_is_a_directory_is_an_error_before_the_model_runs(tmp_path):
+    with pytest.raises(IsADirectoryError, match="^output_file: .* is a directory"):
+        flopsight.get_model_profile(Exploding(), input_shape=(1, 4), output_file=str(tmp_path))
 
 
 @pytest.mark.parametrize("warm_up", [-1, 1.5, "2", True])
@@ -99,3 +105,43 @@ def test_unknown_module_path_suggests_close_names():
     result = flopsight.profile(nn.Sequential(nn.Linear(4, 2)), torch.ones(1, 4))
     with pytest.raises(KeyError, match=r"name: no module at path '00'.*did you mean '0'"):
         result.module("00")
+
+
+@pytest.mark.parametrize("depth, top, match", [(-2, 1, "module_depth: expected an int >= -1"),
+                                               (1.5, 1, "module_depth"), (-1, -1, "top_modules: expected an int >= 0"),
+                                               (-1, True, "top_modules")])
+def test_report_layout_is_checked_before_the_model_runs(depth, top, match):
+    with pytest.raises(ValueError, match=match):
+        flopsight.get_model_profile(Exploding(), input_shape=(1, 4), module_depth=depth, top_modules=top)
+
+
+def test_top_modules_0_lists_no_module_per_depth_as_deepspeed_does(capsys):
+    flopsight.get_model_profile(nn.Sequential(nn.Linear(4, 4), nn.ReLU()), input_shape=(1, 4), top_modules=0,
+                                detailed=False)
+    out = capsys.readouterr().out
+    assert "Top 0 modules in terms of params, MACs or fwd latency at different model depths:" in out
+    assert "    params      - {}" in out
+
+
+def test_input_shape_wins_over_args_with_a_warning_as_in_deepspeed():
+    with pytest.warns(UserWarning, match="input_shape and args both given: the input is built from input_shape"):
+        flops, macs, params = flopsight.get_model_profile(model(), input_shape=(3, 4), args=[torch.ones(1, 4)],
+                                                          print_profile=False, as_string=False)
+    assert macs == 3 * 4 * 2  # from the (3, 4) input
+
+
+def test_flops_profiler_getters_read_0_after_reset_and_print_warns_before_measuring(capsys):
+    net = model()
+    prof = flopsight.FlopsProfiler(net)
+    with pytest.warns(UserWarning, match="print_model_profile: nothing measured yet"):
+        prof.print_model_profile()
+    assert capsys.readouterr().out == ""
+    prof.start_profile()
+    net(torch.ones(1, 4))
+    assert prof.get_total_macs() == 8
+    prof.reset_profile()
+    assert (prof.get_total_macs(), prof.get_total_flops(), prof.get_total_duration()) == (0, 0, 0)
+    assert prof.get_total_params() == 10 and prof.get_total_macs(as_string=True) == "0 MACs"
+    net(torch.ones(1, 4))
+    assert prof.get_total_macs() == 8
+    prof.end_profile()

@@ -25,8 +25,9 @@ def test_none_empty_and_paths_in_existing_directories_are_accepted(ok, tmp_path,
 def test_bad_output_files_name_the_argument(tmp_path):
     with pytest.raises(TypeError, match="^output_file: expected a path or None, got int$"):
         check_output_file(3)
-    with pytest.raises(FileNotFoundError, match="^output_file: directory .* does not exist"):
-        check_output_file(tmp_path / "missing" / "r.txt")
+    with pytest.raises(IsADirectoryError, match="^output_file: .* is a directory; expected a file path$"):
+        check_output_file(tmp_path)
+    check_output_file(tmp_path / "missing" / "r.txt")  # the directory is created on writing
     with pytest.raises(TypeError, match="^config_output: expected a path or None, got list$"):
         check_output_file([], "config_output")
 

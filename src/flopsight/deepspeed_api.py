@@ -14,12 +14,14 @@ no attribute is set on the user's modules.
 
 from __future__ import annotations
 
+import warnings
 import weakref
 from typing import Any
 
 import torch
 from torch import nn
 
+from .capture.modules import describe
 from .profiler import (
     Profiler,
     as_args,
@@ -28,7 +30,7 @@ from .profiler import (
     check_warm_up,
     profile,
 )
-from .renderers.output import check_output_file, print_report, write_report
+from .renderers.output import check_layout, check_output_file, print_report, write_report
 from .renderers.text_renderer import ParallelInfo, render_aggregated
 from .result import ProfileResult
 from .units import duration_to_string, macs_to_string, number_to_string, params_to_string
@@ -134,58 +136,66 @@ class FlopsProfiler:
     @property
     def result(self) -> ProfileResult:
         """The native :class:`~flopsight.ProfileResult` (a snapshot while still running)."""
+        result = self._measured()
+        if result is None:
+            raise RuntimeError("FlopsProfiler: nothing measured yet; call start_profile() and run the model")
+        return result
+
+    def _measured(self) -> ProfileResult | None:
+        """What was measured so far (None before start_profile() and after reset_profile()
+        until the model runs again)."""
         if self._result is not None:
             return self._result
         if self._profiler is not None and self._profiler.running:
-            return self._profiler.snapshot()
-        raise RuntimeError("FlopsProfiler: nothing measured yet; call start_profile() and run the model")
+            snapshot = self._profiler.snapshot()
+            return snapshot if snapshot.total.ran or snapshot.spans.get("backward") else None
+        return None
+
+    def _total(self, read, as_string: bool, fmt):
+        """``read(result)``, 0 when nothing was measured (DeepSpeed's getters read 0 then)."""
+        result = self._measured()
+        value = read(result) if result is not None else 0
+        return fmt(value) if as_string else value
 
     def get_total_flops(self, as_string: bool = False):
         """Forward FLOPs of the whole model."""
-        flops = self.result.total.forward.flops
-        return number_to_string(flops) if as_string else flops
+        return self._total(lambda r: r.total.forward.flops, as_string, number_to_string)
 
     def get_total_macs(self, as_string: bool = False):
         """Forward MACs of the whole model."""
-        macs = self.result.total.forward.macs
-        return macs_to_string(macs) if as_string else macs
+        return self._total(lambda r: r.total.forward.macs, as_string, macs_to_string)
 
     def get_total_duration(self, as_string: bool = False):
         """Forward latency of the whole model, in seconds."""
-        duration = self.result.total.forward.latency
-        return duration_to_string(duration) if as_string else duration
+        return self._total(lambda r: r.total.forward.latency, as_string, duration_to_string)
 
     def get_total_params(self, as_string: bool = False):
-        """Parameters of the model (each tensor once)."""
-        params = self.result.total.params
+        """Parameters of the model (each tensor once; known before anything ran, as in DeepSpeed)."""
+        result = self._measured()
+        params = result.total.params if result is not None else describe(self.model)[""].params
         return params_to_string(params) if as_string else params
 
     # Beyond DeepSpeed (which estimates the backward as 2 * forward): what the backward
     # pass and optimizer.step() between start_profile() and stop_profile() really cost.
     def get_total_backward_flops(self, as_string: bool = False):
         """Measured backward FLOPs of the whole model (0 if no backward ran)."""
-        flops = self.result.iteration.backward.flops
-        return number_to_string(flops) if as_string else flops
+        return self._total(lambda r: r.iteration.backward.flops, as_string, number_to_string)
 
     def get_total_backward_macs(self, as_string: bool = False):
         """Measured backward MACs of the whole model (0 if no backward ran)."""
-        macs = self.result.iteration.backward.macs
-        return macs_to_string(macs) if as_string else macs
+        return self._total(lambda r: r.iteration.backward.macs, as_string, macs_to_string)
 
     def get_total_backward_duration(self, as_string: bool = False):
         """Wall-clock seconds of the backward pass(es)."""
-        duration = self.result.iteration.backward.latency
-        return duration_to_string(duration) if as_string else duration
+        return self._total(lambda r: r.iteration.backward.latency, as_string, duration_to_string)
 
     def get_total_step_duration(self, as_string: bool = False):
         """Wall-clock seconds of ``optimizer.step()`` (any optimizer's)."""
-        duration = self.result.step.latency
-        return duration_to_string(duration) if as_string else duration
+        return self._total(lambda r: r.step.latency, as_string, duration_to_string)
 
     def get_total_iteration_duration(self, as_string: bool = False):
         """Wall-clock seconds from ``start_profile()`` to ``stop_profile()``."""
-        duration = self.result.iteration.latency
-        return duration_to_string(duration) if as_string else duration
+        return self._total(lambda r: r.iteration.latency, as_string, duration_to_string)
 
     # -- printing -------------------------------------------------------------------------
     def print_model_profile(
@@ -198,9 +208,12 @@ class FlopsProfiler:
     ) -> None:
         """Print the summary, aggregated and detailed profile (to ``output_file`` if given);
         with the training lines when a backward pass or an optimizer step was measured."""
-        if not self.started:
-            return
         check_output_file(output_file)
+        check_layout(module_depth, top_modules)
+        if self._measured() is None:
+            warnings.warn("flopsight: print_model_profile: nothing measured yet; call start_profile() and run the "
+                          "model first", UserWarning, stacklevel=2)
+            return
         print_report(
             self.result,
             output_file,
@@ -296,12 +309,14 @@ def get_model_profile(
     check_warm_up(warm_up)
     args, kwargs = as_args(args), as_kwargs(kwargs)
     if input_shape is not None:
-        if args:
-            raise ValueError("input_shape: give either input_shape or args, not both")
+        if args:  # DeepSpeed builds the input from input_shape and ignores args
+            warnings.warn("flopsight: input_shape and args both given: the input is built from input_shape and args "
+                          "are ignored, as in DeepSpeed", UserWarning, stacklevel=2)
         args = (_input_from_shape(model, _check_input_shape(input_shape)),)
     if not args and not kwargs:
         raise ValueError("input_shape: the model needs inputs; pass input_shape=(...), args=[...] or kwargs={...}")
     check_output_file(output_file)
+    check_layout(module_depth, top_modules)
 
     flags = [(m, m.training) for m in model.modules()]
     model.eval()

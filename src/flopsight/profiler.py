@@ -26,6 +26,7 @@ from ._torch_private import original_module
 from .capture.inputs import batch_size, describe_inputs, model_device, model_dtype
 from .capture.build import build_result
 from .capture.modules import describe
+from .capture.optimizer import check_optimizer
 from .capture.session import CaptureSession
 from .capture.state import ModelState
 from .capture.timing import Clock, default_clock
@@ -265,7 +266,8 @@ class Profiler:
     The backward pass is measured op by op and attributed to the modules whose forward
     created it, activation checkpointing's recomputed forward is its own phase, and
     ``optimizer.step()`` (of ``optimizer``, or of any optimizer when None) is the step
-    phase; ``result.iteration`` sums up the span. ``batch_size`` overrides the batch size
+    phase; ``optimizer`` may also be a wrapper with a ``step()`` of its own (a DeepSpeed ZeRO
+    optimizer), whose whole step is then timed. ``result.iteration`` sums up the span. ``batch_size`` overrides the batch size
     read from the first dimension of each model call's first input. ``attention`` as in
     :func:`profile`.
 
@@ -289,7 +291,7 @@ class Profiler:
         self,
         model: nn.Module | None = None,
         *,
-        optimizer: torch.optim.Optimizer | None = None,
+        optimizer: Any = None,  # a torch optimizer, a wrapper with a step() (ZeRO) or None
         batch_size: int | None = None,
         ignore_modules: Iterable[type] | None = None,
         attention: str = "dense",
@@ -299,8 +301,7 @@ class Profiler:
         self._everything = model is None  # no model: count all the span runs, at the root
         self.model = nn.Module() if model is None else check_model(model)
         model = self.model
-        if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
-            raise TypeError(f"optimizer: expected a torch.optim.Optimizer or None, got {type(optimizer).__name__}")
+        check_optimizer(optimizer)
         if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
             raise ValueError(f"batch_size: expected a positive int or None, got {batch_size!r}")
         self.optimizer = optimizer

@@ -41,9 +41,10 @@ def by_depth_and_type(
     result: ProfileResult, *, depth: int = -1, top: int = 1, phase: str = "forward"
 ) -> list[DepthSummary]:
     """Per depth (0 .. ``depth``, all when -1 or larger than the model), the ``top``
-    module types by summed params, inclusive MACs and inclusive latency of ``phase``."""
-    if top < 1:
-        raise ValueError(f"top: expected a positive int, got {top!r}")
+    module types by summed params, inclusive MACs and inclusive latency of ``phase``
+    (``top=0`` lists none, as in DeepSpeed)."""
+    if isinstance(top, bool) or not isinstance(top, int) or top < 0:
+        raise ValueError(f"top: expected an int >= 0, got {top!r}")
     deepest = max_depth(result)
     last = deepest if depth < 0 or depth > deepest else depth
     per_depth: list[dict[str, list]] = [{} for _ in range(last + 1)]

@@ -1,7 +1,12 @@
-"""Capture source: ``optimizer.step()`` is the ``step`` phase (torch's global step hooks).
+"""Capture source: ``optimizer.step()`` is the ``step`` phase.
 
 Its ops are counted like any others (AdamW's per-element arithmetic...), its wall time is a
-span. ``optimizer`` restricts this to one optimizer (default: any).
+span. ``optimizer`` restricts this to one optimizer (default: any torch optimizer, seen
+through torch's global step hooks). An optimizer that is not a ``torch.optim.Optimizer``
+but has a ``step()`` (DeepSpeed's ZeRO and mixed-precision wrappers, whose step reduces,
+unscales and copies around the inner torch optimizer's) is timed around its own ``step``:
+while capturing, the object gets a ``step`` attribute of its own that calls the original,
+removed again on stop.
 """
 
 from __future__ import annotations
@@ -13,7 +18,55 @@ from .context import CaptureContext
 from .functions import FunctionInterceptor
 from .spans import SpanTimer
 
-__all__ = ["OptimizerSteps"]
+__all__ = ["OptimizerSteps", "wrap_step", "check_optimizer"]
+
+_ABSENT = object()
+
+
+def check_optimizer(optimizer, arg: str = "optimizer"):
+    """``optimizer`` if it is a torch optimizer or has a ``step()`` method (or is None)."""
+    if optimizer is None or isinstance(optimizer, torch.optim.Optimizer) or callable(getattr(optimizer, "step", None)):
+        return optimizer
+    raise TypeError(
+        f"{arg}: expected a torch.optim.Optimizer, an object with a step() method (a DeepSpeed ZeRO "
+        f"optimizer) or None, got {type(optimizer).__name__}"
+    )
+
+
+def wrap_step(optimizer, before, after):
+    """Call ``before(optimizer, args, kwargs)`` and ``after(...)`` around each
+    ``optimizer.step(...)`` (``after`` also when the step raises); returns the function that
+    puts ``step`` back as it was.
+
+    >>> class Wrapper:
+    ...     def step(self): return "stepped"
+    >>> w, seen = Wrapper(), []
+    >>> remove = wrap_step(w, lambda *a: seen.append("before"), lambda *a: seen.append("after"))
+    >>> w.step(), seen
+    ('stepped', ['before', 'after'])
+    >>> remove(); "step" in vars(w)
+    False
+    """
+    saved = vars(optimizer).get("step", _ABSENT)
+    original = optimizer.step
+
+    def step(*args, **kwargs):
+        before(optimizer, args, kwargs)
+        try:
+            return original(*args, **kwargs)
+        finally:
+            after(optimizer, args, kwargs)
+
+    optimizer.step = step
+
+    def remove() -> None:
+        if vars(optimizer).get("step") is step:  # not replaced again since: put ours back
+            if saved is _ABSENT:
+                del optimizer.step
+            else:
+                optimizer.step = saved
+
+    return remove
 
 
 class OptimizerSteps:
@@ -23,7 +76,7 @@ class OptimizerSteps:
         self._optimizer = optimizer
         self._functions = functions  # paused during a step: no unit runs there
         self._depth = 0
-        self._handles: list = []
+        self._removers: list = []
 
     def start(self, ctx: CaptureContext) -> None:
         def begins(optimizer, args, kwargs) -> None:
@@ -44,9 +97,13 @@ class OptimizerSteps:
                         self._functions.resume()
                     ctx.phase = "forward"
 
-        self._handles = [register_optimizer_step_pre_hook(begins), register_optimizer_step_post_hook(ends)]
+        if self._optimizer is None or isinstance(self._optimizer, torch.optim.Optimizer):
+            self._removers = [register_optimizer_step_pre_hook(begins).remove,
+                              register_optimizer_step_post_hook(ends).remove]
+        else:  # a wrapper: its own step is the step, the inner optimizer's hooks never match it
+            self._removers = [wrap_step(self._optimizer, begins, ends)]
 
     def stop(self, ctx: CaptureContext) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()
+        for remove in self._removers:
+            remove()
+        self._removers.clear()

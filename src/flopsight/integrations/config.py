@@ -86,7 +86,7 @@ _CHECKS = {
     "enabled": ("a bool", lambda v: isinstance(v, bool)),
     "profile_step": ("a positive int", lambda v: _is_int(v) and v >= 1),
     "module_depth": ("an int >= -1", lambda v: _is_int(v) and v >= -1),
-    "top_modules": ("a positive int", lambda v: _is_int(v) and v >= 1),
+    "top_modules": ("an int >= 0", lambda v: _is_int(v) and v >= 0),
     "detailed": ("a bool", lambda v: isinstance(v, bool)),
     "output_file": ("a path or None", lambda v: v is None or isinstance(v, (str, os.PathLike))),
     "recompute_fwd_factor": (
@@ -100,16 +100,21 @@ def parse_config(config: Mapping[str, Any] | str | os.PathLike) -> FlopsProfiler
     """The ``flops_profiler`` settings of ``config``: a whole DeepSpeed config (a dict, or
     the path of its JSON file) holding a ``"flops_profiler"`` block, or the block itself.
 
-    Keys the block leaves out take DeepSpeed's defaults (``enabled`` is False). Unknown
-    keys and wrong types are errors naming the key; the whole config's other keys are
-    DeepSpeed's business and ignored.
+    Keys the block leaves out take DeepSpeed's defaults (``enabled`` is False), and a config
+    without the block means off. Unknown keys are ignored with a warning (DeepSpeed ignores
+    them silently); wrong types are errors naming the key. The whole config's other keys are
+    DeepSpeed's business.
 
     >>> parse_config({"train_batch_size": 8, "flops_profiler": {"enabled": True}}).profile_step
     1
-    >>> parse_config({"enabled": True, "profile_steps": 3})
-    Traceback (most recent call last):
-    ...
-    ValueError: config: unknown key 'profile_steps' in the flops_profiler block (did you mean 'profile_step'?); known keys: enabled, profile_step, module_depth, top_modules, detailed, output_file, recompute_fwd_factor
+    >>> parse_config({"train_batch_size": 8}).enabled
+    False
+    >>> import warnings
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     cfg = parse_config({"enabled": True, "profile_steps": 3})
+    >>> cfg.profile_step, str(caught[0].message).split(";")[0]
+    (1, "flopsight: config: unknown key 'profile_steps' in the flops_profiler block ignored (did you mean 'profile_step'?)")
     """
     if isinstance(config, (str, os.PathLike)):
         with open(config, encoding="utf-8") as f:
@@ -123,17 +128,25 @@ def parse_config(config: Mapping[str, Any] | str | os.PathLike) -> FlopsProfiler
         block, prefix = config[_BLOCK], f"{where}[{_BLOCK!r}]"
         if not isinstance(block, Mapping):
             raise TypeError(f"{prefix}: expected a dict, got {type(block).__name__}")
-    else:
-        # no "flops_profiler" key: the block itself, so any other key is a mistake
-        # (a misspelt block name included)
+    elif any(key in _CHECKS for key in config):  # the block itself
         block, prefix = config, where
-    for key in block:
-        if key not in _CHECKS:
-            close = difflib.get_close_matches(str(key), list(_CHECKS) + [_BLOCK], n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ValueError(
-                f"{prefix}: unknown key {key!r} in the flops_profiler block{hint}; known keys: {', '.join(_CHECKS)}"
-            )
+    else:  # a DeepSpeed config without the block: profiling is off, as in DeepSpeed
+        for key in config:
+            if difflib.get_close_matches(str(key), [_BLOCK], n=1, cutoff=0.8):
+                warnings.warn(f"flopsight: {where} has no {_BLOCK!r} block, so profiling is off; did you mean "
+                              f"{_BLOCK!r} instead of {key!r}?", UserWarning, stacklevel=3)
+        return FlopsProfilerConfig()
+    unknown = [key for key in block if key not in _CHECKS]
+    for key in unknown:  # DeepSpeed ignores them: say so, and go on
+        close = difflib.get_close_matches(str(key), list(_CHECKS) + [_BLOCK], n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        warnings.warn(
+            f"flopsight: {prefix}: unknown key {key!r} in the flops_profiler block ignored{hint}; known keys: "
+            f"{', '.join(_CHECKS)}",
+            UserWarning,
+            stacklevel=3,
+        )
+    block = {k: v for k, v in block.items() if k in _CHECKS}
     values = {}
     for key, value in block.items():
         expected, ok = _CHECKS[key]

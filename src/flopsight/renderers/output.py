@@ -2,8 +2,8 @@
 
 Every front-end that prints a report (the DeepSpeed facade, :func:`flopsight.attach`,
 ``python -m flopsight``) goes through here, so they all treat ``output_file`` alike:
-None or ``""`` (DeepSpeed's "no file") is stdout, anything else a path whose directory
-must exist, checked before the model runs.
+None or ``""`` (DeepSpeed's "no file") is stdout, anything else a path, checked before
+the model runs; its directory is created when missing, as DeepSpeed does.
 
 >>> import torch, flopsight
 >>> result = flopsight.profile(torch.nn.Linear(4, 2), torch.ones(1, 4), clock=flopsight.FakeClock())
@@ -23,25 +23,44 @@ import os
 import sys
 from typing import Any
 
-from ..result import ProfileResult, check_parent_dir
+from ..result import ProfileResult
 from .text_renderer import ParallelInfo, render_text
 
-__all__ = ["check_output_file", "write_report", "print_report"]
+__all__ = ["check_output_file", "check_layout", "write_report", "print_report"]
 
 
 def check_output_file(output_file: Any, arg: str = "output_file") -> None:
-    """Raise unless ``output_file`` is None, ``""`` or a path in an existing directory
-    (the error names ``arg``)."""
+    """Raise unless ``output_file`` is None, ``""`` or a path that is not a directory (the
+    error names ``arg``)."""
     if output_file is None or output_file == "":
         return
     if not isinstance(output_file, (str, os.PathLike)):
         raise TypeError(f"{arg}: expected a path or None, got {type(output_file).__name__}")
-    check_parent_dir(output_file, arg)
+    if os.path.isdir(output_file):
+        raise IsADirectoryError(f"{arg}: {os.fspath(output_file)!r} is a directory; expected a file path")
+
+
+def check_layout(module_depth: Any, top_modules: Any) -> None:
+    """Raise, naming the argument, unless ``module_depth`` is an int >= -1 and
+    ``top_modules`` an int >= 0 (0 lists no module per depth, as in DeepSpeed).
+
+    >>> check_layout(-1, 0)
+    >>> check_layout(-2, 1)
+    Traceback (most recent call last):
+    ...
+    ValueError: module_depth: expected an int >= -1 (-1: every depth), got -2
+    """
+    if isinstance(module_depth, bool) or not isinstance(module_depth, int) or module_depth < -1:
+        raise ValueError(f"module_depth: expected an int >= -1 (-1: every depth), got {module_depth!r}")
+    if isinstance(top_modules, bool) or not isinstance(top_modules, int) or top_modules < 0:
+        raise ValueError(f"top_modules: expected an int >= 0, got {top_modules!r}")
 
 
 def write_report(text: str, output_file: str | os.PathLike | None = None) -> None:
-    """Write ``text`` to ``output_file`` (replacing it), or to stdout when it is None or ``""``."""
+    """Write ``text`` to ``output_file`` (replacing it, creating its directory), or to
+    stdout when it is None or ``""``."""
     if output_file:
+        os.makedirs(os.path.dirname(os.path.abspath(output_file)), exist_ok=True)
         with open(output_file, "w", encoding="utf-8") as f:
             f.write(text)
     else:
