@@ -2,8 +2,10 @@
 
 * outside the backward pass: the innermost active module call (``forward``, or
   ``recompute`` for a forward re-run while backward executes, activation checkpointing),
-  else the phase the optimizer hooks set (``step``), else the root when the profiled call
-  is the model's own method, else nowhere (ops of user code around a profiled module);
+  else the root, in the phase of the span running: ``step`` (inside ``optimizer.step()``),
+  ``backward`` (inside a backward call but outside its autograd nodes: a wrapper's gradient
+  reduction), or, outside both, when the profiled call is the model's own method; else
+  nowhere (ops of user code around a profiled module);
 * in the backward pass: the module whose forward created the autograd node being executed
   (its sequence number falls in the range seen around that module's call),
   ``AccumulateGrad`` to the module owning the parameter; a node made by a call counted
@@ -76,7 +78,7 @@ class Attribution:
                 path, phase = top.path, top.phase
                 if phase == "forward":
                     top_id = stack[0].top_id
-            elif ctx.phase == "step" or ctx.outside_to_root:
+            elif ctx.phase != "forward" or ctx.outside_to_root:  # in a step or a backward span
                 path, phase = "", ctx.phase
             else:
                 return None

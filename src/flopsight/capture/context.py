@@ -1,9 +1,9 @@
 """What the capture sources of one session share: clock, overhead, phase and the records.
 
-Each field has one writer: the module tracker owns the call stack, the optimizer hooks own
-``phase``, the sources that count a call whole (units, module rules, autograd functions)
-hold ``suppressed`` above zero while it runs so the aten ops underneath are not counted
-again. :class:`Overhead` is the profiler's own host time, handed to every source.
+Each field has one writer: the module tracker owns the call stack, the optimizer hooks and
+backward spans set ``phase`` while they run, the sources that count a call whole (units,
+module rules, autograd functions) hold ``suppressed`` above zero while it runs so the aten
+ops underneath are not counted again. :class:`Overhead` is the profiler's own host time, handed to every source.
 
 >>> from flopsight.capture.timing import FakeClock
 >>> overhead = Overhead(FakeClock().now)
@@ -50,7 +50,7 @@ class CaptureContext:
     #: ops outside every module call belong to the root (a profiled call of the model's own
     #: method, e.g. generate()); False for a span of user code, where they are not the model's
     outside_to_root: bool = False
-    phase: str = "forward"  # outside the backward pass: "forward", or "step" in optimizer.step()
+    phase: str = "forward"  # "step" in optimizer.step(), "backward" in a backward call, else "forward"
     suppressed: int = 0  # > 0 while a call counted whole runs
     paused: bool = False  # a profile nested inside this one is running: record nothing
     stack: list = field(default_factory=list)  # active module calls, innermost last

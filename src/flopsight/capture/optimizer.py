@@ -4,9 +4,10 @@ Its ops are counted like any others (AdamW's per-element arithmetic...), its wal
 span. ``optimizer`` restricts this to one optimizer (default: any torch optimizer, seen
 through torch's global step hooks). An optimizer that is not a ``torch.optim.Optimizer``
 but has a ``step()`` (DeepSpeed's ZeRO and mixed-precision wrappers, whose step reduces,
-unscales and copies around the inner torch optimizer's) is timed around its own ``step``:
-while capturing, the object gets a ``step`` attribute of its own that calls the original,
-removed again on stop.
+unscales and copies around the inner torch optimizer's) is timed around its own ``step``,
+and its ``backward(loss)``, if it has one (loss scaling, ``loss.backward()``, gradient
+reduction), is a backward span: while capturing, the object gets attributes of its own that
+call the originals, removed again on stop.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from .context import CaptureContext
 from .functions import FunctionInterceptor
 from .spans import SpanTimer
 
-__all__ = ["OptimizerSteps", "wrap_step", "check_optimizer"]
+__all__ = ["OptimizerSteps", "wrap_method", "check_optimizer"]
 
 _ABSENT = object()
 
@@ -33,38 +34,34 @@ def check_optimizer(optimizer, arg: str = "optimizer"):
     )
 
 
-def wrap_step(optimizer, before, after):
-    """Call ``before(optimizer, args, kwargs)`` and ``after(...)`` around each
-    ``optimizer.step(...)`` (``after`` also when the step raises); returns the function that
-    puts ``step`` back as it was.
+def wrap_method(obj, name: str, around):
+    """Route every ``obj.<name>(...)`` through ``around(original, args, kwargs)`` (which must
+    call ``original``) by giving ``obj`` an attribute of its own; returns the function that
+    puts it back as it was.
 
     >>> class Wrapper:
     ...     def step(self): return "stepped"
     >>> w, seen = Wrapper(), []
-    >>> remove = wrap_step(w, lambda *a: seen.append("before"), lambda *a: seen.append("after"))
+    >>> remove = wrap_method(w, "step", lambda call, args, kwargs: seen.append("around") or call(*args, **kwargs))
     >>> w.step(), seen
-    ('stepped', ['before', 'after'])
+    ('stepped', ['around'])
     >>> remove(); "step" in vars(w)
     False
     """
-    saved = vars(optimizer).get("step", _ABSENT)
-    original = optimizer.step
+    saved = vars(obj).get(name, _ABSENT)
+    original = getattr(obj, name)
 
-    def step(*args, **kwargs):
-        before(optimizer, args, kwargs)
-        try:
-            return original(*args, **kwargs)
-        finally:
-            after(optimizer, args, kwargs)
+    def wrapped(*args, **kwargs):
+        return around(original, args, kwargs)
 
-    optimizer.step = step
+    setattr(obj, name, wrapped)
 
     def remove() -> None:
-        if vars(optimizer).get("step") is step:  # not replaced again since: put ours back
+        if vars(obj).get(name) is wrapped:  # not replaced again since: put it back
             if saved is _ABSENT:
-                del optimizer.step
+                delattr(obj, name)
             else:
-                optimizer.step = saved
+                setattr(obj, name, saved)
 
     return remove
 
@@ -101,7 +98,19 @@ class OptimizerSteps:
             self._removers = [register_optimizer_step_pre_hook(begins).remove,
                               register_optimizer_step_post_hook(ends).remove]
         else:  # a wrapper: its own step is the step, the inner optimizer's hooks never match it
-            self._removers = [wrap_step(self._optimizer, begins, ends)]
+            wrapper = self._optimizer
+
+            def step(call, args, kwargs):
+                begins(wrapper, args, kwargs)
+                try:
+                    return call(*args, **kwargs)
+                finally:
+                    ends(wrapper, args, kwargs)
+
+            self._removers = [wrap_method(wrapper, "step", step)]
+            if callable(getattr(wrapper, "backward", None)):
+                # its backward(loss) (scaling, loss.backward(), gradient reduction) is the backward
+                self._removers.append(wrap_method(wrapper, "backward", self._spans.run_backward))
 
     def stop(self, ctx: CaptureContext) -> None:
         for remove in self._removers:

@@ -29,7 +29,7 @@ class SpanTimer:
         self._ctx: CaptureContext | None = None
         if functions is not None:
             for function in BACKWARD_ENTRY_POINTS:
-                functions.handlers[function] = self._run_backward
+                functions.handlers[function] = self.run_backward
 
     def start(self, ctx: CaptureContext) -> None:
         # started last (after every other source is installed) so the span is the user's code
@@ -37,6 +37,10 @@ class SpanTimer:
         self.begin("iteration")
 
     def stop(self, ctx: CaptureContext) -> None:
+        # a span still open ends here: profiling stopped inside an optimizer step (DeepSpeed's
+        # engine prints its profile from inside engine.step())
+        for kind in [k for k in self._open if k != "iteration"]:
+            self.end(kind)
         self.end("iteration")
 
     def begin(self, kind: str) -> None:
@@ -47,10 +51,14 @@ class SpanTimer:
         if opened is not None:
             self.spans.append((kind, opened[0], self._ctx.clock.stamp(), opened[1], self._ctx.overhead.seconds))
 
-    def _run_backward(self, func, args, kwargs):
-        if "backward" in self._open or self._ctx.paused:
+    def run_backward(self, func, args, kwargs):
+        """Run a backward entry point (``func(*args, **kwargs)``, its first argument the loss)
+        as a backward span. While it runs, what runs outside the autograd nodes (a wrapper's
+        gradient reduction after ``loss.backward()``) is the backward phase's."""
+        ctx = self._ctx
+        if "backward" in self._open or ctx.paused:
             return func(*args, **kwargs)
-        outputs = args[0] if args else kwargs.get("tensors", kwargs.get("outputs"))
+        outputs = args[0] if args else kwargs.get("tensors", kwargs.get("outputs", kwargs.get("loss")))
         outputs = [outputs] if isinstance(outputs, torch.Tensor) else list(outputs or ())
         if outputs and not any(t.requires_grad for t in outputs if isinstance(t, torch.Tensor)):
             raise RuntimeError(
@@ -58,8 +66,10 @@ class SpanTimer:
                 "autograd (under torch.no_grad() or torch.inference_mode(), or with every parameter frozen), "
                 "so there is no backward pass to measure"
             )
+        phase, ctx.phase = ctx.phase, "backward"
         self.begin("backward")
         try:
             return func(*args, **kwargs)
         finally:
             self.end("backward")
+            ctx.phase = phase
