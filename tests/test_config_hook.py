@@ -256,6 +256,8 @@ def test_bad_model_or_optimizer():
     model, opt = make()
     with pytest.raises(TypeError, match="optimizer: expected a torch.optim.Optimizer"):
         flopsight.attach(model, [opt], enabled())
+    with pytest.raises(TypeError, match="optimizer: expected a torch.optim.Optimizer"):
+        flopsight.attach(model, None, enabled())
     with pytest.raises(TypeError, match="model: expected a torch.nn.Module"):
         flopsight.attach(opt, opt, enabled())
     with pytest.raises(ValueError, match="batch_size"):
@@ -263,19 +265,60 @@ def test_bad_model_or_optimizer():
     assert hooks_of(opt) == (0, 0, 0, 0)
 
 
-def test_recompute_fwd_factor_is_accepted_and_explained():
+def test_recompute_fwd_factor_sets_deepspeeds_backward_estimate(capsys):
     model, opt = make()
-    with pytest.warns(UserWarning, match="recompute_fwd_factor is not used"):
-        handle = flopsight.attach(model, opt, enabled(profile_step=5, recompute_fwd_factor=1.0))
-    assert handle.config.recompute_fwd_factor == 1.0
-    with pytest.warns(UserWarning, match="never reached"):
-        handle.close()
+    with flopsight.attach(model, opt, enabled(recompute_fwd_factor=1.0)):
+        train(model, opt, 1)
+    out = capsys.readouterr().out
+    # DeepSpeed's lines estimate the backward as (2 + recompute_fwd_factor) * the forward
+    assert "bwd FLOPS per GPU = 3 * fwd flops per GPU / bwd latency:" in out
+    assert "FLOPS per GPU = 4 * fwd flops per GPU / iter latency:" in out
+    assert "measured bwd MACs per GPU:" in out
+
+
+class ZeroLikeOptimizer:
+    """What DeepSpeed's ZeRO optimizers look like from outside: not a torch optimizer, a
+    step() that wraps the inner one (here: it also scales the gradients first)."""
+
+    def __init__(self, optimizer):
+        self.optimizer = optimizer
+
+    def zero_grad(self):
+        self.optimizer.zero_grad()
+
+    def step(self):
+        for group in self.optimizer.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    p.grad.mul_(0.5)
+        self.optimizer.step()
+
+
+def test_a_wrapper_optimizer_is_counted_around_its_own_step(capsys):
+    model, opt = make()
+    wrapper = ZeroLikeOptimizer(opt)
+    with flopsight.attach(model, wrapper, enabled(profile_step=2, detailed=False)) as handle:
+        train(model, wrapper, 3)
+    assert handle.done and handle.steps == 2 and "step" not in vars(wrapper)
+    # the wrapper's own gradient scaling is part of the step: one multiply per element of
+    # the 8*16+16 + 16*4+4 = 212 parameters, besides SGD's update
+    it = handle.result.iteration
+    assert it.step.flops >= 212 and handle.result.step.latency > 0
+    assert "Profile Summary at step 2:" in capsys.readouterr().out
+
+
+def test_bad_optimizer_or_missing_config():
+    model, opt = make()
+    with pytest.raises(TypeError, match="optimizer: expected a torch.optim.Optimizer, an object with a step"):
+        flopsight.attach(model, object(), enabled())
+    with pytest.raises(TypeError, match="config: expected DeepSpeed's config"):
+        flopsight.attach(model, opt)
 
 
 # -- torch.distributed ------------------------------------------------------------------------------
 WORKER = textwrap.dedent(
     """
-    import json, sys, datetime
+    import json, os, sys, datetime
     import torch, torch.distributed as dist
     from torch import nn
     import flopsight
@@ -302,6 +345,7 @@ WORKER = textwrap.dedent(
         json.dump(state, f)
     dist.barrier()
     dist.destroy_process_group()
+    os._exit(0)  # skip interpreter teardown, where gloo's threads sometimes abort ("terminate called ...")
     """
 )
 

@@ -79,9 +79,26 @@ class EngineProfiler(FlopsProfiler):
     def __init__(self, model: nn.Module, ds_engine: Any = None, recompute_fwd_factor: float = 0.0):
         super().__init__(model, ds_engine, recompute_fwd_factor)
         self._steps_at_start: int | None = None
+        self._hook = None
         block = _config_block(ds_engine)
         if block is not None:
             parse_config({"flops_profiler": block})  # warns about keys DeepSpeed ignores
+        if isinstance(ds_engine, nn.Module) and getattr(ds_engine, "global_rank", 0) == 0:
+            # DeepSpeed starts its profiler (on rank 0 only) from a hook of the model, inside
+            # the model's call: start when the engine is called, so the whole forward is measured
+            self._hook = ds_engine.register_forward_pre_hook(self._engine_called)
+
+    def _engine_called(self, engine, args) -> None:
+        profile_step = engine.flops_profiler_profile_step()
+        if engine.global_steps > profile_step or not engine.flops_profiler_enabled():
+            self._remove_hook()
+        elif engine.global_steps == profile_step:
+            self.start_profile()
+
+    def _remove_hook(self) -> None:
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
 
     def _step_done(self) -> bool:
         """Whether the profiled step has updated the model (the engine counted it)."""
@@ -114,6 +131,7 @@ class EngineProfiler(FlopsProfiler):
     def end_profile(self) -> None:
         if self._step_done():
             super().end_profile()
+            self._remove_hook()  # the profiled step is over: nothing stays installed
 
 
 def _config_block(engine: Any):

@@ -48,7 +48,8 @@ __all__ = [
 _PROFILED: "weakref.WeakKeyDictionary[nn.Module, tuple[FlopsProfiler, str]]" = weakref.WeakKeyDictionary()
 
 
-def _parallel_info(ds_engine: Any) -> ParallelInfo | None:
+def engine_parallel_info(ds_engine: Any) -> ParallelInfo | None:
+    """The report's parallel sizes and batch size per GPU, read off a DeepSpeed engine."""
     if ds_engine is None:
         return None
     # With sequence parallelism (Ulysses) DeepSpeed folds the data-parallel replicas into the
@@ -221,7 +222,7 @@ class FlopsProfiler:
             module_depth=module_depth,
             top_modules=top_modules,
             detailed=detailed,
-            parallel=_parallel_info(self.ds_engine),
+            parallel=engine_parallel_info(self.ds_engine),
             recompute_fwd_factor=self.recompute_fwd_factor,
         )
 

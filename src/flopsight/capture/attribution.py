@@ -102,17 +102,24 @@ class Attribution:
         self.last_phase = phase
         return path
 
-    def charge_collective(self, entry, t0, t1) -> tuple[str, str] | None:
-        """Charge a collective op like any free op and say where it went: (path, phase), or
-        None when it is not the profiled model's. One issued by a gradient hook while the
-        backward pass accumulates a parameter's gradient (DDP's bucket all-reduce, ZeRO's
-        gradient reduction) carries the gradients of many modules: the root's backward."""
+    def charge_collective(self, entry, t0, t1) -> tuple[str, str]:
+        """Charge a collective op like any free op and say where it went: (path, phase). One
+        issued by a gradient hook while the backward pass accumulates a parameter's gradient
+        (DDP's bucket all-reduce, ZeRO's gradient reduction) carries the gradients of many
+        modules: the root's backward. One issued outside the model's calls and the spans is
+        the root's too, in the phase of the forward call, backward or step that came last."""
         node = current_autograd_node()
         if node is not None and node_sequence_nr(node) == ACCUMULATE_GRAD_SEQUENCE_NR:
             self.ctx.tally.add("", "backward", entry.name, ZERO_STATS, t0, t1)
             return "", "backward"
         path = self.charge(entry, t0, t1, (), ZERO_STATS)
-        return None if path is None else (path, self.last_phase)
+        if path is None:  # between the model's calls and spans (a wrapper's gradient reduction
+            # after backward()): still communication of the profiled step, the root's, in the
+            # phase of the forward, backward or step that came last
+            phase = self.ctx.last_phase
+            self.ctx.tally.add("", phase, entry.name, ZERO_STATS, t0, t1)
+            return "", phase
+        return path, self.last_phase
 
     def evaluate(self, entry, *payload) -> Stats:
         """``entry.cost(*payload)``; an op without a formula, or whose formula fails, costs

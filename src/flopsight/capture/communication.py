@@ -166,8 +166,6 @@ class CommunicationSource:
 
     def _collective(self, entry, func, args, kwargs, out, t0, t1) -> None:
         where = self._attribution.charge_collective(entry, t0, t1)
-        if where is None:
-            return
         kind, payload, group_arg = COLLECTIVE_OPS[func]
         binder = self._binders.get(func)
         if binder is None:

@@ -51,6 +51,9 @@ class CaptureContext:
     #: method, e.g. generate()); False for a span of user code, where they are not the model's
     outside_to_root: bool = False
     phase: str = "forward"  # "step" in optimizer.step(), "backward" in a backward call, else "forward"
+    #: the phase of the last top-level forward call begun or backward or step span ended:
+    #: where communication between them belongs (a wrapper's gradient reduction after backward)
+    last_phase: str = "forward"
     suppressed: int = 0  # > 0 while a call counted whole runs
     paused: bool = False  # a profile nested inside this one is running: record nothing
     stack: list = field(default_factory=list)  # active module calls, innermost last

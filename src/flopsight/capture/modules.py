@@ -232,6 +232,7 @@ class ModuleTracker:
             if top is None and phase == "forward":
                 rec.top_id = len(top_calls)
                 top_calls.append(rec)
+                ctx.last_phase = "forward"
             rec.seq_start = autograd_sequence_nr()
             log.append(rec)
             stack.append(rec)

@@ -48,6 +48,8 @@ class SpanTimer:
 
     def end(self, kind: str) -> None:
         opened = self._open.pop(kind, None)
+        if kind in ("backward", "step"):
+            self._ctx.last_phase = kind
         if opened is not None:
             self.spans.append((kind, opened[0], self._ctx.clock.stamp(), opened[1], self._ctx.overhead.seconds))
 

@@ -51,8 +51,11 @@ import torch
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
+from ..capture.optimizer import check_optimizer, wrap_method
+from ..deepspeed_api import engine_parallel_info
 from ..profiler import Profiler, check_model
-from ..renderers.output import check_output_file, print_report
+from ..renderers.output import check_layout, check_output_file, print_report
+from ..renderers.text_renderer import ParallelInfo
 from ..result import ProfileResult
 
 __all__ = ["attach", "AttachedProfiler", "FlopsProfilerConfig", "parse_config"]
@@ -173,21 +176,27 @@ class AttachedProfiler:
     (both None until then, and on ranks other than 0).
     """
 
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, config: FlopsProfilerConfig,
-                 batch_size: int | None):
+    def __init__(self, model: nn.Module, optimizer: Any, config: FlopsProfilerConfig, batch_size: int | None,
+                 parallel: ParallelInfo | None = None):
         self.model = model
         self.optimizer = optimizer
         self.config = config
         self.steps = 0
         self.result: ProfileResult | None = None
         self.report: str | None = None
+        self._parallel = parallel
         self._profiler: Profiler | None = None
-        self._handles: list = []
+        self._removers: list = []
         self._done = False
         if config.enabled:
-            # built now so a bad model or batch_size fails at attach, not at step N
-            self._profiler = Profiler(model, batch_size=batch_size)
-            self._handles.append(optimizer.register_step_post_hook(self._after_step))
+            torch_optimizer = isinstance(optimizer, torch.optim.Optimizer)
+            # built now so a bad model or batch_size fails at attach, not at step N; a
+            # wrapper's (ZeRO's, the engine's) whole step() and backward() are measured
+            self._profiler = Profiler(model, batch_size=batch_size, optimizer=None if torch_optimizer else optimizer)
+            if torch_optimizer:
+                self._removers.append(optimizer.register_step_post_hook(self._after_step).remove)
+            else:  # a wrapper has no step hooks: count its steps around its own step()
+                self._removers.append(wrap_method(optimizer, "step", self._wrapped_step))
             if config.profile_step == 1:
                 self._start()
 
@@ -203,7 +212,7 @@ class AttachedProfiler:
     @property
     def attached(self) -> bool:
         """True while hooks (or a running profile) are installed."""
-        return bool(self._handles) or (self._profiler is not None and self._profiler.running)
+        return bool(self._removers) or (self._profiler is not None and self._profiler.running)
 
     def __repr__(self) -> str:
         if not self.enabled:
@@ -230,6 +239,15 @@ class AttachedProfiler:
         elif self.steps == self.config.profile_step:
             _finish_after_this_step(self)
 
+    def _wrapped_step(self, step, args, kwargs):
+        out = step(*args, **kwargs)
+        self.steps += 1
+        if self.steps == self.config.profile_step - 1:
+            self._start()
+        elif self.steps == self.config.profile_step:
+            self._finish()  # no hook dict is being iterated here: finish at once
+        return out
+
     def _finish(self) -> None:
         if self._done:
             return
@@ -245,6 +263,8 @@ class AttachedProfiler:
                     module_depth=cfg.module_depth,
                     top_modules=cfg.top_modules,
                     detailed=cfg.detailed,
+                    parallel=self._parallel,
+                    recompute_fwd_factor=cfg.recompute_fwd_factor,
                 )
         finally:
             self._detach()
@@ -254,9 +274,8 @@ class AttachedProfiler:
             if self._profiler is not None and self._profiler.running:
                 self._profiler.stop()
         finally:
-            for handle in self._handles:
-                handle.remove()
-            self._handles.clear()
+            while self._removers:
+                self._removers.pop()()
 
     # -- closing --------------------------------------------------------------------------
     def close(self) -> None:
@@ -317,20 +336,26 @@ def _finish_pending(optimizer, args, kwargs) -> None:
 
 def attach(
     model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    config: Mapping[str, Any] | str | os.PathLike,
+    optimizer: Any = None,
+    config: Mapping[str, Any] | str | os.PathLike | None = None,
     *,
     batch_size: int | None = None,
 ) -> AttachedProfiler:
     """Profile training step ``profile_step`` of ``model`` as DeepSpeed's engine would.
 
     Args:
-        model: the module the loop calls (a DDP wrapper or the model inside it).
-        optimizer: the optimizer whose ``step()`` calls are counted.
+        model: the module the loop calls (a DDP wrapper or the model inside it), or a
+            DeepSpeed engine: then its model is profiled, ``optimizer`` defaults to the
+            engine (its whole ``step()`` and ``backward()`` are measured), ``config`` to the
+            engine's own config, and the report's parallel sizes are the engine's.
+        optimizer: the optimizer whose ``step()`` calls are counted: a torch optimizer, or
+            a wrapper with a ``step()`` of its own (a DeepSpeed ZeRO optimizer, an engine).
         config: DeepSpeed's config (dict or JSON path) with a ``"flops_profiler"`` block,
             or the block: ``enabled`` (default False, as in DeepSpeed: then nothing is
-            attached), ``profile_step`` (1), ``module_depth`` (-1), ``top_modules`` (1),
-            ``detailed`` (True), ``output_file`` (None: stdout).
+            attached; a config without the block is off too), ``profile_step`` (1),
+            ``module_depth`` (-1), ``top_modules`` (1), ``detailed`` (True), ``output_file``
+            (None: stdout), ``recompute_fwd_factor`` (0: DeepSpeed's lines estimate the
+            backward as ``2 + recompute_fwd_factor`` times the forward).
         batch_size: samples per forward call, when the first dimension of the model's
             first input is not the batch.
 
@@ -338,17 +363,31 @@ def attach(
     given); then everything is removed. Use the result as a context manager, or call
     ``close()``, so that nothing stays installed if the loop ends (or fails) earlier.
     """
+    parallel = None
+    if _is_engine(model):
+        engine = model
+        model = engine.module
+        optimizer = engine if optimizer is None else optimizer
+        config = _engine_config(engine) if config is None else config
+        parallel = engine_parallel_info(engine)
     check_model(model)
-    if not isinstance(optimizer, torch.optim.Optimizer):
-        raise TypeError(f"optimizer: expected a torch.optim.Optimizer, got {type(optimizer).__name__}")
+    if optimizer is None:
+        raise TypeError("optimizer: expected a torch.optim.Optimizer or an object with a step() method, got None")
+    check_optimizer(optimizer)
+    if config is None:
+        raise TypeError("config: expected DeepSpeed's config (a dict or a JSON path) or its flops_profiler block")
     cfg = parse_config(config)
     if cfg.enabled:
         check_output_file(cfg.output_file)
-        if cfg.recompute_fwd_factor:
-            warnings.warn(
-                "flopsight: recompute_fwd_factor is not used: the forward re-run by activation checkpointing is "
-                "measured",
-                UserWarning,
-                stacklevel=2,
-            )
-    return AttachedProfiler(model, optimizer, cfg, batch_size)
+        check_layout(cfg.module_depth, cfg.top_modules)
+    return AttachedProfiler(model, optimizer, cfg, batch_size, parallel)
+
+
+def _is_engine(obj: Any) -> bool:
+    """A DeepSpeed engine (told by its class, so DeepSpeed need not be imported)."""
+    return any(c.__name__ == "DeepSpeedEngine" for c in type(obj).__mro__)
+
+
+def _engine_config(engine: Any) -> dict:
+    params = getattr(getattr(engine, "_config", None), "_param_dict", None)
+    return dict(params) if isinstance(params, Mapping) else {}

@@ -1,0 +1,171 @@
+"""The DeepSpeed engine profiling with flopsight (flopsight.deepspeed.install()), for real:
+ZeRO stages 0 to 3, bf16 with gradient accumulation and activation checkpointing, on two
+CPU ranks started by DeepSpeed's launcher (tests/multirank/deepspeed_worker.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import flopsight
+
+deepspeed = pytest.importorskip("deepspeed")
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKER = ROOT / "tests" / "multirank" / "deepspeed_worker.py"
+
+# The worker's MLP, Linear(16, 32) -> ReLU -> Linear(32, 4), on 4 rows per micro-batch:
+PARAMS = 16 * 32 + 32 + 32 * 4 + 4  # 676, each tensor at its full size under ZeRO-3 too
+FWD_MACS = 4 * (16 * 32 + 32 * 4)  # 2560, once (DeepSpeed's own profiler doubles it under ZeRO-3)
+# backward: fc2's grad_input and grad_weight (4*4*32 each), fc1's grad_weight only (its
+# input needs no gradient): 4*16*32
+BWD_MACS = 2 * 4 * 4 * 32 + 4 * 16 * 32  # 3072
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("engine")
+    launcher = Path(sys.executable).with_name("deepspeed")
+    env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([str(launcher), "--num_gpus", "2", "--master_port", str(_free_port()), str(WORKER), str(out)],
+                          capture_output=True, text=True, env=env, timeout=600, cwd=out)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return out
+
+
+def _free_port() -> int:
+    from multirank.launch import free_port
+
+    return free_port()
+
+
+def result(run, name):
+    return flopsight.load(run / f"{name}.json")
+
+
+def value(text, label):
+    import re
+
+    m = re.search(rf"^{re.escape(label)}:\s+(\S.*?)\s*$", text, re.M)
+    assert m, f"no line {label!r}"
+    return m.group(1)
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+def test_every_zero_stage_counts_the_model_once_at_full_size(run, stage):
+    r = result(run, f"zero{stage}")
+    assert (r.total.params, r.total.forward.macs, r.iteration.backward.macs) == (PARAMS, FWD_MACS, BWD_MACS)
+    assert r.iteration.micro_batches == 1 and r.root_calls[0].batch_size == 4
+    report = (run / f"zero{stage}" / "report.txt").read_text()  # a folder the config named, created
+    # DeepSpeed's title and numbering: profile_step 2 prints after the engine counted it
+    assert "Profile Summary at step 3:" in report
+    assert value(report, "params per GPU") == "676" and value(report, "fwd MACs per GPU") == "2.56 KMACs"
+    assert value(report, "world size") == "2" and value(report, "data parallel size") == "2"
+    assert value(report, "measured bwd MACs per GPU") == "3.07 KMACs"
+
+
+def test_gradients_are_reduced_in_the_backward_and_the_step_is_the_whole_engine_step(run):
+    # ZeRO 0-2 all-reduce every fp32 gradient once (676 * 4 bytes); ZeRO-3 reduce-scatters
+    # them, each rank keeping half (1352 bytes); both are the root's backward
+    for stage, kind, nbytes in [(0, "all_reduce", 2704), (1, "all_reduce", 2704), (2, "all_reduce", 2704),
+                                (3, "reduce_scatter", 1352)]:
+        r = result(run, f"zero{stage}")
+        (reduce,) = [c for c in r.collectives("backward")]
+        assert (reduce.kind, reduce.module, reduce.count, reduce.bytes, reduce.group_size) == (kind, "", 1, nbytes, 2)
+        # engine.step() as a whole: ZeRO's own collectives (the overflow check, ZeRO 1-3
+        # gathering the updated partitions) are inside the step's span
+        assert r.step.latency > 0 and r.collectives("step")
+    # ZeRO 1 and 2 gather the updated fp32 partitions: each rank gives its half, 338 * 4 bytes
+    assert [(c.kind, c.bytes) for c in result(run, "zero2").collectives("step") if c.kind == "all_gather"] == [
+        ("all_gather", 1352)]
+
+
+def test_bf16_with_two_micro_batches_measures_the_whole_step(run):
+    r = result(run, "zero2_bf16_accumulate2")
+    it = r.iteration
+    assert it.micro_batches == 2 and r.total.forward.macs == 2 * FWD_MACS and it.backward.macs == 2 * BWD_MACS
+    (reduce,) = r.collectives("backward")
+    assert (reduce.kind, reduce.count, reduce.bytes) == ("all_reduce", 2, 2 * 676 * 2)  # bf16 gradients, twice
+    report = (run / "zero2_bf16_accumulate2" / "report.txt").read_text()
+    assert value(report, "micro-batches (figures below are totals over all of them)") == "2"
+    assert report.count("Profile Summary") == 1  # printed once, at the end of the profiled step
+
+
+def test_deepspeeds_activation_checkpointing_is_measured_as_recompute(run):
+    r = result(run, "checkpointed")
+    # fc2 runs again in the backward pass: 4 * 32 * 4 MACs
+    assert r.iteration.recompute.macs == 4 * 32 * 4
+    assert r.iteration.backward.macs == BWD_MACS
+
+
+@pytest.mark.parametrize("name", ["attach_engine", "attach_zero_optimizer"])
+def test_attach_takes_the_engine_or_its_zero_optimizer(run, name):
+    r = result(run, name)
+    assert (r.total.forward.macs, r.iteration.backward.macs) == (FWD_MACS, BWD_MACS)
+    # the whole engine.step() (or the ZeRO optimizer's step()) is the step, its backward()
+    # the backward: the gradient all-reduce is the root's backward
+    (reduce,) = r.collectives("backward")
+    assert (reduce.kind, reduce.bytes) == ("all_reduce", 2704)
+    assert r.step.latency > 0 and [c.kind for c in r.collectives("step")] == ["all_reduce", "all_gather"]
+    report = (run / name / "report.txt").read_text()
+    assert "Profile Summary at step 2:" in report  # attach counts steps from 1, as its docs say
+    if name == "attach_engine":  # the engine's parallel sizes
+        assert value(report, "world size") == "2" and value(report, "batch size per GPU") == "4"
+
+
+def test_nothing_is_left_installed_on_any_rank(run):
+    for rank in (0, 1):
+        state = json.loads((run / f"state.rank{rank}.json").read_text())
+        assert state == {"restored": "deepspeed.profiling.flops_profiler.profiler", "dispatch_modes": 0,
+                         "function_modes": 0, "module_hooks": 0, "engine_attributes": [], "engine_hooks": 0}
+
+
+def test_install_is_idempotent_and_uninstall_restores_deepspeeds_class():
+    import deepspeed.runtime.engine as engine
+
+    import flopsight.deepspeed as fd
+
+    original = engine.FlopsProfiler
+    try:
+        fd.install()
+        fd.install()
+        assert engine.FlopsProfiler is fd.EngineProfiler and fd.installed()
+    finally:
+        fd.uninstall()
+    assert engine.FlopsProfiler is original and not fd.installed()
+
+
+def test_the_engine_profiler_without_an_engine_is_a_flops_profiler():
+    import torch
+
+    import flopsight.deepspeed as fd
+
+    net = torch.nn.Linear(4, 2)
+    prof = fd.EngineProfiler(net)
+    prof.start_profile()
+    net(torch.ones(3, 4))
+    prof.stop_profile()
+    assert prof.get_total_macs() == 3 * 4 * 2
+    prof.end_profile()
+
+
+def test_unknown_keys_in_the_engines_block_warn(run):
+    # the worker's blocks carry "unknown_key": DeepSpeed ignores it, flopsight says so
+    import torch
+
+    import flopsight.deepspeed as fd
+
+    class Engine(torch.nn.Module):  # the attributes EngineProfiler reads of an engine
+        global_steps, global_rank = 0, 0
+
+        class _config:
+            _param_dict = {"flops_profiler": {"enabled": True, "profile_stepz": 3}}
+
+    with pytest.warns(UserWarning, match="unknown key 'profile_stepz'.*did you mean 'profile_step'"):
+        fd.EngineProfiler(torch.nn.Linear(2, 2), Engine())
