@@ -134,3 +134,63 @@ def test_a_collective_in_a_module_s_forward_is_that_module_s(ranks):
     for result in ranks("module"):
         (c,) = result.collectives()
         assert (c.kind, c.module, c.phase, c.bytes) == ("all_reduce", "1", "forward", 2 * 4 * 4)
+
+
+def test_compute_hides_an_asynchronous_collective_and_the_rank_waits_for_a_synchronous_one(ranks):
+    for result in ranks("overlap"):
+        (c,) = result.collectives()
+        assert c.count == 2 and c.overlapped > 0 and c.exposed > 0
+        assert abs(c.exposed + c.overlapped - c.latency) < 1e-9
+        comm = result.iteration.communication
+        assert comm.overlapped > 0 and comm.exposed > 0
+        a = result.iteration.anatomy
+        assert a.communication == comm.exposed and abs(a.total - result.iteration.latency) < 1e-9
+
+
+def test_ddp_step_anatomy_adds_up_to_the_iteration(ranks):
+    for result in ranks("ddp"):
+        it = result.iteration
+        a = it.anatomy
+        assert abs(a.total - it.latency) < 1e-9
+        assert a.forward > 0 and a.backward > 0 and a.step > 0 and a.other >= 0
+        report = flopsight.renderers.text_renderer.render_text(result)
+        for label in ("step anatomy, fwd compute:", "step anatomy, communication waited for (exposed):"):
+            assert label in report
+
+
+# -- where the overlap comes from, without ranks ---------------------------------------------------
+def test_in_flight_credits_each_collective_with_the_ops_run_during_it():
+    from flopsight.capture.communication import InFlight, _Call, merged_flights
+
+    flight = InFlight()
+    a = _Call("all_reduce", "", "backward", 4, 2, issued=1.0, returned=1.1)
+    b = _Call("all_gather", "", "backward", 4, 2, issued=2.0, returned=2.1)
+    flight.add(a)
+    flight.add(b)
+    flight.ran(1.5, 2.5)  # overlaps a by 1.0 (1.5..2.5), b by 0.5 (2.0..2.5)
+    a.done = 3.0
+    flight.completed_one()
+    flight.ran(2.8, 3.5)  # a ends at 3.0: 0.2 more for a; b still in flight: 0.7
+    assert (round(a.overlapped, 9), round(b.overlapped, 9)) == (1.2, 1.2)
+    assert flight.busy and [c.kind for c in flight.calls] == ["all_gather"]  # a is done: dropped
+    b.done = 4.0
+    # flights 1..3 and 2..4 merge into 1..4 (3 s), of which the largest share, 1.2 s, was compute
+    ((start, end, overlapped),) = merged_flights([a, b])
+    assert (start, end, round(overlapped, 9)) == (1.0, 4.0, 1.2)
+
+
+def test_anatomy_splits_the_exposed_time_over_the_phases():
+    result = flopsight.profile(torch.nn.Linear(4, 2), torch.ones(1, 4), warm_up=0)
+    data = result.to_dict()
+    # a 10 s iteration: forward 2 s, backward 3 s, step 1 s; collectives in flight for 4 s
+    # (merged), 1 s of it hidden behind compute: 3 s exposed, issued as 2 s (backward) and
+    # 1 s (step) of exposed time
+    data["spans"] = {"iteration": [10.0], "forward": [2.0], "backward": [3.0], "step": [1.0],
+                     "communication": [4.0], "communication_overlapped": [1.0]}
+    data["collectives"] = [Collective("all_reduce", "", "backward", 1, 8, 3.0, 2, 2.0, 1.0).to_dict(),
+                           Collective("all_gather", "", "step", 1, 8, 1.0, 2, 1.0, 0.0).to_dict()]
+    it = flopsight.ProfileResult.from_dict(data).iteration
+    assert (it.communication.exposed, it.communication.overlapped) == (3.0, 1.0)
+    # fwd 2; bwd 3 - 2 = 1; step 1 - 1 = 0; exposed 3; other 10 - 2 - 1 - 0 - 3 = 4
+    a = it.anatomy
+    assert (a.forward, a.backward, a.step, a.communication, a.other) == (2.0, 1.0, 0.0, 3.0, 4.0)

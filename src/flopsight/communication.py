@@ -50,7 +50,9 @@ def bandwidths(kind: str, size: int, seconds: float, n: int) -> tuple[float, flo
 class Collective(NamedTuple):
     """``count`` collectives of one ``kind`` that ``module`` issued in ``phase`` on a group of
     ``group_size`` ranks (0 if unknown): ``bytes`` payload per rank and ``latency`` seconds
-    (issue to completion), both summed over the calls."""
+    (issue to completion), summed over the calls. Of the latency, ``overlapped`` is the time
+    the rank spent running ops meanwhile (communication hidden behind compute) and
+    ``exposed`` the rest (the rank waited for it); both are host time, measured on CPU runs."""
 
     kind: str
     module: str
@@ -59,6 +61,8 @@ class Collective(NamedTuple):
     bytes: int
     latency: float
     group_size: int
+    exposed: float = 0.0
+    overlapped: float = 0.0
 
     @property
     def algbw(self) -> float:

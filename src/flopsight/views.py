@@ -24,11 +24,48 @@ from .stats import ZERO_STATS, Stats
 if TYPE_CHECKING:
     from .result import ModelCall, ProfileResult
 
-__all__ = ["IterationStats", "GenerationStats", "iteration_stats", "generation_stats"]
+__all__ = ["IterationStats", "CommunicationTime", "StepAnatomy", "GenerationStats", "iteration_stats",
+           "generation_stats"]
 
 
 def _per_second(amount: float, seconds: float) -> float:
     return amount / seconds if seconds > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class CommunicationTime:
+    """Wall time the collectives were in flight (their flights merged where they overlap):
+    ``exposed``, the rank waiting for them, and ``overlapped``, hidden behind its compute.
+
+    >>> CommunicationTime(exposed=0.25, overlapped=0.5).total
+    0.75
+    """
+
+    exposed: float = 0.0
+    overlapped: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return self.exposed + self.overlapped
+
+
+@dataclass(frozen=True)
+class StepAnatomy:
+    """Where one rank's iteration wall time went; the parts add up to ``total``:
+    forward, backward (recompute included) and optimizer-step compute, communication the
+    rank waited for (exposed), and the rest (data loading, the loss, idle time between).
+    Communication hidden behind compute is in the compute parts (see
+    :class:`CommunicationTime`)."""
+
+    forward: float
+    backward: float
+    step: float
+    communication: float
+    other: float
+
+    @property
+    def total(self) -> float:
+        return self.forward + self.backward + self.step + self.communication + self.other
 
 
 @dataclass
@@ -45,6 +82,8 @@ class IterationStats:
     recompute: Stats
     step: Stats
     samples: int | None
+    communication: CommunicationTime = field(default_factory=CommunicationTime)
+    anatomy: StepAnatomy | None = None
 
     @property
     def model_flops(self) -> int:
@@ -83,14 +122,42 @@ def iteration_stats(result: ProfileResult) -> IterationStats:
         samples = size * forward.calls if size and forward.calls else None
     walls = result.spans.get("iteration")
     latency = sum(walls) if walls else forward.latency
+    backward, step = result.phase_total("backward"), result.phase_total("step")
+    communication = _communication_time(result)
     return IterationStats(
         latency=latency,
         forward=forward,
-        backward=result.phase_total("backward"),
+        backward=backward,
         recompute=result.phase_total("recompute"),
-        step=result.phase_total("step"),
+        step=step,
         samples=samples,
+        communication=communication,
+        anatomy=_anatomy(result, latency, communication) if walls else None,
     )
+
+
+def _communication_time(result: ProfileResult) -> CommunicationTime:
+    flights = result.spans.get("communication", [])
+    overlapped = sum(result.spans.get("communication_overlapped", []))
+    return CommunicationTime(max(sum(flights) - overlapped, 0.0), overlapped)
+
+
+def _anatomy(result: ProfileResult, latency: float, communication: CommunicationTime) -> StepAnatomy:
+    """Phase wall times less the communication the rank waited for in them, that exposed
+    time (the merged flights' share, split over the phases as their collectives' own
+    exposed times are), and the rest of the span."""
+    exposed_by_phase: dict[str, float] = {}
+    for c in result.collectives():
+        exposed_by_phase[c.phase] = exposed_by_phase.get(c.phase, 0.0) + c.exposed
+    total = sum(exposed_by_phase.values())
+    scale = communication.exposed / total if total > 0 else 0.0
+
+    def compute(phase: str) -> float:
+        return max(sum(result.spans.get(phase, [])) - exposed_by_phase.get(phase, 0.0) * scale, 0.0)
+
+    forward, backward, step = compute("forward"), compute("backward"), compute("step")
+    other = max(latency - forward - backward - step - communication.exposed, 0.0)
+    return StepAnatomy(forward, backward, step, communication.exposed, other)
 
 
 def _sum(calls: list[ModelCall]) -> Stats:

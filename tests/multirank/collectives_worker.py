@@ -4,7 +4,8 @@ Writes ``<out>/<scenario>.rank<r>.json`` (a ProfileResult) for each scenario:
 
 * ``direct``: one of each collective called from user code, under ``Profiler()``;
 * ``ddp``: one DDP training step of a small MLP under ``Profiler(ddp_model, optimizer)``;
-* ``module``: a module whose forward all-reduces its output (tensor parallelism's row layer).
+* ``module``: a module whose forward all-reduces its output (tensor parallelism's row layer);
+* ``overlap``: an asynchronous all-reduce hidden behind compute, then a synchronous one.
 """
 
 import os
@@ -69,6 +70,15 @@ model = nn.Sequential(nn.Linear(8, 8), RowParallel())
 with flopsight.Profiler(model) as prof:
     model(torch.randn(2, 8))
 save("module", prof.result)
+
+with flopsight.Profiler() as prof:
+    work = dist.all_reduce(torch.ones(1000), async_op=True)  # in flight while the rank computes
+    x = torch.randn(128, 128)
+    for _ in range(200):
+        x = torch.tanh(x @ x)
+    work.wait()
+    dist.all_reduce(torch.ones(1000))  # the rank waits for this one
+save("overlap", prof.result)
 
 dist.barrier()
 dist.destroy_process_group()

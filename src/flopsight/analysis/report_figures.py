@@ -23,7 +23,7 @@ from ..communication import Collective, bandwidths
 from ..result import Coverage, ProfileResult
 from ..stats import Stats
 from ..tree import ModuleNode
-from ..views import GenerationStats
+from ..views import CommunicationTime, GenerationStats, StepAnatomy
 
 __all__ = [
     "ParallelInfo",
@@ -201,6 +201,9 @@ class SummaryFigures:
     unsupported_ops: list[tuple[str, int]]
     error: str | None
     coverage: Coverage | None = None
+    #: a training report's step anatomy and communication time (None otherwise)
+    anatomy: StepAnatomy | None = None
+    communication_time: CommunicationTime | None = None
 
 
 def training_figures(
@@ -293,6 +296,8 @@ def summary_figures(
         training=training_figures(result, header, batch, recompute_fwd_factor) if training else None,
         generation=generation_figures(result),
         communication=communication_figures(result.collectives()),
+        anatomy=it.anatomy if it is not None else None,
+        communication_time=it.communication if it is not None else None,
         unsupported_ops=sorted(result.unsupported_ops.items()),
         coverage=result.coverage,
         error=result.metadata.error or None,

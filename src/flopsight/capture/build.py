@@ -84,14 +84,17 @@ def build_result(
 
 
 def _collectives(calls) -> tuple[Collective, ...]:
-    """One record per (module, phase, kind, group size), summed over the calls, in module
-    order of first use, then phase and kind order."""
+    """One record per (module, phase, kind, group size), summed over the calls, in phase
+    then kind order."""
     acc: dict[tuple, list] = {}
-    for path, phase, kind, nbytes, group_size, seconds in calls:
-        a = acc.setdefault((path, phase, kind, group_size), [0, 0, 0.0])
+    for path, phase, kind, nbytes, group_size, seconds, overlapped in calls:
+        a = acc.setdefault((path, phase, kind, group_size), [0, 0, 0.0, 0.0])
         a[0] += 1
         a[1] += nbytes
         a[2] += seconds
+        a[3] += overlapped
     order = {k: i for i, k in enumerate(KINDS)}
     keys = sorted(acc, key=lambda k: (_PHASE_ORDER.get(k[1], len(_PHASE_ORDER)), order.get(k[2], len(order))))
-    return tuple(Collective(kind, path, phase, *acc[(path, phase, kind, n)], n) for path, phase, kind, n in keys)
+    return tuple(Collective(kind, path, phase, n_calls, nbytes, seconds, group, seconds - overlapped, overlapped)
+                 for (path, phase, kind, group), (n_calls, nbytes, seconds, overlapped) in
+                 ((k, acc[k]) for k in keys))

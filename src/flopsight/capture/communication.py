@@ -23,7 +23,7 @@ from .attribution import Attribution
 from .context import CaptureContext
 from .counting import CountingSource
 
-__all__ = ["CommunicationSource", "COLLECTIVE_OPS", "payload_bytes"]
+__all__ = ["CommunicationSource", "InFlight", "COLLECTIVE_OPS", "payload_bytes", "merged_flights"]
 
 # op -> (kind, the argument holding this rank's payload, the argument naming the group);
 # reduce-scatter's functional form takes the whole input: its share is input / group size
@@ -112,23 +112,66 @@ def payload_bytes(value) -> int:
 
 
 class _Call:
-    """One collective: where it was charged, its size, and its issue and completion times."""
+    """One collective: where it was charged, its size, its issue and completion times, and
+    how much of its flight the rank spent running ops (``overlapped``)."""
 
-    __slots__ = ("kind", "path", "phase", "bytes", "group_size", "issued", "returned", "done")
+    __slots__ = ("kind", "path", "phase", "bytes", "group_size", "issued", "returned", "done", "overlapped")
 
     def __init__(self, kind, path, phase, nbytes, group_size, issued, returned):
         self.kind, self.path, self.phase, self.bytes, self.group_size = kind, path, phase, nbytes, group_size
         self.issued, self.returned = issued, returned
         self.done: float | None = None
+        self.overlapped = 0.0
 
     def complete(self) -> None:
         if self.done is None:
             self.done = time.perf_counter()
 
     @property
+    def end(self) -> float:
+        """Completion (the op's return when completion was never seen)."""
+        return self.done if self.done is not None else self.returned
+
+    @property
     def seconds(self) -> float:
-        """Issue to completion (to the op's return when completion was never seen)."""
-        return max((self.done if self.done is not None else self.returned) - self.issued, 0.0)
+        """Issue to completion."""
+        return max(self.end - self.issued, 0.0)
+
+
+class InFlight:
+    """The collectives not yet complete, and the ops the rank ran meanwhile.
+
+    The counting mode reports each op's host interval here while ``busy`` (one test per op,
+    only under torch.distributed): that time is compute overlapping communication; the rest
+    of a collective's flight the rank waited for it (exposed).
+    """
+
+    def __init__(self) -> None:
+        self.calls: list[_Call] = []
+        self.issued = self.completed = 0  # each written by one thread only (issuer, backend)
+
+    @property
+    def busy(self) -> bool:
+        return self.issued != self.completed
+
+    def add(self, call: _Call) -> None:
+        self.calls.append(call)
+        self.issued += 1
+
+    def completed_one(self) -> None:
+        self.completed += 1
+
+    def ran(self, t0: float, t1: float) -> None:
+        """An op ran from ``t0`` to ``t1`` (host seconds) while collectives were in flight."""
+        still = []
+        for call in self.calls:
+            end = call.done if call.done is not None else t1
+            overlap = min(t1, end) - max(t0, call.issued)
+            if overlap > 0:
+                call.overlapped += overlap
+            if call.done is None:
+                still.append(call)
+        self.calls = still
 
 
 class CommunicationSource:
@@ -141,6 +184,9 @@ class CommunicationSource:
         self._binders: dict = {}
         self._awaiting: dict[int, tuple[_Call, torch.Tensor]] = {}  # id(result) -> functional call
         self._issue_time = lambda stamp: stamp
+        #: collectives in flight; None until a process group exists (the counting mode then
+        #: reports the ops that run meanwhile)
+        self.in_flight: InFlight | None = None
 
     def start(self, ctx: CaptureContext) -> None:
         dist = torch.distributed
@@ -151,6 +197,7 @@ class CommunicationSource:
             WAIT_OPS.extend(_overloads("_c10d_functional", "wait_tensor"))
         if not FREE_OPS:  # defined once torch.distributed._functional_collectives is imported
             FREE_OPS.extend(_overloads("_c10d_functional", "_wrap_tensor_autograd"))
+        self.in_flight = self._counting.in_flight = InFlight()
         observers = self._counting.observers
         for op in COLLECTIVE_OPS:
             observers[op] = self._collective
@@ -163,6 +210,7 @@ class CommunicationSource:
 
     def stop(self, ctx: CaptureContext) -> None:
         self._awaiting.clear()
+        self._counting.in_flight = None
 
     def _collective(self, entry, func, args, kwargs, out, t0, t1) -> None:
         where = self._attribution.charge_collective(entry, t0, t1)
@@ -177,11 +225,19 @@ class CommunicationSource:
             nbytes //= group_size  # the whole input is passed; this rank keeps 1/n of it
         call = _Call(kind, where[0], where[1], nbytes, group_size, self._issue_time(t0), self._issue_time(t1))
         self.calls.append(call)
+        flight = self.in_flight
+
+        def complete() -> None:  # from the backend's thread, or at once
+            if call.done is None:
+                call.complete()
+                flight.completed_one()
+
+        flight.add(call)
         if func.namespace == "_c10d_functional":  # done when its result is waited for
             for t in out if isinstance(out, (list, tuple)) else (out,):
-                self._awaiting[id(t)] = (call, t)
-        elif not on_work_done(out[-1] if isinstance(out, tuple) else out, call.complete):
-            call.complete()  # no Work to watch: treat the call as synchronous
+                self._awaiting[id(t)] = (complete, t)
+        elif not on_work_done(out[-1] if isinstance(out, tuple) else out, complete):
+            complete()  # no Work to watch: treat the call as synchronous
 
     def _free(self, entry, func, args, kwargs, out, t0, t1) -> None:
         self._attribution.charge(entry, t0, t1, (), ZERO_STATS)
@@ -191,5 +247,26 @@ class CommunicationSource:
         tensor = args[0] if args else kwargs.get("tensor")
         pending = self._awaiting.pop(id(tensor), None)
         if pending is not None:
-            pending[0].complete()
+            pending[0]()
 
+
+
+def merged_flights(calls) -> list[tuple[float, float, float]]:
+    """The collectives' flights merged where they overlap: (start, end, seconds of ops run
+    meanwhile), the last from each call's ``overlapped`` (an op seen by two overlapping
+    calls counts once: the largest share is kept).
+
+    >>> class C:
+    ...     def __init__(self, a, b, o): self.issued, self.end, self.overlapped = a, b, o
+    >>> merged_flights([C(0.0, 2.0, 0.5), C(1.0, 3.0, 1.0), C(5.0, 6.0, 0.0)])
+    [(0.0, 3.0, 1.0), (5.0, 6.0, 0.0)]
+    """
+    merged: list[list[float]] = []
+    for c in sorted(calls, key=lambda c: c.issued):
+        if merged and c.issued <= merged[-1][1]:
+            m = merged[-1]
+            m[1] = max(m[1], c.end)
+            m[2] = max(m[2], c.overlapped)
+        else:
+            merged.append([c.issued, c.end, c.overlapped])
+    return [(a, b, min(o, b - a)) for a, b, o in merged]

@@ -40,6 +40,8 @@ class _CountingMode(EagerDispatchMode):
         self._charge = attribution.charge
         # on a host clock the op's end stamp is also when the profiler's own work starts
         self._stamp_is_now = self._stamp is self._now
+        #: the collectives in flight (:class:`~.communication.InFlight`), under torch.distributed
+        self.in_flight = None
         #: op overload -> handler(entry, func, args, kwargs, out, t0, t1) that charges it
         #: instead (collectives); empty outside torch.distributed, so other ops pay one test
         self.observers: dict = {}
@@ -60,6 +62,9 @@ class _CountingMode(EagerDispatchMode):
                 self._charge(entry, t0, t1, (), ZERO_STATS)
             else:
                 self._charge(entry, t0, t1, (out, args, kwargs or _NO_KWARGS))
+            flight = self.in_flight
+            if flight is not None and flight.busy and self._stamp_is_now:  # compute overlapping communication
+                flight.ran(t0, t1)
             self._overhead.seconds += self._now() - h0
         return out
 
@@ -101,6 +106,18 @@ class CountingSource:
         #: op overload -> handler, for ops another source records more about
         #: (``handler(entry, func, args, kwargs, out, t0, t1)`` charges the op itself)
         self.observers: dict = {}
+        self._in_flight = None
+
+    @property
+    def in_flight(self):
+        """Collectives in flight, whose overlap with the ops the mode reports (or None)."""
+        return self._in_flight
+
+    @in_flight.setter
+    def in_flight(self, value) -> None:
+        self._in_flight = value
+        if self._mode is not None:
+            self._mode.in_flight = value
 
     def start(self, ctx: CaptureContext) -> None:
         prime_modes()
@@ -110,6 +127,7 @@ class CountingSource:
         try:
             self._mode = _CountingMode(ctx, self._attribution)
             self._mode.observers = self.observers
+            self._mode.in_flight = self._in_flight
             self._mode.__enter__()
         except BaseException:
             _EAGER.release()

@@ -29,7 +29,7 @@ from ..formulas.registry import Registry
 from ..stats import Stats
 from .attribution import Attribution
 from .autograd_functions import AutogradFunctions
-from .communication import CommunicationSource
+from .communication import CommunicationSource, merged_flights
 from .context import CaptureContext
 from .counting import CountingSource
 from .functions import FunctionInterceptor
@@ -62,8 +62,9 @@ class RawCapture:
     top_calls: list[tuple[str, Stats, int | None]] = field(default_factory=list)
     first_inputs: tuple | None = None
     error: str | None = None
-    #: every collective: (module path, phase, kind, payload bytes per rank, group size, seconds)
-    collectives: list[tuple[str, str, str, int, int, float]] = field(default_factory=list)
+    #: every collective: (module path, phase, kind, payload bytes per rank, group size, seconds,
+    #: seconds of it the rank spent running ops)
+    collectives: list[tuple[str, str, str, int, int, float, float]] = field(default_factory=list)
 
 
 class CaptureSession:
@@ -195,9 +196,14 @@ class CaptureSession:
         # forward wall time: the top-level forward calls (the model, or whatever modules
         # of it the caller ran directly)
         raw.spans["forward"] = [span[r.index] for r in log if r.parent < 0 and r.phase == "forward"]
-        if self.communication is not None:
-            raw.collectives = [(c.path, c.phase, c.kind, c.bytes, c.group_size, c.seconds)
-                               for c in self.communication.calls]
+        if self.communication is not None and self.communication.calls:
+            calls = self.communication.calls
+            raw.collectives = [(c.path, c.phase, c.kind, c.bytes, c.group_size, c.seconds, min(c.overlapped, c.seconds))
+                               for c in calls]
+            # communication as wall time: its flights merged, and the ops run meanwhile
+            flights = merged_flights(calls)
+            raw.spans["communication"] = [end - start for start, end, _ in flights]
+            raw.spans["communication_overlapped"] = [overlapped for _, _, overlapped in flights]
         for kind, start, end, ovh_start, ovh_end in self.spans.spans:
             raw.spans.setdefault(kind, []).append(self._seconds(start, end, ovh_start, ovh_end))
         return raw

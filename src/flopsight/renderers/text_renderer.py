@@ -38,6 +38,7 @@ from ..analysis.report_figures import (
     summary_figures,
 )
 from ..result import ProfileResult
+from ..views import CommunicationTime, StepAnatomy
 from ..tree import ModuleNode
 from ..units import (
     DEFAULT_PRECISION,
@@ -137,6 +138,8 @@ class _Report:
             self._training(f.training)
         if f.generation is not None:
             self._generation(f.generation, batch_printed=parallel is not None and parallel.batch_size is not None)
+        if f.anatomy is not None:
+            self._anatomy(f.anatomy, f.communication_time)
         for c in f.communication:
             # new lines of their own after DeepSpeed's (its log parsers never see them change)
             self.kv(
@@ -204,6 +207,21 @@ class _Report:
             # world size, which overcounts under model parallelism)
             self.kv("measured samples/second = samples * dp_size / iter wall time: ",
                     _count(t.samples_per_second))
+
+    def _anatomy(self, a: StepAnatomy, comm: CommunicationTime) -> None:
+        """Where this rank's iteration wall time went; the parts add up to it."""
+        total = a.total
+
+        def part(seconds: float) -> str:
+            return f"{duration_to_string(seconds)} ({_pct(100 * seconds / total if total else 0)})"
+
+        self.kv("step anatomy, fwd compute: ", part(a.forward))
+        self.kv("step anatomy, bwd compute: ", part(a.backward))
+        self.kv("step anatomy, optimizer step: ", part(a.step))
+        self.kv("step anatomy, communication waited for (exposed): ", part(a.communication))
+        self.kv("step anatomy, other (data loading, loss, idle): ", part(a.other))
+        if comm.total:
+            self.kv("communication hidden behind compute (overlapped): ", duration_to_string(comm.overlapped))
 
     def _generation(self, gf: GenerationFigures, batch_printed: bool) -> None:
         """generate(): the prompt's prefill apart from the decode steps, then the whole call."""
