@@ -339,6 +339,7 @@ WORKER = textwrap.dedent(
     state = {
         "steps": handle.steps, "done": handle.done, "attached": handle.attached,
         "report": handle.report is not None, "result": handle.result is not None,
+        "ranks": [r.iteration.samples if r else None for r in handle.result.ranks],
         "hooks": [len(opt._optimizer_step_post_hooks), len(opt._optimizer_step_pre_hooks)],
     }
     with open(f"{out}/rank{rank}.json", "w") as f:
@@ -357,7 +358,7 @@ def free_port():
 
 
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available")
-def test_two_process_gloo_run_only_rank_0_prints(tmp_path):
+def test_two_process_gloo_run_every_rank_profiles_rank_0_gathers_and_prints(tmp_path):
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
@@ -387,7 +388,8 @@ def test_two_process_gloo_run_only_rank_0_prints(tmp_path):
     for state in states:  # every rank counted its steps and detached
         assert state["steps"] == 2 and state["done"] and not state["attached"] and state["hooks"] == [0, 0]
     assert states[0]["report"] and states[0]["result"]
-    assert not states[1]["report"] and not states[1]["result"]  # rank 1 neither profiled nor printed
+    assert not states[1]["report"] and states[1]["result"]  # rank 1 profiled its step, did not print
+    assert states[0]["ranks"] == [4, 6] and states[1]["ranks"] == []  # rank 0 gathered both ranks' results
     text = (tmp_path / "report.txt").read_text()
     assert "Profile Summary at step 2:" in text
     assert (value(text, "world size"), value(text, "data parallel size"), value(text, "model parallel size")) == (

@@ -42,6 +42,7 @@ __all__ = [
     "allow_under_mode",
     "process_group_size",
     "on_work_done",
+    "default_store",
 ]
 
 
@@ -219,3 +220,15 @@ def on_work_done(work, callback) -> bool:
         return True
     except Exception:  # not a Work, or a backend whose work has no future
         return False
+
+
+def default_store():
+    """The key-value store the default process group rendezvoused through (None if there
+    is none): ranks exchange results through it without a collective, so a rank that never
+    arrives cannot make the others hang."""
+    try:
+        from torch.distributed.distributed_c10d import _get_default_store
+
+        return _get_default_store()
+    except Exception:  # no process group, or a backend set up without a store
+        return None

@@ -113,7 +113,9 @@ class EngineProfiler(FlopsProfiler):
             return  # a later micro-batch of the step being profiled
         self._steps_at_start = self.ds_engine.global_steps
         self._result = None
-        self._profiler = Profiler(self.model, optimizer=self.ds_engine, ignore_modules=ignore_list).start()
+        # the engine profiles on rank 0 only: nothing to gather
+        self._profiler = Profiler(self.model, optimizer=self.ds_engine, ignore_modules=ignore_list,
+                                  gather_timeout=None).start()
         self.started = True
         self._register()
 

@@ -105,7 +105,8 @@ class FlopsProfiler:
         if self._profiler is not None and self._profiler.running:
             self._profiler.stop()
         self._result = None
-        self._profiler = Profiler(self.model, optimizer=None, ignore_modules=ignore_list).start()
+        # DeepSpeed's API profiles where it is called (often rank 0 only): no gathering
+        self._profiler = Profiler(self.model, optimizer=None, ignore_modules=ignore_list, gather_timeout=None).start()
         self.started = True
         self._register()
 
@@ -324,7 +325,7 @@ def get_model_profile(
     try:
         result = profile(
             model, args, kwargs, warm_up=warm_up, mode=mode, func_name=func_name, ignore_modules=ignore_modules,
-            attention=attention, timing=timing,
+            attention=attention, timing=timing, gather_timeout=None,  # per rank, as DeepSpeed's
         )
     finally:
         for m, flag in flags:

@@ -34,6 +34,7 @@ from .formulas import REGISTRY
 from .formulas.attention import attention_registry
 from .formulas.registry import Registry
 from .metadata import ATTENTION_CONVENTIONS, Metadata, Timing
+from .ranks import DEFAULT_GATHER_TIMEOUT, check_gather_timeout, gather_ranks
 from .result import ProfileResult
 
 __all__ = ["profile", "Profiler", "MODES", "TIMINGS"]
@@ -162,6 +163,7 @@ def profile(
     attention: str = "dense",
     clock: Clock | None = None,
     registry: Registry | None = None,
+    gather_timeout: float | None = DEFAULT_GATHER_TIMEOUT,
 ) -> ProfileResult:
     """Profile one call of ``model`` (its forward, ``generate``, or any method).
 
@@ -181,6 +183,9 @@ def profile(
             block mask leaves in (docs/conventions/attention.md).
         clock: a clock from :mod:`flopsight.capture.timing` (tests inject ``FakeClock``).
         registry: formulas to count with (default: the global registry).
+        gather_timeout: under torch.distributed, every rank profiles and rank 0 gathers their
+            results into ``result.ranks``, waiting at most this many seconds for each (a
+            rank that failed or never arrives is ``None``); None: no gathering.
 
     The model is left as found: buffers (BatchNorm statistics), RNG state and training
     flags are restored, and every pass sees the same RNG state. Grad mode is the
@@ -189,6 +194,8 @@ def profile(
     check_model(model)
     args, kwargs = as_args(args), as_kwargs(kwargs)
     warm_up = check_warm_up(warm_up)
+    if gather_timeout is not None:
+        gather_timeout = check_gather_timeout(gather_timeout)
     name = method_name(model, mode, func_name)
     if timing not in TIMINGS:
         raise ValueError(f"timing: expected one of {', '.join(map(repr, TIMINGS))}, got {timing!r}")
@@ -255,7 +262,16 @@ def profile(
 
     meta = run_metadata(target, args, kwargs, mode=mode, method=name, warm_up=warm_up, attention=attention,
                         timing=_timing(clock, separate, compiled))
-    return build_result(infos, counts, times if separate else None, ignored=ignore, metadata=meta)
+    result = build_result(infos, counts, times if separate else None, ignored=ignore, metadata=meta)
+    return with_ranks(result, gather_timeout)
+
+
+def with_ranks(result: ProfileResult, gather_timeout: float | None) -> ProfileResult:
+    """``result`` with every rank's result on rank 0 (see :mod:`flopsight.ranks`)."""
+    if gather_timeout is None:
+        return result
+    ranks = gather_ranks(result, gather_timeout)
+    return dataclasses.replace(result, ranks=tuple(ranks)) if ranks else result
 
 
 # -- Profiler ------------------------------------------------------------------------------
@@ -268,8 +284,8 @@ class Profiler:
     ``optimizer.step()`` (of ``optimizer``, or of any optimizer when None) is the step
     phase; ``optimizer`` may also be a wrapper with a ``step()`` of its own (a DeepSpeed ZeRO
     optimizer), whose whole step is then timed. ``result.iteration`` sums up the span. ``batch_size`` overrides the batch size
-    read from the first dimension of each model call's first input. ``attention`` as in
-    :func:`profile`.
+    read from the first dimension of each model call's first input. ``attention`` and
+    ``gather_timeout`` (every rank's result gathered on rank 0) as in :func:`profile`.
 
     Only what runs inside the model's forward calls (and their backward) is counted, as in
     DeepSpeed: give it a submodule and it counts that submodule, whatever the code around
@@ -297,7 +313,9 @@ class Profiler:
         attention: str = "dense",
         clock: Clock | None = None,
         registry: Registry | None = None,
+        gather_timeout: float | None = DEFAULT_GATHER_TIMEOUT,
     ):
+        self._gather_timeout = check_gather_timeout(gather_timeout) if gather_timeout is not None else None
         self._everything = model is None  # no model: count all the span runs, at the root
         self.model = nn.Module() if model is None else check_model(model)
         model = self.model
@@ -344,7 +362,7 @@ class Profiler:
         session, self._session = self._session, None
         if session is None:
             return self._result
-        self._result = self._build(session, session.stop())
+        self._result = with_ranks(self._build(session, session.stop()), self._gather_timeout)
         return self._result
 
     def snapshot(self) -> ProfileResult:

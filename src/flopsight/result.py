@@ -122,6 +122,9 @@ class ProfileResult:
     calls: list[ModelCall] = field(default_factory=list)
     #: what :meth:`collectives` returns, unfiltered
     comms: tuple[Collective, ...] = ()
+    #: on rank 0 of a torch.distributed run: every rank's result (index = rank; None for a
+    #: rank that sent none in time); empty in one process and on the other ranks
+    ranks: tuple["ProfileResult | None", ...] = ()
 
     def __post_init__(self) -> None:
         if "" not in self.modules:
@@ -177,6 +180,11 @@ class ProfileResult:
             for name, op in stats.ops.get(phase, {}).items():
                 totals[name] = totals.get(name, ZERO_STATS) + op
         return dict(sorted(totals.items(), key=lambda kv: (-kv[1].flops, -kv[1].latency, kv[0])))
+
+    @property
+    def missing_ranks(self) -> list[int]:
+        """Ranks whose result did not arrive (rank 0 of a torch.distributed run)."""
+        return [i for i, r in enumerate(self.ranks) if r is None]
 
     def collectives(self, phase: str | None = None) -> list[Collective]:
         """The collectives this rank issued (one record per module, phase, kind and group
@@ -234,6 +242,7 @@ class ProfileResult:
             "calls": [{"path": c.path, "stats": c.stats._asdict(), "batch_size": c.batch_size} for c in self.calls],
             "modules": [s.to_dict() for s in self.modules.values()],
             "collectives": [c.to_dict() for c in self.comms],
+            "ranks": [r.to_dict() if r is not None else None for r in self.ranks],
         }
 
     @classmethod
@@ -249,6 +258,7 @@ class ProfileResult:
             spans={k: list(v) for k, v in data.get("spans", {}).items()},
             calls=[ModelCall(c["path"], Stats(**c["stats"]), c.get("batch_size")) for c in data.get("calls", [])],
             comms=tuple(Collective.from_dict(c) for c in data.get("collectives", [])),
+            ranks=tuple(cls.from_dict(r) if r is not None else None for r in data.get("ranks", [])),
         )
 
     def save(self, path: str | os.PathLike) -> None:

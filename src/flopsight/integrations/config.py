@@ -16,8 +16,8 @@ that step, and removes everything it installed::
 
 Steps are counted from ``attach`` (the first ``optimizer.step()`` after it is step 1):
 profiling starts right after step ``profile_step - 1`` ends (at ``attach`` for step 1).
-Under ``torch.distributed`` only rank 0 profiles and prints; every rank counts its steps
-and detaches at ``profile_step``.
+Under ``torch.distributed`` every rank profiles step ``profile_step``; rank 0 gathers their
+results (``handle.result.ranks``) and prints.
 
 >>> import torch, flopsight
 >>> model = torch.nn.Linear(4, 2)
@@ -173,7 +173,7 @@ class AttachedProfiler:
 
     ``steps`` counts the optimizer's steps since attach; ``result`` is the
     :class:`~flopsight.ProfileResult` of step ``profile_step`` and ``report`` its text
-    (both None until then, and on ranks other than 0).
+    (both None until then; ``report`` stays None on ranks other than 0).
     """
 
     def __init__(self, model: nn.Module, optimizer: Any, config: FlopsProfilerConfig, batch_size: int | None,
@@ -229,8 +229,7 @@ class AttachedProfiler:
 
     # -- the optimizer's hooks ----------------------------------------------------------
     def _start(self) -> None:
-        if _rank() == 0:  # as DeepSpeed: only rank 0 profiles (and prints)
-            self._profiler.start()
+        self._profiler.start()  # every rank profiles; rank 0 gathers and prints
 
     def _after_step(self, optimizer, args, kwargs) -> None:
         self.steps += 1
@@ -255,6 +254,8 @@ class AttachedProfiler:
         try:
             if self._profiler.running:
                 self.result = self._profiler.stop()
+                if _rank() != 0:
+                    return
                 cfg = self.config
                 self.report = print_report(
                     self.result,

@@ -27,6 +27,7 @@ comes from :mod:`flopsight.analysis.report_figures`; this file only formats.
 from __future__ import annotations
 
 from ..analysis.aggregate import by_depth_and_type
+from ..analysis.ranks import RankFigures, rank_figures
 from ..analysis.report_figures import (
     GenerationFigures,
     ParallelInfo,
@@ -55,6 +56,7 @@ from ..units import (
 __all__ = ["ParallelInfo", "render_text", "render_aggregated", "is_training", "parallel_of"]
 
 RULE = "-" * 78
+_PHASE_LABELS = {"forward": "fwd latency", "backward": "bwd latency"}
 _LINE = "{:<70}  {:<8}"
 _NOTATIONS = """Notations:
 data parallel size (dp_size), model parallel size(mp_size),
@@ -140,6 +142,9 @@ class _Report:
             self._generation(f.generation, batch_printed=parallel is not None and parallel.batch_size is not None)
         if f.anatomy is not None:
             self._anatomy(f.anatomy, f.communication_time)
+        ranks = rank_figures(self.result)
+        if ranks is not None:
+            self._ranks(ranks)
         for c in f.communication:
             # new lines of their own after DeepSpeed's (its log parsers never see them change)
             self.kv(
@@ -207,6 +212,31 @@ class _Report:
             # world size, which overcounts under model parallelism)
             self.kv("measured samples/second = samples * dp_size / iter wall time: ",
                     _count(t.samples_per_second))
+
+    def _ranks(self, f: RankFigures) -> None:
+        """The ranks of a torch.distributed run, gathered on rank 0."""
+        self.kv("ranks reporting: ", f"{f.world - len(f.missing)} of {f.world}")
+        if f.missing:
+            self.kv("ranks missing (no result within gather_timeout): ", ", ".join(map(str, f.missing)))
+        it = f.iteration
+        if it is not None:
+            self.kv("iter wall time over ranks (min / mean / max): ",
+                    " / ".join(duration_to_string(x) for x in (it.min, it.mean, it.max)))
+            self.kv("straggler (slowest rank): ", f"rank {it.slowest}, {_pct(f.straggler_excess)} above the mean")
+
+    def rank_table(self) -> None:
+        """Per module and phase, the latency over the ranks and the slowest rank."""
+        f = rank_figures(self.result)
+        if f is None or not f.modules:
+            return
+        self.add("", "------------------------------ Per-rank Profile ------------------------------",
+                 "Latency over the ranks that reported (min / mean / max) and the slowest rank, per module and phase:")
+        for m in f.modules:
+            s = m.latency
+            name = m.path or "<root>"
+            self.add(f"    {name} ({m.type_name}) {_PHASE_LABELS[m.phase]}: "
+                     f"{duration_to_string(s.min)} / {duration_to_string(s.mean)} / {duration_to_string(s.max)}, "
+                     f"slowest rank {s.slowest}")
 
     def _anatomy(self, a: StepAnatomy, comm: CommunicationTime) -> None:
         """Where this rank's iteration wall time went; the parts add up to it."""
@@ -402,6 +432,7 @@ def render_text(
     report.summary(profile_step)
     report.add("", f"----------------------------- Aggregated Profile per {report.unit} -----------------------------")
     report.aggregated(module_depth, top_modules)
+    report.rank_table()
     if detailed:
         report.detailed()
     report.add(RULE)

@@ -1,0 +1,76 @@
+"""Figures over the ranks of a torch.distributed run: spread, slowest rank, missing ranks.
+
+>>> from flopsight.analysis.ranks import spread
+>>> spread([0.1, 0.3, 0.2])
+Spread(min=0.1, mean=0.20000000000000004, max=0.3, slowest=1)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from ..result import ProfileResult
+
+__all__ = ["Spread", "RankFigures", "ModuleSpread", "spread", "rank_figures"]
+
+
+class Spread(NamedTuple):
+    """Min, mean and max of one figure over the ranks that reported, and the rank of the max."""
+
+    min: float
+    mean: float
+    max: float
+    slowest: int
+
+
+def spread(values: list[float | None]) -> Spread | None:
+    """Over the entries that are not None (index = rank); None when there are none."""
+    present = [(v, r) for r, v in enumerate(values) if v is not None]
+    if not present:
+        return None
+    worst, slowest = max(present)
+    return Spread(min(v for v, _ in present), sum(v for v, _ in present) / len(present), worst, slowest)
+
+
+@dataclass(frozen=True)
+class ModuleSpread:
+    path: str
+    type_name: str
+    phase: str
+    latency: Spread
+
+
+@dataclass(frozen=True)
+class RankFigures:
+    """``world`` ranks, those ``missing``, the iteration's wall time over the ranks and how
+    far the slowest one is above the mean (percent), and per module (down to ``depth``) and
+    phase the latency over the ranks."""
+
+    world: int
+    missing: list[int]
+    iteration: Spread | None
+    straggler_excess: float
+    modules: list[ModuleSpread]
+
+
+def rank_figures(result: ProfileResult, depth: int = 1) -> RankFigures | None:
+    """None outside a gathered torch.distributed result."""
+    ranks = result.ranks
+    if not ranks:
+        return None
+    iteration = spread([r.iteration.latency if r is not None else None for r in ranks])
+    excess = 100 * (iteration.max - iteration.mean) / iteration.mean if iteration and iteration.mean else 0.0
+    modules = []
+    for node in result.walk(depth):
+        for phase in ("forward", "backward"):
+            values = []
+            for r in ranks:
+                if r is None or node.name not in r.modules:
+                    values.append(None)
+                else:
+                    values.append(r.module(node.name).inclusive[phase].latency)
+            s = spread(values)
+            if s is not None and s.max > 0:
+                modules.append(ModuleSpread(node.name, node.type_name, phase, s))
+    return RankFigures(len(ranks), result.missing_ranks, iteration, excess, modules)

@@ -1,0 +1,72 @@
+"""Many ranks, one result: every rank's profile gathered on rank 0, without a collective.
+
+Under ``torch.distributed`` each rank publishes its result (as the JSON it saves) in the
+default process group's key-value store and rank 0 reads them back, waiting at most
+``timeout`` seconds: a rank that raised or never reached the profiled step is missing
+(``None``), and nothing can hang on it. Profiles are matched across ranks by their order:
+the n-th profile a rank gathers is the n-th of every other rank (the same program runs
+on every rank).
+
+>>> gather_ranks(object(), timeout=1.0)   # outside torch.distributed: nothing to gather
+[]
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import torch
+
+from ._torch_private import default_store
+
+__all__ = ["gather_ranks", "check_gather_timeout", "DEFAULT_GATHER_TIMEOUT"]
+
+#: seconds rank 0 waits for the other ranks' results
+DEFAULT_GATHER_TIMEOUT = 60.0
+
+_count = 0  # profiles gathered by this process so far: the key of the next one
+
+
+def check_gather_timeout(timeout: Any) -> float:
+    """``timeout`` as seconds (a positive number), or an error naming ``gather_timeout``."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError(f"gather_timeout: expected a positive number of seconds, got {timeout!r}")
+    return float(timeout)
+
+
+def gather_ranks(result, timeout: float = DEFAULT_GATHER_TIMEOUT) -> list:
+    """On rank 0: every rank's result (index = rank; ``None`` for a rank that did not send
+    one within ``timeout`` seconds), ``result`` at index 0. On other ranks, and in one
+    process: ``[]`` (the others only publish theirs)."""
+    global _count
+    dist = torch.distributed
+    if not (dist.is_available() and dist.is_initialized()):
+        return []
+    store = default_store()
+    if store is None:
+        return []
+    _count += 1
+    prefix = f"flopsight/profile{_count}/rank"
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if rank != 0:
+        store.set(f"{prefix}{rank}", json.dumps(result.to_dict()))
+        return []
+    from .result import ProfileResult
+
+    results: list = [result] + [None] * (world - 1)
+    waiting = set(range(1, world))
+    deadline = time.monotonic() + timeout
+    while waiting:
+        for r in sorted(waiting):
+            key = f"{prefix}{r}"
+            if store.check([key]):
+                results[r] = ProfileResult.from_dict(json.loads(store.get(key)))
+                store.delete_key(key)
+                waiting.discard(r)
+        if waiting:
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.01)
+    return results

@@ -1,0 +1,67 @@
+"""Many ranks, one result: every rank's profile gathered on rank 0, a missing rank named."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import flopsight
+from flopsight.analysis.ranks import rank_figures, spread
+from flopsight.ranks import check_gather_timeout, gather_ranks
+
+from multirank.launch import torchrun
+
+WORKER = Path(__file__).parent / "multirank" / "gather_worker.py"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    if not torch.distributed.is_available():
+        pytest.skip("torch.distributed is not available")
+    out = tmp_path_factory.mktemp("ranks")
+    torchrun(WORKER, str(out))
+    return out
+
+
+def test_rank_0_holds_every_ranks_result_the_others_none(run):
+    assert json.loads((run / "ranks0.json").read_text()) == {"both": 2, "one_missing": 2}
+    assert json.loads((run / "ranks1.json").read_text()) == {"both": 0}
+    result = flopsight.load(run / "both.json")
+    # Linear(8, 16) + Linear(16, 4): 8*16 + 16*4 = 192 MACs per row; rank r ran 2 + r rows
+    assert [r.total.forward.macs for r in result.ranks] == [2 * 192, 3 * 192]
+    assert [r.metadata.rank for r in result.ranks] == [0, 1] and result.missing_ranks == []
+    figures = rank_figures(result)
+    assert figures.world == 2 and figures.iteration is not None
+    assert {(m.path, m.phase) for m in figures.modules} >= {("", "forward"), ("0", "forward"), ("2", "forward")}
+
+
+def test_a_rank_that_never_reaches_the_step_is_named_not_waited_for(run):
+    result = flopsight.load(run / "one_missing.json")
+    assert result.ranks[0] is not None and result.ranks[1] is None and result.missing_ranks == [1]
+    report = (run / "one_missing.txt").read_text()
+    assert "ranks reporting:" in report and "1 of 2" in report
+    assert "ranks missing (no result within gather_timeout):" in report
+
+
+def test_spread_and_straggler_over_ranks():
+    # ranks 0..3 took 1, 2, 3 and 6 s: mean 3, the slowest (rank 3) 100% above it
+    s = spread([1.0, 2.0, None, 3.0, 6.0])
+    assert s == (1.0, 3.0, 6.0, 4)
+    assert spread([None, None]) is None
+
+
+def test_outside_torch_distributed_there_is_nothing_to_gather():
+    result = flopsight.profile(torch.nn.Linear(2, 2), torch.ones(1, 2), warm_up=0)
+    assert gather_ranks(result) == [] and result.ranks == () and rank_figures(result) is None
+    assert "ranks reporting" not in flopsight.renderers.text_renderer.render_text(result)
+
+
+@pytest.mark.parametrize("timeout", [0, -1, "60", True])
+def test_gather_timeout_must_be_a_positive_number(timeout):
+    with pytest.raises(ValueError, match="gather_timeout: expected a positive number of seconds"):
+        check_gather_timeout(timeout)
+    with pytest.raises(ValueError, match="gather_timeout"):
+        flopsight.Profiler(torch.nn.Linear(2, 2), gather_timeout=timeout)
