@@ -8,6 +8,7 @@ from flopsight._torch_private import (
     active_function_modes,
     compiler_stance,
     global_module_hooks,
+    saved_tensors_hooks_active,
 )
 
 collect_ignore_glob = ["multirank/*_worker.py"]  # scripts run by torchrun, not test modules
@@ -24,6 +25,7 @@ def torch_left_clean():
     assert active_function_modes() == [], "a TorchFunctionMode was left active"
     assert global_module_hooks() == before, "global module hooks were left installed"
     assert compiler_stance() == "default", "torch.compile's stance was left changed"
+    assert not saved_tensors_hooks_active(), "a saved_tensors_hooks context was left active"
 
 
 def pytest_addoption(parser):

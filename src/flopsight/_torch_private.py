@@ -43,6 +43,8 @@ __all__ = [
     "process_group_size",
     "on_work_done",
     "default_store",
+    "storage_key",
+    "saved_tensors_hooks_active",
 ]
 
 
@@ -232,3 +234,18 @@ def default_store():
         return _get_default_store()
     except Exception:  # no process group, or a backend set up without a store
         return None
+
+
+def storage_key(tensor: torch.Tensor) -> int | None:
+    """An identity for the storage behind ``tensor`` (shared by its views), on any device,
+    meta included (where data pointers are all 0); None for a tensor without one (sparse,
+    nested, some subclasses)."""
+    try:
+        return tensor.untyped_storage()._cdata
+    except (RuntimeError, NotImplementedError, AttributeError, TypeError):
+        return None
+
+
+def saved_tensors_hooks_active() -> bool:
+    """Whether a ``saved_tensors_hooks`` context is in effect on this thread."""
+    return torch._C._autograd._top_saved_tensors_default_hooks(False) is not None

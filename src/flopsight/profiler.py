@@ -164,6 +164,7 @@ def profile(
     clock: Clock | None = None,
     registry: Registry | None = None,
     gather_timeout: float | None = DEFAULT_GATHER_TIMEOUT,
+    memory: bool = False,
 ) -> ProfileResult:
     """Profile one call of ``model`` (its forward, ``generate``, or any method).
 
@@ -186,6 +187,9 @@ def profile(
         gather_timeout: under torch.distributed, every rank profiles and rank 0 gathers their
             results into ``result.ranks``, waiting at most this many seconds for each (a
             rank that failed or never arrives is ``None``); None: no gathering.
+        memory: also count memory (``result.memory``, ``result.module(path).memory``):
+            activations saved for backward per module, peaks, parameters, gradients and
+            optimizer state, from the tensors' storages (see :mod:`flopsight.memory`).
 
     The model is left as found: buffers (BatchNorm statistics), RNG state and training
     flags are restored, and every pass sees the same RNG state. Grad mode is the
@@ -196,6 +200,8 @@ def profile(
     warm_up = check_warm_up(warm_up)
     if gather_timeout is not None:
         gather_timeout = check_gather_timeout(gather_timeout)
+    if not isinstance(memory, bool):
+        raise TypeError(f"memory: expected a bool, got {type(memory).__name__}")
     name = method_name(model, mode, func_name)
     if timing not in TIMINGS:
         raise ValueError(f"timing: expected one of {', '.join(map(repr, TIMINGS))}, got {timing!r}")
@@ -232,7 +238,7 @@ def profile(
         rewind()
         # the whole call is the model's: ops between its module calls (generate()'s sampling) are the root's
         session = CaptureSession(infos if count else time_infos, registry=registry, clock=clock, count=count,
-                                 ignore=ignore, outside_to_root=True)
+                                 ignore=ignore, outside_to_root=True, memory=memory)
         session.start()
         try:
             with warnings.catch_warnings():
@@ -284,8 +290,9 @@ class Profiler:
     ``optimizer.step()`` (of ``optimizer``, or of any optimizer when None) is the step
     phase; ``optimizer`` may also be a wrapper with a ``step()`` of its own (a DeepSpeed ZeRO
     optimizer), whose whole step is then timed. ``result.iteration`` sums up the span. ``batch_size`` overrides the batch size
-    read from the first dimension of each model call's first input. ``attention`` and
-    ``gather_timeout`` (every rank's result gathered on rank 0) as in :func:`profile`.
+    read from the first dimension of each model call's first input. ``attention``,
+    ``gather_timeout`` (every rank's result gathered on rank 0) and ``memory`` as in
+    :func:`profile`.
 
     Only what runs inside the model's forward calls (and their backward) is counted, as in
     DeepSpeed: give it a submodule and it counts that submodule, whatever the code around
@@ -314,7 +321,11 @@ class Profiler:
         clock: Clock | None = None,
         registry: Registry | None = None,
         gather_timeout: float | None = DEFAULT_GATHER_TIMEOUT,
+        memory: bool = False,
     ):
+        if not isinstance(memory, bool):
+            raise TypeError(f"memory: expected a bool, got {type(memory).__name__}")
+        self._memory = memory
         self._gather_timeout = check_gather_timeout(gather_timeout) if gather_timeout is not None else None
         self._everything = model is None  # no model: count all the span runs, at the root
         self.model = nn.Module() if model is None else check_model(model)
@@ -351,7 +362,7 @@ class Profiler:
             clock = self._clock or default_clock(model_device(self._target))
             session = CaptureSession(
                 self._infos, registry=self._registry, clock=clock, ignore=self._ignore, optimizer=self.optimizer,
-                outside_to_root=self._everything,
+                outside_to_root=self._everything, memory=self._memory,
             )
             session.start()
             self._session = session

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, NamedTuple
 
 from .communication import Collective
+from .memory import MemoryTotals
 from .metadata import Metadata
 from .stats import ZERO_STATS, Stats
 from .tree import PHASES, ModuleNode, build_tree
@@ -59,6 +60,8 @@ class ModuleStats(NamedTuple):
     ignored: bool = False
     phases: dict[str, Stats] = {}  # shared default: records are never written to
     ops: dict[str, dict[str, Stats]] = {}
+    #: own saved activations and peaks in bytes ({} when memory was not tracked)
+    memory: dict[str, int] = {}
 
     def to_dict(self) -> dict[str, Any]:
         d = self._asdict()
@@ -74,6 +77,7 @@ class ModuleStats(NamedTuple):
             d[key] = tuple(d.get(key, ()))
         d["phases"] = {ph: Stats(**s) for ph, s in d.get("phases", {}).items()}
         d["ops"] = {ph: {n: Stats(**s) for n, s in ops.items()} for ph, ops in d.get("ops", {}).items()}
+        d["memory"] = dict(d.get("memory", {}))
         return cls(**d)
 
 
@@ -125,6 +129,8 @@ class ProfileResult:
     #: on rank 0 of a torch.distributed run: every rank's result (index = rank; None for a
     #: rank that sent none in time); empty in one process and on the other ranks
     ranks: tuple["ProfileResult | None", ...] = ()
+    #: memory of the whole span (None when memory was not tracked): see :attr:`memory`
+    memory: MemoryTotals | None = None
 
     def __post_init__(self) -> None:
         if "" not in self.modules:
@@ -243,6 +249,7 @@ class ProfileResult:
             "modules": [s.to_dict() for s in self.modules.values()],
             "collectives": [c.to_dict() for c in self.comms],
             "ranks": [r.to_dict() if r is not None else None for r in self.ranks],
+            "memory": self.memory.to_dict() if self.memory is not None else None,
         }
 
     @classmethod
@@ -259,6 +266,7 @@ class ProfileResult:
             calls=[ModelCall(c["path"], Stats(**c["stats"]), c.get("batch_size")) for c in data.get("calls", [])],
             comms=tuple(Collective.from_dict(c) for c in data.get("collectives", [])),
             ranks=tuple(cls.from_dict(r) if r is not None else None for r in data.get("ranks", [])),
+            memory=MemoryTotals.from_dict(data["memory"]) if data.get("memory") else None,
         )
 
     def save(self, path: str | os.PathLike) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import difflib
 from typing import TYPE_CHECKING, Iterator, Mapping
 
+from .memory import ModuleMemory
 from .stats import ZERO_STATS, Stats, make_stats
 
 if TYPE_CHECKING:
@@ -76,7 +77,7 @@ class ModuleNode:
     ``ignored``) read through.
     """
 
-    __slots__ = ("record", "self", "inclusive", "ran")
+    __slots__ = ("record", "self", "inclusive", "ran", "_activations")
 
     def __init__(self, record: "ModuleStats", inclusive: Mapping[str, Stats], ran: bool):
         self.record = record
@@ -84,6 +85,7 @@ class ModuleNode:
         self.inclusive = Phases(inclusive)  #: with all its submodules
         #: True if the module or a submodule was called (a ModuleList runs through its children)
         self.ran = ran
+        self._activations = record.memory.get("activations", 0) if record.memory else 0  # inclusive once built
 
     def __getattr__(self, name: str):
         return getattr(self.record, name)
@@ -111,6 +113,15 @@ class ModuleNode:
         return self.self.forward.calls
 
     @property
+    def memory(self) -> "ModuleMemory | None":
+        """Its memory (None when memory was not tracked): saved activations of its whole
+        forward (submodules included), and its forward and backward peaks."""
+        if not self.record.memory:
+            return None
+        return ModuleMemory(self._activations, self.record.memory.get("peak", 0),
+                            self.record.memory.get("peak_backward", 0))
+
+    @property
     def params_frozen(self) -> int:
         return self.record.params - self.record.params_trainable
 
@@ -129,9 +140,11 @@ def build_tree(modules: Mapping[str, "ModuleStats"]) -> dict[str, ModuleNode]:
             nodes[record.name] = ModuleNode(record, own, ran)
             continue
         acc = {phase: list(s) for phase, s in own.items()}
+        activations = record.memory.get("activations", 0) if record.memory else 0
         for child in record.children:
             node = nodes[child]
             ran = ran or node.ran
+            activations += node._activations
             for phase, sub in node.inclusive._phases.items():
                 # a child's calls are its own: inclusive calls stay the module's
                 mine = acc.get(phase)
@@ -141,5 +154,6 @@ def build_tree(modules: Mapping[str, "ModuleStats"]) -> dict[str, ModuleNode]:
                     mine[0] += sub[0]
                     mine[1] += sub[1]
                     mine[2] += sub[2]
-        nodes[record.name] = ModuleNode(record, {p: make_stats(*v) for p, v in acc.items()}, ran)
+        node = nodes[record.name] = ModuleNode(record, {p: make_stats(*v) for p, v in acc.items()}, ran)
+        node._activations = activations
     return dict(reversed(list(nodes.items())))

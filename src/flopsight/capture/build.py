@@ -8,6 +8,7 @@ from typing import Callable
 from torch import nn
 
 from ..communication import KINDS, Collective
+from ..memory import MemoryTotals
 from ..metadata import Metadata
 from ..result import ModelCall, ModuleStats, ProfileResult
 from ..stats import make_stats
@@ -68,6 +69,7 @@ def build_result(
             ignored=bool(ignored(info.module)),
             phases=phases,
             ops=ops,
+            memory=_module_memory(counts.memory, path),
         )
     error = counts.error or (times.error if times is not counts else None)
     if error and not metadata.error:
@@ -79,8 +81,18 @@ def build_result(
             if path == calls[i].path:
                 calls[i] = dataclasses.replace(calls[i], stats=calls[i].stats._replace(latency=timed.latency))
         spans.update(times.spans)
+    totals = MemoryTotals.from_dict(counts.memory["totals"]) if counts.memory else None
     return ProfileResult(modules, dict(counts.unsupported), metadata, spans=spans, calls=calls,
-                         comms=_collectives(counts.collectives))
+                         comms=_collectives(counts.collectives), memory=totals)
+
+
+def _module_memory(memory: dict | None, path: str) -> dict[str, int]:
+    """A module's own saved activations and its peaks, forward and backward ({} untracked)."""
+    if not memory:
+        return {}
+    peaks = memory["peaks"]
+    return {"activations": memory["activations"].get(path, 0), "peak": peaks.get((path, "forward"), 0),
+            "peak_backward": peaks.get((path, "backward"), 0)}
 
 
 def _collectives(calls) -> tuple[Collective, ...]:

@@ -42,6 +42,9 @@ class _CountingMode(EagerDispatchMode):
         self._stamp_is_now = self._stamp is self._now
         #: the collectives in flight (:class:`~.communication.InFlight`), under torch.distributed
         self.in_flight = None
+        #: the memory source (:class:`~.memory.MemorySource`) when memory is tracked
+        self.memory = None
+        self._attribution = attribution
         #: op overload -> handler(entry, func, args, kwargs, out, t0, t1) that charges it
         #: instead (collectives); empty outside torch.distributed, so other ops pay one test
         self.observers: dict = {}
@@ -58,10 +61,13 @@ class _CountingMode(EagerDispatchMode):
             observer = self.observers.get(func) if self.observers else None
             if observer is not None:
                 observer(entry, func, args, kwargs or _NO_KWARGS, out, t0, t1)
+                path = None
             elif entry.formula is ZERO:  # most ops (views, copies) cost nothing: skip the formula
-                self._charge(entry, t0, t1, (), ZERO_STATS)
+                path = self._charge(entry, t0, t1, (), ZERO_STATS)
             else:
-                self._charge(entry, t0, t1, (out, args, kwargs or _NO_KWARGS))
+                path = self._charge(entry, t0, t1, (out, args, kwargs or _NO_KWARGS))
+            if self.memory is not None and path is not None:  # the model's op: its new storages
+                self.memory.outputs(out, path, self._attribution.last_phase)
             flight = self.in_flight
             if flight is not None and flight.busy and self._stamp_is_now:  # compute overlapping communication
                 flight.ran(t0, t1)
@@ -107,6 +113,8 @@ class CountingSource:
         #: (``handler(entry, func, args, kwargs, out, t0, t1)`` charges the op itself)
         self.observers: dict = {}
         self._in_flight = None
+        #: a :class:`~.memory.MemorySource` to hand each op's outputs to (None: not tracked)
+        self.memory = None
 
     @property
     def in_flight(self):
@@ -128,6 +136,7 @@ class CountingSource:
             self._mode = _CountingMode(ctx, self._attribution)
             self._mode.observers = self.observers
             self._mode.in_flight = self._in_flight
+            self._mode.memory = self.memory
             self._mode.__enter__()
         except BaseException:
             _EAGER.release()

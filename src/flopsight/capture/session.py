@@ -29,7 +29,10 @@ from ..formulas.registry import Registry
 from ..stats import Stats
 from .attribution import Attribution
 from .autograd_functions import AutogradFunctions
+from .._torch_private import storage_key
 from .communication import CommunicationSource, merged_flights
+from .memory import MemorySource, tensor_bytes
+from .params import param_bytes
 from .context import CaptureContext
 from .counting import CountingSource
 from .functions import FunctionInterceptor
@@ -62,6 +65,8 @@ class RawCapture:
     top_calls: list[tuple[str, Stats, int | None]] = field(default_factory=list)
     first_inputs: tuple | None = None
     error: str | None = None
+    #: memory, when tracked: activations per path, peaks per (path, phase), and the totals
+    memory: dict | None = None
     #: every collective: (module path, phase, kind, payload bytes per rank, group size, seconds,
     #: seconds of it the rank spent running ops)
     collectives: list[tuple[str, str, str, int, int, float, float]] = field(default_factory=list)
@@ -86,6 +91,7 @@ class CaptureSession:
         ignore: Callable[[nn.Module], bool] = lambda m: False,
         optimizer: torch.optim.Optimizer | None = None,
         outside_to_root: bool = False,
+        memory: bool = False,
     ):
         self.ctx = ctx = CaptureContext.create(clock, registry, outside_to_root=outside_to_root)
         self.tracker = ModuleTracker(infos, ignore)
@@ -102,6 +108,12 @@ class CaptureSession:
                 self.tracker.listeners.append(rules)
                 sources.append(rules)
             self.communication = CommunicationSource(attribution, counting)
+            if memory:
+                self.memory = MemorySource(self.tracker, {storage_key(p) for info in infos.values()
+                                                          for p in info.module._parameters.values() if p is not None})
+                self.tracker.listeners.append(self.memory)
+                counting.memory = self.memory
+                sources.append(self.memory)
             sources += [
                 UnitSource(attribution, functions, registry.units(), counting),
                 AutogradFunctions(attribution, registry.functions()),
@@ -111,6 +123,10 @@ class CaptureSession:
             ]
         else:
             self.communication = None
+        if not (count and memory):
+            self.memory = None
+        self._model_root = infos[""].module
+        self._optimizer = optimizer
         self._sources = [*sources, self.spans]
         self._started: list = []
 
@@ -165,6 +181,22 @@ class CaptureSession:
         overhead = ovh_end - ovh_start if clock.subtracts_overhead else 0.0
         return max(clock.seconds(start, end) - overhead, 0.0)
 
+    def _memory_figures(self) -> dict:
+        mem = self.memory
+        params = [p for p in self._model_root.parameters()]
+        return {
+            "activations": dict(mem.activations),
+            "peaks": dict(mem.peaks),
+            "totals": {
+                "params": sum(param_bytes(p) for p in {id(p): p for p in params}.values()),
+                "grads": tensor_bytes(p.grad for p in params if p.grad is not None),
+                "optimizer_state": tensor_bytes(_optimizer_state_tensors(self._optimizer)),
+                "activations": sum(mem.activations.values()),
+                "peak": max(mem.phase_peaks.values(), default=0),
+                "phase_peaks": dict(mem.phase_peaks),
+            },
+        }
+
     def _resolve(self) -> RawCapture:
         ctx = self.ctx
         clock = ctx.clock
@@ -204,9 +236,19 @@ class CaptureSession:
             flights = merged_flights(calls)
             raw.spans["communication"] = [end - start for start, end, _ in flights]
             raw.spans["communication_overlapped"] = [overlapped for _, _, overlapped in flights]
+        if self.memory is not None:
+            raw.memory = self._memory_figures()
         for kind, start, end, ovh_start, ovh_end in self.spans.spans:
             raw.spans.setdefault(kind, []).append(self._seconds(start, end, ovh_start, ovh_end))
         return raw
+
+
+def _optimizer_state_tensors(optimizer) -> list:
+    """The tensors of a torch optimizer's state, or of the one a wrapper (ZeRO) holds."""
+    inner = optimizer if isinstance(optimizer, torch.optim.Optimizer) else getattr(optimizer, "optimizer", None)
+    if not isinstance(inner, torch.optim.Optimizer):
+        return []
+    return [v for state in inner.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
 
 
 def _sessions() -> list:

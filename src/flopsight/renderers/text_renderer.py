@@ -38,6 +38,7 @@ from ..analysis.report_figures import (
     parallel_of,
     summary_figures,
 )
+from ..memory import MemoryTotals
 from ..result import ProfileResult
 from ..views import CommunicationTime, StepAnatomy
 from ..tree import ModuleNode
@@ -57,6 +58,7 @@ __all__ = ["ParallelInfo", "render_text", "render_aggregated", "is_training", "p
 
 RULE = "-" * 78
 _PHASE_LABELS = {"forward": "fwd latency", "backward": "bwd latency"}
+_PHASE_SHORT = {"forward": "fwd", "backward": "bwd"}
 _LINE = "{:<70}  {:<8}"
 _NOTATIONS = """Notations:
 data parallel size (dp_size), model parallel size(mp_size),
@@ -145,6 +147,8 @@ class _Report:
         ranks = rank_figures(self.result)
         if ranks is not None:
             self._ranks(ranks)
+        if self.result.memory is not None:
+            self._memory(self.result.memory)
         for c in f.communication:
             # new lines of their own after DeepSpeed's (its log parsers never see them change)
             self.kv(
@@ -212,6 +216,16 @@ class _Report:
             # world size, which overcounts under model parallelism)
             self.kv("measured samples/second = samples * dp_size / iter wall time: ",
                     _count(t.samples_per_second))
+
+    def _memory(self, m: MemoryTotals) -> None:
+        """Memory of the span, counted from the tensors' storages."""
+        self.kv("memory, params per GPU: ", bytes_to_string(m.params))
+        self.kv("memory, grads per GPU: ", bytes_to_string(m.grads))
+        self.kv("memory, optimizer state per GPU: ", bytes_to_string(m.optimizer_state))
+        self.kv("memory, activations saved for backward per GPU: ", bytes_to_string(m.activations))
+        phases = ", ".join(f"{_PHASE_SHORT.get(p, p)} {bytes_to_string(b)}" for p, b in m.phase_peaks.items())
+        self.kv("memory, peak allocated while profiling per GPU: ",
+                bytes_to_string(m.peak) + (f" ({phases})" if phases else ""))
 
     def _ranks(self, f: RankFigures) -> None:
         """The ranks of a torch.distributed run, gathered on rank 0."""

@@ -1,0 +1,50 @@
+"""Memory as the result stores it: per module, and for the whole profiled span.
+
+Bytes are counted from the tensors' storages, so CPU, CUDA and meta runs agree; on CUDA the
+caching allocator's figures differ by its rounding and reuse. Only what is allocated while
+profiling counts towards activations and peaks: a peak is the most bytes live at once
+(above what was live when profiling began).
+
+>>> m = MemoryTotals(params=400, grads=400, optimizer_state=800, activations=96, peak=1024)
+>>> m.params + m.grads + m.optimizer_state
+1600
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["ModuleMemory", "MemoryTotals"]
+
+
+@dataclass(frozen=True)
+class ModuleMemory:
+    """One module: ``activations``, bytes its forward saved for the backward pass (its
+    submodules included, each storage once); ``peak``, the most bytes live while one call of
+    its forward ran; ``peak_backward``, the same while the backward pass ran its nodes."""
+
+    activations: int = 0
+    peak: int = 0
+    peak_backward: int = 0
+
+
+@dataclass(frozen=True)
+class MemoryTotals:
+    """The whole span: the model's parameters, their gradients and the optimizer's state as
+    they stand at the end (each rank's own shards under ZeRO and FSDP), the activations
+    saved for backward, the peak of bytes live, and the peak per phase."""
+
+    params: int = 0
+    grads: int = 0
+    optimizer_state: int = 0
+    activations: int = 0
+    peak: int = 0
+    phase_peaks: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "MemoryTotals":
+        return cls(**d)
