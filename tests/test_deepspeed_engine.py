@@ -169,3 +169,30 @@ def test_unknown_keys_in_the_engines_block_warn(run):
 
     with pytest.warns(UserWarning, match="unknown key 'profile_stepz'.*did you mean 'profile_step'"):
         fd.EngineProfiler(torch.nn.Linear(2, 2), Engine())
+
+
+def test_the_zero_stages_example_runs_as_written(tmp_path):
+    # examples/zero_stages.py, with the command docs/distributed.md gives, on fewer steps
+    out = tmp_path / "stages.json"
+    env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    launcher = Path(sys.executable).with_name("deepspeed")
+    proc = subprocess.run([str(launcher), "--num_gpus", "2", "--master_port", str(_free_port()),
+                           str(ROOT / "examples" / "zero_stages.py"), "--steps", "2", "--json", str(out)],
+                          capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = json.loads(out.read_text())
+    assert [r["stage"] for r in rows] == [0, 1, 2, 3]
+    lenet = 6 * 25 + 6 + 16 * 6 * 25 + 16 + 400 * 120 + 120 + 120 * 84 + 84 + 84 * 10 + 10  # 61,706 params
+    for r in rows:
+        a = r["anatomy"]
+        assert abs(sum(a.values()) - r["step_seconds"]) < 1e-6  # the anatomy adds up to the step
+        assert [m["activations"] > 0 for m in r["memory_per_rank"]] == [True, True]
+    # each rank holds every fp32 parameter up to ZeRO-2, half of them under ZeRO-3
+    assert rows[0]["memory_per_rank"][0]["params"] == 4 * lenet
+    assert rows[3]["memory_per_rank"][0]["params"] < 4 * lenet
+    # Adam's two states: all of them on each rank without ZeRO, one rank's half from ZeRO-1 on
+    assert rows[1]["memory_per_rank"][0]["optimizer_state"] < rows[0]["memory_per_rank"][0]["optimizer_state"]
+    # gradients are all-reduced up to ZeRO-2 and reduce-scattered under ZeRO-3
+    assert "all_reduce" in rows[0]["communication"] and "reduce_scatter" in rows[3]["communication"]
+    assert "| ZeRO stage | step | fwd | bwd |" in proc.stdout

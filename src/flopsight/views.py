@@ -143,21 +143,24 @@ def _communication_time(result: ProfileResult) -> CommunicationTime:
 
 
 def _anatomy(result: ProfileResult, latency: float, communication: CommunicationTime) -> StepAnatomy:
-    """Phase wall times less the communication the rank waited for in them, that exposed
-    time (the merged flights' share, split over the phases as their collectives' own
-    exposed times are), and the rest of the span."""
+    """Each phase's wall time less the communication waited for in it (its collectives'
+    exposed time, at most the phase's wall time), that communication plus what the merged
+    flights were exposed outside the phases (at most the time outside them), and the rest of
+    the span: the five add up to its wall time."""
     exposed_by_phase: dict[str, float] = {}
     for c in result.collectives():
         exposed_by_phase[c.phase] = exposed_by_phase.get(c.phase, 0.0) + c.exposed
-    total = sum(exposed_by_phase.values())
-    scale = communication.exposed / total if total > 0 else 0.0
-
-    def compute(phase: str) -> float:
-        return max(sum(result.spans.get(phase, [])) - exposed_by_phase.get(phase, 0.0) * scale, 0.0)
-
-    forward, backward, step = compute("forward"), compute("backward"), compute("step")
-    other = max(latency - forward - backward - step - communication.exposed, 0.0)
-    return StepAnatomy(forward, backward, step, communication.exposed, other)
+    walls = {p: sum(result.spans.get(p, [])) for p in ("forward", "backward", "step")}
+    waited = {p: min(exposed_by_phase.get(p, 0.0), walls[p]) for p in walls}
+    outside = max(latency - sum(walls.values()), 0.0)
+    waited_outside = min(max(communication.exposed - sum(waited.values()), 0.0), outside)
+    return StepAnatomy(
+        forward=walls["forward"] - waited["forward"],
+        backward=walls["backward"] - waited["backward"],
+        step=walls["step"] - waited["step"],
+        communication=sum(waited.values()) + waited_outside,
+        other=outside - waited_outside,
+    )
 
 
 def _sum(calls: list[ModelCall]) -> Stats:

@@ -46,8 +46,10 @@ def tensor_bytes(tensors) -> int:
 class MemorySource:
     """Tracks saved activations per module and live bytes per module call and phase."""
 
-    def __init__(self, tracker, param_keys: set) -> None:
+    def __init__(self, tracker, param_keys: set, gradient_bytes=lambda: 0) -> None:
         self._tracker = tracker
+        self._gradient_bytes = gradient_bytes  # bytes of the gradients held now
+        self.grads_at_step = 0  # the most gradient bytes held when a step began
         self._params = param_keys  # storage keys of the model's parameters: not activations
         self.activations: dict[str, int] = {}  # module path -> bytes its forward saved
         self.peaks: dict[tuple[str, str], int] = {}  # (path, phase) -> peak bytes over its calls
@@ -116,6 +118,10 @@ class MemorySource:
         nbytes = self._tracked.pop(key, 0)
         if self._active:
             self.live -= nbytes
+
+    # -- optimizer steps (an optimizer-steps listener) -------------------------------------
+    def step_begins(self, optimizer) -> None:
+        self.grads_at_step = max(self.grads_at_step, self._gradient_bytes())
 
     # -- module calls (a tracker listener) -----------------------------------------------
     def call_begins(self, rec) -> None:

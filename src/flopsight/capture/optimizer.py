@@ -74,12 +74,16 @@ class OptimizerSteps:
         self._functions = functions  # paused during a step: no unit runs there
         self._depth = 0
         self._removers: list = []
+        #: sources told when a step begins (``step_begins(optimizer)``)
+        self.listeners: list = []
 
     def start(self, ctx: CaptureContext) -> None:
         def begins(optimizer, args, kwargs) -> None:
             if (self._optimizer is None or optimizer is self._optimizer) and not ctx.paused:
                 self._depth += 1
                 if self._depth == 1:
+                    for listener in self.listeners:  # what stands when the step begins (gradients)
+                        listener.step_begins(optimizer)
                     ctx.phase = "step"
                     if self._functions is not None:
                         self._functions.pause()

@@ -32,7 +32,6 @@ from .autograd_functions import AutogradFunctions
 from .._torch_private import storage_key
 from .communication import CommunicationSource, merged_flights
 from .memory import MemorySource, tensor_bytes
-from .params import param_bytes
 from .context import CaptureContext
 from .counting import CountingSource
 from .functions import FunctionInterceptor
@@ -97,7 +96,8 @@ class CaptureSession:
         self.tracker = ModuleTracker(infos, ignore)
         functions = FunctionInterceptor()
         self.spans = SpanTimer(functions if count else None)
-        sources: list = [self.tracker, OptimizerSteps(self.spans, optimizer, functions if count else None)]
+        steps = OptimizerSteps(self.spans, optimizer, functions if count else None)
+        sources: list = [self.tracker, steps]
         if count:
             param_owner = {id(p): path for path, info in reversed(infos.items())
                            for p in info.module._parameters.values() if p is not None}
@@ -109,9 +109,11 @@ class CaptureSession:
                 sources.append(rules)
             self.communication = CommunicationSource(attribution, counting)
             if memory:
-                self.memory = MemorySource(self.tracker, {storage_key(p) for info in infos.values()
-                                                          for p in info.module._parameters.values() if p is not None})
+                params = [p for info in infos.values() for p in info.module._parameters.values() if p is not None]
+                self.memory = MemorySource(self.tracker, {storage_key(p) for p in params},
+                                           lambda: tensor_bytes(_gradients(params, optimizer)))
                 self.tracker.listeners.append(self.memory)
+                steps.listeners.append(self.memory)
                 counting.memory = self.memory
                 sources.append(self.memory)
             sources += [
@@ -188,8 +190,8 @@ class CaptureSession:
             "activations": dict(mem.activations),
             "peaks": dict(mem.peaks),
             "totals": {
-                "params": sum(param_bytes(p) for p in {id(p): p for p in params}.values()),
-                "grads": tensor_bytes(p.grad for p in params if p.grad is not None),
+                "params": tensor_bytes(_local_shard(p) for p in params),
+                "grads": max(mem.grads_at_step, tensor_bytes(_gradients(params, self._optimizer))),
                 "optimizer_state": tensor_bytes(_optimizer_state_tensors(self._optimizer)),
                 "activations": sum(mem.activations.values()),
                 "peak": max(mem.phase_peaks.values(), default=0),
@@ -243,12 +245,39 @@ class CaptureSession:
         return raw
 
 
+def _torch_optimizer(optimizer):
+    """``optimizer`` if it is a torch optimizer, else the one a wrapper holds (a DeepSpeed
+    engine holds its ZeRO optimizer, which holds the torch one), or None."""
+    for _ in range(4):
+        if optimizer is None or isinstance(optimizer, torch.optim.Optimizer):
+            return optimizer
+        optimizer = getattr(optimizer, "optimizer", None)
+    return None
+
+
 def _optimizer_state_tensors(optimizer) -> list:
-    """The tensors of a torch optimizer's state, or of the one a wrapper (ZeRO) holds."""
-    inner = optimizer if isinstance(optimizer, torch.optim.Optimizer) else getattr(optimizer, "optimizer", None)
-    if not isinstance(inner, torch.optim.Optimizer):
+    """The tensors of the (inner) torch optimizer's state: each rank's shard under ZeRO."""
+    inner = _torch_optimizer(optimizer)
+    if inner is None:
         return []
     return [v for state in inner.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
+
+
+def _local_shard(p):
+    """What this rank holds of a parameter: a ZeRO-3 partition, an FSDP2 shard, or all of it."""
+    if hasattr(p, "to_local"):  # a DTensor (FSDP2, tensor parallelism)
+        return p.to_local()
+    return getattr(p, "ds_tensor", None) if getattr(p, "ds_tensor", None) is not None else p
+
+
+def _gradients(params, optimizer) -> list:
+    """The gradients held by the model's parameters and by the (inner) torch optimizer's
+    (ZeRO's fp32 partitions)."""
+    grads = [p.grad for p in params if p.grad is not None]
+    inner = _torch_optimizer(optimizer)
+    if inner is not None:
+        grads += [p.grad for group in inner.param_groups for p in group["params"] if p.grad is not None]
+    return grads
 
 
 def _sessions() -> list:
