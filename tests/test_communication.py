@@ -158,6 +158,18 @@ def test_ddp_step_anatomy_adds_up_to_the_iteration(ranks):
             assert label in report
 
 
+def test_fsdp2_gathers_each_layer_in_its_forward_and_reduce_scatters_in_the_backward(ranks):
+    for result in ranks("fsdp2"):
+        gathers = {c.module: (c.count, c.bytes) for c in result.collectives("forward") if c.kind == "all_gather"}
+        # each rank contributes half of each layer: fc1 (16*32 + 32) * 4 B / 2, fc2 (32*4 + 4) * 4 B / 2
+        assert gathers == {"0": (1, 1088), "2": (1, 264)}
+        scatter = [c for c in result.collectives("backward") if c.kind == "reduce_scatter"]
+        assert sum(c.bytes for c in scatter) == 1088 + 264  # each rank keeps half of every gradient
+        # counted once at full size, whatever the sharding: 8 rows * (16*32 + 32*4) MACs
+        assert (result.total.params, result.total.forward.macs) == (676, 8 * (16 * 32 + 32 * 4))
+        assert result.unsupported_ops == {}  # FSDP2's own copy ops are free
+
+
 # -- where the overlap comes from, without ranks ---------------------------------------------------
 def test_in_flight_credits_each_collective_with_the_ops_run_during_it():
     from flopsight.capture.communication import InFlight, _Call, merged_flights

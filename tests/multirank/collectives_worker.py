@@ -5,7 +5,8 @@ Writes ``<out>/<scenario>.rank<r>.json`` (a ProfileResult) for each scenario:
 * ``direct``: one of each collective called from user code, under ``Profiler()``;
 * ``ddp``: one DDP training step of a small MLP under ``Profiler(ddp_model, optimizer)``;
 * ``module``: a module whose forward all-reduces its output (tensor parallelism's row layer);
-* ``overlap``: an asynchronous all-reduce hidden behind compute, then a synchronous one.
+* ``overlap``: an asynchronous all-reduce hidden behind compute, then a synchronous one;
+* ``fsdp2``: one training step of a small MLP sharded with ``fully_shard`` (FSDP2).
 """
 
 import os
@@ -79,6 +80,21 @@ with flopsight.Profiler() as prof:
     work.wait()
     dist.all_reduce(torch.ones(1000))  # the rank waits for this one
 save("overlap", prof.result)
+
+from torch.distributed.fsdp import fully_shard  # noqa: E402
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+fully_shard(model[0])
+fully_shard(model[2])
+fully_shard(model)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(2):  # the second step is profiled
+    with flopsight.Profiler(model, optimizer=opt) as prof:
+        model(torch.randn(8, 16)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+save("fsdp2", prof.result)
 
 dist.barrier()
 dist.destroy_process_group()

@@ -93,9 +93,11 @@ def _overloads(namespace: str, name: str) -> tuple:
 
 COLLECTIVE_OPS: dict = {}  # filled on first use, once torch.distributed is initialised
 WAIT_OPS: list = []  # the functional collectives' wait_tensor
-#: the functional collectives' own bookkeeping, defined in Python by torch.distributed (so
-#: unknown to the registry when flopsight is imported): free
-FREE_OPS: list = []
+#: data movement around collectives that torch.distributed defines in Python when first used
+#: (so unknown to the registry when flopsight is imported): the functional collectives'
+#: autograd wrapper, FSDP2's copies into and out of its all-gather and reduce-scatter buffers
+FREE_OP_NAMES = (("_c10d_functional", "_wrap_tensor_autograd"), ("fsdp", "all_gather_copy_in"),
+                 ("fsdp", "split_with_sizes_copy"), ("fsdp", "chunk_cat"), ("fsdp", "copy_"))
 
 
 def payload_bytes(value) -> int:
@@ -195,16 +197,16 @@ class CommunicationSource:
         if not COLLECTIVE_OPS:
             COLLECTIVE_OPS.update(collective_ops())
             WAIT_OPS.extend(_overloads("_c10d_functional", "wait_tensor"))
-        if not FREE_OPS:  # defined once torch.distributed._functional_collectives is imported
-            FREE_OPS.extend(_overloads("_c10d_functional", "_wrap_tensor_autograd"))
+
         self.in_flight = self._counting.in_flight = InFlight()
         observers = self._counting.observers
         for op in COLLECTIVE_OPS:
             observers[op] = self._collective
         for op in WAIT_OPS:
             observers[op] = self._wait
-        for op in FREE_OPS:
-            observers[op] = self._free
+        for namespace, name in FREE_OP_NAMES:  # looked up each time: they appear once used
+            for op in _overloads(namespace, name):
+                observers[op] = self._free
         if ctx.clock.stamp is not time.perf_counter:  # device or fake stamps: time calls on the host
             self._issue_time = lambda stamp: time.perf_counter()
 
