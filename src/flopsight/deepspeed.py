@@ -15,9 +15,10 @@ the engine's ``global_steps`` when the profiled forward runs) and the same repor
 engine only starts and stops DeepSpeed's profiler around each forward, and flopsight keeps
 measuring through the backward pass and the whole ``engine.step()`` (ZeRO's reductions and
 copies, the optimizer, the scheduler), over every micro-batch of the profiled step, and
-prints DeepSpeed's lines followed by the measured ones. :func:`uninstall` puts DeepSpeed's
+prints DeepSpeed's lines followed by the measured ones. Every rank measures the step and
+rank 0, which prints, gathers them (``result.ranks``). :func:`uninstall` puts DeepSpeed's
 class back; nothing else is installed, and an engine profiler removes all it installed
-once its report is printed.
+once the profiled step is over.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ from torch import nn
 
 from .deepspeed_api import FlopsProfiler
 from .integrations.config import parse_config
+from .capture.optimizer import wrap_method
 from .profiler import Profiler
+from .ranks import DEFAULT_GATHER_TIMEOUT
 
 __all__ = ["install", "uninstall", "installed", "EngineProfiler"]
 
@@ -83,9 +86,11 @@ class EngineProfiler(FlopsProfiler):
         block = _config_block(ds_engine)
         if block is not None:
             parse_config({"flops_profiler": block})  # warns about keys DeepSpeed ignores
-        if isinstance(ds_engine, nn.Module) and getattr(ds_engine, "global_rank", 0) == 0:
-            # DeepSpeed starts its profiler (on rank 0 only) from a hook of the model, inside
-            # the model's call: start when the engine is called, so the whole forward is measured
+        self._unwrap_step = None
+        if isinstance(ds_engine, nn.Module):
+            # DeepSpeed starts its profiler from a hook of the model, inside the model's call,
+            # and on rank 0 only: start when the engine is called, so the whole forward is
+            # measured, and on every rank, so rank 0 can gather them all
             self._hook = ds_engine.register_forward_pre_hook(self._engine_called)
 
     def _engine_called(self, engine, args) -> None:
@@ -93,7 +98,30 @@ class EngineProfiler(FlopsProfiler):
         if engine.global_steps > profile_step or not engine.flops_profiler_enabled():
             self._remove_hook()
         elif engine.global_steps == profile_step:
-            self.start_profile()
+            if engine.global_rank == 0:
+                self.start_profile()
+            elif self._profiler is None or not self._profiler.running:
+                self._follow(engine)
+
+    def _follow(self, engine) -> None:
+        """On a rank DeepSpeed does not profile: measure the step too, and stop (publishing
+        the result for rank 0) when ``engine.step()`` has completed it."""
+
+        def step(call, args, kwargs):
+            out = call(*args, **kwargs)
+            if self._step_done():
+                unwrap, self._unwrap_step = self._unwrap_step, None
+                try:
+                    self._profiler.stop()
+                finally:
+                    unwrap()
+                    self._remove_hook()
+            return out
+
+        self._steps_at_start = engine.global_steps
+        # wrapped before the profiler wraps it, so the profiler's wrapper comes off first
+        self._unwrap_step = wrap_method(engine, "step", step)
+        self._profiler = Profiler(self.model, optimizer=engine, gather_timeout=DEFAULT_GATHER_TIMEOUT).start()
 
     def _remove_hook(self) -> None:
         if self._hook is not None:
@@ -113,9 +141,9 @@ class EngineProfiler(FlopsProfiler):
             return  # a later micro-batch of the step being profiled
         self._steps_at_start = self.ds_engine.global_steps
         self._result = None
-        # the engine profiles on rank 0 only: nothing to gather
+        # every rank measures the step (see _follow): rank 0 gathers them into result.ranks
         self._profiler = Profiler(self.model, optimizer=self.ds_engine, ignore_modules=ignore_list,
-                                  gather_timeout=None).start()
+                                  gather_timeout=DEFAULT_GATHER_TIMEOUT).start()
         self.started = True
         self._register()
 
