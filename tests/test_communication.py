@@ -168,6 +168,7 @@ def test_fsdp2_gathers_each_layer_in_its_forward_and_reduce_scatters_in_the_back
         # counted once at full size, whatever the sharding: 8 rows * (16*32 + 32*4) MACs
         assert (result.total.params, result.total.forward.macs) == (676, 8 * (16 * 32 + 32 * 4))
         assert result.unsupported_ops == {}  # FSDP2's own copy ops are free
+        assert result.metadata.parallel == {"world": 2, "dp": 2}  # fully_shard's 1-D mesh: data parallel
 
 
 # -- where the overlap comes from, without ranks ---------------------------------------------------

@@ -62,6 +62,8 @@ def test_every_zero_stage_counts_the_model_once_at_full_size(run, stage):
     r = result(run, f"zero{stage}")
     assert (r.total.params, r.total.forward.macs, r.iteration.backward.macs) == (PARAMS, FWD_MACS, BWD_MACS)
     assert r.iteration.micro_batches == 1 and r.root_calls[0].batch_size == 4
+    par = r.metadata.parallel  # read off the engine
+    assert (par["world"], par["dp"], par["tp"], par["zero_stage"]) == (2, 2, 1, stage)
     # rank 1 measured the same step, and rank 0 gathered it
     assert len(r.ranks) == 2 and r.ranks[1].total.forward.macs == FWD_MACS and r.ranks[1].metadata.rank == 1
     report = (run / f"zero{stage}" / "report.txt").read_text()  # a folder the config named, created

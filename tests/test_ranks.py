@@ -65,3 +65,19 @@ def test_gather_timeout_must_be_a_positive_number(timeout):
         check_gather_timeout(timeout)
     with pytest.raises(ValueError, match="gather_timeout"):
         flopsight.Profiler(torch.nn.Linear(2, 2), gather_timeout=timeout)
+
+
+def test_parallel_sizes_are_given_or_detected():
+    from flopsight.parallel import check_parallel, detect_parallel
+
+    assert detect_parallel(torch.nn.Linear(2, 2)) is None  # one process, nothing to say
+    assert detect_parallel(torch.nn.Linear(2, 2), given={"tp": 4, "pp": 2}) == {"world": 1, "tp": 4, "pp": 2}
+    with flopsight.Profiler(torch.nn.Linear(2, 2), parallel={"tp": 2, "zero_stage": 0}) as prof:
+        prof.model(torch.ones(1, 2))
+    assert prof.result.metadata.parallel == {"world": 1, "tp": 2, "zero_stage": 0}
+    with pytest.raises(ValueError, match="parallel: unknown key 'mp'"):
+        check_parallel({"mp": 2})
+    with pytest.raises(ValueError, match=r"parallel\['dp'\]: expected an int >= 1, got 0"):
+        check_parallel({"dp": 0})
+    with pytest.raises(TypeError, match="parallel: expected a dict"):
+        flopsight.Profiler(torch.nn.Linear(2, 2), parallel=[2])

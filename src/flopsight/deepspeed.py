@@ -30,6 +30,7 @@ from torch import nn
 from .deepspeed_api import FlopsProfiler
 from .integrations.config import parse_config
 from .capture.optimizer import wrap_method
+from .parallel import engine_parallel
 from .profiler import Profiler
 from .ranks import DEFAULT_GATHER_TIMEOUT
 
@@ -121,7 +122,8 @@ class EngineProfiler(FlopsProfiler):
         self._steps_at_start = engine.global_steps
         # wrapped before the profiler wraps it, so the profiler's wrapper comes off first
         self._unwrap_step = wrap_method(engine, "step", step)
-        self._profiler = Profiler(self.model, optimizer=engine, gather_timeout=DEFAULT_GATHER_TIMEOUT).start()
+        self._profiler = Profiler(self.model, optimizer=engine, gather_timeout=DEFAULT_GATHER_TIMEOUT,
+                                  parallel=engine_parallel(engine)).start()
 
     def _remove_hook(self) -> None:
         if self._hook is not None:
@@ -143,7 +145,8 @@ class EngineProfiler(FlopsProfiler):
         self._result = None
         # every rank measures the step (see _follow): rank 0 gathers them into result.ranks
         self._profiler = Profiler(self.model, optimizer=self.ds_engine, ignore_modules=ignore_list,
-                                  gather_timeout=DEFAULT_GATHER_TIMEOUT).start()
+                                  gather_timeout=DEFAULT_GATHER_TIMEOUT,
+                                  parallel=engine_parallel(self.ds_engine)).start()
         self.started = True
         self._register()
 

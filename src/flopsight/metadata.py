@@ -46,6 +46,8 @@ class Metadata:
     dtype: str = ""
     world_size: int = 1
     rank: int = 0
+    #: world, data-, tensor-, pipeline-, sequence-parallel sizes and ZeRO stage, where known
+    parallel: dict | None = None
     inputs: dict | None = None  # shapes and dtypes of the profiled call's arguments
     batch_size: int | None = None  # first dimension of the first input
     batch_size_given: int | None = None  # Profiler(batch_size=...): overrides the inputs'

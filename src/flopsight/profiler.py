@@ -34,6 +34,7 @@ from .formulas import REGISTRY
 from .formulas.attention import attention_registry
 from .formulas.registry import Registry
 from .metadata import ATTENTION_CONVENTIONS, Metadata, Timing
+from .parallel import check_parallel, detect_parallel
 from .ranks import DEFAULT_GATHER_TIMEOUT, check_gather_timeout, gather_ranks
 from .result import ProfileResult
 
@@ -267,7 +268,7 @@ def profile(
         state.restore()
 
     meta = run_metadata(target, args, kwargs, mode=mode, method=name, warm_up=warm_up, attention=attention,
-                        timing=_timing(clock, separate, compiled))
+                        timing=_timing(clock, separate, compiled), parallel=detect_parallel(target))
     result = build_result(infos, counts, times if separate else None, ignored=ignore, metadata=meta)
     return with_ranks(result, gather_timeout)
 
@@ -292,7 +293,9 @@ class Profiler:
     optimizer), whose whole step is then timed. ``result.iteration`` sums up the span. ``batch_size`` overrides the batch size
     read from the first dimension of each model call's first input. ``attention``,
     ``gather_timeout`` (every rank's result gathered on rank 0) and ``memory`` as in
-    :func:`profile`.
+    :func:`profile`. ``parallel`` gives sizes the run's own objects do not tell (e.g.
+    ``{"tp": 4, "pp": 2}``); the world size, a DeviceMesh's named dimensions and a
+    DeepSpeed engine's are detected (``result.metadata.parallel``).
 
     Only what runs inside the model's forward calls (and their backward) is counted, as in
     DeepSpeed: give it a submodule and it counts that submodule, whatever the code around
@@ -322,7 +325,9 @@ class Profiler:
         registry: Registry | None = None,
         gather_timeout: float | None = DEFAULT_GATHER_TIMEOUT,
         memory: bool = False,
+        parallel: dict | None = None,
     ):
+        self._parallel = check_parallel(parallel)
         if not isinstance(memory, bool):
             raise TypeError(f"memory: expected a bool, got {type(memory).__name__}")
         self._memory = memory
@@ -385,7 +390,8 @@ class Profiler:
     def _build(self, session: CaptureSession, raw) -> ProfileResult:
         args, kwargs = raw.first_inputs or ((), {})
         meta = run_metadata(self._target, args, kwargs, mode="custom", attention=self._attention,
-                            batch_size_given=self.batch_size, timing=_timing(session.clock, False))
+                            batch_size_given=self.batch_size, timing=_timing(session.clock, False),
+                            parallel=detect_parallel(self._target, given=self._parallel))
         return build_result(self._infos, raw, ignored=self._ignore, metadata=meta)
 
     @property

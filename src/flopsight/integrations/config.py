@@ -53,6 +53,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from ..capture.optimizer import check_optimizer, wrap_method
 from ..deepspeed_api import engine_parallel_info
+from ..parallel import engine_parallel
 from ..profiler import Profiler, check_model
 from ..renderers.output import check_layout, check_output_file, print_report
 from ..renderers.text_renderer import ParallelInfo
@@ -192,7 +193,8 @@ class AttachedProfiler:
             torch_optimizer = isinstance(optimizer, torch.optim.Optimizer)
             # built now so a bad model or batch_size fails at attach, not at step N; a
             # wrapper's (ZeRO's, the engine's) whole step() and backward() are measured
-            self._profiler = Profiler(model, batch_size=batch_size, optimizer=None if torch_optimizer else optimizer)
+            self._profiler = Profiler(model, batch_size=batch_size, optimizer=None if torch_optimizer else optimizer,
+                                      parallel=engine_parallel(optimizer) if _is_engine(optimizer) else None)
             if torch_optimizer:
                 self._removers.append(optimizer.register_step_post_hook(self._after_step).remove)
             else:  # a wrapper has no step hooks: count its steps around its own step()

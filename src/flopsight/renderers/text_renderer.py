@@ -144,6 +144,10 @@ class _Report:
             self._generation(f.generation, batch_printed=parallel is not None and parallel.batch_size is not None)
         if f.anatomy is not None:
             self._anatomy(f.anatomy, f.communication_time)
+        par = self.result.metadata.parallel
+        if par and self.training:
+            names = {"world": "world", "dp": "dp", "tp": "tp", "pp": "pp", "sp": "sp", "zero_stage": "ZeRO stage"}
+            self.kv("parallelism (detected or given): ", ", ".join(f"{names[k]} {v}" for k, v in par.items()))
         ranks = rank_figures(self.result)
         if ranks is not None:
             self._ranks(ranks)
