@@ -63,7 +63,7 @@ def distributed(rounds: int) -> None:
         comm = result.iteration.communication
         print(f"torch {torch.__version__}, 2 gloo ranks, {rounds} rounds, DDP TransformerEncoder(4 x 256), "
               f"batch 8 x 64")
-        print(f"| un-profiled step (median) | profiled step, counting + communication + memory | ratio |")
+        print("| un-profiled step (median) | profiled step, counting + communication + memory | ratio |")
         print("|---:|---:|---:|")
         print(f"| {statistics.median(out['plain']) * 1e3:.1f} ms | {statistics.median(out['time']) * 1e3:.1f} ms "
               f"| {statistics.median(ratios):.2f}x |")
