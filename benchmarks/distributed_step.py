@@ -5,9 +5,10 @@
 
 Under torchrun: every rank trains a DDP-wrapped ``nn.TransformerEncoder`` (4 layers,
 d_model 256, batch 8 x 64 tokens, AdamW); in each round it runs an un-profiled step, then
-one inside ``flopsight.Profiler(model, optimizer=opt, memory=True)`` (counting,
-communication, memory, rank 0 gathering both ranks' results). Rank 0 prints the median over
-rounds of profiled / un-profiled step time.
+one inside ``flopsight.Profiler(model, optimizer=opt, ...)`` for each variant: counting and
+communication (always on under torch.distributed) with and without rank 0 gathering both
+ranks' results, and with memory too. Rank 0 prints the median over rounds of each variant's
+time over the un-profiled step's.
 
 In one process: the same model's forward under ``torch.no_grad()``, plain, under
 ``Profiler(model)`` and under ``Profiler(model, memory=True)``; memory tracking's own cost is
@@ -49,24 +50,33 @@ def distributed(rounds: int) -> None:
         opt.step()
         opt.zero_grad()
 
-    def profiled():
-        with flopsight.Profiler(model, optimizer=opt, memory=True) as prof:
-            step()
-        return prof.result
+    def profiled(**options):
+        def run():
+            with flopsight.Profiler(model, optimizer=opt, **options) as prof:
+                step()
+            return prof.result
 
+        return run
+
+    variants = {
+        "counting + communication + memory, gathered on rank 0": profiled(memory=True),
+        "counting + communication, not gathered": profiled(gather_timeout=None),
+        "counting + communication, gathered": profiled(),
+    }
     for _ in range(3):
         step()
-    out = paired_rounds(step, {"profiled": profiled}, rounds)["profiled"]
-    ratios = [t / p for t, p in zip(out["time"], out["plain"])]
+    runs = paired_rounds(step, variants, rounds)
     if dist.get_rank() == 0:
+        out = next(iter(runs.values()))
         result = out["result"][-1]
         comm = result.iteration.communication
         print(f"torch {torch.__version__}, 2 gloo ranks, {rounds} rounds, DDP TransformerEncoder(4 x 256), "
-              f"batch 8 x 64")
-        print("| un-profiled step (median) | profiled step, counting + communication + memory | ratio |")
-        print("|---:|---:|---:|")
-        print(f"| {statistics.median(out['plain']) * 1e3:.1f} ms | {statistics.median(out['time']) * 1e3:.1f} ms "
-              f"| {statistics.median(ratios):.2f}x |")
+              f"batch 8 x 64; un-profiled step {statistics.median(out['plain']) * 1e3:.1f} ms (median)")
+        print("| profiled step | median | x un-profiled |")
+        print("|---|---:|---:|")
+        for name, o in runs.items():
+            ratio = statistics.median(t / p for t, p in zip(o["time"], o["plain"]))
+            print(f"| {name} | {statistics.median(o['time']) * 1e3:.1f} ms | {ratio:.2f}x |")
         print(f"(last profiled step: {len(result.ranks)} ranks gathered, "
               f"{sum(c.count for c in result.collectives())} collectives, exposed {comm.exposed * 1e3:.2f} ms, "
               f"overlapped {comm.overlapped * 1e3:.2f} ms, peak {result.memory.peak} bytes)")
