@@ -252,7 +252,6 @@ class CommunicationSource:
             pending[0]()
 
 
-
 def merged_flights(calls) -> list[tuple[float, float, float]]:
     """The collectives' flights merged where they overlap: (start, end, seconds of ops run
     meanwhile), the last from each call's ``overlapped`` (an op seen by two overlapping
