@@ -37,6 +37,9 @@ class UnitSource:
         unit = self._units[func]
         with self._counting.aside():
             out, t0, t1, seq_start, seq_end = run_whole(ctx, func, args, kwargs)
+        flight = self._counting.in_flight
+        if flight is not None and flight.busy and ctx.clock.stamp is ctx.clock.now:  # compute during communication
+            flight.ran(t0, t1)
         h0 = ctx.overhead.begin()
         bound = unit.bind(args, kwargs)  # None if no schema fits: reported as a failed formula
         self._attribution.charge_whole(unit, t0, t1, out, bound, seq_start, seq_end)
