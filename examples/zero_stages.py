@@ -4,10 +4,10 @@
     DS_ACCELERATOR=cpu deepspeed --num_gpus 2 examples/zero_stages.py --batch-size 32 --json out.json
 
 For each stage, every rank trains LeNet (the model of the DeepSpeed user's report in
-``../shared/seeds``) for a few steps and profiles one of them with
+``../shared/seeds``) for a few steps and profiles the last ones with
 ``flopsight.Profiler(engine.module, optimizer=engine, memory=True)``: forward, backward and
-the whole ``engine.step()``. Rank 0 gathers the ranks' results and prints, per stage, the
-step's wall time and anatomy, the communication by kind, and memory per rank.
+the whole ``engine.step()``. Rank 0 gathers the ranks' results and prints, for the step of
+median wall time, its anatomy, the communication by kind, and memory per rank.
 """
 
 import argparse
@@ -38,8 +38,10 @@ class LeNet(nn.Module):
         return self.classifier(self.features(x))
 
 
-def profile_stage(stage: int, batch_size: int, steps: int):
-    """Train ``steps`` steps under ZeRO ``stage``; the last one profiled on every rank."""
+def profile_stage(stage: int, batch_size: int, steps: int, profiled: int):
+    """Train ``steps`` steps under ZeRO ``stage``, the last ``profiled`` of them profiled on
+    every rank; rank 0 keeps the one of median wall time (two ranks share few cores here:
+    single steps vary a lot)."""
     torch.manual_seed(0)
     config = {
         "train_micro_batch_size_per_gpu": batch_size,
@@ -48,16 +50,17 @@ def profile_stage(stage: int, batch_size: int, steps: int):
     }
     engine, _, _, _ = deepspeed.initialize(model=LeNet(), config=config)
     loss_fn = nn.CrossEntropyLoss()
-    result = None
+    results = []
     for step in range(steps):
         x, y = torch.randn(batch_size, 1, 28, 28), torch.randint(0, 10, (batch_size,))
-        profiling = step == steps - 1
+        profiling = step >= steps - profiled
         prof = flopsight.Profiler(engine.module, optimizer=engine, memory=True).start() if profiling else None
         engine.backward(loss_fn(engine(x), y))
         engine.step()
         if prof is not None:
-            result = prof.stop()
-    return result
+            results.append(prof.stop())
+    results.sort(key=lambda r: r.iteration.latency)
+    return results[len(results) // 2]
 
 
 def summary(stage: int, result) -> dict:
@@ -112,13 +115,15 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--local_rank", type=int, default=0, help=argparse.SUPPRESS)  # set by the launcher
     parser.add_argument("--batch-size", type=int, default=8, help="samples per rank (default: %(default)s)")
-    parser.add_argument("--steps", type=int, default=4, help="steps per stage, the last profiled (default: %(default)s)")
+    parser.add_argument("--steps", type=int, default=8, help="steps per stage (default: %(default)s)")
+    parser.add_argument("--profiled", type=int, default=5,
+                        help="the last steps profiled, the median one printed (default: %(default)s)")
     parser.add_argument("--json", help="also write the figures to this file (rank 0)")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore", category=FutureWarning)  # torch's deprecation notes on c10d calls
     rows = []
     for stage in range(4):
-        result = profile_stage(stage, args.batch_size, args.steps)
+        result = profile_stage(stage, args.batch_size, args.steps, min(args.profiled, args.steps))
         if torch.distributed.get_rank() == 0:
             rows.append(summary(stage, result))
     if torch.distributed.get_rank() == 0:

@@ -182,7 +182,7 @@ def test_the_zero_stages_example_runs_as_written(tmp_path):
            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
     launcher = Path(sys.executable).with_name("deepspeed")
     proc = subprocess.run([str(launcher), "--num_gpus", "2", "--master_port", str(_free_port()),
-                           str(ROOT / "examples" / "zero_stages.py"), "--steps", "2", "--json", str(out)],
+                           str(ROOT / "examples" / "zero_stages.py"), "--steps", "2", "--profiled", "1", "--json", str(out)],
                           capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = json.loads(out.read_text())

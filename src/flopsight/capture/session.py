@@ -32,6 +32,7 @@ from .autograd_functions import AutogradFunctions
 from .._torch_private import storage_key
 from .communication import CommunicationSource, merged_flights
 from .memory import MemorySource, tensor_bytes
+from .wrappers import inner_torch_optimizer, wrapper_gradients
 from .context import CaptureContext
 from .counting import CountingSource
 from .functions import FunctionInterceptor
@@ -245,19 +246,9 @@ class CaptureSession:
         return raw
 
 
-def _torch_optimizer(optimizer):
-    """``optimizer`` if it is a torch optimizer, else the one a wrapper holds (a DeepSpeed
-    engine holds its ZeRO optimizer, which holds the torch one), or None."""
-    for _ in range(4):
-        if optimizer is None or isinstance(optimizer, torch.optim.Optimizer):
-            return optimizer
-        optimizer = getattr(optimizer, "optimizer", None)
-    return None
-
-
 def _optimizer_state_tensors(optimizer) -> list:
     """The tensors of the (inner) torch optimizer's state: each rank's shard under ZeRO."""
-    inner = _torch_optimizer(optimizer)
+    inner = inner_torch_optimizer(optimizer)
     if inner is None:
         return []
     return [v for state in inner.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
@@ -271,10 +262,10 @@ def _local_shard(p):
 
 
 def _gradients(params, optimizer) -> list:
-    """The gradients held by the model's parameters and by the (inner) torch optimizer's
-    (ZeRO's fp32 partitions)."""
-    grads = [p.grad for p in params if p.grad is not None]
-    inner = _torch_optimizer(optimizer)
+    """The gradients held by the model's parameters, by a wrapper's own buffers (ZeRO's) and
+    by the (inner) torch optimizer's parameters."""
+    grads = [p.grad for p in params if p.grad is not None] + wrapper_gradients(optimizer)
+    inner = inner_torch_optimizer(optimizer)
     if inner is not None:
         grads += [p.grad for group in inner.param_groups for p in group["params"] if p.grad is not None]
     return grads
