@@ -16,14 +16,14 @@ import time
 
 import torch
 
-from .._torch_private import on_work_done, process_group_size
+from .._torch_private import on_work_done, process_group_size, storage_key
 from ..formulas.binding import Binder
 from ..stats import ZERO_STATS
 from .attribution import Attribution
 from .context import CaptureContext
 from .counting import CountingSource
 
-__all__ = ["CommunicationSource", "InFlight", "COLLECTIVE_OPS", "payload_bytes", "merged_flights"]
+__all__ = ["CommunicationSource", "InFlight", "COLLECTIVE_OPS", "payload_bytes", "merged_flights", "common_path"]
 
 # op -> (kind, the argument holding this rank's payload, the argument naming the group);
 # reduce-scatter's functional form takes the whole input: its share is input / group size
@@ -179,9 +179,13 @@ class InFlight:
 class CommunicationSource:
     """Records collectives while a process group exists (installed with the counting mode)."""
 
-    def __init__(self, attribution: Attribution, counting: CountingSource):
+    def __init__(self, attribution: Attribution, counting: CountingSource, param_paths: dict | None = None):
         self._attribution = attribution
         self._counting = counting
+        #: storage of each parameter as this rank holds it (an FSDP2 shard) -> its module's path
+        self._param_paths = param_paths or {}
+        #: storage of an FSDP2 all-gather buffer -> the module whose parameters it gathers
+        self._gathers: dict = {}
         self.calls: list[_Call] = []
         self._binders: dict = {}
         self._awaiting: dict[int, tuple[_Call, torch.Tensor]] = {}  # id(result) -> functional call
@@ -225,7 +229,11 @@ class CommunicationSource:
         nbytes = payload_bytes(bound.get(payload)) if payload else 0
         if func.namespace == "_c10d_functional" and kind == "reduce_scatter" and group_size:
             nbytes //= group_size  # the whole input is passed; this rank keeps 1/n of it
-        call = _Call(kind, where[0], where[1], nbytes, group_size, self._issue_time(t0), self._issue_time(t1))
+        path = where[0]
+        if kind == "all_gather" and self._gathers and isinstance(bound.get(payload), torch.Tensor):
+            # FSDP2 gathers a layer's parameters ahead of its use (prefetching): the layer's
+            path = self._gathers.get(storage_key(bound[payload]), path)
+        call = _Call(kind, path, where[1], nbytes, group_size, self._issue_time(t0), self._issue_time(t1))
         self.calls.append(call)
         flight = self.in_flight
 
@@ -243,6 +251,11 @@ class CommunicationSource:
 
     def _free(self, entry, func, args, kwargs, out, t0, t1) -> None:
         self._attribution.charge(entry, t0, t1, (), ZERO_STATS)
+        if func.name().startswith("fsdp::all_gather_copy_in") and self._param_paths:
+            # FSDP2 copies a layer's parameter shards into the buffer it then all-gathers
+            owners = {self._param_paths.get(storage_key(t)) for t in (args[0] if args else ())} - {None}
+            if owners and isinstance(out, tuple) and len(out) == 2:
+                self._gathers[storage_key(out[1])] = common_path(owners)
 
     def _wait(self, entry, func, args, kwargs, out, t0, t1) -> None:
         self._attribution.charge(entry, t0, t1, (), ZERO_STATS)
@@ -271,3 +284,18 @@ def merged_flights(calls) -> list[tuple[float, float, float]]:
         else:
             merged.append([c.issued, c.end, c.overlapped])
     return [(a, b, min(o, b - a)) for a, b, o in merged]
+
+
+def common_path(paths) -> str:
+    """The innermost module that contains every one of ``paths``.
+
+    >>> common_path({"layers.0.attn", "layers.0.mlp"}), common_path({"layers.0", "head"})
+    ('layers.0', '')
+    """
+    parts = [p.split(".") if p else [] for p in paths]
+    common = []
+    for level in zip(*parts):
+        if len(set(level)) != 1:
+            break
+        common.append(level[0])
+    return ".".join(common)

@@ -108,7 +108,12 @@ class CaptureSession:
                 rules = ModuleRules(attribution, registry)
                 self.tracker.listeners.append(rules)
                 sources.append(rules)
-            self.communication = CommunicationSource(attribution, counting)
+            shards = {}  # each parameter as this rank holds it (an FSDP2 shard), first path first
+            for path, info in reversed(infos.items()):
+                for p in info.module._parameters.values():
+                    if p is not None:
+                        shards[storage_key(_local_shard(p))] = path
+            self.communication = CommunicationSource(attribution, counting, shards)
             if memory:
                 params = [p for info in infos.values() for p in info.module._parameters.values() if p is not None]
                 self.memory = MemorySource(self.tracker, {storage_key(p) for p in params},
