@@ -109,14 +109,13 @@ class EngineProfiler(FlopsProfiler):
         the result for rank 0) when ``engine.step()`` has completed it."""
 
         def step(call, args, kwargs):
-            out = call(*args, **kwargs)
+            try:
+                out = call(*args, **kwargs)
+            except BaseException:
+                self._end_follow()  # a failed step leaves nothing installed either
+                raise
             if self._step_done():
-                unwrap, self._unwrap_step = self._unwrap_step, None
-                try:
-                    self._profiler.stop()
-                finally:
-                    unwrap()
-                    self._remove_hook()
+                self._end_follow()
             return out
 
         self._steps_at_start = engine.global_steps
@@ -124,6 +123,16 @@ class EngineProfiler(FlopsProfiler):
         self._unwrap_step = wrap_method(engine, "step", step)
         self._profiler = Profiler(self.model, optimizer=engine, gather_timeout=DEFAULT_GATHER_TIMEOUT,
                                   parallel=engine_parallel(engine)).start()
+
+    def _end_follow(self) -> None:
+        unwrap, self._unwrap_step = self._unwrap_step, None
+        try:
+            if self._profiler is not None and self._profiler.running:
+                self._profiler.stop()
+        finally:
+            if unwrap is not None:
+                unwrap()
+            self._remove_hook()
 
     def _remove_hook(self) -> None:
         if self._hook is not None:
