@@ -12,7 +12,7 @@ from flopsight.analysis.report_figures import communication_figures
 from flopsight.capture.communication import collective_ops, payload_bytes
 from flopsight.communication import Collective, bandwidths
 
-from multirank.launch import torchrun
+from multirank.launch import ranks_of
 
 WORKER = Path(__file__).parent / "multirank" / "collectives_worker.py"
 
@@ -86,11 +86,7 @@ def test_collectives_survive_save_and_load(tmp_path):
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory):
     """Both ranks' results of every scenario in tests/multirank/collectives_worker.py."""
-    if not torch.distributed.is_available():
-        pytest.skip("torch.distributed is not available")
-    out = tmp_path_factory.mktemp("collectives")
-    torchrun(WORKER, str(out))
-    return lambda scenario: [flopsight.load(out / f"{scenario}.rank{r}.json") for r in (0, 1)]
+    return ranks_of(tmp_path_factory, WORKER, "collectives")[1]
 
 
 def by_kind(result) -> dict[str, Collective]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import flopsight
+from multirank.launch import free_port
 
 deepspeed = pytest.importorskip("deepspeed")
 
@@ -33,16 +35,10 @@ def run(tmp_path_factory):
     launcher = Path(sys.executable).with_name("deepspeed")
     env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([str(launcher), "--num_gpus", "2", "--master_port", str(_free_port()), str(WORKER), str(out)],
+    proc = subprocess.run([str(launcher), "--num_gpus", "2", "--master_port", str(free_port()), str(WORKER), str(out)],
                           capture_output=True, text=True, env=env, timeout=600, cwd=out)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     return out
-
-
-def _free_port() -> int:
-    from multirank.launch import free_port
-
-    return free_port()
 
 
 def result(run, name):
@@ -50,8 +46,6 @@ def result(run, name):
 
 
 def value(text, label):
-    import re
-
     m = re.search(rf"^{re.escape(label)}:\s+(\S.*?)\s*$", text, re.M)
     assert m, f"no line {label!r}"
     return m.group(1)
@@ -181,7 +175,7 @@ def test_the_zero_stages_example_runs_as_written(tmp_path):
     env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
     launcher = Path(sys.executable).with_name("deepspeed")
-    proc = subprocess.run([str(launcher), "--num_gpus", "2", "--master_port", str(_free_port()),
+    proc = subprocess.run([str(launcher), "--num_gpus", "2", "--master_port", str(free_port()),
                            str(ROOT / "examples" / "zero_stages.py"), "--steps", "2", "--profiled", "1", "--json", str(out)],
                           capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

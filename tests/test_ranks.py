@@ -12,18 +12,15 @@ import flopsight
 from flopsight.analysis.ranks import rank_figures, spread
 from flopsight.ranks import check_gather_timeout, gather_ranks
 
-from multirank.launch import torchrun
+from multirank.launch import ranks_of
 
 WORKER = Path(__file__).parent / "multirank" / "gather_worker.py"
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    if not torch.distributed.is_available():
-        pytest.skip("torch.distributed is not available")
-    out = tmp_path_factory.mktemp("ranks")
-    torchrun(WORKER, str(out))
-    return out
+    """The folder tests/multirank/gather_worker.py wrote into."""
+    return ranks_of(tmp_path_factory, WORKER, "ranks")[0]
 
 
 def test_rank_0_holds_every_ranks_result_the_others_none(run):

@@ -1,7 +1,7 @@
 """Run a test script on several real ranks with torchrun (gloo on this machine).
 
->>> callable(torchrun)
-True
+>>> callable(torchrun), callable(ranks_of)
+(True, True)
 """
 
 from __future__ import annotations
@@ -32,3 +32,19 @@ def torchrun(script: Path, *args: str, nproc: int = 2, timeout: float = 180) -> 
     if proc.returncode != 0:
         raise AssertionError(f"torchrun {script.name} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
     return proc
+
+
+def ranks_of(tmp_path_factory, script: Path, name: str):
+    """Run ``script OUT`` on 2 ranks once; return ``result(scenario)``: the list of both
+    ranks' results the script saved as ``OUT/<scenario>.rank<r>.json`` (skips the test
+    without torch.distributed)."""
+    import pytest
+    import torch
+
+    import flopsight
+
+    if not torch.distributed.is_available():
+        pytest.skip("torch.distributed is not available")
+    out = tmp_path_factory.mktemp(name)
+    torchrun(script, str(out))
+    return out, lambda scenario: [flopsight.load(out / f"{scenario}.rank{r}.json") for r in (0, 1)]
