@@ -24,7 +24,8 @@ def run(tmp_path_factory):
 
 
 def test_rank_0_holds_every_ranks_result_the_others_none(run):
-    assert json.loads((run / "ranks0.json").read_text()) == {"both": 2, "one_missing": 2}
+    held = json.loads((run / "ranks0.json").read_text())
+    assert (held["both"], held["one_missing"]) == (2, 2)
     assert json.loads((run / "ranks1.json").read_text()) == {"both": 0}
     result = flopsight.load(run / "both.json")
     # Linear(8, 16) + Linear(16, 4): 8*16 + 16*4 = 192 MACs per row; rank r ran 2 + r rows
@@ -41,6 +42,8 @@ def test_a_rank_that_never_reaches_the_step_is_named_not_waited_for(run):
     report = (run / "one_missing.txt").read_text()
     assert "ranks reporting:" in report and "1 of 2" in report
     assert "ranks missing (no result within gather_timeout):" in report
+    # while waiting, rank 0 said for whom (the worker lowers the 5 s before the warning to 0)
+    assert "rank 0 is waiting for the results of rank(s) 1" in json.loads((run / "ranks0.json").read_text())["warned"]
 
 
 def test_spread_and_straggler_over_ranks():

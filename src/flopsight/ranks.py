@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from typing import Any
 
 import torch
@@ -27,6 +28,7 @@ __all__ = ["gather_ranks", "check_gather_timeout", "DEFAULT_GATHER_TIMEOUT"]
 DEFAULT_GATHER_TIMEOUT = 60.0
 
 _count = 0  # profiles gathered by this process so far: the key of the next one
+_WARN_AFTER = 5.0  # seconds of waiting before rank 0 says what it is waiting for
 
 
 def check_gather_timeout(timeout: Any) -> float:
@@ -57,7 +59,8 @@ def gather_ranks(result, timeout: float = DEFAULT_GATHER_TIMEOUT) -> list:
 
     results: list = [result] + [None] * (world - 1)
     waiting = set(range(1, world))
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
+    deadline, warned = started + timeout, False
     while waiting:
         for r in sorted(waiting):
             key = f"{prefix}{r}"
@@ -66,7 +69,16 @@ def gather_ranks(result, timeout: float = DEFAULT_GATHER_TIMEOUT) -> list:
                 store.delete_key(key)
                 waiting.discard(r)
         if waiting:
-            if time.monotonic() >= deadline:
+            now = time.monotonic()
+            if now >= deadline:
                 break
+            if not warned and now - started > _WARN_AFTER:
+                warned = True
+                warnings.warn(
+                    f"flopsight: rank 0 is waiting for the results of rank(s) {', '.join(map(str, sorted(waiting)))} "
+                    f"(at most gather_timeout={timeout:g} s); profiling on one rank only? pass gather_timeout=None",
+                    UserWarning,
+                    stacklevel=3,
+                )
             time.sleep(0.01)
     return results

@@ -11,12 +11,14 @@ number of results it holds in ``result.ranks``.
 import json
 import os
 import sys
+import warnings
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
 import flopsight
+import flopsight.ranks
 
 out = sys.argv[1]
 dist.init_process_group("gloo")
@@ -32,8 +34,12 @@ if rank == 0:
 try:
     if rank == 1:
         raise RuntimeError("rank 1 fails before its profiled step")
-    result = flopsight.profile(model, torch.randn(2, 8), warm_up=0, gather_timeout=2)
+    flopsight.ranks._WARN_AFTER = 0.0  # say at once what rank 0 waits for
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = flopsight.profile(model, torch.randn(2, 8), warm_up=0, gather_timeout=2)
     held["one_missing"] = len(result.ranks)
+    held["warned"] = " ".join(str(w.message) for w in caught)
     result.save(f"{out}/one_missing.json")
     with open(f"{out}/one_missing.txt", "w") as f:
         f.write(flopsight.renderers.text_renderer.render_text(result))
