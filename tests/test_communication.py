@@ -126,6 +126,14 @@ def test_ddp_all_reduces_every_gradient_once_in_the_backward_at_the_root(ranks):
         assert "bwd MACs per GPU" in report  # after DeepSpeed's training lines
 
 
+def test_ddp_reduces_one_bucket_per_layer_all_charged_to_the_roots_backward(ranks):
+    # one bucket per Linear(512, 512): (512*512 + 512) fp32 gradients each. Which layers a
+    # bucket holds cannot be read from DDP without copying every bucket: the root's
+    for result in ranks("ddp_buckets"):
+        (c,) = result.collectives("backward")
+        assert (c.kind, c.module, c.count, c.bytes) == ("all_reduce", "", 3, 3 * (512 * 512 + 512) * 4)
+
+
 def test_a_collective_in_a_module_s_forward_is_that_module_s(ranks):
     for result in ranks("module"):
         (c,) = result.collectives()

@@ -6,6 +6,7 @@ Writes ``<out>/<scenario>.rank<r>.json`` (a ProfileResult) for each scenario:
 * ``ddp``: one DDP training step of a small MLP under ``Profiler(ddp_model, optimizer)``;
 * ``module``: a module whose forward all-reduces its output (tensor parallelism's row layer);
 * ``overlap``: an asynchronous all-reduce hidden behind compute, then a synchronous one;
+* ``ddp_buckets``: DDP reducing three layers' gradients in three buckets;
 * ``fsdp2``: one training step of a small MLP sharded with ``fully_shard`` (FSDP2).
 """
 
@@ -80,6 +81,18 @@ with flopsight.Profiler() as prof:
     work.wait()
     dist.all_reduce(torch.ones(1000))  # the rank waits for this one
 save("overlap", prof.result)
+
+# three 1 MB layers with 1 MB buckets: DDP reduces one bucket per layer
+torch.manual_seed(0)
+model = DistributedDataParallel(nn.Sequential(nn.Linear(512, 512), nn.Linear(512, 512), nn.Linear(512, 512)),
+                                bucket_cap_mb=1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(2):  # DDP settles its buckets after the first step; the second is profiled
+    with flopsight.Profiler(model, optimizer=opt) as prof:
+        model(torch.randn(4, 512)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+save("ddp_buckets", prof.result)
 
 from torch.distributed.fsdp import fully_shard  # noqa: E402
 
