@@ -48,8 +48,17 @@ def _engine_modules() -> list:
     return [engine]
 
 
-def install() -> None:
-    """Make every DeepSpeed engine created from now on profile with flopsight (idempotent)."""
+#: what install() was asked for, read by each EngineProfiler when its engine builds it
+_OPTIONS = {"memory": False}
+
+
+def install(*, memory: bool = False) -> None:
+    """Make every DeepSpeed engine created from now on profile with flopsight (calling it
+    again only changes the options). ``memory=True`` also counts memory, as
+    :class:`flopsight.Profiler` does (``result.memory``, and the report's memory lines)."""
+    if not isinstance(memory, bool):
+        raise TypeError(f"memory: expected a bool, got {type(memory).__name__}")
+    _OPTIONS["memory"] = memory
     if _REPLACED:
         return
     for module in _engine_modules():
@@ -59,6 +68,7 @@ def install() -> None:
 
 def uninstall() -> None:
     """Put DeepSpeed's own profiler back (engines already built keep the one they have)."""
+    _OPTIONS["memory"] = False
     while _REPLACED:
         module, name, original = _REPLACED.pop()
         setattr(module, name, original)
@@ -82,6 +92,7 @@ class EngineProfiler(FlopsProfiler):
 
     def __init__(self, model: nn.Module, ds_engine: Any = None, recompute_fwd_factor: float = 0.0):
         super().__init__(model, ds_engine, recompute_fwd_factor)
+        self._memory = _OPTIONS["memory"]
         self._steps_at_start: int | None = None
         self._hook = None
         block = _config_block(ds_engine)
@@ -122,7 +133,7 @@ class EngineProfiler(FlopsProfiler):
         # wrapped before the profiler wraps it, so the profiler's wrapper comes off first
         self._unwrap_step = wrap_method(engine, "step", step)
         self._profiler = Profiler(self.model, optimizer=engine, gather_timeout=DEFAULT_GATHER_TIMEOUT,
-                                  parallel=engine_parallel(engine)).start()
+                                  parallel=engine_parallel(engine), memory=self._memory).start()
 
     def _end_follow(self) -> None:
         unwrap, self._unwrap_step = self._unwrap_step, None
@@ -155,7 +166,7 @@ class EngineProfiler(FlopsProfiler):
         # every rank measures the step (see _follow): rank 0 gathers them into result.ranks
         self._profiler = Profiler(self.model, optimizer=self.ds_engine, ignore_modules=ignore_list,
                                   gather_timeout=DEFAULT_GATHER_TIMEOUT,
-                                  parallel=engine_parallel(self.ds_engine)).start()
+                                  parallel=engine_parallel(self.ds_engine), memory=self._memory).start()
         self.started = True
         self._register()
 

@@ -47,9 +47,12 @@ CONFIGS = {
     "zero2_bf16_accumulate2": {"zero_optimization": {"stage": 2}, "bf16": {"enabled": True},
                                "gradient_accumulation_steps": 2},
     "checkpointed": {"zero_optimization": {"stage": 0}},
+    "zero3_memory": {"zero_optimization": {"stage": 3}},  # with install(memory=True)
 }
 
 for name, extra in CONFIGS.items():
+    if name == "zero3_memory":
+        flopsight.deepspeed.install(memory=True)
     torch.manual_seed(0)
     accumulate = extra.get("gradient_accumulation_steps", 1)
     config = {
