@@ -90,3 +90,18 @@ def test_the_report_prints_the_memory_lines():
     assert "memory, activations saved for backward per GPU:" in text
     assert "memory, peak allocated while profiling per GPU:" in text and "(fwd 512 B, bwd " in text
     assert "memory," not in flopsight.renderers.text_renderer.render_text(training_step(memory=False))
+
+
+def test_nothing_watches_the_storages_once_profiling_stopped():
+    import weakref
+
+    from flopsight.capture.memory import MemorySource
+
+    model = mlp()
+    with flopsight.Profiler(model, memory=True) as prof:
+        kept = model(torch.randn(B, 8))  # allocated while profiling, still alive afterwards
+    assert kept is not None and prof.result.memory.peak > 0
+    # its storage's finalizer was detached at stop: no finalizer keeps a memory source alive
+    # (weakref.finalize keeps its live finalizers in a class-level registry)
+    owners = [getattr(info.func, "__self__", None) for info in weakref.finalize._registry.values()]
+    assert not any(isinstance(o, MemorySource) for o in owners)

@@ -56,7 +56,8 @@ class MemorySource:
         self.phase_peaks: dict[str, int] = {}
         self.live = 0
         self._saved: set = set()
-        self._tracked: dict = {}  # storage key -> bytes, for storages allocated while profiling
+        #: storage key -> (bytes, finalizer) of the storages allocated while profiling and alive
+        self._tracked: dict = {}
         self._call_max: list[list] = []  # [call record, running max] of the calls on the stack
         self._ctx: CaptureContext | None = None
         self._hooks = None
@@ -70,7 +71,10 @@ class MemorySource:
         self._hooks.__enter__()
 
     def stop(self, ctx: CaptureContext) -> None:
-        self._active = False  # storages freed later no longer change anything
+        self._active = False
+        for _, finalizer in self._tracked.values():  # storages still alive: stop watching them
+            finalizer.detach()
+        self._tracked.clear()
         hooks, self._hooks = self._hooks, None
         if hooks is not None:
             hooks.__exit__(None, None, None)
@@ -103,8 +107,7 @@ class MemorySource:
             return
         storage = t.untyped_storage()
         nbytes = storage.nbytes()
-        self._tracked[key] = nbytes
-        weakref.finalize(storage, self._freed, key)
+        self._tracked[key] = (nbytes, weakref.finalize(storage, self._freed, key))
         self.live += nbytes
         live = self.live
         if self._call_max and live > self._call_max[-1][1]:
@@ -115,9 +118,9 @@ class MemorySource:
             self.peaks[(path, phase)] = live
 
     def _freed(self, key) -> None:
-        nbytes = self._tracked.pop(key, 0)
-        if self._active:
-            self.live -= nbytes
+        tracked = self._tracked.pop(key, None)
+        if tracked is not None and self._active:
+            self.live -= tracked[0]
 
     # -- optimizer steps (an optimizer-steps listener) -------------------------------------
     def step_begins(self, optimizer) -> None:
