@@ -47,7 +47,7 @@ def test_a_rank_that_never_reaches_the_step_is_named_not_waited_for(run):
 
 
 def test_spread_and_straggler_over_ranks():
-    # ranks 0..3 took 1, 2, 3 and 6 s: mean 3, the slowest (rank 3) 100% above it
+    # ranks 0, 1, 3 and 4 took 1, 2, 3 and 6 s (rank 2 sent nothing): mean 3, the slowest rank 4
     s = spread([1.0, 2.0, None, 3.0, 6.0])
     assert s == (1.0, 3.0, 6.0, 4)
     assert spread([None, None]) is None

@@ -212,12 +212,13 @@ class FlopsProfiler:
         with the training lines when a backward pass or an optimizer step was measured."""
         check_output_file(output_file)
         check_layout(module_depth, top_modules)
-        if self._measured() is None:
+        result = self._measured()  # a snapshot while still running: built once
+        if result is None:
             warnings.warn("flopsight: print_model_profile: nothing measured yet; call start_profile() and run the "
                           "model first", UserWarning, stacklevel=2)
             return
         print_report(
-            self.result,
+            result,
             output_file,
             profile_step=profile_step,
             module_depth=module_depth,

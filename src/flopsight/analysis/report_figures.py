@@ -23,7 +23,7 @@ from ..communication import Collective, bandwidths
 from ..result import Coverage, ProfileResult
 from ..stats import Stats
 from ..tree import ModuleNode
-from ..views import CommunicationTime, GenerationStats, StepAnatomy
+from ..views import CommunicationTime, GenerationStats, IterationStats, StepAnatomy
 
 __all__ = [
     "ParallelInfo",
@@ -207,12 +207,14 @@ class SummaryFigures:
 
 
 def training_figures(
-    result: ProfileResult, parallel: ParallelInfo, batch_size: float | None = None, recompute_fwd_factor: float = 0.0
+    result: ProfileResult, parallel: ParallelInfo, batch_size: float | None = None, recompute_fwd_factor: float = 0.0,
+    it: IterationStats | None = None,
 ) -> TrainingFigures:
     """The training lines' figures: ``parallel`` gives the world and data-parallel sizes,
     ``batch_size`` the batch size per GPU (for DeepSpeed's samples/second) and
-    ``recompute_fwd_factor`` DeepSpeed's estimate of the recomputed forward."""
-    it = result.iteration
+    ``recompute_fwd_factor`` DeepSpeed's estimate of the recomputed forward; ``it`` is
+    ``result.iteration`` when the caller has it already."""
+    it = it if it is not None else result.iteration
     fwd = result.total.forward
     bwd, rec, step = it.backward, it.recompute, it.step
     recomputed = "recompute" in result.phases
@@ -293,7 +295,7 @@ def summary_figures(
         fwd=Stats(fwd.macs, fwd.flops, fwd.latency, fwd.calls),
         fwd_flops_of_model=fwd.flops * mp,
         fwd_flops_per_second=rate(fwd.flops, fwd.latency),
-        training=training_figures(result, header, batch, recompute_fwd_factor) if training else None,
+        training=training_figures(result, header, batch, recompute_fwd_factor, it) if training else None,
         generation=generation_figures(result),
         communication=communication_figures(result.collectives()),
         anatomy=it.anatomy if it is not None else None,

@@ -179,11 +179,13 @@ class InFlight:
 class CommunicationSource:
     """Records collectives while a process group exists (installed with the counting mode)."""
 
-    def __init__(self, attribution: Attribution, counting: CountingSource, param_paths: dict | None = None):
+    def __init__(self, attribution: Attribution, counting: CountingSource, param_paths=dict):
         self._attribution = attribution
         self._counting = counting
-        #: storage of each parameter as this rank holds it (an FSDP2 shard) -> its module's path
-        self._param_paths = param_paths or {}
+        #: () -> {storage of each parameter as this rank holds it (an FSDP2 shard): its module's
+        #: path}, read at start under torch.distributed
+        self._read_param_paths = param_paths
+        self._param_paths: dict = {}
         #: storage of an FSDP2 all-gather buffer -> the module whose parameters it gathers
         self._gathers: dict = {}
         self.calls: list[_Call] = []
@@ -202,6 +204,7 @@ class CommunicationSource:
             COLLECTIVE_OPS.update(collective_ops())
             WAIT_OPS.extend(_overloads("_c10d_functional", "wait_tensor"))
 
+        self._param_paths = self._read_param_paths()
         self.in_flight = self._counting.in_flight = InFlight()
         observers = self._counting.observers
         for op in COLLECTIVE_OPS:

@@ -30,7 +30,7 @@ _NO_KWARGS: dict = {}  # shared, never written to
 
 
 class _CountingMode(EagerDispatchMode):
-    def __init__(self, ctx: CaptureContext, attribution: Attribution):
+    def __init__(self, ctx: CaptureContext, attribution: Attribution, source: "CountingSource"):
         super().__init__()
         # bound once: this runs for every op of the model
         self._ctx = ctx
@@ -38,16 +38,13 @@ class _CountingMode(EagerDispatchMode):
         self._overhead = ctx.overhead
         self._resolved, self._resolve = ctx.registry.resolved, ctx.registry.resolve  # cached per overload
         self._charge = attribution.charge
+        self._attribution = attribution
         # on a host clock the op's end stamp is also when the profiler's own work starts
         self._stamp_is_now = self._stamp is self._now
-        #: the collectives in flight (:class:`~.communication.InFlight`), under torch.distributed
-        self.in_flight = None
-        #: the memory source (:class:`~.memory.MemorySource`) when memory is tracked
-        self.memory = None
-        self._attribution = attribution
-        #: op overload -> handler(entry, func, args, kwargs, out, t0, t1) that charges it
-        #: instead (collectives); empty outside torch.distributed, so other ops pay one test
-        self.observers: dict = {}
+        # other sources watch the ops (collectives, memory): only then does an op take the
+        # longer path, so a plain profile pays one test
+        self._source = source
+        self._watched = bool(source.observers) or source.memory is not None
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         stamp = self._stamp
@@ -58,21 +55,33 @@ class _CountingMode(EagerDispatchMode):
         if not ctx.suppressed and not ctx.paused:
             h0 = t1 if self._stamp_is_now else self._now()
             entry = self._resolved(func) or self._resolve(func)
-            observer = self.observers.get(func) if self.observers else None
-            if observer is not None:
-                observer(entry, func, args, kwargs or _NO_KWARGS, out, t0, t1)
-                path = None
+            if self._watched:
+                self._charge_watched(entry, func, args, kwargs or _NO_KWARGS, out, t0, t1)
             elif entry.formula is ZERO:  # most ops (views, copies) cost nothing: skip the formula
-                path = self._charge(entry, t0, t1, (), ZERO_STATS)
+                self._charge(entry, t0, t1, (), ZERO_STATS)
             else:
-                path = self._charge(entry, t0, t1, (out, args, kwargs or _NO_KWARGS))
-            if self.memory is not None and path is not None:  # the model's op: its new storages
-                self.memory.outputs(out, path, self._attribution.last_phase)
-            flight = self.in_flight
-            if flight is not None and flight.busy and self._stamp_is_now:  # compute overlapping communication
-                flight.ran(t0, t1)
+                self._charge(entry, t0, t1, (out, args, kwargs or _NO_KWARGS))
             self._overhead.seconds += self._now() - h0
         return out
+
+    def _charge_watched(self, entry, func, args, kwargs, out, t0, t1) -> None:
+        """Charge an op that other sources watch: an observer charges the ops it handles
+        (collectives); the memory source sees the model's ops' outputs; collectives in
+        flight are credited with the op's time."""
+        source = self._source
+        observer = source.observers.get(func)
+        if observer is not None:
+            observer(entry, func, args, kwargs, out, t0, t1)
+            path = None
+        elif entry.formula is ZERO:
+            path = self._charge(entry, t0, t1, (), ZERO_STATS)
+        else:
+            path = self._charge(entry, t0, t1, (out, args, kwargs))
+        if source.memory is not None and path is not None:  # the model's op: its new storages
+            source.memory.outputs(out, path, self._attribution.last_phase)
+        flight = source.in_flight
+        if flight is not None and flight.busy and self._stamp_is_now:  # compute overlapping communication
+            flight.ran(t0, t1)
 
 
 class _EagerStance:
@@ -112,20 +121,11 @@ class CountingSource:
         #: op overload -> handler, for ops another source records more about
         #: (``handler(entry, func, args, kwargs, out, t0, t1)`` charges the op itself)
         self.observers: dict = {}
-        self._in_flight = None
+        #: the collectives in flight (:class:`~.communication.InFlight`), whose overlap with
+        #: each op the mode reports (None outside torch.distributed)
+        self.in_flight = None
         #: a :class:`~.memory.MemorySource` to hand each op's outputs to (None: not tracked)
         self.memory = None
-
-    @property
-    def in_flight(self):
-        """Collectives in flight, whose overlap with the ops the mode reports (or None)."""
-        return self._in_flight
-
-    @in_flight.setter
-    def in_flight(self, value) -> None:
-        self._in_flight = value
-        if self._mode is not None:
-            self._mode.in_flight = value
 
     def start(self, ctx: CaptureContext) -> None:
         prime_modes()
@@ -133,10 +133,7 @@ class CountingSource:
             allow_under_mode(hop, _CountingMode)
         _EAGER.acquire()
         try:
-            self._mode = _CountingMode(ctx, self._attribution)
-            self._mode.observers = self.observers
-            self._mode.in_flight = self._in_flight
-            self._mode.memory = self.memory
+            self._mode = _CountingMode(ctx, self._attribution, self)  # after the sources that watch it
             self._mode.__enter__()
         except BaseException:
             _EAGER.release()

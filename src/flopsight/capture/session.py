@@ -99,23 +99,23 @@ class CaptureSession:
         self.spans = SpanTimer(functions if count else None)
         steps = OptimizerSteps(self.spans, optimizer, functions if count else None)
         sources: list = [self.tracker, steps]
+        # each parameter once, with the first path it has (a tied weight's first owner)
+        owners = {id(p): (p, path) for path, info in reversed(infos.items())
+                  for p in info.module._parameters.values() if p is not None}
+        self._params = [p for p, _ in owners.values()]
         if count:
-            param_owner = {id(p): path for path, info in reversed(infos.items())
-                           for p in info.module._parameters.values() if p is not None}
-            attribution = Attribution(ctx, self.tracker.owner_of, param_owner)
+            attribution = Attribution(ctx, self.tracker.owner_of, {k: path for k, (_, path) in owners.items()})
             counting = CountingSource(attribution)
             if registry.has_module_rules():  # listening to every module call costs: only if needed
                 rules = ModuleRules(attribution, registry)
                 self.tracker.listeners.append(rules)
                 sources.append(rules)
-            shards = {}  # each parameter as this rank holds it (an FSDP2 shard), first path first
-            for path, info in reversed(infos.items()):
-                for p in info.module._parameters.values():
-                    if p is not None:
-                        shards[storage_key(_local_shard(p))] = path
-            self.communication = CommunicationSource(attribution, counting, shards)
+            # each parameter as this rank holds it (an FSDP2 shard) -> its path, read only
+            # once a process group exists
+            self.communication = CommunicationSource(
+                attribution, counting, lambda: {storage_key(_local_shard(p)): path for p, path in owners.values()})
             if memory:
-                params = [p for info in infos.values() for p in info.module._parameters.values() if p is not None]
+                params = self._params
                 self.memory = MemorySource(self.tracker, {storage_key(p) for p in params},
                                            lambda: tensor_bytes(_gradients(params, optimizer)))
                 self.tracker.listeners.append(self.memory)
@@ -133,7 +133,6 @@ class CaptureSession:
             self.communication = None
         if not (count and memory):
             self.memory = None
-        self._model_root = infos[""].module
         self._optimizer = optimizer
         self._sources = [*sources, self.spans]
         self._started: list = []
@@ -190,8 +189,7 @@ class CaptureSession:
         return max(clock.seconds(start, end) - overhead, 0.0)
 
     def _memory_figures(self) -> dict:
-        mem = self.memory
-        params = [p for p in self._model_root.parameters()]
+        mem, params = self.memory, self._params
         return {
             "activations": dict(mem.activations),
             "peaks": dict(mem.peaks),

@@ -273,27 +273,20 @@ def thnn_fused_gru_cell(out, input_gates, hidden_gates, hx, input_bias=None, hid
     return Cost.of_flops(prod(hx.shape[:-1]) * per_row)
 
 
-lstm = _network("lstm", "lstm")
-gru = _network("gru", "gru")
-rnn_tanh = _network("rnn", "rnn_tanh")
-rnn_relu = _network("rnn", "rnn_relu")
-lstm_cell = _cell("lstm", "lstm_cell")
-gru_cell = _cell("gru", "gru_cell")
-rnn_tanh_cell = _cell("rnn", "rnn_tanh_cell")
-rnn_relu_cell = _cell("rnn", "rnn_relu_cell")
+#: (gate family, name, whether it is a single cell) of each RNN function and aten op
+_RNNS = (("lstm", "lstm", False), ("gru", "gru", False), ("rnn", "rnn_tanh", False), ("rnn", "rnn_relu", False),
+         ("lstm", "lstm_cell", True), ("gru", "gru_cell", True), ("rnn", "rnn_tanh_cell", True),
+         ("rnn", "rnn_relu_cell", True))
+#: name -> forward formula
+_FORWARD = {name: (_cell if cell else _network)(kind, name) for kind, name, cell in _RNNS}
 
 # The same aten ops are CompositeImplicitAutograd, so a dispatch mode normally never sees
 # them; registered anyway so that any path that keeps them whole counts them identically.
 # aten._lstm_mps (Apple GPUs) has exactly lstm.input's arguments. (The units, the torch
 # functions of the same names, are registered below with their backward formulas.)
-REGISTRY.register(aten.lstm, aten._lstm_mps)(lstm)
-REGISTRY.register(aten.gru)(gru)
-REGISTRY.register(aten.rnn_tanh)(rnn_tanh)
-REGISTRY.register(aten.rnn_relu)(rnn_relu)
-REGISTRY.register(aten.lstm_cell)(lstm_cell)
-REGISTRY.register(aten.gru_cell)(gru_cell)
-REGISTRY.register(aten.rnn_tanh_cell)(rnn_tanh_cell)
-REGISTRY.register(aten.rnn_relu_cell)(rnn_relu_cell)
+REGISTRY.register(aten._lstm_mps)(_FORWARD["lstm"])
+for _name, _formula in _FORWARD.items():
+    REGISTRY.register(getattr(aten, _name))(_formula)
 
 
 # == backward ================================================================================
@@ -596,27 +589,14 @@ def _cell_backward(kind: str, name: str):
     return formula
 
 
-lstm_backward = _network_backward("lstm", "lstm")
-gru_backward = _network_backward("gru", "gru")
-rnn_tanh_backward = _network_backward("rnn", "rnn_tanh")
-rnn_relu_backward = _network_backward("rnn", "rnn_relu")
-lstm_cell_backward = _cell_backward("lstm", "lstm_cell")
-gru_cell_backward = _cell_backward("gru", "gru_cell")
-rnn_tanh_cell_backward = _cell_backward("rnn", "rnn_tanh_cell")
-rnn_relu_cell_backward = _cell_backward("rnn", "rnn_relu_cell")
 
 # -- the units: the torch functions the modules call, each with its backward ----------------
 # torch.lstm & co. have no Python signature: the registry binds a call to the schema of the
 # aten op of the same name whose overload fits it (lstm.input or lstm.data), so the network
 # formulas take ``input`` or ``data``/``batch_sizes``. torch._VF.lstm is torch.lstm.
-for _function, _forward, _backward in [
-    (torch.lstm, lstm, lstm_backward), (torch.gru, gru, gru_backward),
-    (torch.rnn_tanh, rnn_tanh, rnn_tanh_backward), (torch.rnn_relu, rnn_relu, rnn_relu_backward),
-    (torch.lstm_cell, lstm_cell, lstm_cell_backward), (torch.gru_cell, gru_cell, gru_cell_backward),
-    (torch.rnn_tanh_cell, rnn_tanh_cell, rnn_tanh_cell_backward),
-    (torch.rnn_relu_cell, rnn_relu_cell, rnn_relu_cell_backward),
-]:  # fmt: skip
-    REGISTRY.register_unit(_function, name=_forward.__name__, backward=_backward)(_forward)
+for _kind, _name, _cell_only in _RNNS:
+    _backward = (_cell_backward if _cell_only else _network_backward)(_kind, _name)
+    REGISTRY.register_unit(getattr(torch, _name), name=_name, backward=_backward)(_FORWARD[_name])
 
 
 # -- fused backward kernels, counted with the same functions -------------------------------

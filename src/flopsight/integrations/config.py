@@ -234,20 +234,20 @@ class AttachedProfiler:
         self._profiler.start()  # every rank profiles; rank 0 gathers and prints
 
     def _after_step(self, optimizer, args, kwargs) -> None:
-        self.steps += 1
-        if self.steps == self.config.profile_step - 1:
-            self._start()
-        elif self.steps == self.config.profile_step:
-            _finish_after_this_step(self)
+        self._stepped(lambda: _finish_after_this_step(self))
 
     def _wrapped_step(self, step, args, kwargs):
         out = step(*args, **kwargs)
+        self._stepped(self._finish)  # no hook dict is being iterated here: finish at once
+        return out
+
+    def _stepped(self, finish) -> None:
+        """A step ended: start profiling before step ``profile_step``, ``finish`` after it."""
         self.steps += 1
         if self.steps == self.config.profile_step - 1:
             self._start()
         elif self.steps == self.config.profile_step:
-            self._finish()  # no hook dict is being iterated here: finish at once
-        return out
+            finish()
 
     def _finish(self) -> None:
         if self._done:

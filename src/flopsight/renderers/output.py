@@ -24,7 +24,7 @@ import sys
 from typing import Any
 
 from ..result import ProfileResult
-from .text_renderer import ParallelInfo, render_text
+from .text_renderer import render_text
 
 __all__ = ["check_output_file", "check_layout", "write_report", "print_report"]
 
@@ -67,27 +67,9 @@ def write_report(text: str, output_file: str | os.PathLike | None = None) -> Non
         sys.stdout.write(text)
 
 
-def print_report(
-    result: ProfileResult,
-    output_file: str | os.PathLike | None = None,
-    *,
-    profile_step: int = 1,
-    module_depth: int = -1,
-    top_modules: int = 1,
-    detailed: bool = True,
-    parallel: ParallelInfo | None = None,
-    recompute_fwd_factor: float = 0.0,
-) -> str:
-    """Render ``result`` as the text report, write it (see :func:`write_report`) and
-    return the text. The arguments are :func:`~flopsight.renderers.text_renderer.render_text`'s."""
-    text = render_text(
-        result,
-        profile_step=profile_step,
-        module_depth=module_depth,
-        top_modules=top_modules,
-        detailed=detailed,
-        parallel=parallel,
-        recompute_fwd_factor=recompute_fwd_factor,
-    )
+def print_report(result: ProfileResult, output_file: str | os.PathLike | None = None, **options: Any) -> str:
+    """Render ``result`` as the text report, write it (see :func:`write_report`) and return
+    the text; ``options`` are :func:`~flopsight.renderers.text_renderer.render_text`'s."""
+    text = render_text(result, **options)
     write_report(text, output_file)
     return text

@@ -101,6 +101,7 @@ class _Report:
         # DeepSpeed's wording on every device: its log parsers look for "per GPU"
         self.unit = "GPU"
         self.training = is_training(result)
+        self.ranks: RankFigures | None = rank_figures(result)  # the summary's rank lines and the rank table
         self.lines: list[str] = []
 
     def add(self, *lines: str) -> None:
@@ -148,7 +149,7 @@ class _Report:
         if par and self.training:
             names = {"world": "world", "dp": "dp", "tp": "tp", "pp": "pp", "sp": "sp", "zero_stage": "ZeRO stage"}
             self.kv("parallelism (detected or given): ", ", ".join(f"{names[k]} {v}" for k, v in par.items()))
-        ranks = rank_figures(self.result)
+        ranks = self.ranks
         if ranks is not None:
             self._ranks(ranks)
         if self.result.memory is not None:
@@ -244,7 +245,7 @@ class _Report:
 
     def rank_table(self) -> None:
         """Per module and phase, the latency over the ranks and the slowest rank."""
-        f = rank_figures(self.result)
+        f = self.ranks
         if f is None or not f.modules:
             return
         self.add("", "------------------------------ Per-rank Profile ------------------------------",
