@@ -7,7 +7,8 @@ Under torchrun: every rank trains a DDP-wrapped ``nn.TransformerEncoder`` (4 lay
 d_model 256, batch 8 x 64 tokens, AdamW); in each round it runs an un-profiled step, then
 one inside ``flopsight.Profiler(model, optimizer=opt, ...)`` for each variant: counting and
 communication (always on under torch.distributed) with and without rank 0 gathering both
-ranks' results, and with memory too. Rank 0 prints the median over rounds of each variant's
+ranks' results, and with memory too; and, for reference, the step under an empty
+``TorchDispatchMode``: the least any counter built on a Python dispatch mode costs. Rank 0 prints the median over rounds of each variant's
 time over the un-profiled step's.
 
 In one process: the same model's forward under ``torch.no_grad()``, plain, under
@@ -26,11 +27,17 @@ import warnings
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import flopsight
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from pairing import paired_rounds  # noqa: E402
+
+
+class _EmptyMode(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
 
 
 def build():
@@ -58,10 +65,15 @@ def distributed(rounds: int) -> None:
 
         return run
 
+    def empty_mode():  # what any counter built on a Python dispatch mode pays at least
+        with _EmptyMode():
+            step()
+
     variants = {
         "counting + communication + memory, gathered on rank 0": profiled(memory=True),
         "counting + communication, not gathered": profiled(gather_timeout=None),
         "counting + communication, gathered": profiled(),
+        "an empty TorchDispatchMode (the floor of a Python-mode counter)": empty_mode,
     }
     for _ in range(3):
         step()

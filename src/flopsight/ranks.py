@@ -13,6 +13,7 @@ on every rank).
 
 from __future__ import annotations
 
+import datetime
 import json
 import time
 import warnings
@@ -58,27 +59,39 @@ def gather_ranks(result, timeout: float = DEFAULT_GATHER_TIMEOUT) -> list:
     from .result import ProfileResult
 
     results: list = [result] + [None] * (world - 1)
-    waiting = set(range(1, world))
     started = time.monotonic()
-    deadline, warned = started + timeout, False
-    while waiting:
-        for r in sorted(waiting):
-            key = f"{prefix}{r}"
-            if store.check([key]):
-                results[r] = ProfileResult.from_dict(json.loads(store.get(key)))
-                store.delete_key(key)
-                waiting.discard(r)
-        if waiting:
+    deadline = started + timeout
+    warn_at = started + min(_WARN_AFTER, timeout)
+    for r in range(1, world):
+        key = f"{prefix}{r}"
+        while not _arrived(store, key, min(warn_at, deadline) - time.monotonic()):
             now = time.monotonic()
             if now >= deadline:
                 break
-            if not warned and now - started > _WARN_AFTER:
-                warned = True
+            if now >= warn_at:
+                warn_at = deadline
+                missing = [str(m) for m in range(r, world) if not store.check([f"{prefix}{m}"])]
                 warnings.warn(
-                    f"flopsight: rank 0 is waiting for the results of rank(s) {', '.join(map(str, sorted(waiting)))} "
+                    f"flopsight: rank 0 is waiting for the results of rank(s) {', '.join(missing)} "
                     f"(at most gather_timeout={timeout:g} s); profiling on one rank only? pass gather_timeout=None",
                     UserWarning,
                     stacklevel=3,
                 )
-            time.sleep(0.01)
+        else:
+            results[r] = ProfileResult.from_dict(json.loads(store.get(key)))
+            store.delete_key(key)
     return results
+
+
+def _arrived(store, key: str, seconds: float) -> bool:
+    """Whether ``key`` is in ``store``, waiting up to ``seconds`` for it: the store answers
+    as soon as it is set, so rank 0 reads each result the moment it arrives."""
+    if store.check([key]):
+        return True
+    if seconds <= 0:
+        return False
+    try:
+        store.wait([key], datetime.timedelta(seconds=seconds))
+    except RuntimeError:  # DistStoreError: not set within ``seconds``
+        return False
+    return True

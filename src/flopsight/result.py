@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, NamedTuple
 
 from .communication import Collective
+from .device_usage import DeviceUsage
 from .memory import MemoryTotals
 from .metadata import Metadata
 from .stats import ZERO_STATS, Stats
@@ -131,6 +132,8 @@ class ProfileResult:
     ranks: tuple["ProfileResult | None", ...] = ()
     #: memory of the whole span (None when memory was not tracked): see :attr:`memory`
     memory: MemoryTotals | None = None
+    #: a CUDA run's GPU utilisation (NVML) and allocator peak; None elsewhere
+    device_usage: DeviceUsage | None = None
 
     def __post_init__(self) -> None:
         if "" not in self.modules:
@@ -250,6 +253,7 @@ class ProfileResult:
             "collectives": [c.to_dict() for c in self.comms],
             "ranks": [r.to_dict() if r is not None else None for r in self.ranks],
             "memory": self.memory.to_dict() if self.memory is not None else None,
+            "device_usage": self.device_usage.to_dict() if self.device_usage is not None else None,
         }
 
     @classmethod
@@ -267,6 +271,7 @@ class ProfileResult:
             comms=tuple(Collective.from_dict(c) for c in data.get("collectives", [])),
             ranks=tuple(cls.from_dict(r) if r is not None else None for r in data.get("ranks", [])),
             memory=MemoryTotals.from_dict(data["memory"]) if data.get("memory") else None,
+            device_usage=DeviceUsage.from_dict(data["device_usage"]) if data.get("device_usage") else None,
         )
 
     def save(self, path: str | os.PathLike) -> None:

@@ -82,8 +82,9 @@ def build_result(
                 calls[i] = dataclasses.replace(calls[i], stats=calls[i].stats._replace(latency=timed.latency))
         spans.update(times.spans)
     totals = MemoryTotals.from_dict(counts.memory["totals"]) if counts.memory else None
+    usage = times.device_usage or counts.device_usage  # the timing pass's, where there is one
     return ProfileResult(modules, dict(counts.unsupported), metadata, spans=spans, calls=calls,
-                         comms=_collectives(counts.collectives), memory=totals)
+                         comms=_collectives(counts.collectives), memory=totals, device_usage=usage)
 
 
 def _module_memory(memory: dict | None, path: str) -> dict[str, int]:

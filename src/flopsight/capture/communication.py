@@ -8,6 +8,11 @@ and phase by :meth:`~.attribution.Attribution.charge_collective`, with its kind,
 bytes per rank (see :mod:`flopsight.communication`) and group size. Its time runs from
 issue to completion: the ``Work`` the op returns reports completion from the backend's
 thread; a functional collective completes when ``wait_tensor`` returns for its result.
+
+On CUDA the host sees a collective complete as soon as it is queued, so its time is GPU
+time instead: a CUDA event recorded on the issuing stream when it is issued, and one on
+the stream torch hands the completion callback (made to wait for the collective's
+kernels) or, for a functional collective, on the stream that waited for its result.
 """
 
 from __future__ import annotations
@@ -117,17 +122,29 @@ class _Call:
     """One collective: where it was charged, its size, its issue and completion times, and
     how much of its flight the rank spent running ops (``overlapped``)."""
 
-    __slots__ = ("kind", "path", "phase", "bytes", "group_size", "issued", "returned", "done", "overlapped")
+    __slots__ = ("kind", "path", "phase", "bytes", "group_size", "issued", "returned", "done", "overlapped",
+                 "events")
 
-    def __init__(self, kind, path, phase, nbytes, group_size, issued, returned):
+    def __init__(self, kind, path, phase, nbytes, group_size, issued, returned, cuda=False):
         self.kind, self.path, self.phase, self.bytes, self.group_size = kind, path, phase, nbytes, group_size
         self.issued, self.returned = issued, returned
         self.done: float | None = None
         self.overlapped = 0.0
+        #: on CUDA: [issue event, completion event or None]
+        self.events: list | None = [_cuda_event(), None] if cuda else None
 
     def complete(self) -> None:
         if self.done is None:
             self.done = time.perf_counter()
+            if self.events is not None:
+                self.events[1] = _cuda_event()
+
+    def resolve_gpu_time(self) -> None:
+        """On CUDA, once the device is synchronized: completion is issue plus the GPU time
+        between the two events (the host saw the collective complete when it was queued)."""
+        if self.events is not None and self.events[1] is not None:
+            self.done = self.issued + self.events[0].elapsed_time(self.events[1]) / 1e3
+            self.events = None
 
     @property
     def end(self) -> float:
@@ -138,6 +155,13 @@ class _Call:
     def seconds(self) -> float:
         """Issue to completion."""
         return max(self.end - self.issued, 0.0)
+
+
+def _cuda_event():
+    """A timing event recorded now on the current CUDA stream."""
+    event = torch.cuda.Event(enable_timing=True)
+    event.record()
+    return event
 
 
 class InFlight:
@@ -221,6 +245,15 @@ class CommunicationSource:
         self._awaiting.clear()
         self._counting.in_flight = None
 
+    def resolved_calls(self) -> list[_Call]:
+        """The calls, their CUDA times read (one device synchronize if any ran on CUDA)."""
+        timed = [c for c in self.calls if c.events is not None]
+        if timed:
+            torch.cuda.synchronize()
+            for c in timed:
+                c.resolve_gpu_time()
+        return self.calls
+
     def _collective(self, entry, func, args, kwargs, out, t0, t1) -> None:
         where = self._attribution.charge_collective(entry, t0, t1)
         kind, payload, group_arg = COLLECTIVE_OPS[func]
@@ -236,7 +269,9 @@ class CommunicationSource:
         if kind == "all_gather" and self._gathers and isinstance(bound.get(payload), torch.Tensor):
             # FSDP2 gathers a layer's parameters ahead of its use (prefetching): the layer's
             path = self._gathers.get(storage_key(bound[payload]), path)
-        call = _Call(kind, path, where[1], nbytes, group_size, self._issue_time(t0), self._issue_time(t1))
+        tensor = _first_tensor(bound.get(payload)) if payload else None
+        call = _Call(kind, path, where[1], nbytes, group_size, self._issue_time(t0), self._issue_time(t1),
+                     cuda=tensor is not None and tensor.is_cuda)
         self.calls.append(call)
         flight = self.in_flight
 
@@ -266,6 +301,17 @@ class CommunicationSource:
         pending = self._awaiting.pop(id(tensor), None)
         if pending is not None:
             pending[0]()
+
+
+def _first_tensor(value):
+    """The first tensor in a (nested) list of them, or None."""
+    if isinstance(value, torch.Tensor):
+        return value
+    for v in value if isinstance(value, (list, tuple)) else ():
+        t = _first_tensor(v)
+        if t is not None:
+            return t
+    return None
 
 
 def merged_flights(calls) -> list[tuple[float, float, float]]:

@@ -4,8 +4,8 @@
   ``saved_tensors_hooks`` pack hook; its storage's bytes (once per storage, parameters left
   out) are charged to the module whose forward saved it.
 * **Live bytes and peaks**: the counting mode hands over each op's outputs; a storage seen
-  for the first time adds its bytes, and a finalizer on its Python object, which torch keeps
-  alive exactly as long as the storage, takes them off when it is freed. The peak of each
+  for the first time adds its bytes, and a weak reference to its Python object, which torch
+  keeps alive exactly as long as the storage, takes them off when it is freed. The peak of each
   module call (the most bytes live while it ran, above what was live when profiling began)
   is a running maximum kept per call and passed up to the caller when the call ends; the
   span's peak is kept per phase.
@@ -17,6 +17,7 @@ capture stops (see :class:`MemoryTotals` in :mod:`flopsight.memory`).
 from __future__ import annotations
 
 import weakref
+from functools import partial
 
 import torch
 
@@ -56,7 +57,8 @@ class MemorySource:
         self.phase_peaks: dict[str, int] = {}
         self.live = 0
         self._saved: set = set()
-        #: storage key -> (bytes, finalizer) of the storages allocated while profiling and alive
+        #: storage key -> (bytes, weak reference calling back when it is freed) of the
+        #: storages allocated while profiling and alive
         self._tracked: dict = {}
         self._call_max: list[list] = []  # [call record, running max] of the calls on the stack
         self._ctx: CaptureContext | None = None
@@ -72,9 +74,7 @@ class MemorySource:
 
     def stop(self, ctx: CaptureContext) -> None:
         self._active = False
-        for _, finalizer in self._tracked.values():  # storages still alive: stop watching them
-            finalizer.detach()
-        self._tracked.clear()
+        self._tracked.clear()  # drops the weak references: storages still alive go unwatched
         hooks, self._hooks = self._hooks, None
         if hooks is not None:
             hooks.__exit__(None, None, None)
@@ -102,12 +102,14 @@ class MemorySource:
                     self._allocated(t, path, phase)
 
     def _allocated(self, t: torch.Tensor, path: str, phase: str) -> None:
+        if t._base is not None:  # a view: its storage is its base's, seen (or not ours) already
+            return
         key = storage_key(t)
         if key is None or key in self._tracked or key in self._params:
             return
         storage = t.untyped_storage()
         nbytes = storage.nbytes()
-        self._tracked[key] = (nbytes, weakref.finalize(storage, self._freed, key))
+        self._tracked[key] = (nbytes, weakref.ref(storage, partial(self._freed, key)))
         self.live += nbytes
         live = self.live
         if self._call_max and live > self._call_max[-1][1]:
@@ -117,7 +119,7 @@ class MemorySource:
         if phase == "backward" and live > self.peaks.get((path, phase), 0):  # no call stack in backward
             self.peaks[(path, phase)] = live
 
-    def _freed(self, key) -> None:
+    def _freed(self, key, _ref=None) -> None:
         tracked = self._tracked.pop(key, None)
         if tracked is not None and self._active:
             self.live -= tracked[0]

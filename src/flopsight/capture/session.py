@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from ..formulas.registry import Registry
+from ..device_usage import DeviceUsage
 from ..stats import Stats
 from .attribution import Attribution
 from .autograd_functions import AutogradFunctions
@@ -35,12 +36,13 @@ from .memory import MemorySource, tensor_bytes
 from .wrappers import inner_torch_optimizer, wrapper_gradients
 from .context import CaptureContext
 from .counting import CountingSource
+from .device_usage import DeviceUsageSource
 from .functions import FunctionInterceptor
 from .module_rules import ModuleRules
 from .modules import ModuleInfo, ModuleTracker
 from .optimizer import OptimizerSteps
 from .spans import SpanTimer
-from .timing import Clock
+from .timing import Clock, CudaEventClock
 from .units import UnitSource
 
 __all__ = ["CaptureSession", "RawCapture"]
@@ -70,6 +72,8 @@ class RawCapture:
     #: every collective: (module path, phase, kind, payload bytes per rank, group size, seconds,
     #: seconds of it the rank spent running ops)
     collectives: list[tuple[str, str, str, int, int, float, float]] = field(default_factory=list)
+    #: a CUDA run's GPU usage (a DeviceUsage), None elsewhere
+    device_usage: DeviceUsage | None = None
 
 
 class CaptureSession:
@@ -134,6 +138,11 @@ class CaptureSession:
         if not (count and memory):
             self.memory = None
         self._optimizer = optimizer
+        # a CUDA clock's device: its utilisation through NVML and the allocator's peak
+        self.device_usage = DeviceUsageSource(clock.device or torch.device("cuda")) \
+            if isinstance(clock, CudaEventClock) else None
+        if self.device_usage is not None:
+            sources.append(self.device_usage)
         self._sources = [*sources, self.spans]
         self._started: list = []
 
@@ -235,7 +244,7 @@ class CaptureSession:
         # of it the caller ran directly)
         raw.spans["forward"] = [span[r.index] for r in log if r.parent < 0 and r.phase == "forward"]
         if self.communication is not None and self.communication.calls:
-            calls = self.communication.calls
+            calls = self.communication.resolved_calls()
             raw.collectives = [(c.path, c.phase, c.kind, c.bytes, c.group_size, c.seconds, min(c.overlapped, c.seconds))
                                for c in calls]
             # communication as wall time: its flights merged, and the ops run meanwhile
@@ -244,6 +253,8 @@ class CaptureSession:
             raw.spans["communication_overlapped"] = [overlapped for _, _, overlapped in flights]
         if self.memory is not None:
             raw.memory = self._memory_figures()
+        if self.device_usage is not None:
+            raw.device_usage = self.device_usage.usage
         for kind, start, end, ovh_start, ovh_end in self.spans.spans:
             raw.spans.setdefault(kind, []).append(self._seconds(start, end, ovh_start, ovh_end))
         return raw

@@ -38,6 +38,7 @@ from ..analysis.report_figures import (
     parallel_of,
     summary_figures,
 )
+from ..device_usage import DeviceUsage
 from ..memory import MemoryTotals
 from ..result import ProfileResult
 from ..views import CommunicationTime, StepAnatomy
@@ -154,6 +155,8 @@ class _Report:
             self._ranks(ranks)
         if self.result.memory is not None:
             self._memory(self.result.memory)
+        if self.result.device_usage is not None:
+            self._device_usage(self.result.device_usage)
         for c in f.communication:
             # new lines of their own after DeepSpeed's (its log parsers never see them change)
             self.kv(
@@ -231,6 +234,17 @@ class _Report:
         phases = ", ".join(f"{_PHASE_SHORT.get(p, p)} {bytes_to_string(b)}" for p, b in m.phase_peaks.items())
         self.kv("memory, peak allocated while profiling per GPU: ",
                 bytes_to_string(m.peak) + (f" ({phases})" if phases else ""))
+
+    def _device_usage(self, u: DeviceUsage) -> None:
+        """The GPU as NVML and the caching allocator saw it (lines left out where unknown)."""
+        if u.samples:
+            self.kv(f"GPU utilization (NVML, {u.samples} samples): ",
+                    f"mean {u.utilization_mean:g} %, max {u.utilization_max} %")
+            total = f" of {bytes_to_string(u.memory_total)}" if u.memory_total else ""
+            self.kv("GPU memory used (NVML, whole device, all processes): ",
+                    f"max {bytes_to_string(u.memory_used_max)}{total}")
+        if u.allocator_peak is not None:
+            self.kv("memory, caching allocator peak while profiling per GPU: ", bytes_to_string(u.allocator_peak))
 
     def _ranks(self, f: RankFigures) -> None:
         """The ranks of a torch.distributed run, gathered on rank 0."""

@@ -1,0 +1,78 @@
+"""GPU usage: NVML's samples and the caching allocator's peak, and their absence (never
+faked) where there is no GPU or no NVML."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from torch import nn
+
+import flopsight
+from flopsight.capture.device_usage import DeviceUsageSource, open_nvml
+from flopsight.device_usage import DeviceUsage
+from flopsight.renderers.text_renderer import render_text
+from flopsight.result import ProfileResult
+
+
+def _cpu_result():
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    with flopsight.Profiler(model) as prof:
+        model(torch.ones(3, 4))
+    return prof.result
+
+
+def test_from_samples_summarises_by_hand():
+    # utilisation samples 30, 50, 100 %: mean (30 + 50 + 100) / 3 = 60, max 100;
+    # device memory used 1 GB, 3 GB, 2 GB: max 3 GB
+    gb = 1 << 30
+    u = DeviceUsage.from_samples("cuda:1", [(30, gb), (50, 3 * gb), (100, 2 * gb)], memory_total=80 * gb,
+                                 allocator_peak=512)
+    assert (u.samples, u.utilization_mean, u.utilization_max, u.memory_used_max) == (3, 60.0, 100, 3 * gb)
+    assert (u.memory_total, u.allocator_peak, u.device) == (80 * gb, 512, "cuda:1")
+    empty = DeviceUsage.from_samples("cuda:0", [], allocator_peak=None)
+    assert (empty.samples, empty.utilization_mean, empty.memory_used_max) == (0, None, None)
+
+
+def test_no_gpu_means_no_usage_and_no_lines():
+    result = _cpu_result()
+    assert result.device_usage is None
+    text = render_text(result)
+    assert "GPU utilization" not in text and "caching allocator" not in text
+    source = DeviceUsageSource(torch.device("cpu"))
+    source.start(None)
+    source.stop(None)
+    assert source.usage is None
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a machine with a GPU has NVML's library")
+def test_nvml_without_its_library_is_not_used():
+    pytest.importorskip("pynvml")  # installed by the test extra; its library is not on this machine
+    import pynvml
+
+    assert open_nvml(torch.device("cuda", 0)) is None
+    with pytest.raises(pynvml.NVMLError):  # and nothing was left initialised
+        pynvml.nvmlDeviceGetCount()
+
+
+def test_usage_is_reported_and_saved():
+    usage = DeviceUsage("cuda:0", 4, 72.5, 99, 6_000_000_000, 80_000_000_000, 3_000_000)
+    result = dataclasses.replace(_cpu_result(), device_usage=usage)
+    lines = [" ".join(line.split()) for line in render_text(result).splitlines()]
+    assert "GPU utilization (NVML, 4 samples): mean 72.5 %, max 99 %" in lines
+    assert "GPU memory used (NVML, whole device, all processes): max 6 GB of 80 GB" in lines
+    assert "memory, caching allocator peak while profiling per GPU: 3 MB" in lines
+    assert ProfileResult.from_dict(result.to_dict()).device_usage == usage
+    # only the allocator known (no NVML): its line alone
+    text = render_text(dataclasses.replace(result, device_usage=DeviceUsage("cuda:0", allocator_peak=1024)))
+    assert "GPU utilization" not in text and "caching allocator peak" in text
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_profile_has_allocator_peak():
+    model = nn.Linear(256, 256).cuda()
+    with flopsight.Profiler(model) as prof:
+        model(torch.ones(64, 256, device="cuda"))
+    u = prof.result.device_usage
+    assert u is not None and u.device.startswith("cuda")
