@@ -16,7 +16,7 @@ from .profiler import Profiler, profile
 from .integrations.config import AttachedProfiler, attach
 from .metadata import Metadata, Timing
 from .communication import Collective
-from .result import Coverage, ModelCall, ModuleStats, ProfileResult, load
+from .result import SCHEMA_VERSION, Coverage, ModelCall, ModuleStats, ProfileResult, load
 from .stats import Stats
 from .tree import ModuleNode, Phases
 from .units import (
@@ -112,6 +112,7 @@ __all__ = [
     "Metadata",
     "Timing",
     "load",
+    "SCHEMA_VERSION",
     "Cost",
     "register_formula",
     "mark_zero_cost",

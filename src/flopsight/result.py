@@ -274,12 +274,24 @@ class ProfileResult:
             device_usage=DeviceUsage.from_dict(data["device_usage"]) if data.get("device_usage") else None,
         )
 
-    def save(self, path: str | os.PathLike) -> None:
-        """Write the profile as JSON to ``path``."""
+    def render(self, fmt: str = "text", **options: Any) -> str:
+        """The profile as ``fmt``: ``"text"`` (DeepSpeed's report), ``"json"``, ``"csv"``,
+        ``"md"``, ``"html"`` or ``"trace"`` (Chrome trace); ``options`` are the renderer's
+        (see :mod:`flopsight.renderers`)."""
+        from .renderers import render
+
+        return render(self, fmt, **options)
+
+    def save(self, path: str | os.PathLike, fmt: str | None = None, **options: Any) -> None:
+        """Write the profile to ``path`` in ``fmt``, by default the format its extension
+        names (``.json``, ``.csv``, ``.md``, ``.html``, ``.trace.json``; the text report for
+        ``.txt`` and any other). :func:`flopsight.load` reads a ``.json`` back."""
+        from .renderers import format_of, render
+
         check_parent_dir(path, "path")
+        text = render(self, fmt or format_of(path), **options)
         with open(path, "w", encoding="utf-8") as f:
-            json.dump(self.to_dict(), f, indent=1)
-            f.write("\n")
+            f.write(text)
 
 
 def _alias_paths(stats: ModuleStats) -> list[str]:

@@ -1,1 +1,56 @@
-"""Renderers: format a ProfileResult; they never measure."""
+"""Renderers: one file per format, each only formatting a :class:`~flopsight.ProfileResult`.
+
+:func:`render` is the one way in (``result.render(fmt)`` and ``result.save(path)`` call
+it); a file's format comes from its extension (:func:`format_of`), the text report for
+``.txt`` and anything unknown, as DeepSpeed writes its report whatever the file's name.
+
+>>> format_of("run.trace.json"), format_of("run.json"), format_of("report.log")
+('trace', 'json', 'text')
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Any
+
+__all__ = ["FORMATS", "EXTENSIONS", "render", "format_of"]
+
+#: format -> (module in this package, its render function)
+FORMATS = {
+    "text": ("text_renderer", "render_text"),
+    "json": ("json_renderer", "render_json"),
+    "csv": ("csv_renderer", "render_csv"),
+    "md": ("markdown_renderer", "render_markdown"),
+    "html": ("html_renderer", "render_html"),
+    "trace": ("trace_renderer", "render_trace"),
+}
+
+#: file name ending -> format, longest ending first
+EXTENSIONS = {
+    ".trace.json": "trace",
+    ".json": "json",
+    ".csv": "csv",
+    ".md": "md",
+    ".markdown": "md",
+    ".html": "html",
+    ".htm": "html",
+    ".txt": "text",
+}
+
+
+def format_of(path: str | os.PathLike) -> str:
+    """The format a file named ``path`` is written in: by its ending, else ``"text"``."""
+    name = os.fspath(path).lower()
+    for ending, fmt in EXTENSIONS.items():
+        if name.endswith(ending):
+            return fmt
+    return "text"
+
+
+def render(result, fmt: str = "text", **options: Any) -> str:
+    """``result`` as ``fmt`` (one of :data:`FORMATS`); ``options`` are that renderer's."""
+    if fmt not in FORMATS:
+        raise ValueError(f"fmt: expected one of {', '.join(FORMATS)}, got {fmt!r}")
+    module, function = FORMATS[fmt]
+    return getattr(importlib.import_module(f"{__name__}.{module}"), function)(result, **options)

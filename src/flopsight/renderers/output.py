@@ -24,6 +24,7 @@ import sys
 from typing import Any
 
 from ..result import ProfileResult
+from . import format_of, render
 from .text_renderer import render_text
 
 __all__ = ["check_output_file", "check_layout", "write_report", "print_report"]
@@ -68,8 +69,11 @@ def write_report(text: str, output_file: str | os.PathLike | None = None) -> Non
 
 
 def print_report(result: ProfileResult, output_file: str | os.PathLike | None = None, **options: Any) -> str:
-    """Render ``result`` as the text report, write it (see :func:`write_report`) and return
-    the text; ``options`` are :func:`~flopsight.renderers.text_renderer.render_text`'s."""
-    text = render_text(result, **options)
+    """Render ``result``, write it (see :func:`write_report`) and return what was written:
+    the text report (``options`` are :func:`~flopsight.renderers.text_renderer.render_text`'s),
+    or, for an ``output_file`` whose extension names another format (``.json``, ``.csv``,
+    ``.md``, ``.html``, ``.trace.json``), that format."""
+    fmt = format_of(output_file) if output_file else "text"
+    text = render_text(result, **options) if fmt == "text" else render(result, fmt)
     write_report(text, output_file)
     return text
