@@ -63,12 +63,15 @@ class ModuleStats(NamedTuple):
     ops: dict[str, dict[str, Stats]] = {}
     #: own saved activations and peaks in bytes ({} when memory was not tracked)
     memory: dict[str, int] = {}
+    #: per phase, per op: bytes its own ops read and wrote (``docs/conventions/bytes.md``)
+    bytes_moved: dict[str, dict[str, int]] = {}
 
     def to_dict(self) -> dict[str, Any]:
         d = self._asdict()
         d["children"], d["shared_with"], d["aliases"] = list(self.children), list(self.shared_with), list(self.aliases)
         d["phases"] = {ph: s._asdict() for ph, s in self.phases.items()}
         d["ops"] = {ph: {name: s._asdict() for name, s in ops.items()} for ph, ops in self.ops.items()}
+        d["bytes_moved"] = {ph: dict(ops) for ph, ops in self.bytes_moved.items()}
         return d
 
     @classmethod
@@ -79,6 +82,7 @@ class ModuleStats(NamedTuple):
         d["phases"] = {ph: Stats(**s) for ph, s in d.get("phases", {}).items()}
         d["ops"] = {ph: {n: Stats(**s) for n, s in ops.items()} for ph, ops in d.get("ops", {}).items()}
         d["memory"] = dict(d.get("memory", {}))
+        d["bytes_moved"] = {ph: dict(ops) for ph, ops in d.get("bytes_moved", {}).items()}
         return cls(**d)
 
 

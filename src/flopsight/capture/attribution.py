@@ -26,6 +26,7 @@ from .._torch_private import (
     function_modes_disabled,
     node_sequence_nr,
 )
+from ..formulas.bytes_moved import tensors_bytes
 from ..stats import ZERO_STATS, Stats
 from .context import CaptureContext
 from .notices import warn_formula_failed, warn_unprofiled_forward, warn_unsupported
@@ -36,11 +37,18 @@ __all__ = ["Attribution", "WholeCall"]
 class WholeCall:
     """A call counted whole whose backward is charged once, from a formula, when it runs."""
 
-    __slots__ = ("seq_start", "seq_end", "path", "name", "cost", "charged")
+    __slots__ = ("seq_start", "seq_end", "path", "name", "cost", "charged", "nbytes")
 
-    def __init__(self, seq_start: int, seq_end: int, path: str, name: str, cost: Stats):
+    def __init__(self, seq_start: int, seq_end: int, path: str, name: str, cost: Stats, nbytes: int = 0):
         self.seq_start, self.seq_end, self.path, self.name, self.cost = seq_start, seq_end, path, name, cost
+        self.nbytes = nbytes  # bytes its backward moves (see whole_call_bytes)
         self.charged = False
+
+
+def whole_call_bytes(out, bound) -> tuple[int, int]:
+    """(bytes read, bytes written) by a call counted whole: its tensor arguments, its outputs."""
+    read = sum(tensors_bytes(v) for v in bound.values()) if bound else 0
+    return read, tensors_bytes(out)
 
 
 class Attribution:
@@ -61,12 +69,13 @@ class Attribution:
         self._seq_seen: int | None = None  # sequence nr after the last backward op, in a backward pass
         self.last_phase = ""  # phase of the last call charged
 
-    def charge(self, entry, t0, t1, payload: tuple = (), cost: Stats | None = None) -> str | None:
+    def charge(self, entry, t0, t1, payload: tuple = (), cost: Stats | None = None, nbytes: int = 0) -> str | None:
         """Charge one call of ``entry`` (a resolved op, a unit...: it has ``name``,
-        ``formula`` and ``cost(*payload)``) that ran from stamp ``t0`` to ``t1``. Its cost is
-        ``cost`` if given, else ``entry.cost(*payload)``, evaluated only once the call is
-        known to be counted. Returns the module path charged, or None when the call is not
-        the profiled model's. (Runs for every op: arguments are positional.)"""
+        ``formula`` and ``cost(*payload)``) that ran from stamp ``t0`` to ``t1`` and moved
+        ``nbytes``. Its cost is ``cost`` if given, else ``entry.cost(*payload)``, evaluated
+        only once the call is known to be counted. Returns the module path charged, or None
+        when the call is not the profiled model's. (Runs for every op: arguments are
+        positional.)"""
         ctx = self.ctx
         stack = ctx.stack
         node = current_autograd_node()
@@ -98,7 +107,7 @@ class Attribution:
                 self._made_starts.append(before)
         if cost is None:
             cost = self.evaluate(entry, *payload)
-        ctx.tally.add(path, phase, entry.name, cost, t0, t1, 1, top_id)
+        ctx.tally.add(path, phase, entry.name, cost, t0, t1, 1, top_id, nbytes)
         self.last_phase = phase
         return path
 
@@ -148,16 +157,20 @@ class Attribution:
         """A call counted whole (a unit, a module rule, an autograd function) that ran from
         ``t0`` to ``t1`` and made autograd nodes ``seq_start <= n < seq_end``: its cost now,
         its backward formula (if any) once the backward pass runs those nodes."""
-        path = self.charge(unit, t0, t1, (out, bound))
+        read, written = whole_call_bytes(out, bound)
+        path = self.charge(unit, t0, t1, (out, bound), None, read + written)
         if path is not None and unit.backward is not None and seq_end > seq_start:  # a backward will run
             cost = self.evaluate(unit.backward_entry, out, bound)
-            self.expect_backward(seq_start, seq_end, path, unit.name, cost)
+            # its backward reads the outputs' gradients and the inputs, writes the inputs' gradients
+            self.expect_backward(seq_start, seq_end, path, unit.name, cost, written + 2 * read)
 
-    def expect_backward(self, seq_start: int, seq_end: int, path: str, name: str, cost: Stats) -> None:
+    def expect_backward(self, seq_start: int, seq_end: int, path: str, name: str, cost: Stats,
+                        nbytes: int = 0) -> None:
         """A call counted whole made autograd nodes ``seq_start <= n < seq_end``: when the
-        backward pass runs them, charge ``cost`` once as ``<name>.backward`` to ``path``."""
+        backward pass runs them, charge ``cost`` (and ``nbytes`` moved) once as
+        ``<name>.backward`` to ``path``."""
         if seq_end > seq_start:
-            self._whole.append(WholeCall(seq_start, seq_end, path, name, cost))
+            self._whole.append(WholeCall(seq_start, seq_end, path, name, cost, nbytes))
             self._whole_starts.append(seq_start)
 
     def _whole_call_of(self, node) -> WholeCall | None:
@@ -174,7 +187,7 @@ class Attribution:
         first = not whole.charged
         whole.charged = True
         self.ctx.tally.add(whole.path, "backward", f"{whole.name}.backward", whole.cost if first else ZERO_STATS,
-                           t0, t1, calls=int(first))
+                           t0, t1, calls=int(first), nbytes=whole.nbytes if first else 0)
 
     # -- backward owners ----------------------------------------------------------------
     def _backward_owner(self, node) -> str | None:

@@ -39,9 +39,11 @@ def build_result(
     modules: dict[str, ModuleStats] = {}
     no_ops: dict = {}
     for path, info in infos.items():
-        phases, ops = {}, {}
+        phases, ops, moved = {}, {}, {}
         for phase in sorted(phases_of.get(path, ()), key=_PHASE_ORDER.get):
             key = (path, phase)
+            if key in counts.bytes_moved:
+                moved[phase] = counts.bytes_moved[key]
             op_stats = counts.ops.get(key, no_ops)
             macs = flops = 0
             latency = 0.0
@@ -70,6 +72,7 @@ def build_result(
             phases=phases,
             ops=ops,
             memory=_module_memory(counts.memory, path),
+            bytes_moved=moved,
         )
     error = counts.error or (times.error if times is not counts else None)
     if error and not metadata.error:

@@ -57,10 +57,13 @@ class _CountingMode(EagerDispatchMode):
             entry = self._resolved(func) or self._resolve(func)
             if self._watched:
                 self._charge_watched(entry, func, args, kwargs or _NO_KWARGS, out, t0, t1)
-            elif entry.formula is ZERO:  # most ops (views, copies) cost nothing: skip the formula
-                self._charge(entry, t0, t1, (), ZERO_STATS)
             else:
-                self._charge(entry, t0, t1, (out, args, kwargs or _NO_KWARGS))
+                io = entry.io  # None for views: most free ops
+                nbytes = io(out, args, kwargs or _NO_KWARGS) if io is not None else 0
+                if entry.formula is ZERO:  # most ops (views, copies) cost nothing: skip the formula
+                    self._charge(entry, t0, t1, (), ZERO_STATS, nbytes)
+                else:
+                    self._charge(entry, t0, t1, (out, args, kwargs or _NO_KWARGS), None, nbytes)
             self._overhead.seconds += self._now() - h0
         return out
 
@@ -73,10 +76,12 @@ class _CountingMode(EagerDispatchMode):
         if observer is not None:
             observer(entry, func, args, kwargs, out, t0, t1)
             path = None
-        elif entry.formula is ZERO:
-            path = self._charge(entry, t0, t1, (), ZERO_STATS)
         else:
-            path = self._charge(entry, t0, t1, (out, args, kwargs))
+            nbytes = entry.io(out, args, kwargs) if entry.io is not None else 0
+            if entry.formula is ZERO:
+                path = self._charge(entry, t0, t1, (), ZERO_STATS, nbytes)
+            else:
+                path = self._charge(entry, t0, t1, (out, args, kwargs), None, nbytes)
         if source.memory is not None and path is not None:  # the model's op: its new storages
             source.memory.outputs(out, path, self._attribution.last_phase)
         flight = source.in_flight

@@ -24,7 +24,7 @@ class Tally:
     """Operator costs per (path, phase), each top-level forward call's cost, unsupported ops.
 
     While capturing, each (path, phase, op) sums into a mutable ``[macs, flops, latency,
-    calls]`` list (no record is built per op); :meth:`resolve` turns them into ``Stats``.
+    calls, bytes moved]`` list (no record is built per op); :meth:`resolve` turns them into ``Stats``.
     """
 
     def __init__(self, linear: bool):
@@ -34,19 +34,21 @@ class Tally:
         self.tops: list[list[int]] = []  # [macs, flops] of each top-level forward call
         self.unsupported: Counter = Counter()
 
-    def add(self, path: str, phase: str, name: str, cost: Stats, t0, t1, calls: int = 1, top_id: int = -1) -> None:
-        """One call of op ``name`` from stamp ``t0`` to ``t1``; ``top_id`` (if >= 0) is the
-        top-level forward call whose cost it also adds to."""
+    def add(self, path: str, phase: str, name: str, cost: Stats, t0, t1, calls: int = 1, top_id: int = -1,
+            nbytes: int = 0) -> None:
+        """One call of op ``name`` from stamp ``t0`` to ``t1`` that moved ``nbytes``;
+        ``top_id`` (if >= 0) is the top-level forward call whose cost it also adds to."""
         ops = self.ops.get((path, phase))
         if ops is None:
             ops = self.ops[(path, phase)] = {}
         acc = ops.get(name)
         if acc is None:
-            acc = ops[name] = [0, 0, 0.0, 0]
+            acc = ops[name] = [0, 0, 0.0, 0, 0]
         macs, flops = cost[0], cost[1]
         acc[0] += macs
         acc[1] += flops
         acc[3] += calls
+        acc[4] += nbytes
         if self.linear:
             acc[2] += t1 - t0
         else:
@@ -64,11 +66,20 @@ class Tally:
         out = {}
         for key, ops in self.ops.items():
             resolved = {}
-            for name, (macs, flops, latency, calls) in ops.items():
+            for name, (macs, flops, latency, calls, _) in ops.items():
                 if scale is not None:
                     latency = latency * scale
                 else:
                     latency = sum(seconds(a, b) for a, b in self.stamps.get((*key, name), ()))
                 resolved[name] = make_stats(macs, flops, latency, calls)
             out[key] = resolved
+        return out
+
+    def bytes_moved(self) -> dict[tuple[str, str], dict[str, int]]:
+        """Per (path, phase), per op that moved any: the bytes it read and wrote."""
+        out = {}
+        for key, ops in self.ops.items():
+            moved = {name: acc[4] for name, acc in ops.items() if acc[4]}
+            if moved:
+                out[key] = moved
         return out

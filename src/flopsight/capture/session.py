@@ -56,6 +56,8 @@ class RawCapture:
 
     #: per (path, phase), operator name -> cost (latency: the op's own time)
     ops: dict[tuple[str, str], dict[str, Stats]] = field(default_factory=dict)
+    #: per (path, phase), per op: bytes read and written (ops that moved any)
+    bytes_moved: dict[tuple[str, str], dict[str, int]] = field(default_factory=dict)
     #: per (path, phase): seconds inside the module's own code (its children's spans left out)
     latency: dict[tuple[str, str], float] = field(default_factory=dict)
     calls: dict[tuple[str, str], int] = field(default_factory=dict)
@@ -217,6 +219,7 @@ class CaptureSession:
         clock = ctx.clock
         raw = RawCapture(
             ops=ctx.tally.resolve(clock.seconds, clock.scale),
+            bytes_moved=ctx.tally.bytes_moved(),
             unsupported=dict(ctx.tally.unsupported),
             first_inputs=ctx.first_inputs,
             error=ctx.error,

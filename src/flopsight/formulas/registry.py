@@ -32,6 +32,7 @@ import torch
 
 from .._torch_private import OpOverload, OpOverloadPacket
 from ..stats import Stats
+from .bytes_moved import io_bytes_of
 from .binding import Binder, FormulaSignatureError, binder_for_builtin, check_signature
 
 __all__ = ["Cost", "Registry", "REGISTRY", "ZERO", "op_key", "Resolved", "Unit", "FormulaSignatureError"]
@@ -100,11 +101,13 @@ class Resolved:
     error instead of guessing.
     """
 
-    __slots__ = ("name", "formula", "binder", "error")
+    __slots__ = ("name", "formula", "binder", "error", "io")
 
     def __init__(self, name: str, formula: Callable[..., Cost] | None, binder: Binder | None,
-                 error: Exception | None = None):
+                 error: Exception | None = None, io: Callable | None = None):
         self.name, self.formula, self.binder, self.error = name, formula, binder, error
+        #: ``io(out, args, kwargs) -> bytes`` it moves (see :mod:`.bytes_moved`); None: a view
+        self.io = io
 
     def cost(self, out: Any, args: tuple, kwargs: dict) -> Cost:
         """The op call's cost (raises the signature error, or what the formula raised)."""
@@ -384,7 +387,11 @@ class Registry:
                 check_signature(formula, binder, str(op))
             except FormulaSignatureError as e:
                 error = e
-        entry = self._resolved[op] = Resolved(name, formula, binder, error)
+        try:
+            io = io_bytes_of(op)
+        except Exception:  # an op without a readable schema: its bytes are not counted
+            io = None
+        entry = self._resolved[op] = Resolved(name, formula, binder, error, io)
         return entry
 
     def unit(self, function: Any) -> Unit | None:
