@@ -1,0 +1,314 @@
+"""Efficiency against the hardware: pure functions of a result and a peak.
+
+Per module (inclusive of its submodules) and phase: achieved FLOPS (FLOPs / latency), the
+fraction of the peak, the bytes its ops moved, arithmetic intensity (FLOPs / byte) and the
+roofline's verdict, ``"compute"`` or ``"memory"`` bound (intensity against the ridge point,
+peak FLOP/s / bandwidth). Model level: MFU (model FLOPs of a training iteration per second,
+recompute left out, over the peak), HFU (recompute included) when activation checkpointing
+re-ran a forward, and for a forward-only profile the forward's fraction of the peak.
+Definitions and the dtype rule are in ``docs/efficiency.md``.
+
+>>> import torch, flopsight
+>>> result = flopsight.profile(torch.nn.Linear(64, 64), torch.ones(32, 64), clock=flopsight.FakeClock())
+>>> eff = efficiency(result, peak=1e12)
+>>> eff.peak.name, eff.dtype, eff.forward_fraction   # 264,192 FLOPs in 1 ms, of a 1 TFLOPS peak
+('given', 'fp32', 0.000264192)
+>>> efficiency_lines(result, peak=1e12)[1:]
+[('fwd fraction of peak (peak 1 TFLOPS fp32, given)', '0.03%'), ('fwd bytes moved, arithmetic intensity', '33.02 KB, 8 FLOP/B')]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..hardware import Peak, canonical_dtype, detect_peak, resolve_peak
+from ..metadata import Metadata
+from ..result import ProfileResult
+from ..tree import PHASES
+from ..units import DEFAULT_PRECISION, bytes_to_string, flops_to_string, number_to_string
+from .report_figures import is_training
+
+__all__ = ["PhaseEfficiency", "Efficiency", "efficiency", "efficiency_dict", "efficiency_lines", "peak_dtype"]
+
+_SHORT = {"forward": "fwd", "backward": "bwd", "recompute": "recompute", "step": "step"}
+
+
+@dataclass(frozen=True)
+class PhaseEfficiency:
+    """One module's (inclusive) figures for one phase; None where they cannot be had: no
+    time measured, no peak or bandwidth known, no bytes captured, or nothing moved."""
+
+    flops: int
+    latency: float
+    bytes: int | None
+    flops_per_second: float | None
+    fraction_of_peak: float | None
+    bytes_per_second: float | None
+    fraction_of_bandwidth: float | None
+    intensity: float | None
+    bound: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The derived figures only: FLOPs and latency are in the result's own JSON already,
+        and an HTML page of 15,000 modules embeds this once per module and phase."""
+        return {
+            "flops_per_second": self.flops_per_second,
+            "fraction_of_peak": self.fraction_of_peak,
+            "bytes": self.bytes,
+            "intensity": self.intensity,
+            "bound": self.bound,
+            "fraction_of_bandwidth": self.fraction_of_bandwidth,
+        }
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """What :func:`efficiency` returns. ``peak`` is the peak used (None when none is known:
+    ``reason`` says why), ``dtype`` the table column read (``"bf16"``...), ``peak_flops`` its
+    FLOP/s and ``ridge`` its ridge point in FLOPs per byte. ``modules[path][phase]`` holds
+    each module's figures; ``model`` is the root's. ``mfu``/``hfu`` are set for a training
+    profile (``hfu`` only when recompute ran), ``forward_fraction`` for a forward-only one."""
+
+    peak: Peak | None
+    dtype: str | None
+    peak_flops: float | None
+    ridge: float | None
+    reason: str | None
+    training: bool
+    modules: dict[str, dict[str, PhaseEfficiency]]
+    model_flops_per_second: float | None = None
+    hardware_flops_per_second: float | None = None
+    mfu: float | None = None
+    hfu: float | None = None
+    forward_flops_per_second: float | None = None
+    forward_fraction: float | None = None
+
+    @property
+    def model(self) -> dict[str, PhaseEfficiency]:
+        return self.modules.get("", {})
+
+    @property
+    def peak_label(self) -> str | None:
+        """The peak as printed beside each ratio: ``'989.5 TFLOPS bf16, NVIDIA H100 SXM'``."""
+        if self.peak is None or self.peak_flops is None:
+            return None
+        return f"{flops_to_string(self.peak_flops)} {self.dtype}, {self.peak.name}"
+
+
+def peak_dtype(metadata: Metadata, dtype: str | None = None) -> str | None:
+    """The column of the peak table a result is measured against.
+
+    ``dtype`` given wins (``"tf32"``, ``"bf16"`` under autocast...). Otherwise the dtype
+    the result recorded (the model's first floating-point parameter): float32 reads the
+    fp32 column, on CUDA too, because torch runs float32 matmuls in IEEE fp32 unless told
+    otherwise (``torch.backends.cuda.matmul.allow_tf32`` is off by default); a result that
+    records ``float32_matmul_precision`` "high" or "medium" reads tf32. None when the
+    result records no dtype the table knows.
+
+    >>> peak_dtype(Metadata(dtype="bfloat16")), peak_dtype(Metadata(dtype="float32"), "tf32")
+    ('bf16', 'tf32')
+    """
+    if dtype is not None:
+        return canonical_dtype(dtype)
+    try:
+        key = canonical_dtype(metadata.dtype)
+    except ValueError:
+        return None
+    precision = getattr(metadata, "float32_matmul_precision", None)
+    if key == "fp32" and metadata.device_type == "cuda" and precision in ("high", "medium"):
+        return "tf32"
+    return key
+
+
+def _peak_of(result: ProfileResult, peak: Any) -> tuple[Peak | None, str | None]:
+    """The peak to use and, when there is none, why."""
+    if peak is not None:
+        return resolve_peak(peak), None
+    md = result.metadata
+    name = getattr(md, "device_name", None)  # recorded by the capture where it knows it
+    if name:
+        found = detect_peak(name)
+        return found, None if found else f"{name!r} is not in flopsight's peak table; pass peak="
+    if md.device_type == "cpu":
+        return None, "no CPU peak unless measured: pass peak='cpu' (flopsight.hardware.calibrate_cpu)"
+    if md.device_type == "meta":
+        return None, "the meta device runs nothing"
+    return None, f"the name of device {md.device!r} is not recorded in this result; pass peak="
+
+
+def _ratio(a: float, b: float | None) -> float | None:
+    return a / b if b else None
+
+
+def _bytes_by_module(result: ProfileResult) -> dict[str, dict[str, int]] | None:
+    """Inclusive bytes moved per module and phase; None when the result holds none at all
+    (profiled before bytes were captured)."""
+    own = {name: getattr(rec, "bytes_moved", None) or {} for name, rec in result.modules.items()}
+    if not any(own.values()):
+        return None
+    inclusive: dict[str, dict[str, int]] = {}
+    for node in reversed(list(result.walk())):  # post-order: children first
+        acc = {phase: sum(ops.values()) for phase, ops in own[node.name].items()}
+        for child in node.children:
+            for phase, b in inclusive[child].items():
+                acc[phase] = acc.get(phase, 0) + b
+        inclusive[node.name] = acc
+    return inclusive
+
+
+def _phase(flops: int, latency: float, moved: int | None, peak_flops: float | None,
+           bandwidth: float | None, ridge: float | None) -> PhaseEfficiency:
+    timed = latency > 0
+    fps = flops / latency if timed else None
+    bps = moved / latency if timed and moved is not None else None
+    intensity = flops / moved if moved else None  # nothing moved: intensity undefined, no verdict
+    bound = None
+    if intensity is not None and ridge is not None:
+        bound = "compute" if intensity >= ridge else "memory"
+    return PhaseEfficiency(
+        flops=flops,
+        latency=latency,
+        bytes=moved,
+        flops_per_second=fps,
+        fraction_of_peak=_ratio(fps, peak_flops) if fps is not None else None,
+        bytes_per_second=bps,
+        fraction_of_bandwidth=_ratio(bps, bandwidth) if bps is not None else None,
+        intensity=intensity,
+        bound=bound,
+    )
+
+
+def efficiency(result: ProfileResult, peak: Any = None, *, dtype: str | None = None) -> Efficiency:
+    """Efficiency of every module and phase, and of the model, against ``peak``.
+
+    ``peak``: None (the device the result recorded, from the table; none for the CPU), a
+    number of FLOP/s, a device name, ``"cpu"`` (the measured, cached calibration) or a
+    :class:`~flopsight.hardware.Peak`. ``dtype`` overrides :func:`peak_dtype`'s choice.
+    """
+    if not isinstance(result, ProfileResult):
+        raise TypeError(f"result: expected a flopsight ProfileResult, got {type(result).__name__}")
+    chosen, reason = _peak_of(result, peak)
+    key = peak_dtype(result.metadata, dtype)
+    peak_flops = ridge = None
+    if chosen is not None:
+        if key is None:
+            reason = f"this result records no dtype the peak table knows ({result.metadata.dtype!r}); pass dtype="
+        else:
+            peak_flops, ridge = chosen.flops_for(key), chosen.ridge(key)
+            if peak_flops is None:
+                reason = f"{chosen.name} has no {key} peak"
+    bandwidth = chosen.memory_bandwidth if chosen is not None else None
+    if chosen is not None and bandwidth is None and peak_flops is not None:
+        reason = f"no memory bandwidth known for {chosen.name}: no roofline verdict"
+
+    moved = _bytes_by_module(result)
+    modules: dict[str, dict[str, PhaseEfficiency]] = {}
+    for node in result.walk():
+        phases = {}
+        ran = set(node.inclusive)  # iterating Phases yields only the phases that ran
+        for phase in PHASES:
+            if phase not in ran:
+                continue
+            stats = node.inclusive[phase]
+            b = moved[node.name].get(phase, 0) if moved is not None else None
+            phases[phase] = _phase(stats.flops, stats.latency, b, peak_flops, bandwidth, ridge)
+        modules[node.name] = phases
+
+    training = is_training(result)
+    figures: dict[str, Any] = {}
+    if training:
+        it = result.iteration
+        if it.latency > 0:
+            figures["model_flops_per_second"] = it.model_flops / it.latency
+            figures["hardware_flops_per_second"] = it.flops / it.latency
+            figures["mfu"] = _ratio(figures["model_flops_per_second"], peak_flops)
+            if it.recompute.flops:
+                figures["hfu"] = _ratio(figures["hardware_flops_per_second"], peak_flops)
+    else:
+        fwd = result.phase_total("forward")
+        if fwd.latency > 0:
+            figures["forward_flops_per_second"] = fwd.flops / fwd.latency
+            figures["forward_fraction"] = _ratio(figures["forward_flops_per_second"], peak_flops)
+    return Efficiency(chosen, key, peak_flops, ridge, reason if peak_flops is None or ridge is None else None,
+                      training, modules, **figures)
+
+
+def efficiency_dict(result: ProfileResult, peak: Any = None, *, dtype: str | None = None) -> dict[str, Any] | None:
+    """:func:`efficiency` as JSON-ready data (what the JSON and HTML reports embed): the peak
+    used (name, dtype, FLOP/s, bandwidth, ridge, source), the model's figures and, per module
+    path and phase, ``flops_per_second``, ``fraction_of_peak``, ``bytes``, ``intensity``,
+    ``bound`` and ``fraction_of_bandwidth``. None when there is
+    nothing to say: no peak, no time measured and no bytes captured (a meta-device count).
+
+    >>> import torch, flopsight
+    >>> result = flopsight.profile(torch.nn.Linear(4, 4), torch.ones(2, 4), clock=flopsight.FakeClock())
+    >>> d = efficiency_dict(result, peak="NVIDIA A100 40GB")
+    >>> d["peak"]["flops_per_second"], d["modules"][""]["forward"]["intensity"]   # 72 FLOPs / 144 bytes
+    (19500000000000.0, 0.5)
+    """
+    eff = efficiency(result, peak, dtype=dtype)
+    timed = any(p.latency > 0 for phases in eff.modules.values() for p in phases.values())
+    has_bytes = any(p.bytes is not None for phases in eff.modules.values() for p in phases.values())
+    if eff.peak is None and not timed and not has_bytes:
+        return None
+    peak = None
+    if eff.peak is not None:
+        peak = {**eff.peak.to_dict(), "dtype": eff.dtype, "flops_per_second": eff.peak_flops, "ridge": eff.ridge}
+    return {
+        "peak": peak,
+        "reason": eff.reason,
+        "model": {
+            "training": eff.training,
+            "mfu": eff.mfu,
+            "hfu": eff.hfu,
+            "model_flops_per_second": eff.model_flops_per_second,
+            "hardware_flops_per_second": eff.hardware_flops_per_second,
+            "forward_flops_per_second": eff.forward_flops_per_second,
+            "forward_fraction_of_peak": eff.forward_fraction,
+        },
+        "modules": {path: {ph: p.to_dict() for ph, p in phases.items()} for path, phases in eff.modules.items()},
+    }
+
+
+def _pct(fraction: float) -> str:
+    percent = 100 * fraction
+    text = "<0.01%" if 0 < percent < 0.01 else f"{round(percent, DEFAULT_PRECISION):g}%"
+    if fraction > 1:  # a measured rate cannot beat the peak: the column read is the wrong one
+        text += " (above the peak: wrong dtype? under autocast pass dtype=)"
+    return text
+
+
+def efficiency_lines(result: ProfileResult, peak: Any = None, *, dtype: str | None = None) -> list[tuple[str, str]]:
+    """The efficiency section of the text and Markdown reports as (label, value) pairs, the
+    peak used printed beside every ratio. Ratios are left out without a peak, except on an
+    accelerator the table does not know, which gets a line saying so; bytes and intensity
+    lines come when the result captured bytes. Empty when there is nothing to say.
+    """
+    eff = efficiency(result, peak, dtype=dtype)
+    tag = eff.peak_label
+    lines: list[tuple[str, str]] = []
+    if tag is not None:
+        p = eff.peak
+        bandwidth = f", {bytes_to_string(p.memory_bandwidth, precision=3)}/s memory" if p.memory_bandwidth else ""
+        lines.append((f"peak ({p.name}, dense {eff.dtype})",
+                      f"{flops_to_string(eff.peak_flops)}{bandwidth}; source: {p.source}"))
+    if tag is not None:
+        if eff.training and eff.mfu is not None:
+            lines.append((f"MFU (peak {tag})", _pct(eff.mfu)))
+            if eff.hfu is not None:
+                lines.append((f"HFU, recompute included (peak {tag})", _pct(eff.hfu)))
+        elif not eff.training and eff.forward_fraction is not None:
+            lines.append((f"fwd fraction of peak (peak {tag})", _pct(eff.forward_fraction)))
+    elif result.metadata.device_type not in ("cpu", "meta") or peak is not None:
+        lines.append(("MFU" if eff.training else "fwd fraction of peak", f"n/a: {eff.reason}"))
+    for phase, p in eff.model.items():
+        if p.bytes is None:
+            continue
+        value = bytes_to_string(p.bytes)
+        if p.intensity is not None:
+            value += f", {number_to_string(p.intensity)}FLOP/B"
+            if p.bound is not None:
+                value += f": {p.bound}-bound (ridge {number_to_string(eff.ridge)}FLOP/B, {eff.peak.name})"
+        lines.append((f"{_SHORT[phase]} bytes moved, arithmetic intensity", value))
+    return lines
