@@ -13,6 +13,7 @@ from .capture.timing import FakeClock
 from .deepspeed_api import FlopsProfiler, get_model_profile, get_module_duration, get_module_flops, get_module_macs
 from .formulas import REGISTRY, Cost
 from .profiler import Profiler, profile
+from .analysis.diff import diff
 from .integrations.config import AttachedProfiler, attach
 from .metadata import Metadata, Timing
 from .communication import Collective
@@ -112,6 +113,7 @@ __all__ = [
     "Metadata",
     "Timing",
     "load",
+    "diff",
     "SCHEMA_VERSION",
     "Cost",
     "register_formula",

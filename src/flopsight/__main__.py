@@ -2,6 +2,7 @@
 
     python -m flopsight                                  # ResNet-18, batch 1, full report
     python -m flopsight --model resnet50 --no-detailed --top 2
+    python -m flopsight diff a.json b.json --fail-on "flops>+1%"   # compare two saved profiles
 """
 
 from __future__ import annotations
@@ -17,7 +18,13 @@ from .zoo import MODELS, build
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="flopsight", description=__doc__.splitlines()[0])
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["diff"]:  # the one subcommand: everything else is the profile command, as before
+        from .diff_cli import main as diff_main
+
+        return diff_main(argv[1:])
+    parser = argparse.ArgumentParser(prog="flopsight", description=__doc__.splitlines()[0],
+                                     epilog="flopsight diff a.json b.json: compare two profiles (flopsight diff --help)")
     parser.add_argument("--model", default="resnet18", choices=sorted(MODELS), help="built-in model (default: resnet18)")
     parser.add_argument("--batch-size", type=int, default=1)
     parser.add_argument("--depth", type=int, default=-1, help="aggregated profile depth (-1: all)")
