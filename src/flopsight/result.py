@@ -22,6 +22,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Iterator, NamedTuple
 
@@ -36,7 +37,10 @@ from .views import GenerationStats, IterationStats, generation_stats, iteration_
 
 __all__ = ["ModuleStats", "ModelCall", "Coverage", "ProfileResult", "load", "SCHEMA_VERSION", "check_parent_dir"]
 
-SCHEMA_VERSION = 2
+#: the JSON schema's version (``docs/schema.md``); 3 added ``bytes_moved``, ``device_usage``
+#: and ``coverage``. Version 2 files still load (what they lack reads as not measured).
+SCHEMA_VERSION = 3
+_READABLE_VERSIONS = (2, 3)
 
 
 class ModuleStats(NamedTuple):
@@ -258,13 +262,17 @@ class ProfileResult:
             "ranks": [r.to_dict() if r is not None else None for r in self.ranks],
             "memory": self.memory.to_dict() if self.memory is not None else None,
             "device_usage": self.device_usage.to_dict() if self.device_usage is not None else None,
+            # derived from the modules' ops (read back from them, not from here): for readers
+            # of the file that do not recompute it
+            "coverage": dataclasses.asdict(self.coverage),
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ProfileResult":
         version = data.get("schema_version")
-        if version != SCHEMA_VERSION:
-            raise ValueError(f"data: unsupported flopsight schema_version {version!r} (expected {SCHEMA_VERSION})")
+        if version not in _READABLE_VERSIONS:
+            raise ValueError(f"data: unsupported flopsight schema_version {version!r} "
+                             f"(expected one of {', '.join(map(str, _READABLE_VERSIONS))})")
         modules = {d["name"]: ModuleStats.from_dict(d) for d in data["modules"]}
         return cls(
             modules,
