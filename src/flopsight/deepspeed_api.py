@@ -31,7 +31,7 @@ from .profiler import (
     profile,
 )
 from .renderers.output import check_layout, check_output_file, print_report, write_report
-from .renderers.text_renderer import ParallelInfo, render_aggregated
+from .renderers.text_renderer import ParallelInfo, check_text_options, render_aggregated
 from .result import ProfileResult
 from .units import duration_to_string, macs_to_string, number_to_string, params_to_string
 
@@ -207,11 +207,27 @@ class FlopsProfiler:
         top_modules: int = 1,
         detailed: bool = True,
         output_file: str | None = None,
+        *,
+        ops: int | None = None,
+        collapse: bool = False,
+        detail_depth: int | None = None,
+        peak: Any = None,
+        efficiency: bool = False,
+        dtype: str | None = None,
     ) -> None:
         """Print the summary, aggregated and detailed profile (to ``output_file`` if given);
-        with the training lines when a backward pass or an optimizer step was measured."""
+        with the training lines when a backward pass or an optimizer step was measured.
+
+        Beyond DeepSpeed, keyword-only and off by default (DeepSpeed's positional arguments
+        and layout are unchanged): ``ops``, ``collapse``, ``detail_depth``, ``peak``,
+        ``efficiency`` and ``dtype``, as in
+        :func:`~flopsight.renderers.text_renderer.render_text`.
+        """
         check_output_file(output_file)
         check_layout(module_depth, top_modules)
+        extras = dict(ops=ops, collapse=collapse, detail_depth=detail_depth, peak=peak, efficiency=efficiency,
+                      dtype=dtype)
+        check_text_options(**extras)
         result = self._measured()  # a snapshot while still running: built once
         if result is None:
             warnings.warn("flopsight: print_model_profile: nothing measured yet; call start_profile() and run the "
@@ -226,6 +242,7 @@ class FlopsProfiler:
             detailed=detailed,
             parallel=engine_parallel_info(self.ds_engine),
             recompute_fwd_factor=self.recompute_fwd_factor,
+            **extras,
         )
 
     def print_model_aggregated_profile(self, module_depth: int = -1, top_modules: int = 1) -> None:
@@ -295,6 +312,13 @@ def get_model_profile(
     func_name: str | None = None,
     attention: str = "dense",
     timing: str = "auto",
+    *,
+    ops: int | None = None,
+    collapse: bool = False,
+    detail_depth: int | None = None,
+    peak: Any = None,
+    efficiency: bool = False,
+    dtype: str | None = None,
 ):
     """Profile one forward (or ``generate``, or ``func_name``) call; returns (flops, macs, params).
 
@@ -306,7 +330,10 @@ def get_model_profile(
     :func:`flopsight.profile`; ``timing``, how latency is kept free of the profiler's cost,
     as in :func:`flopsight.profile` (by default a separate pass timed with module hooks only
     when ``warm_up >= 1``; ``"subtract"`` times in the counted pass, as DeepSpeed does, with
-    the profiler's own measured time taken out).
+    the profiler's own measured time taken out). Keyword-only, for the printed report and
+    off by default: ``ops`` (operator tables), ``collapse`` (identical repeated layers as one
+    entry), ``detail_depth``, ``peak``, ``efficiency`` and ``dtype``, as in
+    :func:`~flopsight.renderers.text_renderer.render_text`.
     """
     check_model(model)
     check_warm_up(warm_up)
@@ -320,6 +347,8 @@ def get_model_profile(
         raise ValueError("input_shape: the model needs inputs; pass input_shape=(...), args=[...] or kwargs={...}")
     check_output_file(output_file)
     check_layout(module_depth, top_modules)
+    extras = dict(ops=ops, collapse=collapse, detail_depth=detail_depth, peak=peak, efficiency=efficiency, dtype=dtype)
+    check_text_options(**extras)  # before the model runs
 
     flags = [(m, m.training) for m in model.modules()]
     model.eval()
@@ -335,7 +364,7 @@ def get_model_profile(
 
     if print_profile:
         print_report(result, output_file, profile_step=warm_up, module_depth=module_depth, top_modules=top_modules,
-                     detailed=detailed)
+                     detailed=detailed, **extras)
     total = result.total
     flops, macs, params = total.forward.flops, total.forward.macs, total.params
     if as_string:

@@ -5,6 +5,8 @@
 True
 >>> m.timing.method, m.world_size
 ('separate-pass', 1)
+>>> Metadata.from_dict({"device": "cuda:0"}).device_name    # results saved before it was recorded
+''
 """
 
 from __future__ import annotations
@@ -43,7 +45,13 @@ class Metadata:
     model: str = ""
     device: str = "cpu"
     device_type: str = "cpu"
+    #: the accelerator's name as torch gives it (``torch.cuda.get_device_name``: "NVIDIA H100
+    #: 80GB HBM3"), what the peak table is looked up by; "" for the CPU, meta, and old results
+    device_name: str = ""
     dtype: str = ""
+    #: ``torch.get_float32_matmul_precision()`` during the run ("highest", "high", "medium"):
+    #: "high" and "medium" let CUDA run float32 matmuls in tf32 ("" in old results)
+    float32_matmul_precision: str = ""
     world_size: int = 1
     rank: int = 0
     #: world, data-, tensor-, pipeline-, sequence-parallel sizes and ZeRO stage, where known

@@ -121,6 +121,8 @@ def check_attention(attention: Any) -> str:
 
 def run_metadata(model: nn.Module, args: tuple, kwargs: dict, **extra: Any) -> Metadata:
     """What the result records about the run besides the measurements."""
+    from .hardware import device_name  # the efficiency report looks the peak up by this name
+
     device = model_device(model, args, kwargs)
     world_size, rank = _world()
     inputs = {"inputs": describe_inputs(args, kwargs), "batch_size": batch_size(args, kwargs)} if args or kwargs else {}
@@ -131,7 +133,10 @@ def run_metadata(model: nn.Module, args: tuple, kwargs: dict, **extra: Any) -> M
         model=type(model).__name__,
         device=str(device),
         device_type=device.type,
+        # None off CUDA: the CPU's peak is measured on request, never looked up by name
+        device_name=device_name(device) or "",
         dtype=str(model_dtype(model, args, kwargs)).replace("torch.", ""),
+        float32_matmul_precision=torch.get_float32_matmul_precision(),
         world_size=world_size,
         rank=rank,
         **inputs,

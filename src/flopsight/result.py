@@ -31,6 +31,7 @@ from .device_usage import DeviceUsage
 from .memory import MemoryTotals
 from .metadata import Metadata
 from .stats import ZERO_STATS, Stats
+from .timeline import Timeline
 from .tree import PHASES, ModuleNode, build_tree
 from .views import GenerationStats, IterationStats, generation_stats, iteration_stats
 
@@ -142,6 +143,9 @@ class ProfileResult:
     memory: MemoryTotals | None = None
     #: a CUDA run's GPU utilisation (NVML) and allocator peak; None elsewhere
     device_usage: DeviceUsage | None = None
+    #: when each module call, span and collective ran (:mod:`flopsight.timeline`); None in
+    #: files saved before it was recorded
+    timeline: Timeline | None = None
 
     def __post_init__(self) -> None:
         if "" not in self.modules:
@@ -265,6 +269,7 @@ class ProfileResult:
             # derived from the modules' ops (read back from them, not from here): for readers
             # of the file that do not recompute it
             "coverage": dataclasses.asdict(self.coverage),
+            "timeline": self.timeline.to_dict(list(self.modules)) if self.timeline is not None else None,
         }
 
     @classmethod
@@ -284,6 +289,7 @@ class ProfileResult:
             ranks=tuple(cls.from_dict(r) if r is not None else None for r in data.get("ranks", [])),
             memory=MemoryTotals.from_dict(data["memory"]) if data.get("memory") else None,
             device_usage=DeviceUsage.from_dict(data["device_usage"]) if data.get("device_usage") else None,
+            timeline=Timeline.from_dict(data["timeline"], list(modules)) if data.get("timeline") else None,
         )
 
     def render(self, fmt: str = "text", **options: Any) -> str:

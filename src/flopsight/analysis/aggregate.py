@@ -1,19 +1,25 @@
-"""Aggregation: modules grouped by type at each depth, ranked (the "aggregated profile").
+"""Aggregation: modules grouped by type at each depth, ranked (the "aggregated profile"),
+and operators per module (the operator tables).
 
 >>> import torch, flopsight
 >>> model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
 >>> result = flopsight.profile(model, torch.ones(1, 4), warm_up=0)
 >>> [(d.depth, d.macs) for d in by_depth_and_type(result, top=1)]
 [(0, [('Sequential', 24)]), (1, [('Linear', 24)])]
+>>> [(r.name, r.stats.macs, r.bytes) for r in model_ops(result)]   # the whole model's operators
+[('aten.addmm', 24, 176), ('aten.t', 0, 0)]
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterable, Mapping
 
 from ..result import ProfileResult
+from ..stats import Stats, make_stats
 
-__all__ = ["DepthSummary", "by_depth_and_type", "max_depth"]
+__all__ = ["DepthSummary", "by_depth_and_type", "max_depth", "OpRow", "inclusive_ops", "has_bytes", "merge_ops",
+           "model_ops", "top_ops"]
 
 
 @dataclass
@@ -58,3 +64,95 @@ def by_depth_and_type(
         DepthSummary(d, _top(totals, 0, top), _top(totals, 1, top), _top(totals, 2, top))
         for d, totals in enumerate(per_depth)
     ]
+
+
+# -- operators ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class OpRow:
+    """One operator's figures in one phase: its summed cost (MACs, FLOPs, latency, calls)
+    and the bytes it read and wrote (None when the result holds no bytes at all: saved
+    before flopsight captured them)."""
+
+    name: str
+    stats: Stats
+    bytes: int | None
+
+
+#: op name -> [macs, flops, latency, calls, bytes]: what the tallies are summed in
+_Tally = dict[str, list]
+
+
+def has_bytes(result: ProfileResult) -> bool:
+    """True when the result captured bytes moved (every result since schema version 3 that
+    ran an op)."""
+    return any(rec.bytes_moved for rec in result.modules.values())
+
+
+def _own(rec, phase: str) -> _Tally:
+    moved = rec.bytes_moved.get(phase, {})
+    return {name: [s.macs, s.flops, s.latency, s.calls, moved.get(name, 0)]
+            for name, s in rec.ops.get(phase, {}).items()}
+
+
+def _add(into: _Tally, tally: Mapping[str, list]) -> None:
+    for name, t in tally.items():
+        acc = into.get(name)
+        if acc is None:
+            into[name] = list(t)
+        else:
+            for i in range(5):
+                acc[i] += t[i]
+
+
+def inclusive_ops(result: ProfileResult, phase: str = "forward") -> dict[str, _Tally]:
+    """Module path -> its operators in ``phase``, its submodules' summed in (op name ->
+    ``[macs, flops, latency, calls, bytes]``). One post-order pass: linear in the number of
+    modules times the number of distinct operators.
+
+    >>> import torch, flopsight
+    >>> model = torch.nn.Sequential(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()))
+    >>> ops = inclusive_ops(flopsight.profile(model, torch.ones(1, 4), warm_up=0))
+    >>> sorted(ops[""]), ops[""]["aten.addmm"][:2]
+    (['aten.addmm', 'aten.detach', 'aten.relu', 'aten.t'], [16, 36])
+    """
+    tallies: dict[str, _Tally] = {}
+    for node in reversed(list(result.walk())):  # post-order: children first
+        acc = _own(node.record, phase)
+        for child in node.children:
+            _add(acc, tallies[child])
+        tallies[node.name] = acc
+    return tallies
+
+
+def merge_ops(tallies: Iterable[Mapping[str, list]], with_bytes: bool = True) -> list[OpRow]:
+    """Several modules' tallies (from :func:`inclusive_ops`) summed into rows, most FLOPs
+    first (then most time, then by name: the order of ``ProfileResult.ops``)."""
+    acc: _Tally = {}
+    for tally in tallies:
+        _add(acc, tally)
+    rows = [OpRow(name, make_stats(t[0], t[1], t[2], t[3]), t[4] if with_bytes else None) for name, t in acc.items()]
+    return sorted(rows, key=lambda r: (-r.stats.flops, -r.stats.latency, r.name))
+
+
+def model_ops(result: ProfileResult, phase: str = "forward") -> list[OpRow]:
+    """The whole model's operators in ``phase`` (``result.ops(phase)``) with their bytes."""
+    moved: dict[str, int] = {}
+    for rec in result.modules.values():
+        for name, b in rec.bytes_moved.get(phase, {}).items():
+            moved[name] = moved.get(name, 0) + b
+    with_bytes = has_bytes(result)
+    return [OpRow(name, s, moved.get(name, 0) if with_bytes else None) for name, s in result.ops(phase).items()]
+
+
+def top_ops(rows: list[OpRow], n: int, by: str = "flops") -> list[OpRow]:
+    """The ``n`` rows with the most ``by`` (``"flops"`` or ``"latency"``); rows with none of
+    it are left out (an op that did no arithmetic is not a top op by FLOPs).
+
+    >>> rows = [OpRow("a", Stats(flops=5, latency=1.0), 0), OpRow("b", Stats(latency=3.0), 0)]
+    >>> [r.name for r in top_ops(rows, 2)], [r.name for r in top_ops(rows, 2, by="latency")]
+    (['a'], ['b', 'a'])
+    """
+    if by not in ("flops", "latency"):
+        raise ValueError(f"by: expected 'flops' or 'latency', got {by!r}")
+    ranked = sorted((r for r in rows if getattr(r.stats, by) > 0), key=lambda r: (-getattr(r.stats, by), r.name))
+    return ranked[:n]

@@ -154,8 +154,8 @@ class Gate:
     def threshold(self) -> str:
         """The threshold as written back: ``+1%``, ``+2 ms``, ``-1.5 M``."""
         if self.relative:
-            return _percent(float(self.value) / 100)
-        return _signed(_kind(self.metric), float(self.value))
+            return format_percent(float(self.value) / 100)
+        return format_signed(_kind(self.metric), float(self.value))
 
 
 _GATE = re.compile(
@@ -602,8 +602,10 @@ class ProfileDiff:
             raise ValueError(f"fmt: expected one of {', '.join(DIFF_FORMATS)}, got {fmt!r}")
         if fmt == "json":
             return json.dumps(self.to_dict(all_modules, gates), indent=1, allow_nan=False) + "\n"
+        from ..renderers.diff_renderer import render_diff_markdown, render_diff_text
+
         rows = list(self.modules.values()) if all_modules else self.changed
-        return (_render_markdown if fmt == "md" else _render_text)(self, rows, all_modules, list(gates))
+        return (render_diff_markdown if fmt == "md" else render_diff_text)(self, rows, all_modules, list(gates))
 
 
 def _check_alpha(alpha: Any) -> float:
@@ -646,10 +648,10 @@ def _gate_message(gate: Gate, subject: str, a: float, b: float, beyond: bool, me
     kind, change = _kind(gate.metric), Change(a, b)
     per = " per call" if kind == "time" else ""
     if change.delta:
-        moved = f"{'rose' if change.delta > 0 else 'fell'} {_value(kind, a)} -> {_value(kind, b)}{per}"
-        details = [median, _signed(kind, change.delta), _percent(change.relative)]
+        moved = f"{'rose' if change.delta > 0 else 'fell'} {format_value(kind, a)} -> {format_value(kind, b)}{per}"
+        details = [median, format_signed(kind, change.delta), format_percent(change.relative)]
     else:
-        moved, details = f"stayed at {_value(kind, a)}{per}", [median]
+        moved, details = f"stayed at {format_value(kind, a)}{per}", [median]
     detail = ", ".join(x for x in details if x)
     return (f"{gate.text}: {subject} {moved}" + (f" ({detail})" if detail else "")
             + f", {_VERDICTS[gate.op, beyond]} {gate.threshold()}")
@@ -670,8 +672,8 @@ def _row_dict(row: ModuleDiff) -> dict[str, Any]:
                         for m, c in row.metrics.items()}}
 
 
-# -- text and Markdown ----------------------------------------------------------------------
-def _value(kind: str, v: float | None) -> str:
+# -- values in messages and tables ----------------------------------------------------------------------
+def format_value(kind: str, v: float | None) -> str:
     if v is None:
         return "n/a"
     if kind == "time":
@@ -681,18 +683,18 @@ def _value(kind: str, v: float | None) -> str:
     return number_to_string(v).strip()
 
 
-def _signed(kind: str, d: float | None) -> str:
+def format_signed(kind: str, d: float | None) -> str:
     if d is None:
         return "n/a"
     if d == 0:
         return "0"
-    return ("+" if d > 0 else "-") + _value(kind, abs(d))
+    return ("+" if d > 0 else "-") + format_value(kind, abs(d))
 
 
-def _percent(rel: float | None) -> str:
+def format_percent(rel: float | None) -> str:
     """``+8.33%``; ``from 0`` when there is nothing to be relative to.
 
-    >>> _percent(0.0833333), _percent(-2.5), _percent(1e-7), _percent(math.inf)
+    >>> format_percent(0.0833333), format_percent(-2.5), format_percent(1e-7), format_percent(math.inf)
     ('+8.33%', '-250%', '+<0.01%', 'from 0')
     """
     if rel is None:
@@ -705,120 +707,3 @@ def _percent(rel: float | None) -> str:
     if abs(pct) < 0.01:
         return ("+" if pct > 0 else "-") + "<0.01%"
     return f"{pct:+.0f}%" if abs(pct) >= 100 else f"{pct:+.3g}%"
-
-
-def _cell(row: ModuleDiff, metric: str) -> str:
-    """A module's change in one metric: ``=``, ``+1.2 K (+8.3%)``, or the amount added/removed."""
-    change, kind = row.metrics[metric], _kind(metric)
-    if change.a is None or change.b is None:
-        return "n/a"
-    if not change.changed:
-        return "="
-    if row.status in ("added", "removed"):
-        return _signed(kind, change.delta)
-    return f"{_signed(kind, change.delta)} ({_percent(change.relative)})"
-
-
-def _columns(d: ProfileDiff, rows: list[ModuleDiff]) -> list[str]:
-    """The module table's metrics: counts that changed in a shown row (trainable params only
-    where they moved apart from params: a frozen layer), and the latencies."""
-    timed = ["fwd_latency", "bwd_latency"] if d.a.backward_passes or d.b.backward_passes else ["latency"]
-
-    def wanted(m: str) -> bool:
-        if _kind(m) == "time":
-            return m in timed
-        if m == "trainable":
-            return any(r.metrics[m] != r.metrics["params"] for r in rows)
-        return any(r.metrics[m].changed for r in rows)
-
-    return [m for m in METRICS if wanted(m)]
-
-
-def _total_lines(d: ProfileDiff) -> list[list[str]]:
-    """Rows of the totals table: metric, a, b, change, percent, noise."""
-    out = []
-    for metric, (label, kind) in METRICS.items():
-        change = d.total.metrics[metric]
-        if change.a is None and change.b is None:
-            continue
-        if metric in ("bwd_latency", "latency") and not (d.a.backward_passes or d.b.backward_passes):
-            continue  # an inference profile: latency is the forward's
-        noise = _noise_note(d, metric) if kind == "time" else ""
-        out.append([label, _value(kind, change.a), _value(kind, change.b), _signed(kind, change.delta),
-                    _percent(change.relative), noise])
-    return out
-
-
-def _noise_note(d: ProfileDiff, metric: str) -> str:
-    xs, ys = d.a.samples[metric], d.b.samples[metric]
-    if not _testable(len(xs), len(ys), DEFAULT_ALPHA):
-        return f"untested ({len(xs)} vs {len(ys)} calls)"
-    return f"p={_two_sided(xs, ys):.2g} ({len(xs)} vs {len(ys)} calls)"
-
-
-def _summary(d: ProfileDiff, all_modules: bool) -> str:
-    return (f"{len(d.changed)} of {len(d.modules)} changed, {len(d.added)} added, {len(d.removed)} removed"
-            + (" (all shown)" if all_modules else ""))
-
-
-def _table(header: list[str], lines: list[list[str]], left: int) -> list[str]:
-    """Aligned columns: the first ``left`` to the left, the rest (numbers) to the right."""
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *lines)]
-
-    def fmt(cells: list[str]) -> str:
-        return "  ".join(c.ljust(w) if i < left else c.rjust(w)
-                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
-
-    return [fmt(header), fmt(["-" * w for w in widths]), *(fmt(line) for line in lines)]
-
-
-def _status(row: ModuleDiff) -> str:
-    return {"added": "+", "removed": "-", "changed": "~", "unchanged": " "}[row.status]
-
-
-def _type(row: ModuleDiff) -> str:
-    if row.type_a and row.type_b and row.type_a != row.type_b:
-        return f"{row.type_a} -> {row.type_b}"
-    return row.type_b or row.type_a or ""
-
-
-def _render_text(d: ProfileDiff, rows: list[ModuleDiff], all_modules: bool, gates: list[GateResult]) -> str:
-    out = [f"flopsight diff: {d.a.label} -> {d.b.label}"]
-    out += [f"note: {n}" for n in d.notes]
-    out += ["", "Model totals", *_table(["metric", "a", "b", "change", "%", "noise"], _total_lines(d), 1)]
-    out += ["", f"Modules: {_summary(d, all_modules)}"]
-    if rows:
-        cols = _columns(d, rows)
-        header = ["module", "type", *(METRICS[m][0] for m in cols)]
-        lines = [[f"{_status(r)} {r.path}", _type(r), *(_cell(r, m) for m in cols)] for r in rows]
-        out += _table(header, lines, 2)
-    if gates:
-        out += ["", "Gates"] + [("PASS  " if g.passed else "FAIL  ") + g.message for g in gates]
-    return "\n".join(out) + "\n"
-
-
-def _md(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("`", "'")
-
-
-def _md_table(header: list[str], lines: list[list[str]], left: int) -> list[str]:
-    align = ["---" if i < left else "--:" for i in range(len(header))]
-    return ["| " + " | ".join(cells) + " |" for cells in (header, align, *lines)]
-
-
-def _render_markdown(d: ProfileDiff, rows: list[ModuleDiff], all_modules: bool, gates: list[GateResult]) -> str:
-    out = [f"### flopsight diff: `{_md(d.a.label)}` → `{_md(d.b.label)}`", ""]
-    out += [f"> {_md(n)}" for n in d.notes] + ([""] if d.notes else [])
-    out += _md_table(["metric", "a", "b", "change", "%", "noise"], [[_md(c) for c in r] for r in _total_lines(d)], 1)
-    out += ["", f"**Modules**: {_summary(d, all_modules)}", ""]
-    if rows:
-        cols = _columns(d, rows)
-        header = ["", "module", "type", *(METRICS[m][0] for m in cols)]
-        lines = [[_status(r).strip(), f"`{_md(r.path)}`", _md(_type(r)), *(_md(_cell(r, m)) for m in cols)]
-                 for r in rows]
-        out += _md_table(header, lines, 3) + [""]
-    if gates:
-        out += _md_table(["gate", "result", "detail"],
-                         [[f"`{_md(g.gate.text)}`", "✅ pass" if g.passed else "❌ fail", _md(g.message)]
-                          for g in gates], 3) + [""]
-    return "\n".join(out).rstrip("\n") + "\n"

@@ -41,6 +41,7 @@ __all__ = [
     "generation_figures",
     "communication_figures",
     "module_figures",
+    "combined_figures",
 ]
 
 
@@ -332,6 +333,52 @@ def module_figures(stats: ModuleNode, total: ModuleNode) -> ModuleFigures:
     return ModuleFigures(
         params=stats.params,
         params_share=share(stats.params, total.params),
+        macs=fwd.macs,
+        macs_share=share(fwd.macs, all_fwd.macs),
+        latency=fwd.latency,
+        latency_share=share(fwd.latency, all_fwd.latency),
+        flops_per_second=rate(fwd.flops, fwd.latency),
+        bwd_macs=bwd.macs,
+        bwd_macs_share=share(bwd.macs, all_bwd.macs),
+        bwd_latency=bwd.latency,
+        bwd_latency_share=share(bwd.latency, all_bwd.latency),
+        bwd_flops_per_second=rate(bwd.flops, bwd.latency),
+    )
+
+
+def _mean(stats: list[Stats], per: int) -> Stats:
+    """The sum of ``stats`` over ``per``: counts stay ints (identical copies divide them
+    exactly), latency is the mean."""
+    macs = sum(s.macs for s in stats)
+    flops = sum(s.flops for s in stats)
+    return Stats(macs // per if macs % per == 0 else macs / per, flops // per if flops % per == 0 else flops / per,
+                 sum(s.latency for s in stats) / per)
+
+
+def combined_figures(nodes: "list[ModuleNode] | tuple[ModuleNode, ...]", total: ModuleNode, per: int = 1) -> ModuleFigures:
+    """The figures of several modules as one line: their sum divided by ``per``.
+
+    ``per=1`` sums them (every copy of a collapsed run of layers); ``per=len(nodes)`` gives
+    one copy's figures, its latency the mean over the copies. Params are summed the same
+    way (identical copies hold the same number each).
+
+    >>> import torch, flopsight
+    >>> model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
+    >>> result = flopsight.profile(model, torch.ones(1, 4), clock=flopsight.FakeClock())
+    >>> both = [result.module("0"), result.module("1")]
+    >>> combined_figures(both, result.total).macs, combined_figures(both, result.total, per=2).macs
+    (48, 24)
+    """
+    if per < 1 or not nodes:
+        raise ValueError(f"per: expected an int >= 1 and at least one module, got {per!r} and {len(nodes)} modules")
+    params = sum(n.params for n in nodes)
+    fwd = _mean([n.forward for n in nodes], per)
+    bwd = _mean([n.backward for n in nodes], per)
+    all_fwd, all_bwd = total.forward, total.backward
+    params = params // per if params % per == 0 else params / per
+    return ModuleFigures(
+        params=params,
+        params_share=share(params, total.params),
         macs=fwd.macs,
         macs_share=share(fwd.macs, all_fwd.macs),
         latency=fwd.latency,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 from typing import Callable
 
@@ -12,6 +13,7 @@ from ..memory import MemoryTotals
 from ..metadata import Metadata
 from ..result import ModelCall, ModuleStats, ProfileResult
 from ..stats import make_stats
+from ..timeline import Span, Timeline
 from ..tree import PHASES
 from .modules import ModuleInfo
 from .session import RawCapture
@@ -86,8 +88,9 @@ def build_result(
         spans.update(times.spans)
     totals = MemoryTotals.from_dict(counts.memory["totals"]) if counts.memory else None
     usage = times.device_usage or counts.device_usage  # the timing pass's, where there is one
+    timeline = counts.timeline if times is counts else _timeline(counts.timeline, times.timeline)
     return ProfileResult(modules, dict(counts.unsupported), metadata, spans=spans, calls=calls,
-                         comms=_collectives(counts.collectives), memory=totals, device_usage=usage)
+                         comms=_collectives(counts.collectives), memory=totals, device_usage=usage, timeline=timeline)
 
 
 def _module_memory(memory: dict | None, path: str) -> dict[str, int]:
@@ -114,3 +117,32 @@ def _collectives(calls) -> tuple[Collective, ...]:
     return tuple(Collective(kind, path, phase, n_calls, nbytes, seconds, group, seconds - overlapped, overlapped)
                  for (path, phase, kind, group), (n_calls, nbytes, seconds, overlapped) in
                  ((k, acc[k]) for k in keys))
+
+
+def _timeline(counts: Timeline | None, times: Timeline | None) -> Timeline | None:
+    """The timing pass's timeline, with the counting pass's collectives (the timing pass has
+    no communication source) moved onto it: each keeps its place within the top-level
+    forward call it was issued in (the n-th of one pass is the n-th of the other); none
+    when the passes made different numbers of such calls."""
+    if times is None or counts is None or not counts.collectives:
+        return times
+    src = [s for s in counts.spans if s.kind == "forward"]
+    dst = [s for s in times.spans if s.kind == "forward"]
+    if not src or len(src) != len(dst):
+        return times
+    starts = [s.start for s in src]
+    moved = []
+    for c in counts.collectives:
+        k = max(bisect.bisect_right(starts, c.start) - 1, 0)
+        moved.append(c._replace(start=_moved(c.start, src[k], dst[k])))
+    return dataclasses.replace(times, collectives=tuple(sorted(moved, key=lambda c: c.start)))
+
+
+def _moved(t: float, src: Span, dst: Span) -> float:
+    """``t``'s place in ``src`` (as a fraction of it, within it) at the same place in ``dst``.
+
+    >>> _moved(3.0, Span("forward", 2.0, 4.0), Span("forward", 10.0, 2.0))
+    10.5
+    """
+    fraction = min(max((t - src.start) / src.duration, 0.0), 1.0) if src.duration > 0 else 0.0
+    return dst.start + fraction * dst.duration

@@ -19,6 +19,7 @@ into it.
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -28,6 +29,7 @@ from torch import nn
 from ..formulas.registry import Registry
 from ..device_usage import DeviceUsage
 from ..stats import Stats
+from ..timeline import Timeline
 from .attribution import Attribution
 from .autograd_functions import AutogradFunctions
 from .._torch_private import storage_key
@@ -42,6 +44,7 @@ from .module_rules import ModuleRules
 from .modules import ModuleInfo, ModuleTracker
 from .optimizer import OptimizerSteps
 from .spans import SpanTimer
+from .timeline import resolve_timeline
 from .timing import Clock, CudaEventClock
 from .units import UnitSource
 
@@ -76,6 +79,8 @@ class RawCapture:
     collectives: list[tuple[str, str, str, int, int, float, float]] = field(default_factory=list)
     #: a CUDA run's GPU usage (a DeviceUsage), None elsewhere
     device_usage: DeviceUsage | None = None
+    #: when each module call, span and collective ran (None before the span started)
+    timeline: Timeline | None = None
 
 
 class CaptureSession:
@@ -147,6 +152,7 @@ class CaptureSession:
             sources.append(self.device_usage)
         self._sources = [*sources, self.spans]
         self._started: list = []
+        self._host_origin = 0.0  # time.perf_counter() when the span started: collectives' origin
 
     @property
     def clock(self) -> Clock:
@@ -162,6 +168,7 @@ class CaptureSession:
         except BaseException:
             self._stop_sources()
             raise
+        self._host_origin = time.perf_counter()  # the span timer, started last, has just begun
         if sessions:
             sessions[-1].ctx.paused = True
         sessions.append(self)
@@ -246,6 +253,7 @@ class CaptureSession:
         # forward wall time: the top-level forward calls (the model, or whatever modules
         # of it the caller ran directly)
         raw.spans["forward"] = [span[r.index] for r in log if r.parent < 0 and r.phase == "forward"]
+        calls = []
         if self.communication is not None and self.communication.calls:
             calls = self.communication.resolved_calls()
             raw.collectives = [(c.path, c.phase, c.kind, c.bytes, c.group_size, c.seconds, min(c.overlapped, c.seconds))
@@ -258,9 +266,22 @@ class CaptureSession:
             raw.memory = self._memory_figures()
         if self.device_usage is not None:
             raw.device_usage = self.device_usage.usage
-        for kind, start, end, ovh_start, ovh_end in self.spans.spans:
-            raw.spans.setdefault(kind, []).append(self._seconds(start, end, ovh_start, ovh_end))
+        timed = [(s, self._seconds(*s[1:])) for s in self.spans.spans]
+        for (kind, *_), seconds in timed:
+            raw.spans.setdefault(kind, []).append(seconds)
+        origin = self._origin()
+        if origin is not None:
+            raw.timeline = resolve_timeline(log, span, timed, calls, clock=clock, origin=origin,
+                                            host_origin=self._host_origin)
         return raw
+
+    def _origin(self) -> tuple | None:
+        """(stamp, overhead) where the span started: its iteration's start (still open in a
+        snapshot); None before it started."""
+        for kind, start, _, overhead, _ in self.spans.spans:
+            if kind == "iteration":
+                return start, overhead
+        return self.spans._open.get("iteration")  # (stamp, overhead) of the span in progress
 
 
 def _optimizer_state_tensors(optimizer) -> list:

@@ -4,8 +4,8 @@
 it); a file's format comes from its extension (:func:`format_of`), the text report for
 ``.txt`` and anything unknown, as DeepSpeed writes its report whatever the file's name.
 
->>> format_of("run.trace.json"), format_of("run.json"), format_of("report.log")
-('trace', 'json', 'text')
+>>> format_of("run.trace.json"), format_of("run.json"), format_of("run.ops.csv"), format_of("report.log")
+('trace', 'json', 'ops_csv', 'text')
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ FORMATS = {
     "text": ("text_renderer", "render_text"),
     "json": ("json_renderer", "render_json"),
     "csv": ("csv_renderer", "render_csv"),
+    "ops_csv": ("csv_renderer", "render_ops_csv"),
     "md": ("markdown_renderer", "render_markdown"),
     "html": ("html_renderer", "render_html"),
     "trace": ("trace_renderer", "render_trace"),
@@ -30,6 +31,7 @@ FORMATS = {
 EXTENSIONS = {
     ".trace.json": "trace",
     ".json": "json",
+    ".ops.csv": "ops_csv",
     ".csv": "csv",
     ".md": "md",
     ".markdown": "md",

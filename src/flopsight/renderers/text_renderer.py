@@ -2,7 +2,8 @@
 
 Summary block, aggregated profile (top module types per depth by params, MACs and
 latency) and detailed tree (every module with its stats, then its own ``extra_repr``),
-closed by a rule. Labels say ``GPU`` for CUDA runs and ``device`` elsewhere. Differences
+closed by a rule. Labels say ``GPU`` on every device, as DeepSpeed's do (its log parsers
+look for "per GPU"). Differences
 from DeepSpeed are fixes: ``module_depth=-1`` includes the deepest level, a too-large
 depth prints all of them, ``params of model`` is right without an engine, modules that
 never ran are marked, containers (``ModuleList``) show their children's totals, and zero
@@ -13,8 +14,13 @@ and nothing else. A profile with a backward pass or an optimizer step adds the t
 lines of DeepSpeed's engine report, computed from the *measured* backward and step (not
 DeepSpeed's ``2 * fwd flops`` estimate), and backward columns in the aggregated and
 detailed profiles. A ``generate()`` profile adds prefill, decode and whole-call lines
-(and, for encoder-decoder models, the encoder pass the prefill includes). Every number
-comes from :mod:`flopsight.analysis.report_figures`; this file only formats.
+(and, for encoder-decoder models, the encoder pass the prefill includes).
+
+Optional sections, off by default (see :func:`render_text`): efficiency lines after the
+summary, repeated layers collapsed and a depth limit in the detailed tree, and an operator
+profile. Every number comes from :mod:`flopsight.analysis` (``report_figures``,
+``aggregate``, ``collapse``, ``efficiency``, ``transformer_estimate``); this file only
+formats.
 
 >>> import torch, flopsight
 >>> from flopsight.renderers.text_renderer import render_text
@@ -26,19 +32,26 @@ comes from :mod:`flopsight.analysis.report_figures`; this file only formats.
 
 from __future__ import annotations
 
-from ..analysis.aggregate import by_depth_and_type
+from ..analysis.aggregate import OpRow, by_depth_and_type, has_bytes, inclusive_ops, merge_ops, model_ops, top_ops
+from ..analysis.collapse import View, child_views, root_view, signatures, subtree_sizes, walk_views
 from ..analysis.ranks import RankFigures, rank_figures
 from ..analysis.report_figures import (
     GenerationFigures,
+    ModuleFigures,
     ParallelInfo,
     SummaryFigures,
     TrainingFigures,
+    combined_figures,
     is_training,
     module_figures,
     parallel_of,
+    share,
     summary_figures,
 )
+from ..analysis.efficiency import efficiency_lines
+from ..analysis.transformer_estimate import transformer_check_lines
 from ..device_usage import DeviceUsage
+from ..hardware import canonical_dtype, resolve_peak
 from ..memory import MemoryTotals
 from ..result import ProfileResult
 from ..views import CommunicationTime, StepAnatomy
@@ -55,7 +68,7 @@ from ..units import (
 
 # ParallelInfo, is_training and parallel_of live in analysis.report_figures; re-exported
 # here, where they were first defined
-__all__ = ["ParallelInfo", "render_text", "render_aggregated", "is_training", "parallel_of"]
+__all__ = ["ParallelInfo", "render_text", "render_aggregated", "check_text_options", "is_training", "parallel_of"]
 
 RULE = "-" * 78
 _PHASE_LABELS = {"forward": "fwd latency", "backward": "bwd latency"}
@@ -88,10 +101,33 @@ def _count(n: float) -> str:
     return f"{round(n, DEFAULT_PRECISION):g}"
 
 
-def _indent(text: str, spaces: int) -> str:
-    """Indent every line but the first (how nn.Module.__repr__ nests children)."""
-    first, *rest = text.split("\n")
-    return "\n".join([first] + [" " * spaces + line for line in rest])
+def _is_count(value, minimum: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+def check_text_options(*, ops=None, collapse=False, detail_depth=None, peak=None, efficiency=False,
+                       dtype=None) -> None:
+    """Raise, naming the argument, unless the text report's optional sections are asked for
+    with values it can use; cheap, so front-ends call it before the model runs.
+
+    >>> check_text_options(ops=3, collapse=True, detail_depth=2, peak=1e12)
+    >>> check_text_options(detail_depth=-1)
+    Traceback (most recent call last):
+    ...
+    ValueError: detail_depth: expected None (every depth) or an int >= 0, got -1
+    """
+    if ops is not None and not _is_count(ops, 0):
+        raise ValueError(f"ops: expected None or an int >= 0 (operators per module; 0: no table), got {ops!r}")
+    for name, flag in (("collapse", collapse), ("efficiency", efficiency)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name}: expected True or False, got {flag!r}")
+    if detail_depth is not None and not _is_count(detail_depth, 0):
+        raise ValueError(f"detail_depth: expected None (every depth) or an int >= 0, got {detail_depth!r}")
+    # "cpu" runs a (cached) calibration: checked where it is used; anything else is a lookup
+    if peak is not None and not (isinstance(peak, str) and peak.strip().lower() == "cpu"):
+        resolve_peak(peak)
+    if dtype is not None:
+        canonical_dtype(dtype)
 
 
 class _Report:
@@ -361,44 +397,103 @@ class _Report:
                 f"    bwd latency - { {k: duration_to_string(v) for k, v in b.latency} }",
             )
 
+    # -- efficiency -----------------------------------------------------------------------
+    def efficiency(self, peak, dtype: str | None) -> None:
+        """The efficiency lines (the peak used beside every ratio) and, for a transformer
+        language model, the analytic estimate beside the measured count."""
+        lines = efficiency_lines(self.result, peak, dtype=dtype) + transformer_check_lines(self.result)
+        if not lines:
+            return
+        self.add("", "Efficiency (docs/efficiency.md):")
+        for label, value in lines:
+            self.kv(f"{label}: ", value)
+
     # -- detailed -------------------------------------------------------------------------
-    def stats_line(self, s: ModuleNode) -> str:
-        m = module_figures(s, self.result.total)
+    def figure_items(self, m: ModuleFigures, mean: bool = False) -> list[str]:
+        """One module's figures as DeepSpeed lists them; ``mean`` marks latencies that are
+        the mean over the copies of a collapsed run."""
+        mean_of = "mean " if mean else ""
         items = [
             f"{params_to_string(m.params)} = {_pct(m.params_share)} Params",
             f"{macs_to_string(m.macs)} = {_pct(m.macs_share)} MACs",
-            f"{duration_to_string(m.latency)} = {_pct(m.latency_share)} latency",
+            f"{mean_of}{duration_to_string(m.latency)} = {_pct(m.latency_share)} latency",
             _rate(m.flops_per_second),
         ]
         if self.training:
             items += [
                 f"{macs_to_string(m.bwd_macs)} = {_pct(m.bwd_macs_share)} bwd MACs",
-                f"{duration_to_string(m.bwd_latency)} = {_pct(m.bwd_latency_share)} bwd latency",
+                f"{mean_of}{duration_to_string(m.bwd_latency)} = {_pct(m.bwd_latency_share)} bwd latency",
                 f"{_rate(m.bwd_flops_per_second)} bwd",
             ]
+        return items
+
+    @staticmethod
+    def tail_items(s: ModuleNode, hidden: int = 0) -> list[str]:
+        """What follows the figures: the module's state, what the depth limit hides, and
+        its ``extra_repr`` last, as nn.Module prints it."""
+        items = []
         if s.ignored:
             items.append("ignored")
         elif not s.ran:
             items.append("not called")
+        if hidden:
+            items.append(f"{hidden} submodule{'s' if hidden > 1 else ''} not shown")
         if s.extra_repr:
             items.append(s.extra_repr)
-        return ", ".join(items)
+        return items
 
-    def module_repr(self, s: ModuleNode) -> str:
-        # the shape of nn.Module.__repr__, rendered from the result (the model is not touched)
-        extra = self.stats_line(s).split("\n")
-        children = []
-        for child in s.children:
-            key = child.rpartition(".")[2] if s.name else child
-            node = self.result.module(child)
-            children.append(f"({key}): " + _indent(self.module_repr(node), 2))
-            for alias in node.aliases:  # `self.b = self.a`: the same module, shown once
-                children.append(f"({alias}): same module as ({key})")
-        if len(extra) == 1 and not children:
-            return f"{s.type_name}({extra[0]})"
-        return f"{s.type_name}(\n  " + "\n  ".join(extra + children) + "\n)"
+    def view_line(self, view: View, hidden: int = 0) -> str:
+        """A view's figures: a module's own (DeepSpeed's line); inside a collapsed run, one
+        copy's with the mean latency; for a run, all its copies' then one copy's."""
+        total, node = self.result.total, view.node
+        if len(view.nodes) == 1:
+            figures = self.figure_items(module_figures(node, total))
+        elif view.count == 1:
+            figures = self.figure_items(combined_figures(view.nodes, total, per=len(view.nodes)), mean=True)
+        else:
+            every = ", ".join(self.figure_items(combined_figures(view.nodes, total, per=view.per)))
+            each = self.figure_items(combined_figures(view.nodes, total, per=len(view.nodes)), mean=True)
+            figures = [f"all: {every}; each: {each[0]}", *each[1:]]
+        return ", ".join(figures + self.tail_items(node, hidden))
 
-    def detailed(self) -> None:
+    def tree_lines(self, collapse: bool = False, detail_depth: int | None = None) -> list[str]:
+        """The model as nn.Module.__repr__ nests it, rendered from the result (the model is
+        not touched). Built line by line with an explicit stack: linear in the number of
+        lines whatever the model's depth (re-indenting each subtree's text at every level
+        would be quadratic in the depth, and recursion would stop at Python's limit)."""
+        result = self.result
+        sigs = signatures(result) if collapse else None
+        sizes = subtree_sizes(result) if detail_depth is not None else None
+        lines: list[str] = []
+        stack: list = [(root_view(result), "", "")]  # (view, indent, "(key): ") or a finished line
+        while stack:
+            item = stack.pop()
+            if isinstance(item, str):
+                lines.append(item)
+                continue
+            view, indent, prefix = item
+            node = view.node
+            opened = bool(node.children) and (detail_depth is None or node.depth < detail_depth)
+            hidden = sizes[node.name] if sizes is not None and not opened else 0
+            extra = self.view_line(view, hidden).split("\n")
+            title = f"{view.count} x {node.type_name}" if view.count > 1 else node.type_name
+            if len(extra) == 1 and not opened:
+                lines.append(f"{indent}{prefix}{title}({extra[0]})")
+                continue
+            inner = indent + "  "
+            lines.append(f"{indent}{prefix}{title}(")
+            lines.extend(inner + line for line in extra)
+            todo: list = []
+            if opened:
+                for child in child_views(result, view, sigs, collapse=collapse):
+                    todo.append((child, inner, f"({child.key}): "))
+                    # `self.b = self.a`: the same module, shown once
+                    todo.extend(f"{inner}({alias}): same module as ({child.key})" for alias in child.node.aliases)
+            todo.append(f"{indent})")
+            stack.extend(reversed(todo))
+        return lines
+
+    def detailed(self, collapse: bool = False, detail_depth: int | None = None) -> None:
         u = self.unit
         timing = self.result.metadata.timing
         how = ", ".join(str(v) for v in (timing.method, timing.clock) if v)
@@ -425,6 +520,18 @@ class _Report:
                 "accumulation into its parameters included); frozen parameters and inputs that need no gradient "
                 "cost no backward. The optimizer step is not attributed to modules (see the summary)."
             )
+        if collapse:
+            notes.append(
+                f"{4 + len(notes)}. Consecutive identical siblings (same type, extra_repr, submodules, params, MACs "
+                "and flops) are collapsed into one entry, \"(0-11): 12 x Layer(all: ...; each: ...)\": all copies' "
+                "figures summed, then one copy's, its latency the mean over the copies. The lines inside a collapsed "
+                "entry are one copy's, their latencies the mean over the copies."
+            )
+        if detail_depth is not None:
+            notes.append(
+                f"{4 + len(notes)}. Modules deeper than depth {detail_depth} are not shown (detail_depth="
+                f"{detail_depth}); their figures are included in their parents'."
+            )
         self.add(
             "",
             f"------------------------------ Detailed Profile per {u} ------------------------------",
@@ -439,8 +546,81 @@ class _Report:
             latency_note,
             *notes,
             "",
-            self.module_repr(self.result.total),
+            *self.tree_lines(collapse, detail_depth),
         )
+
+    # -- operators ------------------------------------------------------------------------
+    def operators(self, top: int, depth: int | None, collapse: bool) -> None:
+        """Per module (its submodules' operators included), for each phase measured, its
+        ``top`` operators by flops and by latency; the whole model's first."""
+        result = self.result
+        phases = [p for p in result.phases if result.ops(p)]
+        with_bytes = has_bytes(result)
+        tallies = {phase: inclusive_ops(result, phase) for phase in phases}
+        names = [r.name for p in phases for r in model_ops(result, p)]
+        width = max([24, *map(len, names)])
+        self.add(
+            "",
+            f"------------------------------ Operator Profile per {self.unit} ------------------------------",
+            f"Top {top} operators of each module by flops and by latency, for each phase measured. A module's "
+            "operators include its submodules' (inclusive); the first entry is the whole model's.",
+            "Percentages are of the entry's operators in that phase. latency: the operators' own time, measured in "
+            "the counting pass. bytes: read and written by the operators (docs/conventions/bytes.md).",
+        )
+        if depth is not None:
+            self.add(f"Modules down to depth {depth}.")
+        if collapse:
+            self.add("A collapsed entry, 'layers.(0-11)' or 'layers.(0-11).attention', sums the operators of every copy.")
+        for view in walk_views(result, collapse=collapse, max_depth=depth):
+            label = self._op_label(view)
+            first = True
+            for phase in phases:
+                if view.path == "":
+                    rows = model_ops(result, phase)  # the model-wide table, as result.ops() gives it
+                else:
+                    rows = merge_ops((tallies[phase][n.name] for n in view.nodes), with_bytes)
+                if rows:  # a module that never ran has none: no entry
+                    if first:
+                        self.add("")
+                        first = False
+                    self._op_table(f"{label}, {_PHASE_SHORT.get(phase, phase)}", rows, top, width)
+
+    @staticmethod
+    def _op_label(view: View) -> str:
+        node = view.node
+        if view.path == "":
+            return f"whole model ({node.type_name})"
+        if view.count > 1:
+            return f"{view.path} ({view.count} x {node.type_name}, summed)"
+        if len(view.nodes) > 1:
+            return f"{view.path} ({node.type_name}, summed over {len(view.nodes)} copies)"
+        return f"{view.path} ({node.type_name})"
+
+    def _op_table(self, title: str, rows: list[OpRow], top: int, width: int) -> None:
+        by_flops, by_latency = top_ops(rows, top, "flops"), top_ops(rows, top, "latency")
+        flops = sum(r.stats.flops for r in rows)
+        latency = sum(r.stats.latency for r in rows)
+        header = (f"    {'operator':<{width}} {'calls':>7} {'MACs':>13} {'flops':>10} {'% flops':>8} "
+                  f"{'latency':>10} {'% latency':>9} {'bytes':>10}")
+
+        def table(what: str, ranked: list[OpRow]) -> None:
+            self.add(f"{title}, top {top} by {what}:", header)
+            for r in ranked:
+                s = r.stats
+                moved = bytes_to_string(r.bytes) if r.bytes is not None else "-"
+                self.add(f"    {r.name:<{width}} {_count(s.calls):>7} {macs_to_string(s.macs):>13} "
+                         f"{number_to_string(s.flops):>10} {_pct(share(s.flops, flops)):>8} "
+                         f"{duration_to_string(s.latency):>10} {_pct(share(s.latency, latency)):>9} {moved:>10}")
+
+        if by_flops == by_latency and by_flops:
+            table("flops and by latency", by_flops)
+            return
+        if by_flops:
+            table("flops", by_flops)
+        if by_latency:
+            table("latency", by_latency)
+        if not by_flops and not by_latency:
+            self.add(f"{title}: {len(rows)} operator{'s' if len(rows) > 1 else ''}, no flops and no latency measured")
 
 
 def render_text(
@@ -452,6 +632,12 @@ def render_text(
     detailed: bool = True,
     parallel: ParallelInfo | None = None,
     recompute_fwd_factor: float = 0.0,
+    ops: int | None = None,
+    collapse: bool = False,
+    detail_depth: int | None = None,
+    peak=None,
+    efficiency: bool = False,
+    dtype: str | None = None,
 ) -> str:
     """The whole report as one string (ends with a newline).
 
@@ -460,14 +646,46 @@ def render_text(
     recorded in the result (torch.distributed's, else 1) and the batch size it measured.
     ``recompute_fwd_factor`` is DeepSpeed's (its training lines estimate the backward as
     ``2 + recompute_fwd_factor`` times the forward).
+
+    Beyond DeepSpeed, off by default so the layout stays DeepSpeed's:
+
+    * ``ops=N``: an operator profile after the detailed one: per module down to
+      ``module_depth`` (and ``detail_depth``), its submodules included, the ``N`` top
+      operators by flops and by latency, with their bytes moved, for each phase; the whole
+      model's first (``result.ops(phase)``).
+    * ``collapse=True``: consecutive identical siblings, ``(0-11): 12 x BertLayer``, as one
+      entry of the detailed profile (and of the operator profile).
+    * ``detail_depth=N``: the detailed profile stops at depth ``N`` (the root is depth 0).
+    * ``peak`` (FLOP/s, a device name, ``"cpu"`` or a :class:`~flopsight.hardware.Peak`) or
+      ``efficiency=True`` (the peak of the device the result recorded, when the table knows
+      it): efficiency lines after the summary, the peak beside every ratio, and for a
+      transformer language model the analytic estimate beside the measured flops.
+      ``dtype`` picks the peak table's column (``"bf16"`` under autocast...).
+
+    >>> import torch, flopsight
+    >>> model = torch.nn.Sequential(*(torch.nn.Linear(8, 8) for _ in range(4)))
+    >>> result = flopsight.profile(model, torch.ones(2, 8), clock=flopsight.FakeClock())
+    >>> text = render_text(result, collapse=True)
+    >>> print(*next(line for line in text.splitlines() if "4 x Linear" in line).split("; "), sep="\\n")
+      (0-3): 4 x Linear(all: 288 = 100% Params, 512 MACs = 100% MACs, 4 ms = 44.44% latency, 272 KFLOPS
+    each: 72 = 25% Params, 128 MACs = 25% MACs, mean 1 ms = 11.11% latency, 272 KFLOPS, in_features=8, out_features=8, bias=True)
+    >>> print(render_text(result, peak=1e12).split("Efficiency")[1].splitlines()[2].rstrip())
+    fwd fraction of peak (peak 1 TFLOPS fp32, given):                       <0.01%
     """
+    check_text_options(ops=ops, collapse=collapse, detail_depth=detail_depth, peak=peak, efficiency=efficiency,
+                       dtype=dtype)
     report = _Report(result, parallel, recompute_fwd_factor)
     report.summary(profile_step)
+    if efficiency or peak is not None:
+        report.efficiency(peak, dtype)
     report.add("", f"----------------------------- Aggregated Profile per {report.unit} -----------------------------")
     report.aggregated(module_depth, top_modules)
     report.rank_table()
     if detailed:
-        report.detailed()
+        report.detailed(collapse, detail_depth)
+    if ops:
+        limits = [d for d in (module_depth if module_depth >= 0 else None, detail_depth) if d is not None]
+        report.operators(ops, min(limits) if limits else None, collapse)
     report.add(RULE)
     return "\n".join(report.lines) + "\n"
 

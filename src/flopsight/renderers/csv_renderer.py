@@ -1,0 +1,93 @@
+"""CSV: one row per module and phase (``.csv``), and the operator table (``.ops.csv``).
+
+Made to open cleanly in a spreadsheet: one header row, plain numbers (bytes, seconds, counts;
+no units or thousands separators), and text cells that a spreadsheet would take for a formula
+(a module named ``=cmd()``) prefixed with ``'``.
+
+>>> import torch, flopsight
+>>> model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU())
+>>> result = flopsight.profile(model, torch.ones(3, 4), clock=flopsight.FakeClock())
+>>> print(render_csv(result).splitlines()[1])
+0,,Sequential,0,forward,40,40,1,96,240,0.005,0,0,0.003,496,,,
+>>> render_ops_csv(result).splitlines()[1]
+'0,0,Linear,forward,aten.addmm,1,96,216,0.001,304'
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+
+__all__ = ["render_csv", "render_ops_csv", "MODULE_COLUMNS", "OP_COLUMNS"]
+
+#: the module table's columns: inclusive figures (the module and its submodules), then its own
+MODULE_COLUMNS = (
+    "rank", "module", "type", "depth", "phase", "params", "params_trainable", "calls",
+    "macs", "flops", "latency_s", "self_macs", "self_flops", "self_latency_s", "bytes_moved",
+    "activations_bytes", "peak_bytes", "peak_backward_bytes",
+)
+#: the operator table's columns: each module's own calls of each op, per phase
+OP_COLUMNS = ("rank", "module", "type", "phase", "op", "calls", "macs", "flops", "latency_s", "bytes_moved")
+
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def render_csv(result) -> str:
+    """One row per module (pre-order) and phase it ran in."""
+    rank = result.metadata.rank
+    inclusive_bytes = _inclusive_bytes(result)
+    rows = []
+    for node in result.walk():
+        memory = node.memory
+        mem = (memory.activations, memory.peak, memory.peak_backward) if memory is not None else ("", "", "")
+        for phase in node.inclusive:
+            inc, own = node.inclusive[phase], node.self[phase]
+            rows.append((rank, _text(node.name), _text(node.type_name), node.depth, phase, node.params,
+                         node.params_trainable, own.calls, inc.macs, inc.flops, _seconds(inc.latency),
+                         own.macs, own.flops, _seconds(own.latency),
+                         inclusive_bytes.get((node.name, phase), 0), *mem))
+    return _write(MODULE_COLUMNS, rows)
+
+
+def render_ops_csv(result) -> str:
+    """One row per module, phase and operator (most FLOPs first), for the module's own calls."""
+    rank = result.metadata.rank
+    rows = []
+    for stats in result.modules.values():
+        for phase, ops in stats.ops.items():
+            moved = stats.bytes_moved.get(phase, {})
+            for op, s in sorted(ops.items(), key=lambda kv: (-kv[1].flops, -kv[1].latency, kv[0])):
+                rows.append((rank, _text(stats.name), _text(stats.type_name), phase, _text(op), s.calls,
+                             s.macs, s.flops, _seconds(s.latency), moved.get(op, 0)))
+    return _write(OP_COLUMNS, rows)
+
+
+def _inclusive_bytes(result) -> dict[tuple[str, str], int]:
+    """(path, phase) -> bytes moved by the module and its submodules."""
+    per_path: dict[str, dict[str, int]] = {}
+    for stats in reversed(list(result.modules.values())):  # pre-order reversed: children first
+        own = per_path.setdefault(stats.name, {})
+        for phase, ops in stats.bytes_moved.items():
+            own[phase] = own.get(phase, 0) + sum(ops.values())
+        if stats.parent is not None:
+            parent = per_path.setdefault(stats.parent, {})
+            for phase, n in own.items():
+                parent[phase] = parent.get(phase, 0) + n
+    return {(path, phase): n for path, phases in per_path.items() for phase, n in phases.items()}
+
+
+def _seconds(value: float) -> str:
+    return repr(float(value)) if value else "0"
+
+
+def _text(value: str) -> str:
+    """A text cell a spreadsheet shows as text, never evaluates."""
+    return "'" + value if value.startswith(_FORMULA_START) else value
+
+
+def _write(header, rows) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+    return out.getvalue()
