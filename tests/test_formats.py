@@ -119,3 +119,9 @@ def test_markdown_escapes_names():
     assert "a\\|b&lt;img src=x&gt;" in text and "<img" not in text
     with pytest.raises(ValueError, match="top: expected an int >= 0"):
         result.render("md", top=-1)
+
+
+def test_markdown_efficiency_names_the_peak():
+    text = training_step().render("md", peak=1e12)
+    assert "#### Efficiency" in text and "1 TFLOPS" in text
+    assert "#### Efficiency" not in training_step().render("md")

@@ -24,15 +24,18 @@ __all__ = ["render_markdown"]
 _ESCAPES = str.maketrans({"|": "\\|", "<": "&lt;", ">": "&gt;", "&": "&amp;", "`": "\\`", "\n": " "})
 
 
-def render_markdown(result, *, top: int = 10, phase: str = "forward") -> str:
+def render_markdown(result, *, top: int = 10, phase: str = "forward", peak=None) -> str:
     """The summary table, then the ``top`` modules (the root left out) by ``phase`` FLOPs,
-    then the operators by FLOPs; memory and communication when measured."""
+    then the operators by FLOPs; memory and communication when measured; with ``peak``
+    (FLOP/s, a device name or ``"cpu"``: see :mod:`flopsight.hardware`), the efficiency
+    figures, the peak used beside each ratio."""
     if phase not in PHASES:
         raise ValueError(f"phase: expected one of {', '.join(PHASES)}, got {phase!r}")
     if isinstance(top, bool) or not isinstance(top, int) or top < 0:
         raise ValueError(f"top: expected an int >= 0, got {top!r}")
     lines = [_title(result), ""]
     lines += _summary(result)
+    lines += _efficiency(result, peak)
     lines += _top_modules(result, top, phase)
     lines += _operators(result, top, phase)
     lines += _memory(result)
@@ -81,6 +84,15 @@ def _summary(result) -> list[str]:
         ["FLOPS"] + [flops_to_string(stats[p].flops_per_second) for p in phases] + [flops_to_string(it.flops_per_second)],
     ]
     return [f"params: {params_to_string(total.params)}", ""] + _table([""] + phases + ["iteration"], rows)
+
+
+def _efficiency(result, peak) -> list[str]:
+    if peak is None:
+        return []
+    from ..analysis.efficiency import efficiency_lines
+
+    rows = [[_cell(label), _cell(value)] for label, value in efficiency_lines(result, peak)]
+    return ["#### Efficiency", ""] + _table(["", ""], rows, ["---", "---:"]) if rows else []
 
 
 def _top_modules(result, top: int, phase: str) -> list[str]:
