@@ -46,3 +46,21 @@ def test_vision(model, size, capsys):
     # 2-label head (2048*2+2) = 23,512,130; vit-base/16: embeddings 742,656 + 12 layers of
     # 7,087,872 + final norm 1,536 + 2-label head 1,538 = 85,800,194
     assert params == {"resnet50": "23.51 M", "vit": "85.8 M"}[model]
+
+
+def test_native_api(tmp_path, capsys):
+    _, out = run_example("native_api.py", ["--out", str(tmp_path)], capsys)
+    # Conv2d(3, 16, 3, padding=1) on 8 x 3 x 32 x 32: 8*16*32*32 outputs x 27 MACs = 3,538,944
+    assert "forward MACs: 3.54 MMACs" in out
+    import flopsight
+
+    saved = flopsight.load(tmp_path / "profile.json")
+    assert saved.total.forward.macs == 8 * 16 * 32 * 32 * 27 + 8 * 16 * 10
+    assert {p.name for p in tmp_path.iterdir()} == {"profile.json", "profile.html", "profile.csv", "profile.md",
+                                                   "profile.trace.json"}
+
+
+def test_deepspeed_config(capsys):
+    _, out = run_example("deepspeed_config.py", [], capsys)
+    # Linear(32, 64) + Linear(64, 10) on 16 rows: 16*(32*64 + 64*10) = 43,008 MACs
+    assert "Profile Summary at step 2:" in out and "fwd MACs per GPU:" in out and "43.01 KMACs" in out

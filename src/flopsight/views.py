@@ -144,14 +144,17 @@ def _communication_time(result: ProfileResult) -> CommunicationTime:
 
 def _anatomy(result: ProfileResult, latency: float, communication: CommunicationTime) -> StepAnatomy:
     """Each phase's wall time less the communication waited for in it (its collectives'
-    exposed time, at most the phase's wall time), that communication plus what the merged
+    exposed time, at most the phase's wall time less its compute ops' time), that communication plus what the merged
     flights were exposed outside the phases (at most the time outside them), and the rest of
     the span: the five add up to its wall time."""
     exposed_by_phase: dict[str, float] = {}
     for c in result.collectives():
         exposed_by_phase[c.phase] = exposed_by_phase.get(c.phase, 0.0) + c.exposed
     walls = {p: sum(result.spans.get(p, [])) for p in ("forward", "backward", "step")}
-    waited = {p: min(exposed_by_phase.get(p, 0.0), walls[p]) for p in walls}
+    # a collective's flight can run past its phase's end (the other rank is late), so the
+    # waiting charged to a phase is at most its wall time less the compute ops run in it
+    computed = _compute_time(result)
+    waited = {p: min(exposed_by_phase.get(p, 0.0), max(walls[p] - computed.get(p, 0.0), 0.0)) for p in walls}
     outside = max(latency - sum(walls.values()), 0.0)
     waited_outside = min(max(communication.exposed - sum(waited.values()), 0.0), outside)
     return StepAnatomy(
@@ -161,6 +164,19 @@ def _anatomy(result: ProfileResult, latency: float, communication: Communication
         communication=sum(waited.values()) + waited_outside,
         other=outside - waited_outside,
     )
+
+
+def _compute_time(result: ProfileResult) -> dict[str, float]:
+    """Per phase, the host time of the ops that ran in it, collectives and their waits left out."""
+    out: dict[str, float] = {}
+    for stats in result.modules.values():
+        for phase, ops in stats.ops.items():
+            t = sum(s.latency for name, s in ops.items() if not name.startswith(_COLLECTIVE_NAMESPACES))
+            out[phase] = out.get(phase, 0.0) + t
+    return out
+
+
+_COLLECTIVE_NAMESPACES = ("c10d.", "_c10d_functional.")
 
 
 def _sum(calls: list[ModelCall]) -> Stats:
