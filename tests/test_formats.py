@@ -125,3 +125,48 @@ def test_markdown_efficiency_names_the_peak():
     text = training_step().render("md", peak=1e12)
     assert "#### Efficiency" in text and "1 TFLOPS" in text
     assert "#### Efficiency" not in training_step().render("md")
+
+
+def _random_model(rng: "random.Random") -> tuple[nn.Module, torch.Tensor]:
+    """A random stack of layers (seeded): linear, norm, activation, dropout, nested blocks."""
+    width = rng.choice([4, 8, 16])
+    layers: list[nn.Module] = []
+    for _ in range(rng.randint(1, 5)):
+        kind = rng.choice(["linear", "norm", "act", "block", "dropout"])
+        if kind == "linear":
+            layers.append(nn.Linear(width, width, bias=rng.random() < 0.5))
+        elif kind == "norm":
+            layers.append(nn.LayerNorm(width))
+        elif kind == "act":
+            layers.append(rng.choice([nn.ReLU(), nn.GELU(), nn.Tanh()]))
+        elif kind == "dropout":
+            layers.append(nn.Dropout(0.1))
+        else:
+            layers.append(nn.Sequential(nn.Linear(width, width), nn.SiLU()))
+    return nn.Sequential(*layers), torch.randn(rng.randint(1, 4), width)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_round_trip_property_on_random_models(seed, tmp_path):
+    """For random models, training or not, with memory or not: save, load, save gives the same
+    bytes, the loaded result equals the original, and every format renders from either."""
+    import random
+
+    rng = random.Random(seed)
+    torch.manual_seed(seed)
+    model, x = _random_model(rng)
+    if rng.random() < 0.5:
+        result = flopsight.profile(model, x, warm_up=rng.randint(0, 1))
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        with flopsight.Profiler(model, optimizer=opt, memory=rng.random() < 0.5) as prof:
+            model(x).sum().backward()
+            opt.step()
+        result = prof.result
+    result.save(tmp_path / "a.json")
+    loaded = flopsight.load(tmp_path / "a.json")
+    loaded.save(tmp_path / "b.json")
+    assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
+    assert loaded == result
+    for fmt in FORMATS:
+        assert loaded.render(fmt) == result.render(fmt)
