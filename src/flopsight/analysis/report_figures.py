@@ -328,11 +328,14 @@ class ModuleFigures:
 
 def module_figures(stats: ModuleNode, total: ModuleNode) -> ModuleFigures:
     """``stats``'s figures against the model's ``total`` (the root's stats)."""
-    fwd, bwd = stats.forward, stats.backward
+    return _figures(stats.params, stats.forward, stats.backward, total)
+
+
+def _figures(params, fwd: Stats, bwd: Stats, total: ModuleNode) -> ModuleFigures:
     all_fwd, all_bwd = total.forward, total.backward
     return ModuleFigures(
-        params=stats.params,
-        params_share=share(stats.params, total.params),
+        params=params,
+        params_share=share(params, total.params),
         macs=fwd.macs,
         macs_share=share(fwd.macs, all_fwd.macs),
         latency=fwd.latency,
@@ -372,21 +375,5 @@ def combined_figures(nodes: "list[ModuleNode] | tuple[ModuleNode, ...]", total: 
     if per < 1 or not nodes:
         raise ValueError(f"per: expected an int >= 1 and at least one module, got {per!r} and {len(nodes)} modules")
     params = sum(n.params for n in nodes)
-    fwd = _mean([n.forward for n in nodes], per)
-    bwd = _mean([n.backward for n in nodes], per)
-    all_fwd, all_bwd = total.forward, total.backward
     params = params // per if params % per == 0 else params / per
-    return ModuleFigures(
-        params=params,
-        params_share=share(params, total.params),
-        macs=fwd.macs,
-        macs_share=share(fwd.macs, all_fwd.macs),
-        latency=fwd.latency,
-        latency_share=share(fwd.latency, all_fwd.latency),
-        flops_per_second=rate(fwd.flops, fwd.latency),
-        bwd_macs=bwd.macs,
-        bwd_macs_share=share(bwd.macs, all_bwd.macs),
-        bwd_latency=bwd.latency,
-        bwd_latency_share=share(bwd.latency, all_bwd.latency),
-        bwd_flops_per_second=rate(bwd.flops, bwd.latency),
-    )
+    return _figures(params, _mean([n.forward for n in nodes], per), _mean([n.backward for n in nodes], per), total)
