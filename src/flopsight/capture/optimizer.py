@@ -78,25 +78,58 @@ class OptimizerSteps:
         self.listeners: list = []
 
     def start(self, ctx: CaptureContext) -> None:
-        def begins(optimizer, args, kwargs) -> None:
+        stepping = False  # the step's span is open (not while its closure runs)
+
+        def enter(optimizer) -> None:
+            nonlocal stepping
+            stepping = True
+            for listener in self.listeners:  # what stands when the step begins (gradients)
+                listener.step_begins(optimizer)
+            ctx.phase = "step"
+            if self._functions is not None:
+                self._functions.pause()
+            self._spans.begin("step")
+
+        def leave() -> None:
+            nonlocal stepping
+            if stepping:
+                stepping = False
+                self._spans.end("step")
+                if self._functions is not None:
+                    self._functions.resume()
+                ctx.phase = "forward"
+
+        def outside_step(optimizer, closure):
+            """``closure`` run as what it is: ``step(closure)`` (Lightning's automatic
+            optimization, LBFGS) calls it from inside the step to run the forward and the
+            backward, which are theirs, not the step's. The step's span begins after it."""
+            def run(*args, **kwargs):
+                if self._depth != 1:  # called outside the step, or from a nested one
+                    return closure(*args, **kwargs)
+                leave()  # LBFGS calls it again, mid-step
+                try:
+                    return closure(*args, **kwargs)
+                finally:
+                    enter(optimizer)
+
+            return run
+
+        def begins(optimizer, args, kwargs, bound: bool = False):
             if (self._optimizer is None or optimizer is self._optimizer) and not ctx.paused:
                 self._depth += 1
                 if self._depth == 1:
-                    for listener in self.listeners:  # what stands when the step begins (gradients)
-                        listener.step_begins(optimizer)
-                    ctx.phase = "step"
-                    if self._functions is not None:
-                        self._functions.pause()
-                    self._spans.begin("step")
+                    # torch's hooks see step()'s self among args; a wrapper's bound step does not
+                    changed = _with_closure(args, kwargs, 0 if bound else 1, lambda c: outside_step(optimizer, c))
+                    if changed is None:
+                        enter(optimizer)
+                    return changed
+            return None
 
         def ends(optimizer, args, kwargs) -> None:
             if (self._optimizer is None or optimizer is self._optimizer) and self._depth:
                 self._depth -= 1
                 if self._depth == 0:
-                    self._spans.end("step")
-                    if self._functions is not None:
-                        self._functions.resume()
-                    ctx.phase = "forward"
+                    leave()
 
         if self._optimizer is None or isinstance(self._optimizer, torch.optim.Optimizer):
             self._removers = [register_optimizer_step_pre_hook(begins).remove,
@@ -105,7 +138,7 @@ class OptimizerSteps:
             wrapper = self._optimizer
 
             def step(call, args, kwargs):
-                begins(wrapper, args, kwargs)
+                args, kwargs = begins(wrapper, args, kwargs, bound=True) or (args, kwargs)
                 try:
                     return call(*args, **kwargs)
                 finally:
@@ -120,3 +153,13 @@ class OptimizerSteps:
         for remove in self._removers:
             remove()
         self._removers.clear()
+
+
+def _with_closure(args: tuple, kwargs: dict, first: int, wrap) -> tuple[tuple, dict] | None:
+    """``step()``'s arguments with its closure (``closure=`` or the positional argument
+    ``args[first]``) wrapped by ``wrap``; None when it has none."""
+    if callable(kwargs.get("closure")):
+        return args, {**kwargs, "closure": wrap(kwargs["closure"])}
+    if len(args) > first and callable(args[first]):
+        return (*args[:first], wrap(args[first]), *args[first + 1:]), kwargs
+    return None

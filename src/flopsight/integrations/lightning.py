@@ -1,0 +1,375 @@
+"""Lightning: profile one training step of a ``lightning.Trainer`` run with a callback.
+
+:class:`FlopsightCallback` runs a :class:`flopsight.Profiler` around training step
+``profile_step`` (its micro-batches' forward and backward passes, ``zero_grad`` and the
+optimizer step), logs throughput, MFU and the measured FLOPs under the names Lightning's
+``ThroughputMonitor`` uses, prefixed ``flopsight/`` (:data:`METRICS`), and writes the report
+into the run's log directory on rank 0. How-to and the metric definitions:
+``docs/howto/lightning.md``.
+
+>>> import tempfile, torch, lightning as L
+>>> from torch.utils.data import DataLoader, TensorDataset
+>>> class Tiny(L.LightningModule):
+...     def __init__(self):
+...         super().__init__()
+...         self.layer = torch.nn.Linear(4, 2)
+...     def training_step(self, batch, batch_idx):
+...         return torch.nn.functional.mse_loss(self.layer(batch[0]), batch[1])
+...     def configure_optimizers(self):
+...         return torch.optim.SGD(self.parameters(), lr=0.1)
+>>> data = DataLoader(TensorDataset(torch.ones(24, 4), torch.zeros(24, 2)), batch_size=8)
+>>> callback = FlopsightCallback(profile_step=1, output="profile.json")
+>>> with tempfile.TemporaryDirectory() as root:
+...     trainer = L.Trainer(default_root_dir=root, max_steps=3, callbacks=[callback], logger=False,
+...                         accelerator="cpu", enable_checkpointing=False, enable_progress_bar=False,
+...                         enable_model_summary=False)
+...     trainer.fit(Tiny(), data)
+...     written = os.path.relpath(callback.path, root)
+>>> written, callback.step, callback.result.iteration.forward.macs   # 8 rows x 4 inputs x 2 outputs
+('profile.json', 1, 64)
+>>> trainer.callback_metrics["flopsight/train/device/flops"].item() == callback.result.iteration.model_flops
+True
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any, Callable
+
+try:
+    from lightning.pytorch.callbacks import Callback
+    from lightning.pytorch.utilities.rank_zero import rank_zero_info
+except ImportError as error:  # the core needs torch alone; this module needs Lightning
+    raise ImportError(
+        "flopsight.integrations.lightning needs Lightning 2: pip install 'flopsight[lightning]'"
+    ) from error
+
+from ..analysis.efficiency import Efficiency, efficiency
+from ..hardware import Peak, canonical_dtype, lookup_peak, resolve_peak
+from ..profiler import Profiler, with_ranks
+from ..ranks import DEFAULT_GATHER_TIMEOUT, check_gather_timeout
+from ..renderers import format_of
+from ..result import ProfileResult
+
+__all__ = ["FlopsightCallback", "METRICS", "PREFIX", "step_metrics", "global_metrics"]
+
+#: every logged name starts with this, so nothing collides with ``ThroughputMonitor``'s
+#: ``train/...`` names when both callbacks run
+PREFIX = "flopsight/train/"
+
+#: logged name (after :data:`PREFIX`) -> (unit, definition); ``device/`` names are this
+#: rank's, the others (more than one rank) the whole job's
+METRICS = {
+    "device/batches_per_sec": ("batches/s", "micro-batches of the profiled step / its wall time"),
+    "device/samples_per_sec": ("samples/s", "samples of the profiled step / its wall time"),
+    "device/flops_per_sec": ("FLOP/s", "device/flops / its wall time"),
+    "device/mfu": ("fraction of peak", "device/flops_per_sec / the peak FLOP/s (only with a known peak)"),
+    "device/hfu": ("fraction of peak", "as mfu, activation checkpointing's recomputed forward included "
+                                       "(only when it ran)"),
+    "device/flops": ("FLOP", "measured FLOPs of the step: forward + backward + optimizer, recompute left out"),
+    "device/forward_flops": ("FLOP", "measured FLOPs of the step's forward passes"),
+    "device/backward_flops": ("FLOP", "measured FLOPs of the step's backward passes"),
+    "device/optimizer_flops": ("FLOP", "measured FLOPs of optimizer.step()"),
+    "device/step_time": ("s", "wall time of the profiled step: first micro-batch's start to the last one's end"),
+    "device/batches": ("batches", "micro-batches in the profiled step (accumulate_grad_batches)"),
+    "device/samples": ("samples", "samples in the profiled step"),
+    "batches_per_sec": ("batches/s", "every rank's micro-batches / the slowest rank's step_time"),
+    "samples_per_sec": ("samples/s", "every rank's samples / the slowest rank's step_time"),
+    "flops_per_sec": ("FLOP/s", "every rank's device/flops / the slowest rank's step_time"),
+    "flops": ("FLOP", "every rank's device/flops added up"),
+}
+
+
+# -- argument checks: each names its argument ------------------------------------------
+def _check_step(step: Any) -> int:
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"profile_step: expected an int >= 0 (a trainer.global_step value), got {step!r}")
+    return step
+
+
+def _check_output(output: Any) -> str | None:
+    if output is None:
+        return None
+    if not isinstance(output, (str, os.PathLike)) or not os.fspath(output):
+        raise TypeError(f"output: expected a file name or path (its extension picks the format) or None, "
+                        f"got {output!r}")
+    if os.path.isdir(output):
+        raise IsADirectoryError(f"output: {os.fspath(output)!r} is a directory; expected a file path")
+    return os.fspath(output)
+
+
+def _check_peak(peak: Any) -> Any:
+    """``peak`` as given, once known valid; a device name is looked up now, ``"cpu"`` is
+    measured at setup (not while training runs)."""
+    if peak is None or isinstance(peak, Peak):
+        return peak
+    if isinstance(peak, str):
+        if peak.strip().lower() != "cpu":
+            lookup_peak(peak)  # raises "peak: no device named ..." with the closest names
+        return peak
+    if isinstance(peak, (int, float)) and not isinstance(peak, bool) and peak > 0:
+        return peak
+    raise ValueError(f"peak: expected None, a positive number of FLOP/s, a device name, 'cpu' or a "
+                     f"flopsight.hardware.Peak, got {peak!r}")
+
+
+def _check_dtype(dtype: Any) -> str | None:
+    return None if dtype is None else canonical_dtype(dtype)  # its error names dtype
+
+
+def _check_bool(value: Any, arg: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{arg}: expected a bool, got {type(value).__name__}")
+    return value
+
+
+def _check_batch_size_fn(fn: Any) -> Callable[[Any], int] | None:
+    if fn is not None and not callable(fn):
+        raise TypeError(f"batch_size_fn: expected a function batch -> number of samples, or None, "
+                        f"got {type(fn).__name__}")
+    return fn
+
+
+def precision_dtype(precision: Any) -> str | None:
+    """The peak table's column for Lightning's ``trainer.precision``; None for full
+    precision, where flopsight reads the model's dtype (fp32, or tf32 when matmuls use it).
+
+    >>> precision_dtype("bf16-mixed"), precision_dtype("16-mixed"), precision_dtype("32-true")
+    ('bf16', 'fp16', None)
+    """
+    text = str(precision)
+    if text.startswith("bf16"):
+        return "bf16"
+    if text.startswith("16"):
+        return "fp16"
+    if text.startswith("64"):
+        return "fp64"
+    if text.startswith("transformer-engine"):
+        return "fp8"
+    return None
+
+
+# -- the figures: pure functions of the result -------------------------------------------
+def step_metrics(result: ProfileResult, eff: Efficiency | None, batches: int, samples: int | None) -> dict[str, float]:
+    """This rank's ``device/`` figures of the profiled step (names without :data:`PREFIX`)."""
+    it = result.iteration
+    metrics: dict[str, float] = {
+        "device/flops": it.model_flops,
+        "device/forward_flops": it.forward.flops,
+        "device/backward_flops": it.backward.flops,
+        "device/optimizer_flops": it.step.flops,
+        "device/step_time": it.latency,
+        "device/batches": batches,
+    }
+    if samples:
+        metrics["device/samples"] = samples
+    if it.latency > 0:
+        metrics["device/batches_per_sec"] = batches / it.latency
+        if samples:
+            metrics["device/samples_per_sec"] = samples / it.latency
+        metrics["device/flops_per_sec"] = it.model_flops / it.latency
+    if eff is not None and eff.mfu is not None:
+        metrics["device/mfu"] = eff.mfu
+    if eff is not None and eff.hfu is not None:
+        metrics["device/hfu"] = eff.hfu
+    return metrics
+
+
+def global_metrics(result: ProfileResult, batches: int, samples_per_rank: int | None = None) -> dict[str, float]:
+    """The whole job's figures, on rank 0 of a gathered run: every rank's amounts over the
+    slowest rank's wall time (the step ends when it does). Empty in one process, or when a
+    rank's result is missing (the sums would be short). ``samples_per_rank``: each rank's
+    samples when counted by ``batch_size_fn`` (else each rank's result says)."""
+    ranks = result.ranks
+    if not ranks or any(r is None for r in ranks):
+        return {}
+    slowest = max(r.iteration.latency for r in ranks)
+    flops = sum(r.iteration.model_flops for r in ranks)
+    metrics: dict[str, float] = {"flops": flops}
+    if slowest > 0:
+        # Lightning's DDP runs the same number of micro-batches on every rank
+        metrics["batches_per_sec"] = batches * len(ranks) / slowest
+        metrics["flops_per_sec"] = flops / slowest
+        samples = [samples_per_rank or r.iteration.samples for r in ranks]
+        if all(samples):
+            metrics["samples_per_sec"] = sum(samples) / slowest
+    return metrics
+
+
+# -- the callback ----------------------------------------------------------------------------
+class FlopsightCallback(Callback):
+    """Profile training step ``profile_step`` of a ``lightning.Trainer`` run.
+
+    Args:
+        profile_step: the step to profile, in ``trainer.global_step`` numbering (optimizer
+            steps already taken): the micro-batches that run while ``trainer.global_step ==
+            profile_step``, until the optimizer step moves it on. 0 is the first step; the
+            default 1 skips it (its one-time work: optimizer state, allocator warm-up).
+            Lightning logs this step's metrics at ``step=profile_step``.
+        output: the report's file name; its extension picks the format (``.html``,
+            ``.json``, ``.txt``, ``.md``, ``.csv``, ``.trace.json``). A relative path is
+            under ``trainer.log_dir`` (the logger's directory, else ``default_root_dir``);
+            None writes no file. Rank 0 writes it.
+        peak: the device's peak for MFU: FLOP/s, a device name, ``"cpu"`` (measured at
+            setup) or a :class:`~flopsight.hardware.Peak`; None: the CUDA device's, from
+            flopsight's table. No peak, no ``mfu`` (never guessed).
+        dtype: the peak table's column (``"bf16"``...); default from ``trainer.precision``.
+        memory: also measure memory per module (``result.memory``).
+        batch_size_fn: ``batch -> samples``, as ``ThroughputMonitor`` takes; default: the
+            batch size flopsight reads from the model's calls.
+        gather_timeout: seconds rank 0 waits for each rank's result (``result.ranks``);
+            None: no gathering.
+
+    After the step: ``result`` (this rank's :class:`~flopsight.ProfileResult`),
+    ``metrics`` (what was logged, full names), ``path`` (the report, rank 0).
+    """
+
+    def __init__(
+        self,
+        profile_step: int = 1,
+        output: str | os.PathLike | None = "flopsight_profile.html",
+        *,
+        peak: Any = None,
+        dtype: str | None = None,
+        memory: bool = False,
+        batch_size_fn: Callable[[Any], int] | None = None,
+        gather_timeout: float | None = DEFAULT_GATHER_TIMEOUT,
+    ):
+        super().__init__()
+        self.profile_step = _check_step(profile_step)
+        self.output = _check_output(output)
+        self.peak = _check_peak(peak)
+        self.dtype = _check_dtype(dtype)
+        self.memory = _check_bool(memory, "memory")
+        self.batch_size_fn = _check_batch_size_fn(batch_size_fn)
+        self.gather_timeout = None if gather_timeout is None else check_gather_timeout(gather_timeout)
+        self.result: ProfileResult | None = None
+        self.metrics: dict[str, float] = {}
+        self.path: str | None = None
+        self.step: int | None = None  # the global_step profiled, once done
+        self._profiler: Profiler | None = None
+        self._batches = 0
+        self._samples = 0
+        self._peak: Peak | None = None
+        self._log_dir: str | None = None
+
+    def __repr__(self) -> str:
+        return f"FlopsightCallback(profile_step={self.profile_step}, output={self.output!r})"
+
+    @property
+    def profiling(self) -> bool:
+        return self._profiler is not None and self._profiler.running
+
+    # -- Lightning's hooks -------------------------------------------------------------
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        if stage == "fit":
+            self._peak = resolve_peak(self.peak)  # "cpu" is measured here, before training runs
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        if self.output is not None and not os.path.isabs(self.output):
+            # every rank: trainer.log_dir broadcasts rank 0's directory
+            self._log_dir = trainer.log_dir or trainer.default_root_dir
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if self._profiler is None and self.result is None and trainer.global_step == self.profile_step:
+            self._start(pl_module)
+        if self.profiling:
+            self._batches += 1
+            if self.batch_size_fn is not None:
+                self._samples += int(self.batch_size_fn(batch))
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        # The optimizer step (and, on an accumulation window's first batch, zero_grad) runs
+        # between the two hooks; global_step moves on in the batch that steps.
+        if self.profiling and trainer.global_step != self.profile_step:
+            self._finish(trainer, pl_module)
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        self._abandon()
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        if self.profiling:
+            self._abandon()
+            warnings.warn(f"flopsight: training ended inside step {self.profile_step}, before its optimizer step; "
+                          f"nothing was profiled", UserWarning, stacklevel=2)
+        elif self.result is None:
+            warnings.warn(f"flopsight: profile_step={self.profile_step} was never reached: training ended at "
+                          f"trainer.global_step {trainer.global_step}; nothing was profiled", UserWarning,
+                          stacklevel=2)
+
+    def teardown(self, trainer, pl_module, stage: str) -> None:
+        self._abandon()  # whatever ended the run, nothing stays installed
+
+    # -- profiling -----------------------------------------------------------------------
+    def _start(self, pl_module) -> None:
+        # gathered here only after a step that completed: a failed step must not wait on ranks
+        self._profiler = Profiler(pl_module, memory=self.memory, gather_timeout=None)
+        self._batches = self._samples = 0
+        self._profiler.start()
+
+    def _abandon(self) -> None:
+        profiler, self._profiler = self._profiler, None
+        if profiler is not None and profiler.running:
+            try:
+                profiler.stop()
+            except Exception as error:  # never hide the exception that ended the run
+                warnings.warn(f"flopsight: stopping the profiler failed: {error!r}", UserWarning, stacklevel=2)
+
+    def _finish(self, trainer, pl_module) -> None:
+        profiler, self._profiler = self._profiler, None
+        result = profiler.stop()
+        if self.gather_timeout is not None:
+            result = with_ranks(result, self.gather_timeout)
+        self.result, self.step = result, self.profile_step
+        samples = self._samples if self.batch_size_fn is not None else result.iteration.samples
+        eff = efficiency(result, self._peak, dtype=self.dtype or precision_dtype(trainer.precision))
+        metrics = step_metrics(result, eff, self._batches, samples)
+        if trainer.is_global_zero:
+            metrics.update(global_metrics(result, self._batches, self._samples or None))
+        self.metrics = {PREFIX + name: value for name, value in metrics.items()}
+        _log(trainer, pl_module, self.metrics)
+        if trainer.is_global_zero and self.output is not None:
+            self.path = self._write(result, eff)
+        if trainer.is_global_zero:
+            rank_zero_info(_summary(self.profile_step, self.metrics, self.path))
+
+    def _write(self, result: ProfileResult, eff: Efficiency) -> str:
+        path = self.output if os.path.isabs(self.output) else os.path.join(self._log_dir or ".", self.output)
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        result.save(path, **_render_options(format_of(path), eff, self.profile_step))
+        return path
+
+
+def _render_options(fmt: str, eff: Efficiency, step: int) -> dict[str, Any]:
+    """The efficiency section in the formats that have one, against the peak used for MFU."""
+    if fmt == "text":
+        return {"profile_step": step, "peak": eff.peak, "dtype": eff.dtype}
+    if fmt in ("html", "md"):
+        return {"peak": eff.peak}
+    return {}
+
+
+def _log(trainer, pl_module, metrics: dict[str, float]) -> None:
+    """To ``trainer.callback_metrics`` (``pl_module.log``) and to every logger at once, as
+    ``ThroughputMonitor`` does: ``self.log`` alone would reach the loggers only on a
+    ``log_every_n_steps`` boundary, and one step is profiled."""
+    if not metrics:
+        return
+    pl_module.log_dict(metrics, on_step=True, on_epoch=False, logger=False, batch_size=1)
+    connector = getattr(trainer, "_logger_connector", None)
+    if connector is not None and callable(getattr(connector, "log_metrics", None)):
+        connector.log_metrics(dict(metrics))  # also trainer.logged_metrics; step: Lightning's own
+    else:  # a Lightning without it: the loggers directly
+        for logger in trainer.loggers:
+            logger.log_metrics(dict(metrics), step=trainer.global_step)
+
+
+def _summary(step: int, metrics: dict[str, float], path: str | None) -> str:
+    def get(name: str):
+        return metrics.get(PREFIX + name)
+
+    line = f"flopsight: step {step}: {get('device/flops'):,} FLOPs in {get('device/step_time') * 1e3:.1f} ms"
+    if get("device/mfu") is not None:
+        line += f", MFU {100 * get('device/mfu'):.2f}%"
+    return line + (f"; report: {path}" if path else "")
