@@ -1,0 +1,385 @@
+"""Profile one step of a Hugging Face ``Trainer`` run: :class:`FlopsightCallback`.
+
+A ``transformers.TrainerCallback`` that profiles training step ``profile_step`` (its
+micro-batches' forward and backward, the optimizer step, the rest of the Trainer's step)
+on every rank, logs throughput, MFU and measured FLOPs to the Trainer's logs (keys
+``flopsight/...`` in ``trainer.state.log_history``) and writes the report to ``output_dir``
+on rank 0::
+
+    from flopsight.integrations.hf import FlopsightCallback
+    trainer = Trainer(model=model, args=args, train_dataset=data,
+                      callbacks=[FlopsightCallback(profile_step=3, output="profile.html")])
+    trainer.train()
+
+Needs ``transformers`` (``pip install 'flopsight[hf]'``); ``import flopsight`` alone never
+imports it. How-to and the logged keys: ``docs/howto/hf-trainer.md``.
+
+>>> FlopsightCallback(profile_step=0)
+Traceback (most recent call last):
+...
+ValueError: profile_step: expected a positive int (1 is the Trainer's first optimizer step), got 0
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+try:
+    from transformers import TrainerCallback
+except ImportError as e:  # the optional extra
+    raise ImportError("flopsight.integrations.hf needs transformers: pip install 'flopsight[hf]'") from e
+
+from ..analysis.efficiency import efficiency
+from ..analysis.report_figures import parallel_of, rate, training_figures
+from ..capture.optimizer import wrap_method
+from ..hardware import Peak, canonical_dtype, lookup_peak
+from ..profiler import Profiler, check_attention, with_ranks
+from ..ranks import DEFAULT_GATHER_TIMEOUT, check_gather_timeout
+from ..renderers import EXTENSIONS
+from ..result import ProfileResult
+
+__all__ = ["FlopsightCallback", "step_metrics", "PREFIX"]
+
+#: what every key this callback logs starts with
+PREFIX = "flopsight/"
+
+logger = logging.getLogger(__name__)
+
+
+# -- argument checks ---------------------------------------------------------------------
+def _check_profile_step(step: Any) -> int:
+    if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+        raise ValueError(f"profile_step: expected a positive int (1 is the Trainer's first optimizer step), "
+                         f"got {step!r}")
+    return step
+
+
+def _check_output(output: Any) -> tuple[str, ...]:
+    """``output`` as a tuple of file names (empty for None), each with a known ending."""
+    if output is None:
+        return ()
+    names = list(output) if isinstance(output, (list, tuple)) else [output]
+    if not names:
+        raise ValueError("output: expected a file name, a list of them or None, got an empty list")
+    checked = []
+    for name in names:
+        if not isinstance(name, (str, os.PathLike)) or not os.fspath(name):
+            raise TypeError(f"output: expected a file name (str or path) or a list of them, got {name!r}")
+        name = os.fspath(name)
+        if not name.lower().endswith(tuple(EXTENSIONS)):
+            raise ValueError(f"output: {name!r} has no report ending; expected one of {', '.join(EXTENSIONS)}")
+        checked.append(name)
+    return tuple(checked)
+
+
+def _check_peak(peak: Any) -> Any:
+    """``peak`` as given, once known to be usable; ``"cpu"`` is measured only when used."""
+    if peak is None or isinstance(peak, Peak):
+        return peak
+    if isinstance(peak, str):
+        if peak.strip().lower() != "cpu":
+            lookup_peak(peak)  # an unknown name raises now, naming the closest ones
+        return peak
+    if isinstance(peak, (int, float)) and not isinstance(peak, bool):
+        Peak.given(peak)  # raises for <= 0
+        return peak
+    raise TypeError(f"peak: expected None, a number of FLOP/s, a device name, 'cpu' or a flopsight.hardware.Peak, "
+                    f"got {type(peak).__name__}")
+
+
+def _check_dtype(dtype: Any) -> str | None:
+    return None if dtype is None else canonical_dtype(dtype)  # raises, naming dtype
+
+
+def _check_bool(value: Any, arg: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{arg}: expected a bool, got {type(value).__name__}")
+    return value
+
+
+def _check_batch_size(size: Any) -> int | None:
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+        raise ValueError(f"batch_size: expected a positive int or None, got {size!r}")
+    return size
+
+
+# -- the logged figures ---------------------------------------------------------------------
+def step_metrics(result: ProfileResult, *, tokens: int | None = None, peak: Any = None,
+                 dtype: str | None = None) -> dict[str, float]:
+    """The figures the callback logs for a profiled training step, keys prefixed
+    ``flopsight/``: FLOPs and latencies of this rank, throughput of all data-parallel ranks
+    (this rank's samples or ``tokens`` times the data-parallel size, per second, as the
+    report's "measured samples/second"), and MFU (HFU under activation checkpointing) when
+    a peak is known (``peak``, ``dtype`` as in :func:`flopsight.analysis.efficiency.efficiency`).
+
+    >>> import torch, flopsight
+    >>> model = torch.nn.Linear(8, 4)
+    >>> opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    >>> with flopsight.Profiler(model, optimizer=opt, clock=flopsight.FakeClock()) as prof:
+    ...     model(torch.ones(2, 8)).sum().backward()
+    ...     opt.step()
+    >>> m = step_metrics(prof.result, peak=1e9)
+    >>> m["flopsight/fwd_flops"], m["flopsight/micro_batches"], "flopsight/tokens_per_second" in m
+    (136, 1, False)
+    >>> m["flopsight/mfu"] == m["flopsight/model_flops"] / m["flopsight/iter_latency_s"] / 1e9
+    True
+    """
+    it = result.iteration
+    parallel = parallel_of(result, None)
+    figures = training_figures(result, parallel, it=it)
+    metrics: dict[str, float] = {
+        "iter_latency_s": it.latency,
+        "fwd_latency_s": it.forward.latency,
+        "bwd_latency_s": it.backward.latency,
+        "step_latency_s": it.step.latency,
+        "fwd_flops": it.forward.flops,
+        "bwd_flops": it.backward.flops,
+        "step_flops": it.step.flops,
+        "flops": it.flops,
+        "model_flops": it.model_flops,
+        "flops_per_second": it.flops_per_second,
+        "micro_batches": it.micro_batches,
+    }
+    if it.recompute.calls or it.recompute.flops:
+        metrics["recompute_flops"] = it.recompute.flops
+    if figures.samples_per_second is not None:
+        metrics["samples_per_second"] = figures.samples_per_second
+    if tokens:
+        metrics["tokens_per_second"] = rate(tokens * parallel.dp_size, it.latency)
+    eff = efficiency(result, peak, dtype=dtype)
+    if eff.mfu is not None:  # None without a peak: never guessed
+        metrics["mfu"] = eff.mfu
+    if eff.hfu is not None:
+        metrics["hfu"] = eff.hfu
+    if result.memory is not None:
+        metrics["memory_peak_bytes"] = result.memory.peak
+    return {PREFIX + key: value for key, value in metrics.items()}
+
+
+def _mixed_precision_dtype(args: Any) -> str | None:
+    """The peak column autocast computes in (``bf16=True`` / ``fp16=True``), else None:
+    the model's own dtype decides."""
+    if getattr(args, "bf16", False):
+        return "bf16"
+    if getattr(args, "fp16", False):
+        return "fp16"
+    return None
+
+
+# -- the callback ---------------------------------------------------------------------------
+def _calling_trainer(callback: Any) -> Any:
+    """The ``Trainer`` whose callback handler is calling ``callback`` now, or None.
+
+    Trainer callbacks are not handed the Trainer, but it is the ``self`` of a frame just
+    above the handler. With it, the figures go through ``Trainer.log`` (so reporting
+    integrations see them too) and the step's methods can be guarded against exceptions.
+    """
+    frame = sys._getframe(1)
+    for _ in range(12):
+        if frame is None:
+            return None
+        owner = frame.f_locals.get("self")
+        handler = getattr(owner, "callback_handler", None)
+        if handler is not None and any(cb is callback for cb in getattr(handler, "callbacks", ())):
+            return owner
+        frame = frame.f_back
+    return None
+
+
+@dataclass
+class _Step:
+    """What one profiled step has running: the profiler and what to remove afterwards."""
+
+    profiler: Profiler
+    trainer: Any
+    tokens: int = 0
+    removers: list[Callable[[], None]] = field(default_factory=list)
+
+    def remove(self) -> None:
+        while self.removers:
+            self.removers.pop()()
+
+
+class FlopsightCallback(TrainerCallback):
+    """Profile training step ``profile_step`` of a ``transformers.Trainer`` run.
+
+    Args:
+        profile_step: the optimizer step to profile, numbered as ``state.global_step``
+            reads after it: 1 is the first step of the run (1-based; a resumed run's steps
+            go on from the checkpoint's). With gradient accumulation a step holds all its
+            micro-batches.
+        output: report file name(s), the format from the ending (``.html``, ``.json``,
+            ``.txt``, ``.md``, ``.csv``, ``.trace.json``); relative names go into
+            ``args.output_dir``; written on rank 0 only. None: no file.
+        peak: the device's peak for MFU: FLOP/s, a device name, ``"cpu"`` (measured,
+            cached) or a :class:`~flopsight.hardware.Peak`; None looks a GPU up by its name,
+            and gives no MFU on the CPU.
+        dtype: the peak's column (``"bf16"``, ``"tf32"``...); None: ``bf16`` under
+            ``args.bf16``, ``fp16`` under ``args.fp16``, else the model's dtype.
+        memory: also measure memory (logged as ``flopsight/memory_peak_bytes``).
+        gather_timeout: seconds rank 0 waits for each other rank's result (None: no
+            gathering); attention, batch_size: as in :class:`flopsight.Profiler`.
+
+    After the step, ``result`` holds this rank's :class:`~flopsight.ProfileResult` (on rank
+    0 with every rank's in ``result.ranks``), ``metrics`` what was logged and ``written``
+    the files written. The profiled span runs from the step's first micro-batch (its
+    batches already loaded) to the end of the step (optimizer step, LR scheduler and
+    ``zero_grad`` included). Each ``train()`` call that reaches the step profiles it.
+    """
+
+    def __init__(
+        self,
+        profile_step: int = 1,
+        output: str | os.PathLike | list | tuple | None = "flopsight_profile.html",
+        peak: Any = None,
+        memory: bool = False,
+        *,
+        dtype: str | None = None,
+        gather_timeout: float | None = DEFAULT_GATHER_TIMEOUT,
+        attention: str = "dense",
+        batch_size: int | None = None,
+    ):
+        self.profile_step = _check_profile_step(profile_step)
+        self.outputs = _check_output(output)
+        self.peak = _check_peak(peak)
+        self.dtype = _check_dtype(dtype)
+        self.memory = _check_bool(memory, "memory")
+        self.gather_timeout = check_gather_timeout(gather_timeout) if gather_timeout is not None else None
+        self.attention = check_attention(attention)
+        self.batch_size = _check_batch_size(batch_size)
+        self.result: ProfileResult | None = None
+        self.metrics: dict[str, float] = {}
+        self.written: list[str] = []
+        self._step: _Step | None = None
+        self._done = False
+
+    def __repr__(self) -> str:
+        state = "profiling" if self.profiling else ("done" if self._done else "waiting")
+        return f"<FlopsightCallback {state}, profile_step={self.profile_step}, output={list(self.outputs)}>"
+
+    @property
+    def profiling(self) -> bool:
+        """True while step ``profile_step`` runs under the profiler."""
+        return self._step is not None
+
+    # -- the Trainer's events -----------------------------------------------------------
+    def on_train_begin(self, args, state, control, **kwargs):
+        self._abort()  # a step an earlier train() left profiling (it raised where no guard saw it)
+        self._done = False
+        self.result, self.metrics, self.written = None, {}, []
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        # called before a step's first micro-batch, global_step counting the steps done
+        if self._step is None and not self._done and state.global_step == self.profile_step - 1:
+            self._begin(kwargs.get("model"))
+
+    def on_step_end(self, args, state, control, **kwargs):
+        # called after optimizer.step(), the scheduler's step and zero_grad, global_step counted
+        if self._step is not None and state.global_step >= self.profile_step:
+            self._end(args, state, control)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self._abort()
+        if not self._done and state.is_world_process_zero:
+            warnings.warn(
+                f"flopsight: profile_step={self.profile_step} was never reached: training ended at global step "
+                f"{state.global_step}; nothing was profiled",
+                UserWarning,
+                stacklevel=2,
+            )
+
+    # -- one profiled step ------------------------------------------------------------------
+    def _begin(self, model: nn.Module | None) -> None:
+        trainer = _calling_trainer(self)
+        if getattr(trainer, "model", None) is not None:  # model_init may have replaced the one given
+            model = trainer.model
+        if not isinstance(model, nn.Module):
+            warnings.warn("flopsight: the Trainer gave its callbacks no model; nothing is profiled", UserWarning)
+            return
+        # gathering is done on success only: a failed step must not wait for the other ranks
+        profiler = Profiler(model, batch_size=self.batch_size, attention=self.attention, memory=self.memory,
+                            gather_timeout=None)
+        step = _Step(profiler, trainer)
+        try:
+            if trainer is not None:  # the Trainer has no event for a step that raised: guard its parts
+                step.removers.append(wrap_method(trainer, "training_step", self._guarded))
+                if trainer.optimizer is not None:
+                    step.removers.append(wrap_method(trainer.optimizer, "step", self._guarded))
+            step.removers.append(model.register_forward_pre_hook(self._count_tokens, with_kwargs=True).remove)
+            self._step = step
+            profiler.start()
+        except BaseException:
+            self._step = None
+            step.remove()
+            raise
+
+    def _guarded(self, call, args, kwargs):
+        """Run a part of the profiled step; if it raises, stop profiling, then re-raise."""
+        try:
+            return call(*args, **kwargs)
+        except BaseException:
+            try:
+                self._abort()
+            except Exception as e:  # the step's own error is the one to see
+                warnings.warn(f"flopsight: stopping the profiler after the step's error failed too: {e!r}",
+                              UserWarning)
+            raise
+
+    def _count_tokens(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        """Tokens: elements of the model's main input when it holds token ids (integers)."""
+        step = self._step
+        name = getattr(module, "main_input_name", "input_ids")
+        ids = kwargs.get(name, args[0] if args else None)
+        if step is not None and isinstance(ids, torch.Tensor) and not (ids.is_floating_point() or ids.is_complex()):
+            step.tokens += ids.numel()
+
+    def _end(self, args, state, control) -> None:
+        step, self._step = self._step, None
+        try:
+            result = step.profiler.stop()
+        finally:
+            step.remove()
+        self._done = True
+        self.result = result = with_ranks(result, self.gather_timeout)
+        dtype = self.dtype or _mixed_precision_dtype(args)
+        self.metrics = step_metrics(result, tokens=step.tokens, peak=self.peak, dtype=dtype)
+        self._log(step.trainer, state, control)
+        self.written = self._write(result, args) if state.is_world_process_zero else []
+
+    def _abort(self) -> None:
+        """Stop a step being profiled, keeping nothing of it."""
+        step, self._step = self._step, None
+        if step is None:
+            return
+        try:
+            step.profiler.stop()
+        finally:
+            step.remove()
+
+    def _log(self, trainer: Any, state, control) -> None:
+        if trainer is not None:
+            should_log = control.should_log
+            trainer.log(dict(self.metrics))  # into log_history, and to every reporting callback
+            # Trainer.log clears should_log, which the Trainer's own logging of this step
+            # (the loss) reads next: left cleared, that entry would go missing
+            control.should_log = should_log
+        else:  # what Trainer.log would have recorded
+            state.log_history.append({**self.metrics, "epoch": state.epoch, "step": state.global_step})
+
+    def _write(self, result: ProfileResult, args) -> list[str]:
+        written = []
+        for name in self.outputs:
+            path = os.path.join(args.output_dir, name)  # an absolute name stays as it is
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            result.save(path)
+            written.append(path)
+            logger.info("flopsight: step %d profiled, report written to %s", self.profile_step, path)
+        return written

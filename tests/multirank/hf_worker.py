@@ -1,0 +1,53 @@
+"""Worker for tests/test_hf_callback.py: a real ``transformers.Trainer`` on 2 gloo ranks.
+
+Each rank trains a tiny GPT-2 for 3 steps with ``FlopsightCallback(profile_step=2)``, its
+``output_dir`` its own (``OUT/rank<r>``, so what each rank wrote can be told apart), and
+writes ``OUT/rank<r>.json``: the number of results its ``callback.result.ranks`` holds,
+the world size recorded, the files in its output_dir, the logged flopsight entries.
+"""
+
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+
+from flopsight.integrations.hf import FlopsightCallback
+
+
+class Tokens(torch.utils.data.Dataset):
+    def __len__(self):
+        return 16
+
+    def __getitem__(self, i):
+        ids = torch.randint(0, 64, (16,), generator=torch.Generator().manual_seed(i))
+        return {"input_ids": ids, "labels": ids}
+
+
+out = sys.argv[1]
+rank = int(os.environ["RANK"])
+torch.manual_seed(0)
+config = GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=32, bos_token_id=0, eos_token_id=0)
+args = TrainingArguments(output_dir=f"{out}/rank{rank}", use_cpu=True, ddp_backend="gloo", report_to=[],
+                         save_strategy="no", per_device_train_batch_size=2, max_steps=3, logging_steps=1, seed=0,
+                         disable_tqdm=True)
+callback = FlopsightCallback(profile_step=2, output=["profile.json", "profile.html"], gather_timeout=30)
+trainer = Trainer(model=GPT2LMHeadModel(config), args=args, train_dataset=Tokens(), callbacks=[callback])
+trainer.train()
+
+result = callback.result
+report = {
+    "ranks": len(result.ranks),
+    "gathered": [r.metadata.rank for r in result.ranks if r is not None],
+    "world_size": result.metadata.world_size,
+    "written": callback.written,
+    "files": sorted(os.listdir(args.output_dir)) if os.path.isdir(args.output_dir) else [],
+    "logged": [e for e in trainer.state.log_history if any(k.startswith("flopsight/") for k in e)],
+}
+with open(f"{out}/rank{rank}.json", "w") as f:
+    json.dump(report, f)
+dist.barrier()
+dist.destroy_process_group()
+os._exit(0)  # skip interpreter teardown, where gloo's threads sometimes abort ("terminate called ...")
