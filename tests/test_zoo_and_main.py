@@ -37,8 +37,20 @@ def test_build_rejects_unknown_names_and_bad_batch_sizes():
         zoo.build("resnet18", batch_size=0)
 
 
+def test_build_takes_the_new_names_of_the_plain_torch_models():
+    model, inputs = zoo.build("resnet-50", batch_size=2)
+    assert type(model).__name__ == "ResNet" and tuple(inputs[0].shape) == (2, 3, 224, 224)
+    assert zoo.param_count(model) == 25_557_032
+
+
 def test_python_m_flopsight_prints_the_report(capsys):
     assert main(["--model", "resnet18", "--no-detailed", "--depth", "1", "--top", "2", "--warm-up", "0"]) == 0
     out = capsys.readouterr().out
     assert "fwd MACs per GPU:".ljust(70) + "  1.81 GMACs" in out
     assert "depth 1:" in out and "depth 2:" not in out and "Detailed Profile" not in out
+
+
+def test_the_first_command_line_still_parses(capsys):
+    # `python -m flopsight --model resnet50 ...` (no command) is `flopsight profile resnet50 ...`
+    assert main(["--model", "resnet50", "--no-detailed", "--depth", "0", "--warm-up", "0"]) == 0
+    assert "fwd MACs per GPU:".ljust(70) + "  4.09 GMACs" in capsys.readouterr().out

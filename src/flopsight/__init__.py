@@ -8,6 +8,15 @@
 
 __version__ = "0.1.0"
 
+import warnings as _warnings
+
+with _warnings.catch_warnings():
+    # torch warns "Failed to initialize NumPy" while it imports when numpy is not installed;
+    # flopsight needs no numpy, so on a torch-only install (`make demo`) that is noise before
+    # the report. Only that message is hidden, and only here; torch is imported first here.
+    _warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
+    import torch as _torch  # noqa: F401
+
 from .capture.notices import UnprofiledForwardWarning, UnsupportedOpWarning
 from .capture.timing import FakeClock
 from .deepspeed_api import FlopsProfiler, get_model_profile, get_module_duration, get_module_flops, get_module_macs

@@ -1,0 +1,160 @@
+"""Running a built model the way the command line asks: one forward, ``generate()``, or a
+whole training step, each through flopsight's own API (:func:`flopsight.profile`,
+:class:`flopsight.Profiler`); nothing here counts.
+
+>>> import torch
+>>> model = torch.nn.Sequential(torch.nn.Linear(4, 3))
+>>> run_forward(model, (torch.ones(2, 4),), {}, warm_up=0).total.forward.macs
+24
+>>> result = run_train(model, (torch.ones(2, 4),), {}, warm_up=0)
+>>> result.total.forward.macs, result.total.backward.macs > 0
+(24, True)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Mapping
+from typing import Any, Iterator
+
+import torch
+from torch import nn
+
+from .cli_progress import Progress
+from .profiler import Profiler, profile
+from .result import ProfileResult
+
+__all__ = ["run_forward", "run_generate", "run_train", "with_labels", "loss_of", "calls_counted", "calls_per_run"]
+
+
+@contextlib.contextmanager
+def calls_counted(model: nn.Module, progress: Progress | None) -> Iterator[None]:
+    """Advance ``progress`` at each call of ``model`` (a pass, a decode step) while inside.
+    The hook is the front-end's, added before and removed after the profiler runs, so the
+    profiler finds and leaves the model as it is."""
+    if progress is None or not progress.enabled:
+        yield
+        return
+    handle = model.register_forward_pre_hook(lambda *_: progress.advance())
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+def calls_per_run(mode: str, warm_up: int, max_new_tokens: int = 1) -> int:
+    """How many times the model is called: :func:`flopsight.profile` runs ``warm_up``
+    calls and one measured call (its counting pass doubles as the first warm-up), each
+    ``max_new_tokens`` model calls under ``generate()``; a training run is ``warm_up`` + 1 steps.
+
+    >>> calls_per_run("forward", 0), calls_per_run("forward", 2), calls_per_run("generate", 1, 8)
+    (1, 3, 16)
+    """
+    return (warm_up + 1) * (max_new_tokens if mode == "generate" else 1)
+
+
+def run_forward(model: nn.Module, args: tuple, kwargs: dict, *, warm_up: int, attention: str = "dense",
+                progress: Progress | None = None) -> ProfileResult:
+    """One inference forward, profiled (eval mode, no autograd)."""
+    model.eval()
+    with torch.no_grad(), calls_counted(model, progress):
+        return profile(model, args, kwargs, warm_up=warm_up, attention=attention)
+
+
+def generation_options(model: nn.Module, max_new_tokens: int) -> dict:
+    """``generate()``'s keyword arguments: exactly ``max_new_tokens`` greedy tokens (a
+    random model may produce its end token at once), and a padding id when the model has
+    none (its end token, as transformers would pick and warn about)."""
+    options = dict(max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens, do_sample=False)
+    generation = getattr(model, "generation_config", None)
+    if generation is not None and getattr(generation, "pad_token_id", None) is None:
+        eos = getattr(generation, "eos_token_id", None)
+        eos = eos[0] if isinstance(eos, (list, tuple)) and eos else eos
+        if isinstance(eos, int):
+            options["pad_token_id"] = eos
+    return options
+
+
+def run_generate(model: nn.Module, args: tuple, kwargs: dict, *, warm_up: int, max_new_tokens: int,
+                 attention: str = "dense", progress: Progress | None = None) -> ProfileResult:
+    """One ``generate()`` call of ``max_new_tokens`` tokens, profiled (prefill and decode)."""
+    model.eval()
+    kwargs = {**kwargs, **generation_options(model, max_new_tokens)}
+    with torch.no_grad(), calls_counted(model, progress):
+        return profile(model, args, kwargs, warm_up=warm_up, mode="generate", attention=attention)
+
+
+def _forward_parameters(model: nn.Module) -> Mapping[str, inspect.Parameter]:
+    try:
+        return inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return {}
+
+
+def with_labels(model: nn.Module, kwargs: dict) -> dict:
+    """``kwargs`` plus what makes a transformers model compute its own loss, as in
+    training: ``labels`` (the target token ids, or class 0 for a classifier), or
+    ``return_loss`` (CLIP). Unchanged for a model that takes neither.
+
+    >>> with_labels(torch.nn.Linear(2, 2), {"input": 1})
+    {'input': 1}
+    """
+    parameters = _forward_parameters(model)
+    if "labels" in parameters:
+        ids = kwargs.get("decoder_input_ids", kwargs.get("input_ids"))
+        if isinstance(ids, torch.Tensor):
+            return {**kwargs, "labels": ids}
+        first = next((v for v in kwargs.values() if isinstance(v, torch.Tensor)), None)
+        if first is not None and getattr(getattr(model, "config", None), "num_labels", None):
+            return {**kwargs, "labels": torch.zeros(first.shape[0], dtype=torch.long, device=first.device)}
+    if "return_loss" in parameters:
+        return {**kwargs, "return_loss": True}
+    return kwargs
+
+
+def _first_float(value: Any) -> torch.Tensor | None:
+    if isinstance(value, torch.Tensor):
+        return value if value.is_floating_point() else None
+    items = value.values() if isinstance(value, Mapping) else value if isinstance(value, (list, tuple)) else ()
+    for item in items:
+        found = _first_float(item)
+        if found is not None:
+            return found
+    return None
+
+
+def loss_of(output: Any) -> torch.Tensor:
+    """The loss to call ``backward()`` on: the model's own (``output.loss``), else the mean
+    of its first floating-point output (for a model without a loss of its own).
+
+    >>> loss_of((torch.ones(2, 3), torch.ones(1))).item()
+    1.0
+    """
+    loss = output.get("loss") if isinstance(output, Mapping) else getattr(output, "loss", None)
+    if isinstance(loss, torch.Tensor):
+        return loss
+    first = _first_float(output)
+    if first is None:
+        raise ValueError("--mode train: the model's output holds no floating-point tensor to take a loss from")
+    return first.mean()
+
+
+def run_train(model: nn.Module, args: tuple, kwargs: dict, *, warm_up: int, attention: str = "dense",
+              progress: Progress | None = None) -> ProfileResult:
+    """``warm_up`` training steps, then one profiled: forward, ``backward()`` of the loss
+    and an AdamW step, under :class:`flopsight.Profiler` (the optimizer's step is its own phase)."""
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+
+    def step() -> None:
+        loss_of(model(*args, **kwargs)).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    with calls_counted(model, progress):
+        for _ in range(warm_up):
+            step()
+        with Profiler(model, optimizer=optimizer, attention=attention) as prof:
+            step()
+    return prof.result
