@@ -43,6 +43,10 @@ def test_forward_peaks_per_module_call():
     assert [r.module(p).memory.peak for p in ("0", "1", "2")] == [256, 512, 320]
     assert r.module("").memory.peak == 512 == r.memory.phase_peaks["forward"]
     assert r.module("0").memory.peak_backward > 0
+    # the backward pass runs autograd nodes, not module calls: a module's backward peak is
+    # the highest of its subtree's, so the root's is the model's
+    children = [r.module(p).memory.peak_backward for p in ("0", "1", "2")]
+    assert r.module("").memory.peak_backward == max(children) > 0
 
 
 def test_params_grads_and_adamw_state():

@@ -22,7 +22,8 @@ __all__ = ["ModuleMemory", "MemoryTotals"]
 class ModuleMemory:
     """One module: ``activations``, bytes its forward saved for the backward pass (its
     submodules included, each storage once); ``peak``, the most bytes live while one call of
-    its forward ran; ``peak_backward``, the same while the backward pass ran its nodes."""
+    its forward ran; ``peak_backward``, the most bytes live when an op of its (or a
+    submodule's) backward allocated."""
 
     activations: int = 0
     peak: int = 0

@@ -77,7 +77,7 @@ class ModuleNode:
     ``ignored``) read through.
     """
 
-    __slots__ = ("record", "self", "inclusive", "ran", "_activations")
+    __slots__ = ("record", "self", "inclusive", "ran", "_activations", "_peak_backward")
 
     def __init__(self, record: "ModuleStats", inclusive: Mapping[str, Stats], ran: bool):
         self.record = record
@@ -85,7 +85,9 @@ class ModuleNode:
         self.inclusive = Phases(inclusive)  #: with all its submodules
         #: True if the module or a submodule was called (a ModuleList runs through its children)
         self.ran = ran
-        self._activations = record.memory.get("activations", 0) if record.memory else 0  # inclusive once built
+        # inclusive once built: its subtree's saved activations, the highest backward peak in it
+        self._activations = record.memory.get("activations", 0) if record.memory else 0
+        self._peak_backward = record.memory.get("peak_backward", 0) if record.memory else 0
 
     def __getattr__(self, name: str):
         return getattr(self.record, name)
@@ -118,8 +120,7 @@ class ModuleNode:
         forward (submodules included), and its forward and backward peaks."""
         if not self.record.memory:
             return None
-        return ModuleMemory(self._activations, self.record.memory.get("peak", 0),
-                            self.record.memory.get("peak_backward", 0))
+        return ModuleMemory(self._activations, self.record.memory.get("peak", 0), self._peak_backward)
 
     @property
     def params_frozen(self) -> int:
@@ -141,10 +142,12 @@ def build_tree(modules: Mapping[str, "ModuleStats"]) -> dict[str, ModuleNode]:
             continue
         acc = {phase: list(s) for phase, s in own.items()}
         activations = record.memory.get("activations", 0) if record.memory else 0
+        peak_backward = record.memory.get("peak_backward", 0) if record.memory else 0
         for child in record.children:
             node = nodes[child]
             ran = ran or node.ran
             activations += node._activations
+            peak_backward = max(peak_backward, node._peak_backward)
             for phase, sub in node.inclusive._phases.items():
                 # a child's calls are its own: inclusive calls stay the module's
                 mine = acc.get(phase)
@@ -156,4 +159,5 @@ def build_tree(modules: Mapping[str, "ModuleStats"]) -> dict[str, ModuleNode]:
                     mine[2] += sub[2]
         node = nodes[record.name] = ModuleNode(record, {p: make_stats(*v) for p, v in acc.items()}, ran)
         node._activations = activations
+        node._peak_backward = peak_backward
     return dict(reversed(list(nodes.items())))
