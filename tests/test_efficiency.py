@@ -234,3 +234,15 @@ def test_no_hfu_without_recompute():
     eff = efficiency(prof.result, peak=1e9)
     assert eff.mfu is not None and eff.hfu is None
     assert not any(label.startswith("HFU") for label, _ in efficiency_lines(prof.result, peak=1e9))
+
+
+def test_meta_latencies_give_no_rates_but_verdicts_hold():
+    # on meta nothing runs: no achieved FLOPS, fraction of peak or MFU from Python time; the
+    # intensity against a peak's ridge point still gives the roofline verdict
+    model = torch.nn.Linear(64, 64).to("meta")
+    result = flopsight.profile(model, torch.ones(32, 64, device="meta"), warm_up=0)
+    eff = efficiency(result, peak="H100 SXM")
+    root = eff.modules[""]["forward"]
+    assert root.flops_per_second is None and root.fraction_of_peak is None
+    assert root.intensity is not None and root.bound in ("compute", "memory")
+    assert not any(label.startswith(("MFU", "fwd fraction")) for label, _ in efficiency_lines(result, "H100 SXM"))

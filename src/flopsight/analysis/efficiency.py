@@ -203,6 +203,9 @@ def efficiency(result: ProfileResult, peak: Any = None, *, dtype: str | None = N
         reason = f"no memory bandwidth known for {chosen.name}: no roofline verdict"
 
     moved = _bytes_by_module(result)
+    # on the meta device nothing runs: its latencies are the profiler's Python time, so no
+    # rate or ratio is computed from them (counts, bytes, intensity and verdicts still hold)
+    timed = result.metadata.device_type != "meta"
     modules: dict[str, dict[str, PhaseEfficiency]] = {}
     for node in result.walk():
         phases = {}
@@ -212,12 +215,14 @@ def efficiency(result: ProfileResult, peak: Any = None, *, dtype: str | None = N
                 continue
             stats = node.inclusive[phase]
             b = moved[node.name].get(phase, 0) if moved is not None else None
-            phases[phase] = _phase(stats.flops, stats.latency, b, peak_flops, bandwidth, ridge)
+            phases[phase] = _phase(stats.flops, stats.latency if timed else 0.0, b, peak_flops, bandwidth, ridge)
         modules[node.name] = phases
 
     training = is_training(result)
     figures: dict[str, Any] = {}
-    if training:
+    if not timed:
+        pass
+    elif training:
         it = result.iteration
         if it.latency > 0:
             figures["model_flops_per_second"] = it.model_flops / it.latency
