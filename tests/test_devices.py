@@ -53,3 +53,12 @@ def test_unsupported_op_is_warned_once_however_often_it_runs():
         result = flopsight.profile(model, torch.ones(1, 2), warm_up=0, registry=registry)
     assert [str(w.message).count("aten.addmm") for w in record] == [1]
     assert result.unsupported_ops == {"aten.addmm": 3}
+
+
+def test_meta_report_says_its_latencies_are_not_the_hardwares():
+    model = torch.nn.Linear(4, 4).to("meta")
+    result = flopsight.profile(model, torch.ones(2, 4, device="meta"), warm_up=0)
+    note = "note: profiled on the meta device: latencies and FLOPS are not the hardware's"
+    assert any(" ".join(line.split()) == note for line in result.render("text").splitlines())
+    cpu = flopsight.profile(torch.nn.Linear(4, 4), torch.ones(2, 4), warm_up=0)
+    assert "meta device" not in cpu.render("text")

@@ -176,6 +176,9 @@ class _Report:
             f"fwd FLOPS per {u} = fwd flops per {u} / fwd latency: ",
             flops_to_string(f.fwd_flops_per_second),
         )
+        if self.result.metadata.device_type == "meta":
+            # nothing runs on meta: its "latencies" are torch's and the profiler's Python time
+            self.kv("note: ", "profiled on the meta device: latencies and FLOPS are not the hardware's")
         if f.training is not None:
             self._training(f.training)
         if f.generation is not None:
