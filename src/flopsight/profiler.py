@@ -240,11 +240,11 @@ def profile(
             state.rewind()
         passes += 1
 
-    def captured(count: bool):
+    def captured(count: bool, timeline: bool = True):
         rewind()
         # the whole call is the model's: ops between its module calls (generate()'s sampling) are the root's
         session = CaptureSession(infos if count else time_infos, registry=registry, clock=clock, count=count,
-                                 ignore=ignore, outside_to_root=True, memory=memory)
+                                 ignore=ignore, outside_to_root=True, memory=memory, timeline=timeline)
         session.start()
         try:
             with warnings.catch_warnings():
@@ -261,7 +261,8 @@ def profile(
 
     try:
         if separate:
-            counts = captured(count=True)  # doubles as the first warm-up
+            # doubles as the first warm-up; the timing pass's timeline is the result's
+            counts = captured(count=True, timeline=False)
             for _ in range(warm_up - 1):
                 plain()
             times = captured(count=False)

@@ -90,6 +90,8 @@ class CaptureSession:
     ``outside_to_root``: ops outside every module call are the root's (a profiled call of
     the model's own method) rather than not the model's (user code around it).
     ``optimizer``: only this optimizer's ``step()`` is the step phase (default: any).
+    ``timeline``: resolve the timeline (a counting pass timed by a separate pass skips it,
+    unless it has collectives to hand over).
     """
 
     def __init__(
@@ -103,6 +105,7 @@ class CaptureSession:
         optimizer: torch.optim.Optimizer | None = None,
         outside_to_root: bool = False,
         memory: bool = False,
+        timeline: bool = True,
     ):
         self.ctx = ctx = CaptureContext.create(clock, registry, outside_to_root=outside_to_root)
         self.tracker = ModuleTracker(infos, ignore)
@@ -145,6 +148,7 @@ class CaptureSession:
         if not (count and memory):
             self.memory = None
         self._optimizer = optimizer
+        self._timeline = timeline
         # a CUDA clock's device: its utilisation through NVML and the allocator's peak
         self.device_usage = DeviceUsageSource(clock.device or torch.device("cuda")) \
             if isinstance(clock, CudaEventClock) else None
@@ -270,7 +274,9 @@ class CaptureSession:
         for (kind, *_), seconds in timed:
             raw.spans.setdefault(kind, []).append(seconds)
         origin = self._origin()
-        if origin is not None:
+        # without a timeline of its own (a counting pass timed by another), still the one
+        # that carries its collectives onto the timing pass's
+        if origin is not None and (self._timeline or calls):
             raw.timeline = resolve_timeline(log, span, timed, calls, clock=clock, origin=origin,
                                             host_origin=self._host_origin)
         return raw
