@@ -329,8 +329,18 @@ DDP_SCRIPT = textwrap.dedent("""
                  "ranks": [r.iteration.model_flops for r in callback.result.ranks],
                  "world_size": callback.result.metadata.world_size, "forward_calls": it.forward.calls,
                  "log_dir": trainer.log_dir}
-        with open(os.path.join(out, f"rank{trainer.global_rank}.json"), "w") as f:
+        path = os.path.join(out, f"rank{trainer.global_rank}.json")
+        with open(path + ".tmp", "w") as f:
             json.dump(state, f)
+        os.replace(path + ".tmp", path)  # whole, the moment rank 0 sees it
+        if trainer.global_rank == 0:  # rank 1 is rank 0's child: let it write its file first
+            import time
+            deadline = time.monotonic() + 60
+            while not os.path.exists(os.path.join(out, "rank1.json")) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)  # skip interpreter teardown, where gloo's threads sometimes abort the process
 """)
 
 
