@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import random
 
 import pytest
 import torch
@@ -127,7 +128,7 @@ def test_markdown_efficiency_names_the_peak():
     assert "#### Efficiency" not in training_step().render("md")
 
 
-def _random_model(rng: "random.Random") -> tuple[nn.Module, torch.Tensor]:
+def _random_model(rng: random.Random) -> tuple[nn.Module, torch.Tensor]:
     """A random stack of layers (seeded): linear, norm, activation, dropout, nested blocks."""
     width = rng.choice([4, 8, 16])
     layers: list[nn.Module] = []
@@ -150,8 +151,6 @@ def _random_model(rng: "random.Random") -> tuple[nn.Module, torch.Tensor]:
 def test_round_trip_property_on_random_models(seed, tmp_path):
     """For random models, training or not, with memory or not: save, load, save gives the same
     bytes, the loaded result equals the original, and every format renders from either."""
-    import random
-
     rng = random.Random(seed)
     torch.manual_seed(seed)
     model, x = _random_model(rng)
