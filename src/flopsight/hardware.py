@@ -241,6 +241,19 @@ def resolve_peak(peak: Any) -> Peak | None:
                     f"got {type(peak).__name__}")
 
 
+def check_peak(peak: Any) -> Any:
+    """``peak`` as given, once :func:`resolve_peak` would take it (raising, naming ``peak``,
+    if not); ``"cpu"`` is not measured here, only where it is used: front-ends call this
+    before the model runs.
+
+    >>> check_peak("cpu"), check_peak(1e12)
+    ('cpu', 1000000000000.0)
+    """
+    if not (isinstance(peak, str) and peak.strip().lower() == "cpu"):
+        resolve_peak(peak)
+    return peak
+
+
 def canonical_dtype(dtype: Any) -> str:
     """The table's key for a dtype: ``torch.bfloat16``, ``"bfloat16"`` and ``"bf16"`` all
     read ``"bf16"``; every float8 variant is ``"fp8"``; unknown names raise.

@@ -88,6 +88,25 @@ def has_bytes(result: ProfileResult) -> bool:
     return any(rec.bytes_moved for rec in result.modules.values())
 
 
+def inclusive_bytes(result: ProfileResult) -> dict[str, dict[str, int]]:
+    """Module path -> phase -> bytes moved by the module and its submodules (one post-order
+    pass; a phase in which nothing moved is absent).
+
+    >>> import torch, flopsight
+    >>> model = torch.nn.Sequential(torch.nn.Linear(4, 8))   # addmm: (8 + 4 + 32 + 8) * 4 bytes
+    >>> inclusive_bytes(flopsight.profile(model, torch.ones(1, 4), warm_up=0))[""]
+    {'forward': 208}
+    """
+    inclusive: dict[str, dict[str, int]] = {}
+    for node in reversed(list(result.walk())):  # post-order: children first
+        acc = {phase: sum(ops.values()) for phase, ops in node.record.bytes_moved.items()}
+        for child in node.children:
+            for phase, b in inclusive[child].items():
+                acc[phase] = acc.get(phase, 0) + b
+        inclusive[node.name] = acc
+    return inclusive
+
+
 def _own(rec, phase: str) -> _Tally:
     moved = rec.bytes_moved.get(phase, {})
     return {name: [s.macs, s.flops, s.latency, s.calls, moved.get(name, 0)]

@@ -27,6 +27,7 @@ from ..metadata import Metadata
 from ..result import ProfileResult
 from ..tree import PHASES
 from ..units import DEFAULT_PRECISION, bytes_to_string, flops_to_string, number_to_string
+from .aggregate import has_bytes, inclusive_bytes
 from .report_figures import is_training
 
 __all__ = ["PhaseEfficiency", "Efficiency", "efficiency", "efficiency_dict", "efficiency_lines", "peak_dtype"]
@@ -141,22 +142,6 @@ def _ratio(a: float, b: float | None) -> float | None:
     return a / b if b else None
 
 
-def _bytes_by_module(result: ProfileResult) -> dict[str, dict[str, int]] | None:
-    """Inclusive bytes moved per module and phase; None when the result holds none at all
-    (profiled before bytes were captured)."""
-    own = {name: getattr(rec, "bytes_moved", None) or {} for name, rec in result.modules.items()}
-    if not any(own.values()):
-        return None
-    inclusive: dict[str, dict[str, int]] = {}
-    for node in reversed(list(result.walk())):  # post-order: children first
-        acc = {phase: sum(ops.values()) for phase, ops in own[node.name].items()}
-        for child in node.children:
-            for phase, b in inclusive[child].items():
-                acc[phase] = acc.get(phase, 0) + b
-        inclusive[node.name] = acc
-    return inclusive
-
-
 def _phase(flops: int, latency: float, moved: int | None, peak_flops: float | None,
            bandwidth: float | None, ridge: float | None) -> PhaseEfficiency:
     timed = latency > 0
@@ -202,7 +187,7 @@ def efficiency(result: ProfileResult, peak: Any = None, *, dtype: str | None = N
     if chosen is not None and bandwidth is None and peak_flops is not None:
         reason = f"no memory bandwidth known for {chosen.name}: no roofline verdict"
 
-    moved = _bytes_by_module(result)
+    moved = inclusive_bytes(result) if has_bytes(result) else None  # None: saved before bytes were
     # on the meta device nothing runs: its latencies are the profiler's Python time, so no
     # rate or ratio is computed from them (counts, bytes, intensity and verdicts still hold)
     timed = result.metadata.device_type != "meta"

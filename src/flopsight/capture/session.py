@@ -287,7 +287,7 @@ class CaptureSession:
         for kind, start, _, overhead, _ in self.spans.spans:
             if kind == "iteration":
                 return start, overhead
-        return self.spans._open.get("iteration")  # (stamp, overhead) of the span in progress
+        return self.spans.opened("iteration")
 
 
 def _optimizer_state_tensors(optimizer) -> list:

@@ -46,6 +46,10 @@ class SpanTimer:
     def begin(self, kind: str) -> None:
         self._open[kind] = (self._ctx.clock.stamp(), self._ctx.overhead.seconds)
 
+    def opened(self, kind: str) -> tuple | None:
+        """(start stamp, overhead then) of the ``kind`` span in progress, or None."""
+        return self._open.get(kind)
+
     def end(self, kind: str) -> None:
         opened = self._open.pop(kind, None)
         if kind in ("backward", "step"):

@@ -97,17 +97,13 @@ def _writes_arguments(written: tuple[int, ...]) -> Callable:
 
 
 def _gather(index_arg: int) -> Callable:
-    """Reads the indices (argument ``index_arg``) and as many source elements as it writes."""
+    """Reads the indices (argument ``index_arg``: a tensor or a list of them) and as many
+    source elements as it writes."""
     def moved(out, args, kwargs) -> int:
         written = tensors_bytes(out)
         index = args[index_arg] if index_arg < len(args) else None
         return 2 * written + tensors_bytes(index)
     return moved
-
-
-def _index(out, args, kwargs) -> int:  # aten.index(self, indices): a gather by a list of indices
-    written = tensors_bytes(out)
-    return 2 * written + (tensors_bytes(args[1]) if len(args) > 1 else 0)
 
 
 def _copy(out, args, kwargs) -> int:  # copy_(self, src): reads src, writes self
@@ -128,8 +124,8 @@ _FAMILIES: dict[str, Callable] = {
     "index_select": _gather(2),
     "gather": _gather(2),
     "take": _gather(1),
-    "index": _index,
-    "_unsafe_index": _index,
+    "index": _gather(1),  # index(self, indices): a list of index tensors
+    "_unsafe_index": _gather(1),
     "copy_": _copy,
     "fill_": _write_only,
     "zero_": _write_only,

@@ -40,7 +40,7 @@ except ImportError as e:  # the optional extra
 from ..analysis.efficiency import efficiency
 from ..analysis.report_figures import parallel_of, rate, training_figures
 from ..capture.optimizer import wrap_method
-from ..hardware import Peak, canonical_dtype, lookup_peak
+from ..hardware import canonical_dtype, check_peak
 from ..profiler import Profiler, check_attention, with_ranks
 from ..ranks import DEFAULT_GATHER_TIMEOUT, check_gather_timeout
 from ..renderers import EXTENSIONS
@@ -78,21 +78,6 @@ def _check_output(output: Any) -> tuple[str, ...]:
             raise ValueError(f"output: {name!r} has no report ending; expected one of {', '.join(EXTENSIONS)}")
         checked.append(name)
     return tuple(checked)
-
-
-def _check_peak(peak: Any) -> Any:
-    """``peak`` as given, once known to be usable; ``"cpu"`` is measured only when used."""
-    if peak is None or isinstance(peak, Peak):
-        return peak
-    if isinstance(peak, str):
-        if peak.strip().lower() != "cpu":
-            lookup_peak(peak)  # an unknown name raises now, naming the closest ones
-        return peak
-    if isinstance(peak, (int, float)) and not isinstance(peak, bool):
-        Peak.given(peak)  # raises for <= 0
-        return peak
-    raise TypeError(f"peak: expected None, a number of FLOP/s, a device name, 'cpu' or a flopsight.hardware.Peak, "
-                    f"got {type(peak).__name__}")
 
 
 def _check_dtype(dtype: Any) -> str | None:
@@ -249,7 +234,7 @@ class FlopsightCallback(TrainerCallback):
     ):
         self.profile_step = _check_profile_step(profile_step)
         self.outputs = _check_output(output)
-        self.peak = _check_peak(peak)
+        self.peak = check_peak(peak)
         self.dtype = _check_dtype(dtype)
         self.memory = _check_bool(memory, "memory")
         self.gather_timeout = check_gather_timeout(gather_timeout) if gather_timeout is not None else None

@@ -18,6 +18,8 @@ from __future__ import annotations
 import csv
 import io
 
+from ..analysis.aggregate import inclusive_bytes
+
 __all__ = ["render_csv", "render_ops_csv", "MODULE_COLUMNS", "OP_COLUMNS"]
 
 #: the module table's columns: inclusive figures (the module and its submodules), then its own
@@ -35,7 +37,7 @@ _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 def render_csv(result) -> str:
     """One row per module (pre-order) and phase it ran in."""
     rank = result.metadata.rank
-    inclusive_bytes = _inclusive_bytes(result)
+    moved = inclusive_bytes(result)
     rows = []
     for node in result.walk():
         memory = node.memory
@@ -45,7 +47,7 @@ def render_csv(result) -> str:
             rows.append((rank, _text(node.name), _text(node.type_name), node.depth, phase, node.params,
                          node.params_trainable, own.calls, inc.macs, inc.flops, _seconds(inc.latency),
                          own.macs, own.flops, _seconds(own.latency),
-                         inclusive_bytes.get((node.name, phase), 0), *mem))
+                         moved[node.name].get(phase, 0), *mem))
     return _write(MODULE_COLUMNS, rows)
 
 
@@ -60,20 +62,6 @@ def render_ops_csv(result) -> str:
                 rows.append((rank, _text(stats.name), _text(stats.type_name), phase, _text(op), s.calls,
                              s.macs, s.flops, _seconds(s.latency), moved.get(op, 0)))
     return _write(OP_COLUMNS, rows)
-
-
-def _inclusive_bytes(result) -> dict[tuple[str, str], int]:
-    """(path, phase) -> bytes moved by the module and its submodules."""
-    per_path: dict[str, dict[str, int]] = {}
-    for stats in reversed(list(result.modules.values())):  # pre-order reversed: children first
-        own = per_path.setdefault(stats.name, {})
-        for phase, ops in stats.bytes_moved.items():
-            own[phase] = own.get(phase, 0) + sum(ops.values())
-        if stats.parent is not None:
-            parent = per_path.setdefault(stats.parent, {})
-            for phase, n in own.items():
-                parent[phase] = parent.get(phase, 0) + n
-    return {(path, phase): n for path, phases in per_path.items() for phase, n in phases.items()}
 
 
 def _seconds(value: float) -> str:

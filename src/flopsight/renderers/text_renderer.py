@@ -51,7 +51,7 @@ from ..analysis.report_figures import (
 from ..analysis.efficiency import efficiency_lines
 from ..analysis.transformer_estimate import transformer_check_lines
 from ..device_usage import DeviceUsage
-from ..hardware import canonical_dtype, resolve_peak
+from ..hardware import canonical_dtype, check_peak
 from ..memory import MemoryTotals
 from ..result import ProfileResult
 from ..views import CommunicationTime, StepAnatomy
@@ -123,9 +123,7 @@ def check_text_options(*, ops=None, collapse=False, detail_depth=None, peak=None
             raise TypeError(f"{name}: expected True or False, got {flag!r}")
     if detail_depth is not None and not _is_count(detail_depth, 0):
         raise ValueError(f"detail_depth: expected None (every depth) or an int >= 0, got {detail_depth!r}")
-    # "cpu" runs a (cached) calibration: checked where it is used; anything else is a lookup
-    if peak is not None and not (isinstance(peak, str) and peak.strip().lower() == "cpu"):
-        resolve_peak(peak)
+    check_peak(peak)
     if dtype is not None:
         canonical_dtype(dtype)
 
