@@ -41,9 +41,9 @@ def by_stage(seq_len: int) -> None:
     import torch
     import transformers  # noqa: F401
 
-    from flopsight import zoo
-    from flopsight.cli_meta import meta_masks
-    from flopsight.cli_run import run_forward
+    from flopsight.cli import zoo
+    from flopsight.cli.meta import meta_masks
+    from flopsight.cli.run import run_forward
     from flopsight.renderers.text_renderer import render_text
 
     stages["import torch, transformers, flopsight"] = time.perf_counter() - start

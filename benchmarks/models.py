@@ -222,7 +222,7 @@ def small_cnn() -> Built:
 
 
 def resnet18() -> Built:
-    from flopsight import zoo
+    from flopsight.cli import zoo
 
     model, inputs = zoo.build("resnet18", batch_size=1)
     return model.eval(), tuple(inputs), {}

@@ -41,7 +41,7 @@ from pairing import paired_rounds
 
 def build(name: str):
     if name == "resnet18":
-        from flopsight import zoo
+        from flopsight.cli import zoo
 
         model, inputs = zoo.build("resnet18", batch_size=1)
         return model, inputs, {}

@@ -2,7 +2,7 @@
 
     python benchmarks/report_screenshot.py            # writes docs/images/report.png
 
-Profiles ``flopsight.zoo.build("resnet18", 1)`` as ``python -m flopsight`` does, saves the
+Profiles ``flopsight.cli.zoo.models.build("resnet18", 1)`` as ``python -m flopsight`` does, saves the
 report, opens it in headless Chromium (Debian's ``chromium``), clicks a module in the chart
 so the detail panel is filled, and saves a screenshot of the whole page.
 """
@@ -17,7 +17,7 @@ import tempfile
 import torch
 
 import flopsight
-from flopsight.zoo import build
+from flopsight.cli.zoo.models import build
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, os.path.join(ROOT, "tests"))

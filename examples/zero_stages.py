@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 import flopsight
-from flopsight.units import bytes_to_string, duration_to_string
+from flopsight.renderers.numbers import bytes_to_string, duration_to_string
 
 
 class LeNet(nn.Module):

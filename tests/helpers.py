@@ -13,7 +13,7 @@ import flopsight
 from flopsight.formulas import REGISTRY, Cost, Registry
 from flopsight.formulas.binding import Binder
 from flopsight.result import ProfileResult
-from flopsight.stats import Stats
+from flopsight.result.stats import Stats
 
 
 def run_profiled(fn: Callable, *args: Any, registry: Registry | None = None, **kwargs: Any) -> ProfileResult:

@@ -14,9 +14,9 @@ from flopsight.analysis.report_figures import (
     summary_figures,
     training_figures,
 )
-from flopsight.metadata import Metadata
+from flopsight.result.metadata import Metadata
 from flopsight.result import ModelCall, ModuleStats, ProfileResult
-from flopsight.stats import Stats
+from flopsight.result.stats import Stats
 
 
 def module(name, parent, children, params, **phases):

@@ -7,13 +7,13 @@ from flopsight.capture.attribution import Attribution
 from flopsight.capture.build import build_result
 from flopsight.capture.context import CaptureContext, Overhead
 from flopsight.capture.modules import CallRecord, describe
-from flopsight.capture.records import Tally
+from flopsight.capture.tally import Tally
 from flopsight.capture.session import RawCapture
 from flopsight.capture.timing import FakeClock
 from flopsight.formulas import Cost, Registry
-from flopsight.metadata import Metadata
-from flopsight.stats import Stats
-from flopsight.tree import Phases
+from flopsight.result.metadata import Metadata
+from flopsight.result.stats import Stats
+from flopsight.result.tree import Phases
 
 
 class Entry:

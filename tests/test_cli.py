@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import flopsight
-from flopsight import cli_build, zoo
+from flopsight.cli import build as cli_build, zoo
 from flopsight.cli import main
 
 HEADER = "\n" + " flopsight ".center(78, "-") + "\n"

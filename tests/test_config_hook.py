@@ -16,7 +16,7 @@ from torch import nn
 from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
 
 import flopsight
-from flopsight.integrations.config import FlopsProfilerConfig, parse_config
+from flopsight.integrations.deepspeed.config import FlopsProfilerConfig, parse_config
 
 ROOT = Path(__file__).resolve().parents[1]
 

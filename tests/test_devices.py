@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 import flopsight
-from flopsight import zoo
+from flopsight.cli import zoo
 from models import JSC_Tiny, KwargsOnly, LeNet, Recursive, SharedChild, Stack, TiedLM
 
 MODELS = {

@@ -10,9 +10,9 @@ from torch.utils.checkpoint import checkpoint
 import flopsight
 from flopsight.analysis.efficiency import efficiency, efficiency_dict, efficiency_lines, peak_dtype
 from flopsight.hardware import PEAKS, Peak
-from flopsight.metadata import Metadata
+from flopsight.result.metadata import Metadata
 from flopsight.result import ModuleStats, ProfileResult
-from flopsight.stats import Stats
+from flopsight.result.stats import Stats
 
 # ridge point 5 FLOPs per byte: 5 TFLOPS over 1 TB/s
 RIDGE_5 = Peak("ridge 5", {"fp32": 5e12, "bf16": 10e12}, memory_bandwidth=1e12, source="test")

@@ -24,8 +24,8 @@ from torch import nn
 
 import flopsight
 from flopsight.renderers.html_renderer import derived, embed_json, render_html
-from flopsight.units import duration_to_string, macs_to_string, params_to_string
-from flopsight.zoo import build
+from flopsight.renderers.numbers import duration_to_string, macs_to_string, params_to_string
+from flopsight.cli.zoo.models import build
 
 from headless_chromium import Chromium, colour_stats, decode_png, find_chromium
 
@@ -367,9 +367,9 @@ def test_browser_table_is_virtualised(browser, tmp_path):
 
 @browser_test
 def test_browser_numbers_are_formatted_as_flopsight_units(browser, tmp_path, evil):
-    """The page's formatting is flopsight.units', exact ties (Python rounds half to even) and
+    """The page's formatting is flopsight.renderers.numbers', exact ties (Python rounds half to even) and
     unit carries ("1 M", not "1000 K") included."""
-    from flopsight.units import bytes_to_string, flops_to_string, number_to_string
+    from flopsight.renderers.numbers import bytes_to_string, flops_to_string, number_to_string
 
     page = _open(browser, tmp_path, "numbers", evil)
     values = [0, 1, 5, 999, 1000, 1125, 1135, 2675, 999_499, 999_999, 1_234_567, 89_450_000_000, 12.5e12, 0.5,

@@ -14,11 +14,11 @@ import torch
 from torch import nn
 
 import flopsight
-from flopsight.metadata import Metadata
+from flopsight.result.metadata import Metadata
 from flopsight.renderers.text_renderer import check_text_options, render_text
 from flopsight.result import ProfileResult
-from flopsight.stats import Stats
-from flopsight.units import bytes_to_string, duration_to_string, macs_to_string, params_to_string
+from flopsight.result.stats import Stats
+from flopsight.renderers.numbers import bytes_to_string, duration_to_string, macs_to_string, params_to_string
 from models import LeNet
 
 

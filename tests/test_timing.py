@@ -6,7 +6,7 @@ from torch import nn
 
 import flopsight
 from flopsight.capture.timing import CudaEventClock, HostClock, default_clock
-from flopsight.metadata import Timing
+from flopsight.result.metadata import Timing
 from models import LeNet
 
 aten = torch.ops.aten

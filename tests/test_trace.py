@@ -20,10 +20,10 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 
 import flopsight
-import flopsight.timeline
+import flopsight.result.timeline
 from flopsight.capture.build import _timeline
 from flopsight.renderers.trace_renderer import LANES, render_trace
-from flopsight.timeline import CallSpan, CollectiveSpan, Span, Timeline
+from flopsight.result.timeline import CallSpan, CollectiveSpan, Span, Timeline
 
 from headless_chromium import Chromium, find_chromium
 from multirank.launch import ranks_of
@@ -239,7 +239,7 @@ def test_the_counting_pass_s_collectives_keep_their_place_in_the_timing_pass_s_f
 
 
 def test_calls_past_the_limit_are_dropped_and_counted(monkeypatch):
-    monkeypatch.setattr(flopsight.timeline, "MAX_CALLS", 5)
+    monkeypatch.setattr(flopsight.result.timeline, "MAX_CALLS", 5)
     result = training_step(clock=flopsight.FakeClock())
     timeline = result.timeline
     assert len(timeline.calls) == 5 and timeline.calls_dropped == 2 * 11 - 5  # 11 modules, 2 calls each

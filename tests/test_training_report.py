@@ -12,7 +12,7 @@ from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 import flopsight
 from helpers import with_metadata
 from flopsight.renderers.text_renderer import ParallelInfo, render_aggregated, render_text
-from flopsight.units import duration_to_string, flops_to_string, macs_to_string, number_to_string
+from flopsight.renderers.numbers import duration_to_string, flops_to_string, macs_to_string, number_to_string
 
 DATA = Path(__file__).parent / "data"
 B = 4  # rows per micro-batch

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import flopsight
-from flopsight import zoo
+from flopsight.cli import zoo
 from flopsight.__main__ import main
 
 

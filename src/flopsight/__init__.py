@@ -6,9 +6,9 @@
 512
 """
 
-__version__ = "0.1.0"
-
 import warnings as _warnings
+
+from ._version import __version__
 
 with _warnings.catch_warnings():
     # torch warns "Failed to initialize NumPy" while it imports when numpy is not installed;
@@ -19,17 +19,17 @@ with _warnings.catch_warnings():
 
 from .capture.notices import UnprofiledForwardWarning, UnsupportedOpWarning
 from .capture.timing import FakeClock
-from .deepspeed_api import FlopsProfiler, get_model_profile, get_module_duration, get_module_flops, get_module_macs
+from .integrations.deepspeed.api import FlopsProfiler, get_model_profile, get_module_duration, get_module_flops, get_module_macs
 from .formulas import REGISTRY, Cost
 from .profiler import Profiler, profile
 from .analysis.diff import diff
-from .integrations.config import AttachedProfiler, attach
-from .metadata import Metadata, Timing
-from .communication import Collective
-from .result import SCHEMA_VERSION, Coverage, ModelCall, ModuleStats, ProfileResult, load
-from .stats import Stats
-from .tree import ModuleNode, Phases
-from .units import (
+from .integrations.attach import AttachedProfiler, attach
+from .result.metadata import Metadata, Timing
+from .result.communication import Collective
+from .result.profile_result import SCHEMA_VERSION, Coverage, ModelCall, ModuleStats, ProfileResult, load
+from .result.stats import Stats
+from .result.tree import ModuleNode, Phases
+from .renderers.numbers import (
     bytes_to_string,
     duration_to_string,
     flops_to_string,

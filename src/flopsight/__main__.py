@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from .cli import main
+from .cli.main import main
 
 __all__ = ["main"]
 

@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable
 import torch
 from torch import nn
 
-from . import __version__
+from ._version import __version__
 from ._torch_private import original_module
 from .capture.inputs import batch_size, describe_inputs, model_device, model_dtype
 from .capture.build import build_result
@@ -33,10 +33,10 @@ from .capture.timing import Clock, default_clock
 from .formulas import REGISTRY
 from .formulas.attention import attention_registry
 from .formulas.registry import Registry
-from .metadata import ATTENTION_CONVENTIONS, Metadata, Timing
-from .parallel import check_parallel, detect_parallel
-from .ranks import DEFAULT_GATHER_TIMEOUT, check_gather_timeout, gather_ranks
-from .result import ProfileResult
+from .result.metadata import ATTENTION_CONVENTIONS, Metadata, Timing
+from .capture.parallel import check_parallel, detect_parallel
+from .capture.gather import DEFAULT_GATHER_TIMEOUT, check_gather_timeout, gather_ranks
+from .result.profile_result import ProfileResult
 
 __all__ = ["profile", "Profiler", "MODES", "TIMINGS"]
 
@@ -195,7 +195,7 @@ def profile(
             rank that failed or never arrives is ``None``); None: no gathering.
         memory: also count memory (``result.memory``, ``result.module(path).memory``):
             activations saved for backward per module, peaks, parameters, gradients and
-            optimizer state, from the tensors' storages (see :mod:`flopsight.memory`).
+            optimizer state, from the tensors' storages (see :mod:`flopsight.result.memory`).
 
     The model is left as found: buffers (BatchNorm statistics), RNG state and training
     flags are restored, and every pass sees the same RNG state. Grad mode is the
@@ -280,7 +280,7 @@ def profile(
 
 
 def with_ranks(result: ProfileResult, gather_timeout: float | None) -> ProfileResult:
-    """``result`` with every rank's result on rank 0 (see :mod:`flopsight.ranks`)."""
+    """``result`` with every rank's result on rank 0 (see :mod:`flopsight.capture.gather`)."""
     if gather_timeout is None:
         return result
     ranks = gather_ranks(result, gather_timeout)

@@ -18,7 +18,7 @@ import torch.distributed as dist
 from torch import nn
 
 import flopsight
-import flopsight.ranks
+import flopsight.capture.gather
 
 out = sys.argv[1]
 dist.init_process_group("gloo")
@@ -34,7 +34,7 @@ if rank == 0:
 try:
     if rank == 1:
         raise RuntimeError("rank 1 fails before its profiled step")
-    flopsight.ranks._WARN_AFTER = 0.0  # say at once what rank 0 waits for
+    flopsight.capture.gather._WARN_AFTER = 0.0  # say at once what rank 0 waits for
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = flopsight.profile(model, torch.randn(2, 8), warm_up=0, gather_timeout=2)

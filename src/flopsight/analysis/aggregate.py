@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from ..result import ProfileResult
-from ..stats import Stats, make_stats
+from ..result.profile_result import ProfileResult
+from ..result.stats import Stats, make_stats
 
 __all__ = ["DepthSummary", "by_depth_and_type", "max_depth", "OpRow", "inclusive_ops", "has_bytes", "merge_ops",
            "model_ops", "top_ops"]

@@ -27,8 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
-from ..result import ProfileResult
-from ..tree import ModuleNode
+from ..result.profile_result import ProfileResult
+from ..result.tree import ModuleNode
 
 __all__ = ["View", "signatures", "subtree_sizes", "root_view", "child_views", "walk_views"]
 

@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Iterable, Sequence
 
-from ..result import ProfileResult, load
-from ..tree import PHASES, ModuleNode
-from ..units import bytes_to_string, duration_to_string, number_to_string
+from ..result.profile_result import ProfileResult, load
+from ..result.tree import PHASES, ModuleNode
+from ..renderers.numbers import bytes_to_string, duration_to_string, number_to_string
 
 __all__ = ["diff", "ProfileDiff", "ModuleDiff", "Change", "Side", "Gate", "GateResult", "parse_gate",
            "parse_gates", "mann_whitney_p", "METRICS", "GATE_METRICS", "DIFF_FORMATS", "DIFF_SCHEMA_VERSION",

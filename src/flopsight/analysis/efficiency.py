@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..hardware import Peak, canonical_dtype, detect_peak, resolve_peak
-from ..metadata import Metadata
-from ..result import ProfileResult
-from ..tree import PHASES
-from ..units import DEFAULT_PRECISION, bytes_to_string, flops_to_string, number_to_string
+from ..result.metadata import Metadata
+from ..result.profile_result import ProfileResult
+from ..result.tree import PHASES
+from ..renderers.numbers import DEFAULT_PRECISION, bytes_to_string, flops_to_string, number_to_string
 from .aggregate import has_bytes, inclusive_bytes
 from .report_figures import is_training
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from ..result import ProfileResult
+from ..result.profile_result import ProfileResult
 
 __all__ = ["Spread", "RankFigures", "ModuleSpread", "spread", "rank_figures"]
 

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..communication import Collective, bandwidths
-from ..result import Coverage, ProfileResult
-from ..stats import Stats
-from ..tree import ModuleNode
-from ..views import CommunicationTime, GenerationStats, IterationStats, StepAnatomy
+from ..result.communication import Collective, bandwidths
+from ..result.profile_result import Coverage, ProfileResult
+from ..result.stats import Stats
+from ..result.tree import ModuleNode
+from ..result.generation import GenerationStats
+from ..result.iteration import CommunicationTime, IterationStats, StepAnatomy
 
 __all__ = [
     "ParallelInfo",
@@ -128,7 +129,7 @@ class TrainingFigures:
 
 @dataclass
 class GenerationFigures:
-    """generate(): the :class:`~flopsight.views.GenerationStats` and the rates
+    """generate(): the :class:`~flopsight.result.iteration.GenerationStats` and the rates
     the report prints from them."""
 
     stats: GenerationStats

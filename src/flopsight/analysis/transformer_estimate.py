@@ -27,9 +27,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..result import ProfileResult
-from ..tree import ModuleNode
-from ..units import number_to_string, params_to_string
+from ..result.profile_result import ProfileResult
+from ..result.tree import ModuleNode
+from ..renderers.numbers import number_to_string, params_to_string
 
 __all__ = ["TransformerShape", "Part", "TransformerCheck", "transformer_shape", "transformer_check",
            "transformer_check_lines"]

@@ -27,7 +27,7 @@ from .._torch_private import (
     node_sequence_nr,
 )
 from ..formulas.bytes_moved import tensors_bytes
-from ..stats import ZERO_STATS, Stats
+from ..result.stats import ZERO_STATS, Stats
 from .context import CaptureContext
 from .notices import warn_formula_failed, warn_unprofiled_forward, warn_unsupported
 

@@ -8,13 +8,13 @@ from typing import Callable
 
 from torch import nn
 
-from ..communication import KINDS, Collective
-from ..memory import MemoryTotals
-from ..metadata import Metadata
-from ..result import ModelCall, ModuleStats, ProfileResult
-from ..stats import make_stats
-from ..timeline import Span, Timeline
-from ..tree import PHASES
+from ..result.communication import KINDS, Collective
+from ..result.memory import MemoryTotals
+from ..result.metadata import Metadata
+from ..result.profile_result import ModelCall, ModuleStats, ProfileResult
+from ..result.stats import make_stats
+from ..result.timeline import Span, Timeline
+from ..result.tree import PHASES
 from .modules import ModuleInfo
 from .session import RawCapture
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..formulas.registry import Registry
-from .records import Tally
+from .tally import Tally
 from .timing import Clock
 
 __all__ = ["Overhead", "CaptureContext"]

@@ -20,7 +20,7 @@ from .._torch_private import (
     prime_modes,
 )
 from ..formulas.registry import ZERO
-from ..stats import ZERO_STATS
+from ..result.stats import ZERO_STATS
 from .attribution import Attribution
 from .context import CaptureContext
 

@@ -27,24 +27,24 @@ import torch
 from torch import nn
 
 from ..formulas.registry import Registry
-from ..device_usage import DeviceUsage
-from ..stats import Stats
-from ..timeline import Timeline
+from ..result.device_usage import DeviceUsage
+from ..result.stats import Stats
+from ..result.timeline import Timeline
 from .attribution import Attribution
 from .autograd_functions import AutogradFunctions
 from .._torch_private import storage_key
-from .communication import CommunicationSource, merged_flights
-from .memory import MemorySource, tensor_bytes
+from .collectives import CommunicationSource, merged_flights
+from .storages import MemorySource, tensor_bytes
 from .wrappers import inner_torch_optimizer, wrapper_gradients
 from .context import CaptureContext
 from .counting import CountingSource
-from .device_usage import DeviceUsageSource
+from .nvml import DeviceUsageSource
 from .functions import FunctionInterceptor
 from .module_rules import ModuleRules
 from .modules import ModuleInfo, ModuleTracker
 from .optimizer import OptimizerSteps
 from .spans import SpanTimer
-from .timeline import resolve_timeline
+from .placement import resolve_timeline
 from .timing import Clock, CudaEventClock
 from .units import UnitSource
 

@@ -31,7 +31,7 @@ from typing import Any, Callable, Union
 import torch
 
 from .._torch_private import OpOverload, OpOverloadPacket
-from ..stats import Stats
+from ..result.stats import Stats
 from .bytes_moved import io_bytes_of
 from .binding import Binder, FormulaSignatureError, binder_for_builtin, check_signature
 

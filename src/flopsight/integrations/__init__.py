@@ -1,5 +1,8 @@
-"""Ways to switch flopsight on in an existing training setup without changing the loop."""
+"""Ways to switch flopsight on in an existing setup: DeepSpeed's API and engine
+(:mod:`.deepspeed`), :func:`~.attach.attach` for any loop driven by a DeepSpeed config, and
+callbacks for transformers' Trainer (:mod:`.hf`) and Lightning (:mod:`.lightning`)."""
 
-from .config import AttachedProfiler, FlopsProfilerConfig, attach, parse_config
+from .attach import AttachedProfiler, attach
+from .deepspeed.config import FlopsProfilerConfig, parse_config
 
 __all__ = ["attach", "AttachedProfiler", "FlopsProfilerConfig", "parse_config"]

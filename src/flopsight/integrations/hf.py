@@ -42,9 +42,9 @@ from ..analysis.report_figures import parallel_of, rate, training_figures
 from ..capture.optimizer import wrap_method
 from ..hardware import canonical_dtype, check_peak
 from ..profiler import Profiler, check_attention, with_ranks
-from ..ranks import DEFAULT_GATHER_TIMEOUT, check_gather_timeout
+from ..capture.gather import DEFAULT_GATHER_TIMEOUT, check_gather_timeout
 from ..renderers import EXTENSIONS
-from ..result import ProfileResult
+from ..result.profile_result import ProfileResult
 
 __all__ = ["FlopsightCallback", "step_metrics", "PREFIX"]
 

@@ -48,9 +48,9 @@ except ImportError as error:  # the core needs torch alone; this module needs Li
 from ..analysis.efficiency import Efficiency, efficiency
 from ..hardware import Peak, canonical_dtype, lookup_peak, resolve_peak
 from ..profiler import Profiler, with_ranks
-from ..ranks import DEFAULT_GATHER_TIMEOUT, check_gather_timeout
+from ..capture.gather import DEFAULT_GATHER_TIMEOUT, check_gather_timeout
 from ..renderers import format_of
-from ..result import ProfileResult
+from ..result.profile_result import ProfileResult
 
 __all__ = ["FlopsightCallback", "METRICS", "PREFIX", "step_metrics", "global_metrics"]
 

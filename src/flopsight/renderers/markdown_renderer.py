@@ -16,8 +16,8 @@ renders HTML inside Markdown).
 
 from __future__ import annotations
 
-from ..tree import PHASES
-from ..units import bytes_to_string, duration_to_string, flops_to_string, macs_to_string, number_to_string, params_to_string
+from ..result.tree import PHASES
+from .numbers import bytes_to_string, duration_to_string, flops_to_string, macs_to_string, number_to_string, params_to_string
 
 __all__ = ["render_markdown"]
 

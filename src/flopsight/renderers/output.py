@@ -23,7 +23,7 @@ import os
 import sys
 from typing import Any
 
-from ..result import ProfileResult
+from ..result.profile_result import ProfileResult
 from . import format_of, render
 from .text_renderer import render_text
 

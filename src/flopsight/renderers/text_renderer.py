@@ -50,13 +50,13 @@ from ..analysis.report_figures import (
 )
 from ..analysis.efficiency import efficiency_lines
 from ..analysis.transformer_estimate import transformer_check_lines
-from ..device_usage import DeviceUsage
+from ..result.device_usage import DeviceUsage
 from ..hardware import canonical_dtype, check_peak
-from ..memory import MemoryTotals
-from ..result import ProfileResult
-from ..views import CommunicationTime, StepAnatomy
-from ..tree import ModuleNode
-from ..units import (
+from ..result.memory import MemoryTotals
+from ..result.profile_result import ProfileResult
+from ..result.iteration import CommunicationTime, StepAnatomy
+from ..result.tree import ModuleNode
+from .numbers import (
     DEFAULT_PRECISION,
     bytes_to_string,
     duration_to_string,

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..tree import PHASES
+from ..result.tree import PHASES
 
 __all__ = ["render_trace", "trace_events", "LANES"]
 

@@ -1,7 +1,7 @@
 /* flopsight HTML report.
  *
  * Reads the embedded result (the JSON renderer's document) and the derived block, builds the
- * module tree's inclusive figures (inclusive = self + children, as flopsight.tree does), and
+ * module tree's inclusive figures (inclusive = self + children, as flopsight.result.tree does), and
  * draws: an icicle chart on a canvas, a virtualised table, a detail panel, the step anatomy.
  * Every piece of user data (module names, types, reprs, op names) reaches the page through
  * textContent or canvas fillText, never as markup.
@@ -17,7 +17,7 @@
   const MIN_WIDTH = 0.35; // narrower than this (CSS px) is neither drawn nor laid out further
   const $ = (id) => document.getElementById(id);
 
-  // ---------------------------------------------------------------- numbers (flopsight.units)
+  // ---------------------------------------------------------------- numbers (flopsight.renderers.numbers)
   const UNITS = [["T", 1e12], ["G", 1e9], ["M", 1e6], ["K", 1e3], ["", 1], ["m", 1e-3], ["u", 1e-6]];
 
   /* Python's round(x, p): toFixed rounds exact ties away from zero, Python to even. */
@@ -783,7 +783,7 @@
   const api = {
     modules: NODES.length,
     drawnAt: null,
-    format: fmt, // the number formats, for tests against flopsight.units
+    format: fmt, // the number formats, for tests against flopsight.renderers.numbers
     /* The chart rectangle of a module in viewport coordinates (null when not drawn). */
     rectOf(path) {
       const i = TREE.index.get(path);

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .analysis.diff import DEFAULT_ALPHA, DIFF_FORMATS, GATE_GRAMMAR, diff, parse_gates
+from ..analysis.diff import DEFAULT_ALPHA, DIFF_FORMATS, GATE_GRAMMAR, diff, parse_gates
 
 __all__ = ["main"]
 

@@ -2,7 +2,7 @@
 
 The ResNets are defined here in plain torch (torchvision's layout, no torchvision needed);
 every other entry is a transformers model built from its published hyper-parameters
-(:mod:`flopsight.zoo_configs`), so it needs transformers but never a download. :data:`ZOO`
+(:mod:`flopsight.cli.zoo.configs`), so it needs transformers but never a download. :data:`ZOO`
 holds the entries, :func:`lookup` finds one by name (or alias, with a did-you-mean),
 :func:`input_specs` says what each is called with by default and :func:`make_inputs`
 makes those tensors, on any device.
@@ -23,7 +23,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from .zoo_configs import ARCHITECTURES, Architecture
+from .configs import ARCHITECTURES, Architecture
 
 __all__ = [
     "ResNet",
@@ -164,7 +164,7 @@ class InputSpec:
 
 def input_kind(config: Any) -> str:
     """What a transformers model built from ``config`` takes (one of
-    :data:`~flopsight.zoo_configs.INPUT_KINDS`), read from the config's fields.
+    :data:`~flopsight.cli.zoo.configs.INPUT_KINDS`), read from the config's fields.
 
     >>> from types import SimpleNamespace as C
     >>> input_kind(C(vocab_size=10, is_encoder_decoder=True)), input_kind(C(num_channels=3, image_size=32))

@@ -11,7 +11,7 @@
   span's peak is kept per phase.
 
 Parameters, gradients and optimizer state are read off the model and the optimizer when the
-capture stops (see :class:`MemoryTotals` in :mod:`flopsight.memory`).
+capture stops (see :class:`MemoryTotals` in :mod:`flopsight.result.memory`).
 """
 
 from __future__ import annotations

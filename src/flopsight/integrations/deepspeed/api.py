@@ -21,8 +21,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from .capture.modules import describe
-from .profiler import (
+from ...capture.modules import describe
+from ...profiler import (
     Profiler,
     as_args,
     as_kwargs,
@@ -30,10 +30,10 @@ from .profiler import (
     check_warm_up,
     profile,
 )
-from .renderers.output import check_layout, check_output_file, print_report, write_report
-from .renderers.text_renderer import ParallelInfo, check_text_options, render_aggregated
-from .result import ProfileResult
-from .units import duration_to_string, macs_to_string, number_to_string, params_to_string
+from ...renderers.output import check_layout, check_output_file, print_report, write_report
+from ...renderers.text_renderer import ParallelInfo, check_text_options, render_aggregated
+from ...result.profile_result import ProfileResult
+from ...renderers.numbers import duration_to_string, macs_to_string, number_to_string, params_to_string
 
 __all__ = [
     "get_model_profile",

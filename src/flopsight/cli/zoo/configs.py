@@ -6,7 +6,7 @@ it (random weights) and the keyword arguments of the published ``config.json`` i
 defaults *and* shapes the model is spelt out, plus the figures people look for (hidden
 size, layers, heads, KV heads, intermediate size, vocabulary, rope, experts), so each entry
 can be checked against its source at a glance. Plain-torch models (the ResNets) are in
-:mod:`flopsight.zoo`.
+:mod:`flopsight.cli.zoo.models`.
 
 >>> ARCHITECTURES["llama-3-70b"].hyper["num_key_value_heads"], ARCHITECTURES["llama-3-70b"].inputs
 (8, 'text')
@@ -19,7 +19,7 @@ from typing import Any
 
 __all__ = ["Architecture", "ARCHITECTURES", "INPUT_KINDS"]
 
-#: What a model is called with, by default (see :func:`flopsight.zoo.default_inputs`):
+#: What a model is called with, by default (see :func:`flopsight.cli.zoo.models.default_inputs`):
 #: text: input_ids (and attention_mask) of --seq-len tokens; text2text: the same plus
 #: decoder_input_ids; image: pixel_values; speech: input_features plus decoder_input_ids;
 #: text+image: input_ids and pixel_values (CLIP); tensor: one positional tensor.

@@ -1,5 +1,5 @@
 """Capture source: the GPU's utilisation and memory through NVML, and the caching
-allocator's peak, while a CUDA model is profiled (see :mod:`flopsight.device_usage`).
+allocator's peak, while a CUDA model is profiled (see :mod:`flopsight.result.device_usage`).
 
 NVML is read on a daemon thread every ``interval`` seconds, plus once at stop so that a
 short span still gets a sample; ``nvmlInit`` and ``nvmlShutdown`` are paired (NVML counts
@@ -17,7 +17,7 @@ import threading
 
 import torch
 
-from ..device_usage import DeviceUsage
+from ..result.device_usage import DeviceUsage
 
 __all__ = ["DeviceUsageSource", "open_nvml"]
 

@@ -1,4 +1,4 @@
-"""From a session's stamps to a :class:`~flopsight.timeline.Timeline`, once, when it resolves.
+"""From a session's stamps to a :class:`~flopsight.result.timeline.Timeline`, once, when it resolves.
 
 Nothing is recorded for it while the model runs: the module tracker's call log and the span
 timer's spans already hold each call's stamps and the profiler's overhead so far at each of
@@ -25,8 +25,8 @@ from __future__ import annotations
 import bisect
 import time
 
-from .. import timeline as _timeline
-from ..timeline import CallSpan, CollectiveSpan, Span, Timeline
+from ..result import timeline as _timeline
+from ..result.timeline import CallSpan, CollectiveSpan, Span, Timeline
 from .timing import Clock
 
 __all__ = ["Placement", "resolve_timeline"]
@@ -55,7 +55,7 @@ def resolve_timeline(log, seconds: list[float], spans: list[tuple], collectives:
     ``forward`` spans are the top-level forward calls); ``collectives``: the communication source's
     resolved calls; ``origin``: (stamp, overhead) at the start of the span; ``host_origin``:
     ``time.perf_counter()`` then; ``limit``: the most calls kept (default
-    :data:`flopsight.timeline.MAX_CALLS`, read when called).
+    :data:`flopsight.result.timeline.MAX_CALLS`, read when called).
     """
     limit = _timeline.MAX_CALLS if limit is None else limit
     place = Placement(clock, origin)

@@ -2,8 +2,8 @@
 
 A :class:`ProfileResult` stores, per module path, a :class:`ModuleStats` record: the *self*
 cost of each phase (what ran in the module itself, not in its submodules) as a
-:class:`~flopsight.stats.Stats`, and its per-operator tallies. Inclusive totals come from the
-tree view (:mod:`flopsight.tree`), so ``module.forward == module.self.forward +
+:class:`~flopsight.result.stats.Stats`, and its per-operator tallies. Inclusive totals come from the
+tree view (:mod:`flopsight.result.tree`), so ``module.forward == module.self.forward +
 sum(child.forward for child in children)`` holds by construction. Parameters are the
 exception: they are stored inclusive, counting each tensor once, because a weight shared by
 two submodules would otherwise be summed twice.
@@ -33,7 +33,8 @@ from .metadata import Metadata
 from .stats import ZERO_STATS, Stats
 from .timeline import Timeline
 from .tree import PHASES, ModuleNode, build_tree
-from .views import GenerationStats, IterationStats, generation_stats, iteration_stats
+from .generation import GenerationStats, generation_stats
+from .iteration import IterationStats, iteration_stats
 
 
 __all__ = ["ModuleStats", "ModelCall", "Coverage", "ProfileResult", "load", "SCHEMA_VERSION", "check_parent_dir"]
@@ -143,7 +144,7 @@ class ProfileResult:
     memory: MemoryTotals | None = None
     #: a CUDA run's GPU utilisation (NVML) and allocator peak; None elsewhere
     device_usage: DeviceUsage | None = None
-    #: when each module call, span and collective ran (:mod:`flopsight.timeline`); None in
+    #: when each module call, span and collective ran (:mod:`flopsight.result.timeline`); None in
     #: files saved before it was recorded
     timeline: Timeline | None = None
 
@@ -209,7 +210,7 @@ class ProfileResult:
 
     def collectives(self, phase: str | None = None) -> list[Collective]:
         """The collectives this rank issued (one record per module, phase, kind and group
-        size; see :mod:`flopsight.communication`), optionally of one phase only."""
+        size; see :mod:`flopsight.result.communication`), optionally of one phase only."""
         if phase is not None and phase not in PHASES:
             raise ValueError(f"phase: expected one of {', '.join(PHASES)} or None, got {phase!r}")
         return [c for c in self.comms if phase is None or c.phase == phase]
@@ -296,7 +297,7 @@ class ProfileResult:
         """The profile as ``fmt``: ``"text"`` (DeepSpeed's report), ``"json"``, ``"csv"``,
         ``"md"``, ``"html"`` or ``"trace"`` (Chrome trace); ``options`` are the renderer's
         (see :mod:`flopsight.renderers`)."""
-        from .renderers import render
+        from ..renderers import render
 
         return render(self, fmt, **options)
 
@@ -304,7 +305,7 @@ class ProfileResult:
         """Write the profile to ``path`` in ``fmt``, by default the format its extension
         names (``.json``, ``.csv``, ``.md``, ``.html``, ``.trace.json``; the text report for
         ``.txt`` and any other). :func:`flopsight.load` reads a ``.json`` back."""
-        from .renderers import format_of, render
+        from ..renderers import format_of, render
 
         check_parent_dir(path, "path")
         text = render(self, fmt or format_of(path), **options)

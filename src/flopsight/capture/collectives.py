@@ -5,7 +5,7 @@ DeepSpeed ZeRO all reach the dispatcher as ``c10d::*`` or ``_c10d_functional::*`
 the counting mode sees each one; this source asks it to hand those ops over (free ops pay
 one test, and only once a process group exists). Each collective is charged to a module
 and phase by :meth:`~.attribution.Attribution.charge_collective`, with its kind, payload
-bytes per rank (see :mod:`flopsight.communication`) and group size. Its time runs from
+bytes per rank (see :mod:`flopsight.result.communication`) and group size. Its time runs from
 issue to completion: the ``Work`` the op returns reports completion from the backend's
 thread; a functional collective completes when ``wait_tensor`` returns for its result.
 
@@ -23,7 +23,7 @@ import torch
 
 from .._torch_private import on_work_done, process_group_size, storage_key
 from ..formulas.binding import Binder
-from ..stats import ZERO_STATS
+from ..result.stats import ZERO_STATS
 from .attribution import Attribution
 from .context import CaptureContext
 from .counting import CountingSource

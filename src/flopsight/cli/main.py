@@ -9,8 +9,8 @@
 With no arguments (``python -m flopsight``, ``make demo``) it profiles ResNet-18 and prints
 the report. Every option is checked before a model is built: a bad value is a usage error
 (exit status 2) naming the option. A model that fails while it runs is exit status 1.
-This file parses and composes: MODEL is resolved by :mod:`flopsight.cli_models` and built
-by :mod:`flopsight.cli_build`, runs go through :mod:`flopsight.cli_run`, reports through
+This file parses and composes: MODEL is resolved by :mod:`flopsight.cli.models` and built
+by :mod:`flopsight.cli.build`, runs go through :mod:`flopsight.cli.run`, reports through
 :mod:`flopsight.renderers`.
 
 >>> parse(["profile", "gpt2", "--seq-len", "64", "--dtype", "bf16"]).dtype
@@ -30,15 +30,16 @@ from typing import Any
 
 import torch
 
-from . import __version__, zoo
-from .cli_build import DTYPES, build, pick_device
-from .cli_meta import meta_masks
-from .cli_models import BadModel, Target, UsageError, resolve
-from .cli_progress import Progress
-from .cli_run import calls_per_run, run_forward, run_generate, run_train
-from .metadata import ATTENTION_CONVENTIONS
-from .renderers import FORMATS as RENDERER_FORMATS
-from .units import params_to_string
+from .._version import __version__
+from . import zoo
+from .build import DTYPES, build, pick_device
+from .meta import meta_masks
+from .models import BadModel, Target, UsageError, resolve
+from .progress import Progress
+from .run import calls_per_run, run_forward, run_generate, run_train
+from ..result.metadata import ATTENTION_CONVENTIONS
+from ..renderers import FORMATS as RENDERER_FORMATS
+from ..renderers.numbers import params_to_string
 
 __all__ = ["main", "parse", "build_parser", "DEFAULT_MODEL"]
 
@@ -113,7 +114,7 @@ def peak(text: str) -> float | str:
     try:
         value = float(text)
     except ValueError:
-        from .hardware import check_peak
+        from ..hardware import check_peak
 
         try:
             return check_peak(text)  # "cpu" is measured when the report is rendered
@@ -233,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command line ``argv`` (default: ``sys.argv[1:]``); returns the exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["diff"]:  # diff has its own parser and exit statuses
-        from .diff_cli import main as diff_main
+        from .diff import main as diff_main
 
         return diff_main(argv[1:])
     try:
@@ -311,7 +312,7 @@ def check_options(args: argparse.Namespace, target: Target) -> None:
             raise UsageError("--device", "generate() reads the tokens it makes, and meta tensors have no values; "
                                          "use cpu or cuda")
     if args.output:
-        from .renderers.output import check_output_file
+        from ..renderers.output import check_output_file
 
         try:
             check_output_file(args.output, "-o/--output")
@@ -321,8 +322,8 @@ def check_options(args: argparse.Namespace, target: Target) -> None:
 
 def render(args: argparse.Namespace, result: Any, label: str, warm_up: int) -> str:
     """The report, in the format asked for (``--format``, else -o's extension, else text)."""
-    from .renderers import format_of
-    from .renderers.text_renderer import render_text
+    from ..renderers import format_of
+    from ..renderers.text_renderer import render_text
 
     fmt = args.format or (format_of(args.output) if args.output else "text")
     if fmt == "text":
@@ -375,7 +376,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
                 raise
             print(f"flopsight: error: {type(e).__name__}: {e}", file=sys.stderr)
             return 1
-    from .renderers.output import write_report
+    from ..renderers.output import write_report
 
     write_report(text, args.output)
     if args.output:

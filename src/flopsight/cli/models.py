@@ -13,7 +13,7 @@ parameters would not fit in memory.
 >>> resolve("no/such/make.py:build")
 Traceback (most recent call last):
 ...
-flopsight.cli_models.BadModel: no such file: no/such/make.py
+flopsight.cli.models.BadModel: no such file: no/such/make.py
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ class Target:
 
     @property
     def input_kind(self) -> str | None:
-        """What the model takes (see :func:`flopsight.zoo.input_kind`); None for a factory."""
+        """What the model takes (see :func:`flopsight.cli.zoo.models.input_kind`); None for a factory."""
         if self.kind == "factory":
             return None
         return self.entry.inputs if self.entry is not None else zoo.input_kind(self.config)
@@ -103,7 +103,7 @@ def _is_config(spec: str) -> bool:
 
 
 def resolve(spec: str) -> Target:
-    """The target ``spec`` names; :class:`BadModel` (or :class:`~flopsight.zoo.UnknownModel`,
+    """The target ``spec`` names; :class:`BadModel` (or :class:`~flopsight.cli.zoo.models.UnknownModel`,
     with its did-you-mean) when it names nothing usable."""
     if _is_config(spec):
         config = load_config(spec)

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from ._torch_private import default_store
+from .._torch_private import default_store
 
 __all__ = ["gather_ranks", "check_gather_timeout", "DEFAULT_GATHER_TIMEOUT"]
 
@@ -56,7 +56,7 @@ def gather_ranks(result, timeout: float = DEFAULT_GATHER_TIMEOUT) -> list:
     if rank != 0:
         store.set(f"{prefix}{rank}", json.dumps(result.to_dict()))
         return []
-    from .result import ProfileResult
+    from ..result.profile_result import ProfileResult
 
     results: list = [result] + [None] * (world - 1)
     started = time.monotonic()

@@ -5,10 +5,10 @@ options ask for, and the inputs it is called with.
 memory, counted on meta before anything is allocated); :func:`build` builds the model and
 its inputs: a zoo or config model with the inputs of its kind, a factory's model with its
 own inputs or, when it returned none, inputs made from ``--input-shape`` or its config.
-An option a model cannot use raises :class:`~flopsight.cli_models.UsageError`.
+An option a model cannot use raises :class:`~flopsight.cli.models.UsageError`.
 
 >>> import argparse
->>> from flopsight.cli_models import resolve
+>>> from flopsight.cli.models import resolve
 >>> args = argparse.Namespace(device="meta", dtype=None, batch_size=2, seq_len=8, input_shape=None, mode="forward")
 >>> model, call_args, call_kwargs = build(args, resolve("resnet-18"), "meta", None, Progress([]))
 >>> next(model.parameters()).device.type, tuple(call_args[0].shape)
@@ -24,12 +24,12 @@ from typing import Any
 import torch
 
 from . import zoo
-from .cli_meta import prepare_for_meta
-from .cli_models import Target, UsageError, available_memory, call_factory, choose_device, default_dtype, \
+from .meta import prepare_for_meta
+from .models import Target, UsageError, available_memory, call_factory, choose_device, default_dtype, \
     split_factory_output
-from .cli_progress import Progress
-from .cli_run import with_labels
-from .units import bytes_to_string, params_to_string
+from .progress import Progress
+from .run import with_labels
+from ..renderers.numbers import bytes_to_string, params_to_string
 
 __all__ = ["DTYPES", "pick_device", "build", "build_factory", "default_call"]
 

@@ -5,7 +5,7 @@ adds each module's submodules to it once, when the view is built, so
 ``node.forward == node.self.forward + sum(child.forward for child in children)`` holds by
 construction and nothing can go stale (the stored records are immutable).
 
->>> from flopsight.stats import Stats
+>>> from flopsight.result.stats import Stats
 >>> p = Phases({"forward": Stats(macs=3, calls=1)})
 >>> p.forward.macs, p.backward.macs
 (3, 0)
@@ -24,7 +24,7 @@ from .memory import ModuleMemory
 from .stats import ZERO_STATS, Stats, make_stats
 
 if TYPE_CHECKING:
-    from .result import ModuleStats
+    from .profile_result import ModuleStats
 
 __all__ = ["PHASES", "Phases", "ModuleNode", "build_tree"]
 

@@ -1,0 +1,194 @@
+"""One line makes DeepSpeed's engine profile with flopsight.
+
+Put it before ``deepspeed.initialize``; the script and its config stay as they are::
+
+    import flopsight.integrations.deepspeed.engine
+    flopsight.deepspeed.install()
+    engine, optimizer, _, _ = deepspeed.initialize(model=model, config=ds_config)
+
+The engine then builds a flopsight :class:`EngineProfiler` wherever it built DeepSpeed's
+``FlopsProfiler`` (when its config has ``"flops_profiler": {"enabled": true, ...}``) and
+calls it exactly as before: the same keys and defaults, the same step (``profile_step``:
+the engine's ``global_steps`` when the profiled forward runs) and the same report title
+(``Profile Summary at step N``, N the engine's step count when it prints, one more than
+``profile_step``, as DeepSpeed's own report says). What changes is what is measured: the
+engine only starts and stops DeepSpeed's profiler around each forward, and flopsight keeps
+measuring through the backward pass and the whole ``engine.step()`` (ZeRO's reductions and
+copies, the optimizer, the scheduler), over every micro-batch of the profiled step, and
+prints DeepSpeed's lines followed by the measured ones. Every rank measures the step and
+rank 0, which prints, gathers them (``result.ranks``). :func:`uninstall` puts DeepSpeed's
+class back; nothing else is installed, and an engine profiler removes all it installed
+once the profiled step is over.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+from .api import FlopsProfiler
+from .config import parse_config
+from ...capture.optimizer import wrap_method
+from ...capture.parallel import engine_parallel
+from ...profiler import Profiler
+from ...capture.gather import DEFAULT_GATHER_TIMEOUT
+
+__all__ = ["install", "uninstall", "installed", "EngineProfiler"]
+
+#: (module, attribute, DeepSpeed's object) for each name install() replaced
+_REPLACED: list[tuple[Any, str, Any]] = []
+
+
+def _engine_modules() -> list:
+    try:
+        import deepspeed.runtime.engine as engine
+    except ImportError as e:
+        raise ImportError("flopsight.deepspeed.install: DeepSpeed is not importable (pip install deepspeed)") from e
+    return [engine]
+
+
+#: what install() was asked for, read by each EngineProfiler when its engine builds it
+_OPTIONS = {"memory": False}
+
+
+def install(*, memory: bool = False) -> None:
+    """Make every DeepSpeed engine created from now on profile with flopsight (calling it
+    again only changes the options). ``memory=True`` also counts memory, as
+    :class:`flopsight.Profiler` does (``result.memory``, and the report's memory lines)."""
+    if not isinstance(memory, bool):
+        raise TypeError(f"memory: expected a bool, got {type(memory).__name__}")
+    _OPTIONS["memory"] = memory
+    if _REPLACED:
+        return
+    for module in _engine_modules():
+        _REPLACED.append((module, "FlopsProfiler", module.FlopsProfiler))
+        module.FlopsProfiler = EngineProfiler
+
+
+def uninstall() -> None:
+    """Put DeepSpeed's own profiler back (engines already built keep the one they have)."""
+    _OPTIONS["memory"] = False
+    while _REPLACED:
+        module, name, original = _REPLACED.pop()
+        setattr(module, name, original)
+
+
+def installed() -> bool:
+    """Whether :func:`install` is in effect."""
+    return bool(_REPLACED)
+
+
+class EngineProfiler(FlopsProfiler):
+    """The profiler a DeepSpeed engine builds after :func:`install` (``FlopsProfiler``'s API).
+
+    The engine calls ``start_profile`` before each forward of the profiled step,
+    ``stop_profile`` after it, then ``print_model_profile`` and ``end_profile`` from inside
+    ``engine.step()``. The first start begins one capture that later starts join (every
+    micro-batch of the step is measured); stops are kept until the step has updated the
+    model, so the backward passes and the step are measured too; ``engine.step()`` as a
+    whole is the step phase. Without an engine it is a plain :class:`FlopsProfiler`.
+    """
+
+    def __init__(self, model: nn.Module, ds_engine: Any = None, recompute_fwd_factor: float = 0.0):
+        super().__init__(model, ds_engine, recompute_fwd_factor)
+        self._memory = _OPTIONS["memory"]
+        self._steps_at_start: int | None = None
+        self._hook = None
+        block = _config_block(ds_engine)
+        if block is not None:
+            parse_config({"flops_profiler": block})  # warns about keys DeepSpeed ignores
+        self._unwrap_step = None
+        if isinstance(ds_engine, nn.Module):
+            # DeepSpeed starts its profiler from a hook of the model, inside the model's call,
+            # and on rank 0 only: start when the engine is called, so the whole forward is
+            # measured, and on every rank, so rank 0 can gather them all
+            self._hook = ds_engine.register_forward_pre_hook(self._engine_called)
+
+    def _engine_called(self, engine, args) -> None:
+        profile_step = engine.flops_profiler_profile_step()
+        if engine.global_steps > profile_step or not engine.flops_profiler_enabled():
+            self._remove_hook()
+        elif engine.global_steps == profile_step:
+            if engine.global_rank == 0:
+                self.start_profile()
+            elif self._profiler is None or not self._profiler.running:
+                self._follow(engine)
+
+    def _follow(self, engine) -> None:
+        """On a rank DeepSpeed does not profile: measure the step too, and stop (publishing
+        the result for rank 0) when ``engine.step()`` has completed it."""
+
+        def step(call, args, kwargs):
+            try:
+                out = call(*args, **kwargs)
+            except BaseException:
+                self._end_follow()  # a failed step leaves nothing installed either
+                raise
+            if self._step_done():
+                self._end_follow()
+            return out
+
+        self._steps_at_start = engine.global_steps
+        # wrapped before the profiler wraps it, so the profiler's wrapper comes off first
+        self._unwrap_step = wrap_method(engine, "step", step)
+        self._profiler = Profiler(self.model, optimizer=engine, gather_timeout=DEFAULT_GATHER_TIMEOUT,
+                                  parallel=engine_parallel(engine), memory=self._memory).start()
+
+    def _end_follow(self) -> None:
+        unwrap, self._unwrap_step = self._unwrap_step, None
+        try:
+            if self._profiler is not None and self._profiler.running:
+                self._profiler.stop()
+        finally:
+            if unwrap is not None:
+                unwrap()
+            self._remove_hook()
+
+    def _remove_hook(self) -> None:
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+
+    def _step_done(self) -> bool:
+        """Whether the profiled step has updated the model (the engine counted it)."""
+        if self.ds_engine is None:
+            return True
+        return self._steps_at_start is not None and self.ds_engine.global_steps != self._steps_at_start
+
+    def start_profile(self, ignore_list: list[type] | None = None) -> None:
+        if self.ds_engine is None:
+            return super().start_profile(ignore_list)
+        if self._profiler is not None and self._profiler.running:
+            return  # a later micro-batch of the step being profiled
+        self._steps_at_start = self.ds_engine.global_steps
+        self._result = None
+        # every rank measures the step (see _follow): rank 0 gathers them into result.ranks
+        self._profiler = Profiler(self.model, optimizer=self.ds_engine, ignore_modules=ignore_list,
+                                  gather_timeout=DEFAULT_GATHER_TIMEOUT,
+                                  parallel=engine_parallel(self.ds_engine), memory=self._memory).start()
+        self.started = True
+        self._register()
+
+    def stop_profile(self) -> None:
+        if self._step_done():
+            super().stop_profile()
+
+    def print_model_profile(self, profile_step: int = 1, module_depth: int = -1, top_modules: int = 1,
+                            detailed: bool = True, output_file: str | None = None) -> None:
+        if not self._step_done():
+            return  # engine.step() of a micro-batch before the boundary: the step goes on
+        super().stop_profile()
+        super().print_model_profile(profile_step, module_depth, top_modules, detailed, output_file)
+
+    def end_profile(self) -> None:
+        if self._step_done():
+            super().end_profile()
+            self._remove_hook()  # the profiled step is over: nothing stays installed
+
+
+def _config_block(engine: Any):
+    """The engine's raw ``flops_profiler`` block, or None."""
+    params = getattr(getattr(engine, "_config", None), "_param_dict", None)
+    block = params.get("flops_profiler") if isinstance(params, dict) else None
+    return block if isinstance(block, dict) else None
