@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 
 import flopsight
-from flopsight.formulas.flex_attention import flex_attention as flex_formula
-from flopsight.formulas.flex_attention import flex_attention_backward as flex_backward_formula
+from flopsight.formulas.attention.flex import flex_attention as flex_formula
+from flopsight.formulas.attention.flex import flex_attention_backward as flex_backward_formula
 from helpers import meta
 
 

@@ -1,13 +1,12 @@
 """``polar`` (4 FLOPs per output element: cos, sin, two multiplies) and the zero-cost
-bookkeeping ops of formulas/bookkeeping.py, CPU == meta."""
+bookkeeping ops of formulas/zero_cost.py, CPU == meta."""
 
 from __future__ import annotations
 
 import torch
 
 from flopsight.formulas import REGISTRY, ZERO, Cost
-from flopsight.formulas.bookkeeping import _NAMES, BOOKKEEPING_OPS
-from flopsight.formulas.zero import ZERO_COST_OPS
+from flopsight.formulas.zero_cost import _BOOKKEEPING_NAMES as _NAMES, BOOKKEEPING_OPS, ZERO_COST_OPS
 from helpers import ops_on
 
 aten = torch.ops.aten

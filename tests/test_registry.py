@@ -1,5 +1,8 @@
 """The registry on its own: formulas bound by name, checked against every schema they serve."""
 
+import importlib
+import sys
+
 import pytest
 import torch
 
@@ -89,3 +92,60 @@ def test_positional_formulas_are_rejected():
     reg = Registry()
     reg.register(aten.mm)(lambda out, *args, **kwargs: Cost())
     assert "by name" in str(reg.resolve(aten.mm.default).error)
+
+
+# -- registering when a module is imported -----------------------------------------------------
+@pytest.fixture
+def probe(tmp_path, monkeypatch):
+    """A throwaway module's name, importable from tmp_path, not imported yet; sys.meta_path and
+    sys.modules are restored afterwards."""
+    name = "flopsight_when_imported_probe"
+    (tmp_path / f"{name}.py").write_text("DEFINED = 'by the module'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
+    yield name
+    sys.modules.pop(name, None)
+
+
+def test_when_imported_registers_right_after_the_module_runs(probe):
+    reg = Registry()
+    seen = []
+
+    def register(registry):
+        seen.append((registry, sys.modules[probe].DEFINED))  # the module's code has run
+        registry.zero_cost(aten.view)
+
+    finders = list(sys.meta_path)
+    reg.when_imported(probe, register)
+    before = reg.copy()
+    assert seen == [] and not reg.is_registered(aten.view)
+    importlib.import_module(probe)
+    assert seen == [(reg, "by the module")] and reg.is_registered(aten.view)
+    assert sys.meta_path == finders  # the hook stepped aside
+    assert not before.is_registered(aten.view) and reg.copy().is_registered(aten.view)
+    importlib.reload(sys.modules[probe])
+    assert len(seen) == 1  # once
+
+
+def test_when_imported_runs_at_once_for_a_module_already_imported(probe):
+    importlib.import_module(probe)
+    finders, seen = list(sys.meta_path), []
+    Registry().when_imported(probe, seen.append)
+    assert len(seen) == 1 and sys.meta_path == finders
+
+
+def test_every_hook_waiting_on_a_module_runs(probe):
+    first, second, seen = Registry(), Registry(), []
+    first.when_imported(probe, seen.append)
+    second.when_imported(probe, seen.append)
+    importlib.import_module(probe)
+    assert sorted(map(id, seen)) == sorted([id(first), id(second)])
+
+
+def test_a_failed_import_runs_nothing_and_removes_the_hook(probe, tmp_path):
+    (tmp_path / f"{probe}.py").write_text("raise RuntimeError('broken')\n")
+    finders, seen = list(sys.meta_path), []
+    Registry().when_imported(probe, seen.append)
+    with pytest.raises(RuntimeError, match="broken"):
+        importlib.import_module(probe)
+    assert seen == [] and sys.meta_path == finders

@@ -6,14 +6,12 @@ from .registry import REGISTRY, ZERO, Cost, Registry, op_key
 from . import (  # noqa: E402,F401  isort: skip
     activation,
     attention,
-    bookkeeping,
     complex_numbers,
     conv,
     dropout,
     elementwise,
     embedding,
     fft,
-    flex_attention,
     interpolate,
     linalg,
     loss,
@@ -23,7 +21,7 @@ from . import (  # noqa: E402,F401  isort: skip
     pooling,
     reduction,
     rnn,
-    zero,
+    zero_cost,
 )
 
 __all__ = ["REGISTRY", "ZERO", "Cost", "Registry", "op_key"]

@@ -30,6 +30,8 @@ from typing import Any, Callable
 
 import torch
 
+from .binding import Binder
+
 __all__ = ["io_bytes_of", "tensor_bytes_read", "tensors_bytes"]
 
 _Tensor = torch.Tensor
@@ -89,25 +91,12 @@ def _default(out, args, kwargs) -> int:
     return total
 
 
-def _writes_arguments(written: tuple[int, ...]) -> Callable:
-    """An op that returns nothing: it reads all its arguments and writes those at ``written``."""
+def _writes_arguments(written: tuple[str, ...], bind: Callable) -> Callable:
+    """An op that returns nothing: it reads all its arguments and writes those named ``written``."""
     def moved(out, args, kwargs) -> int:
-        return _default(out, args, kwargs) + sum(tensors_bytes(args[i]) for i in written if i < len(args))
+        bound = bind(args, kwargs)
+        return _default(out, args, kwargs) + sum(tensors_bytes(bound.get(name)) for name in written)
     return moved
-
-
-def _gather(index_arg: int) -> Callable:
-    """Reads the indices (argument ``index_arg``: a tensor or a list of them) and as many
-    source elements as it writes."""
-    def moved(out, args, kwargs) -> int:
-        written = tensors_bytes(out)
-        index = args[index_arg] if index_arg < len(args) else None
-        return 2 * written + tensors_bytes(index)
-    return moved
-
-
-def _copy(out, args, kwargs) -> int:  # copy_(self, src): reads src, writes self
-    return tensors_bytes(args[1] if len(args) > 1 else kwargs.get("src")) + tensors_bytes(out)
 
 
 def _write_only(out, args, kwargs) -> int:
@@ -118,32 +107,47 @@ def _nothing(out, args, kwargs) -> int:
     return 0
 
 
+#: ops that read no argument: they only write their result (``fill_``, creation of values)
+_WRITE_ONLY = frozenset(
+    "fill_ zero_ zeros zeros_like ones ones_like full full_like new_zeros new_ones new_full".split())
+#: uninitialised creation: nothing read, nothing written
+_NOTHING = frozenset("empty empty_like empty_strided new_empty new_empty_strided".split())
+
+
+# -- families that read part of an argument: ``fn(out, **arguments)``, by name like a formula ----
+def _gather(out, /, index=None, **_) -> int:
+    """Reads the indices (a tensor or a list of them) and as many source elements as it writes."""
+    return 2 * tensors_bytes(out) + tensors_bytes(index)
+
+
+def _gather_indices(out, /, indices=None, **_) -> int:  # the same, where the schema says ``indices``
+    return _gather(out, indices)
+
+
+def _copy(out, /, src=None, **_) -> int:  # copy_(self, src): reads src, writes self
+    return tensors_bytes(src) + tensors_bytes(out)
+
+
 #: op packet name -> how it moves bytes, for the families the default misjudges
 _FAMILIES: dict[str, Callable] = {
-    "embedding": _gather(1),
-    "index_select": _gather(2),
-    "gather": _gather(2),
-    "take": _gather(1),
-    "index": _gather(1),  # index(self, indices): a list of index tensors
-    "_unsafe_index": _gather(1),
+    "embedding": _gather_indices,
+    "index_select": _gather,
+    "gather": _gather,
+    "take": _gather,
+    "index": _gather_indices,  # index(self, indices): a list of index tensors
+    "_unsafe_index": _gather_indices,
     "copy_": _copy,
-    "fill_": _write_only,
-    "zero_": _write_only,
-    "zeros": _write_only,
-    "zeros_like": _write_only,
-    "ones": _write_only,
-    "ones_like": _write_only,
-    "full": _write_only,
-    "full_like": _write_only,
-    "new_zeros": _write_only,
-    "new_ones": _write_only,
-    "new_full": _write_only,
-    "empty": _nothing,
-    "empty_like": _nothing,
-    "empty_strided": _nothing,
-    "new_empty": _nothing,
-    "new_empty_strided": _nothing,
 }
+
+
+def _by_name(family: Callable, binder: Binder) -> Callable:
+    """``family`` as ``moved(out, args, kwargs)``: the call's arguments bound to the schema's
+    names by ``binder`` (built once per overload)."""
+    bind = binder.bind
+
+    def moved(out, args, kwargs) -> int:
+        return family(out, **bind(args, kwargs))
+    return moved
 
 
 def io_bytes_of(op) -> Callable | None:
@@ -153,11 +157,19 @@ def io_bytes_of(op) -> Callable | None:
     returns = schema.returns
     if returns and all(r.alias_info is not None and not r.alias_info.is_write for r in returns):
         return None  # returns views of its inputs
-    family = _FAMILIES.get(op.overloadpacket.__name__)
+    name = op.overloadpacket.__name__
+    if name in _WRITE_ONLY:
+        return _write_only
+    if name in _NOTHING:
+        return _nothing
+    family = _FAMILIES.get(name)
     if family is not None:
-        return family
+        return _by_name(family, Binder.of_op(op))
     if not returns:
-        written = tuple(i for i, a in enumerate(schema.arguments) if a.alias_info is not None and a.alias_info.is_write)
+        binder = Binder.of_op(op)
+        # out= buffers are left out: the binder drops them, and the default counts them once
+        written = tuple(a.name for a in schema.arguments
+                        if a.alias_info is not None and a.alias_info.is_write and a.name not in binder.drop)
         if written:
-            return _writes_arguments(written)
+            return _writes_arguments(written, binder.bind)
     return _default

@@ -4,7 +4,7 @@
 computes ``abs * cos(angle) + i * abs * sin(angle)`` per element: a cosine, a sine and two
 multiplies, 4 FLOPs per output element (a transcendental counts 1, as in
 :mod:`.elementwise`), 0 MACs. ``torch.complex(real, imag)`` only interleaves its inputs:
-free, in :mod:`.bookkeeping`.
+free, in :mod:`.zero_cost`.
 
 >>> import torch
 >>> polar(None, torch.ones(2, 8), torch.ones(8))  # 16 outputs * 4

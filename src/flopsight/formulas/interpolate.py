@@ -19,7 +19,7 @@ Integer images (``uint8`` nearest/bilinear) cost 0 FLOPs like any integer op.
 element (DeepSpeed does not count it). ``affine_grid``'s generator is a batched product of
 each output point's homogeneous coordinates with ``theta``: ``numel(grid) * theta.shape[-1]``
 MACs. ``pixel_shuffle``, ``pixel_unshuffle`` and ``channel_shuffle`` only move data: they
-are zero-cost ops, registered in :mod:`flopsight.formulas.zero`.
+are zero-cost ops, registered in :mod:`flopsight.formulas.zero_cost`.
 
 **Backward.** Resampling is a linear map of the input, ``out = W x`` (``W`` holds the
 interpolation weights), so its input-gradient is the transposed map,

@@ -27,7 +27,7 @@ scatter family. ``index_put(accumulate=True)``, ``scatter(reduce=...)``,
 entries would read values); their plain writing forms cost 0.
 
 Ordering and order statistics (``sort``, ``topk``, ``median``, ``kthvalue``, ``mode``)
-are counted as 0 in :mod:`.zero`: their comparison count depends on the algorithm.
+are counted as 0 in :mod:`.zero_cost`: their comparison count depends on the algorithm.
 
 Backward: reductions have no backward kernels of their own -- autograd runs elementwise
 ops (``sum``'s backward is a free ``expand``, ``mean``'s a ``div``, ``norm``'s and

@@ -13,6 +13,8 @@ Two kinds of entries:
 A formula is a pure function of shapes that reads the op's arguments by their schema names:
 ``fn(out, **arguments) -> Cost`` where ``out`` is the op's result (see :mod:`.binding`).
 :meth:`Registry.resolve` pairs an overload with its formula and argument binder once.
+Ops that exist only once some module defines them are registered when it is imported
+(:meth:`Registry.when_imported`).
 
 >>> import torch
 >>> from flopsight.formulas.registry import Registry, Cost
@@ -26,6 +28,9 @@ Stats(macs=24, flops=48)
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.util
+import sys
 from typing import Any, Callable, Union
 
 import torch
@@ -262,6 +267,26 @@ class Registry:
         """
         return tuple(self._missing)
 
+    def when_imported(self, module: str, register: Callable[["Registry"], Any]) -> None:
+        """Run ``register(self)`` once ``module`` is imported: at once if it already is, else
+        right after its code has run, the first time it is imported.
+
+        For ops that exist only once a module defines them, when importing that module with
+        flopsight would cost too much (``torch.nn.attention.varlen``'s ``torch_attn`` ops:
+        ~1 s). ``register`` runs on this registry only: a copy made before the import lacks
+        what it adds, one made after has it. The hook waits on ``sys.meta_path`` and leaves it
+        at the first attempt to import ``module``; if that import fails, ``register`` never runs.
+
+        >>> reg = Registry()
+        >>> reg.when_imported("sys", lambda r: r.zero_cost("aten::view"))  # imported: at once
+        >>> reg.is_registered("aten::view")
+        True
+        """
+        if module in sys.modules:
+            register(self)
+        else:
+            sys.meta_path.insert(0, _AfterImport(module, lambda: register(self)))
+
     def register_unit(
         self, *functions: Callable, name: str, backward: Callable[..., Cost] | None = None
     ) -> Callable[[Callable[..., Cost]], Callable[..., Cost]]:
@@ -411,6 +436,32 @@ class Registry:
 
     def is_registered(self, op: OpLike) -> bool:
         return op_key(op) in self._ops
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs ``then()`` right after module ``name`` is first imported (then steps aside)."""
+
+    def __init__(self, name: str, then: Callable[[], Any]):
+        self.name, self.then = name, then
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != self.name:
+            return None
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        # the other finders' spec (another hook waiting on the same module wraps it first)
+        spec = importlib.util.find_spec(fullname)
+        loader = getattr(spec, "loader", None)
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        exec_module, then = loader.exec_module, self.then
+
+        def exec_then_register(module):
+            exec_module(module)
+            then()
+
+        loader.exec_module = exec_then_register
+        return spec
 
 
 #: The process-wide default registry, filled by the formula modules of this package.

@@ -86,7 +86,7 @@ from .activation import activation_backward_flops
 from .dropout import dropout_backward_flops, dropout_flops
 from .elementwise import elementwise_flops
 from .registry import REGISTRY, Cost
-from .shapes import prod
+from .shapes import prod, requires_grad
 
 __all__ = [
     "GATES", "ELEMENTWISE", "BACKWARD_ELEMENTWISE", "step_cost", "network_cost", "cell_cost",
@@ -347,7 +347,7 @@ class ParamGrads(NamedTuple):
     @classmethod
     def of(cls, group: list, has_biases: bool, proj: bool) -> ParamGrads:
         """From one layer-direction group of the flat weights: w_ih, w_hh, [b_ih, b_hh], [w_hr]."""
-        rg = [_requires_grad(p) for p in group]
+        rg = [requires_grad(p) for p in group]
         b_ih, b_hh = (rg[2], rg[3]) if has_biases else (False, False)
         return cls(rg[0], rg[1], b_ih, b_hh, bool(proj and rg[-1]))
 
@@ -505,10 +505,6 @@ def network_backward_cost(
 
 
 # -- argument parsing for the backward -------------------------------------------------------
-def _requires_grad(t: Any) -> bool:
-    return isinstance(t, torch.Tensor) and t.requires_grad
-
-
 def _batch_of(h: Any) -> int:
     """Batch rows of a state tensor ``(layers*dirs, B, R)`` / ``(B, R)`` (1 if unbatched)."""
     return int(h.shape[-2]) if isinstance(h, torch.Tensor) and h.dim() >= 2 else 1
@@ -555,9 +551,9 @@ def _network_backward(kind: str, name: str):
             proj_size=proj,
             num_layers=num_layers,
             bidirectional=bidirectional,
-            input_grad=_requires_grad(x),
-            h0_grad=_requires_grad(h0),
-            c0_grad=_requires_grad(c0),
+            input_grad=requires_grad(x),
+            h0_grad=requires_grad(h0),
+            c0_grad=requires_grad(c0),
             params=[ParamGrads.of(params[i : i + group], has_biases, bool(proj)) for i in range(0, len(params), group)],
             dropout=dropout,
             train=train,
@@ -576,8 +572,8 @@ def _cell_backward(kind: str, name: str):
         rows = _rows(input)
         return layer_backward_cost(
             kind, rows, w_ih.shape[1], w_hh.shape[1], first_batch=rows, last_batch=rows,
-            input_grad=_requires_grad(input), h0_grad=_requires_grad(h), c0_grad=_requires_grad(c),
-            params=ParamGrads(w_ih.requires_grad, w_hh.requires_grad, _requires_grad(b_ih), _requires_grad(b_hh)),
+            input_grad=requires_grad(input), h0_grad=requires_grad(h), c0_grad=requires_grad(c),
+            params=ParamGrads(w_ih.requires_grad, w_hh.requires_grad, requires_grad(b_ih), requires_grad(b_hh)),
             incoming_fan_in=True,
         )
 

@@ -8,6 +8,7 @@ from typing import Any, Iterable
 import torch
 
 __all__ = [
+    "requires_grad",
     "prod",
     "numel",
     "is_float",
@@ -47,6 +48,12 @@ def tensors(values: Iterable[Any]) -> list[torch.Tensor]:
         elif isinstance(v, (list, tuple)):
             found.extend(t for t in v if isinstance(t, torch.Tensor))
     return found
+
+
+def requires_grad(t: Any) -> bool:
+    """Whether ``t`` is a tensor that requires grad (read when the forward runs: what its
+    backward will compute)."""
+    return isinstance(t, torch.Tensor) and t.requires_grad
 
 
 def any_float(values: Iterable[Any]) -> bool:

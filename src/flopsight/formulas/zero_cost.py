@@ -1,11 +1,13 @@
-"""Zero-cost operators: views, copies, creation, random sampling, indexing, ordering.
+"""Zero-cost operators: views, copies, creation, random sampling, indexing, ordering, and
+bookkeeping (checks, backend queries, data packing).
 
-These ops move, select, reinterpret or create data; they do no floating-point
+These ops move, select, reinterpret or create data, or check it; they do no floating-point
 arithmetic, so they cost 0 MACs and 0 FLOPs (the DeepSpeed convention for
 reshapes, copies and embedding lookups). They are *registered* rather than left out
 so that an op nobody has a formula for is still reported, never silently counted as 0.
 
-Families (one list each below, so coverage is easy to review):
+Families (one list each below, so coverage is easy to review); :data:`ZERO_COST_OPS` holds
+the data-moving ones, :data:`BOOKKEEPING_OPS` the bookkeeping ones:
 
 * **views and metadata**: ``view``, ``reshape``, ``permute``, ``transpose``, ``expand``,
   ``select``, ``slice``, ``split``, ``unbind``, ``as_strided``, ``sym_size``, asserts ...
@@ -38,6 +40,23 @@ Families (one list each below, so coverage is easy to review):
   sparse-gradient bookkeeping (``_indices``, ``_values``,
   ``_sparse_coo_tensor_with_dims_and_tensors``...); the optimizers' ``_foreach_copy_``,
   ``_foreach_zero_`` (``zero_grad(set_to_none=False)``), ``_foreach_clone``.
+* **profiler ranges and communication**: ``record_function`` ranges (``optimizer.step()``
+  opens one); collectives (their in-network reductions are not counted as compute).
+
+Bookkeeping:
+
+* **checks and predicates**: ``_is_all_true``/``_is_any_true`` (the bool reductions behind
+  ``torch._check``-style asserts; logic on bool tensors is not FLOPs),
+  ``sym_constrain_range_for_size`` and its functional forms, ``_functional_assert_scalar``,
+  ``_linalg_check_errors`` (``torch.linalg`` reading LAPACK's ``info``),
+  ``_has_same_storage_numel``, ``is_set_to``, ``_use_cudnn_ctc_loss``, ``_fused_sdp_choice``
+  (which SDPA kernel to run);
+* **backend queries**: ``mkldnn::_is_mkldnn_bf16_supported`` / ``_fp16_`` / ``_acl_``
+  (asked by DeepSpeed and autocast);
+* **data packing and creation**: ``complex(real, imag)`` (interleaves two tensors),
+  ``_chunk_cat`` (FSDP2's gradient concatenation), ``_empty_affine_quantized``;
+* **random sampling** (not arithmetic, as above): ``binomial``, ``_standard_gamma``,
+  ``_sample_dirichlet``.
 
 Not here, though they look like indexing: ops whose packet has an accumulating form
 (``index_put(accumulate=True)``, ``scatter(reduce=...)``, ``scatter_add``, ``index_add``,
@@ -50,11 +69,13 @@ versions); ``REGISTRY.missing()`` lists them, and the tests require it to be emp
 the torch they run with, which catches typos.
 
 >>> import torch
->>> from flopsight.formulas import REGISTRY
+>>> from flopsight.formulas import REGISTRY, ZERO
 >>> name, formula = REGISTRY.lookup(torch.ops.aten.view.default)
 >>> formula(None, self=torch.ones(2, 3), size=[6])
 Stats(macs=0, flops=0)
 >>> all(REGISTRY.is_registered(getattr(torch.ops.aten, n)) for n in ("clone", "cat", "sort"))
+True
+>>> REGISTRY.lookup("aten::_is_all_true")[1] is ZERO
 True
 """
 
@@ -62,7 +83,7 @@ from __future__ import annotations
 
 from .registry import REGISTRY, op_key
 
-__all__ = ["ZERO_COST_OPS"]
+__all__ = ["ZERO_COST_OPS", "BOOKKEEPING_OPS"]
 
 
 # -- views, reshapes and tensor metadata ------------------------------------------------
@@ -170,6 +191,24 @@ _C10D_FUNCTIONAL = """
 """
 
 
+# -- bookkeeping: checks and predicates, backend queries, data packing, random sampling ------
+_CHECKS = """
+    aten::_is_all_true aten::_is_any_true
+    aten::sym_constrain_range_for_size aten::_functional_sym_constrain_range_for_size
+    aten::_functional_assert_scalar aten::_linalg_check_errors
+    aten::_has_same_storage_numel aten::is_set_to aten::_use_cudnn_ctc_loss aten::_fused_sdp_choice
+"""
+_QUERIES = """
+    mkldnn::_is_mkldnn_bf16_supported mkldnn::_is_mkldnn_fp16_supported mkldnn::_is_mkldnn_acl_supported
+"""
+_PACKING = """
+    aten::complex aten::_chunk_cat aten::_empty_affine_quantized
+"""
+_SAMPLING = """
+    aten::binomial aten::_standard_gamma aten::_sample_dirichlet
+"""
+
+
 _BLOCKS = (_VIEWS, _COPIES, _CREATION, _INDEXING, _ORDERING, _BACKWARD)
 _NAMES = (
     tuple(f"aten::{name}" for block in _BLOCKS for name in block.split())
@@ -177,8 +216,11 @@ _NAMES = (
     + tuple(f"c10d::{name}" for name in _C10D.split())
     + tuple(f"_c10d_functional::{name}" for name in _C10D_FUNCTIONAL.split())
 )
+_BOOKKEEPING_NAMES = tuple(name for block in (_CHECKS, _QUERIES, _PACKING, _SAMPLING) for name in block.split())
 # Names the installed torch lacks are skipped (and listed by ``REGISTRY.missing()``).
-REGISTRY.zero_cost(*_NAMES, missing_ok=True)
+REGISTRY.zero_cost(*_NAMES, *_BOOKKEEPING_NAMES, missing_ok=True)
 
-#: Every op this module registers as free (``OpOverloadPacket``s).
+#: The data-moving ops this module registers as free (``OpOverloadPacket``s).
 ZERO_COST_OPS: tuple = tuple(op_key(name) for name in _NAMES if name not in REGISTRY.missing())
+#: The bookkeeping ops this module registers as free (``OpOverloadPacket``s).
+BOOKKEEPING_OPS: tuple = tuple(op_key(name) for name in _BOOKKEEPING_NAMES if name not in REGISTRY.missing())

@@ -11,14 +11,14 @@ mode, run the HOP's dense (``CompositeExplicitAutograd``) implementation with th
 active: its aten ops are then seen like any others -- not counted again under the unit, and
 in the backward charged to the unit's ``flex_attention.backward``.
 
-Dense convention: as SDPA (:func:`.attention.attention_cost`) on ``(B, H, L, E)`` operands,
+Dense convention: as SDPA (:func:`.sdpa.attention_cost`) on ``(B, H, L, E)`` operands,
 GQA included; a ``score_mod`` costs 1 FLOP per score (an elementwise modification, like an
 additive bias) and a ``BlockMask`` with a ``mask_mod`` costs 1 per score (a mask). With
 ``attention="effective"``: the entries of the blocks the ``BlockMask`` computes (partial and
 full), clipped at the sequence ends, when its block counts are readable (not meta).
 
 >>> import torch
->>> from flopsight.formulas.flex_attention import flex_attention
+>>> from flopsight.formulas.attention.flex import flex_attention
 >>> q = torch.ones(1, 2, 4, 8)          # scores = 2*4*4 = 32; MACs = 32*8*2
 >>> flex_attention(None, q, q, q, None, None, 0.35, {})
 Stats(macs=512, flops=1088)
@@ -29,10 +29,15 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from .._torch_private import flex_attention_ops
-from .attention import _bhle_dims, _dense_backward, _family, _read, _readable, _requires_grad, attention_cost
-from .elementwise import elementwise_flops
-from .registry import REGISTRY, Cost
+
+from ..._torch_private import flex_attention_ops
+from ..elementwise import elementwise_flops
+from ..registry import REGISTRY, Cost
+from ..shapes import requires_grad
+from .backward import dense_backward
+from .convention import effective_family
+from .entries import bhle_dims, read_values, readable
+from .sdpa import attention_cost
 
 __all__ = ["flex_attention", "flex_attention_backward", "flex_block_entries"]
 
@@ -64,7 +69,7 @@ def flex_block_entries(fields: dict, q_len: int, kv_len: int, batch_heads: int) 
     q_block, kv_block = int(fields["q_block"]), int(fields["kv_block"])
     pairs = [(fields["kv_num_blocks"], fields["kv_indices"]), (fields["full_kv_num_blocks"], fields["full_kv_indices"])]
     pairs = [(n, i) for n, i in pairs if n is not None and i is not None]
-    if not pairs or not all(_readable(t) for pair in pairs for t in pair):
+    if not pairs or not all(readable(t) for pair in pairs for t in pair):
         return None
 
     def count(num, idx):
@@ -75,12 +80,12 @@ def flex_block_entries(fields: dict, q_len: int, kv_len: int, batch_heads: int) 
         entries = (cols[idx.long().cpu().clamp(0, n_kv - 1)] * computed).sum(-1) * rows
         return int(entries.sum()) * (batch_heads // max(1, num.shape[0] * num.shape[1]))
 
-    return sum(_read(count, num, idx) for num, idx in pairs)
+    return sum(read_values(count, num, idx) for num, idx in pairs)
 
 
 def _flex_scores(query, key, value, block_mask, effective) -> tuple[tuple, int, bool]:
     """(dims, score entries counted, whether a mask_mod applies)."""
-    dims = _bhle_dims(query, key, value)
+    dims = bhle_dims(query, key, value)
     fields = _block_mask_fields(block_mask)
     masked = fields is not None and not _is(fields["mask_mod"], "noop_mask")
     scores = dims[0] * dims[1] * dims[2]
@@ -90,7 +95,7 @@ def _flex_scores(query, key, value, block_mask, effective) -> tuple[tuple, int, 
     return dims, scores, masked
 
 
-@_family
+@effective_family
 def flex_attention(out, query, key, value, score_mod, block_mask, scale=None, kernel_options=None, *,
                    effective=False, **_) -> Cost:
     """The ``flex_attention`` HOP: SDPA's dense count, + 1 FLOP per score for a ``score_mod``
@@ -103,15 +108,15 @@ def flex_attention(out, query, key, value, score_mod, block_mask, scale=None, ke
     return cost
 
 
-@_family
+@effective_family
 def flex_attention_backward(out, query, key, value, score_mod, block_mask, scale=None, kernel_options=None, *,
                             effective=False, **_) -> Cost:
-    """Backward of the ``flex_attention`` HOP: SDPA's backward (:func:`.attention.attention_backward_cost`)
+    """Backward of the ``flex_attention`` HOP: SDPA's backward (:func:`.backward.attention_backward_cost`)
     for the operands that require grad; ``score_mod`` and ``mask_mod`` pass the score gradient
     through (0 FLOPs, as a mask's add)."""
     dims, scores, _masked = _flex_scores(query, key, value, block_mask, effective)
-    grads = (_requires_grad(query), _requires_grad(key), _requires_grad(value), False)
-    return _dense_backward(dims, query, key, value, None, grads=grads, dropout_p=0.0, scores=scores)
+    grads = (requires_grad(query), requires_grad(key), requires_grad(value), False)
+    return dense_backward(dims, query, key, value, None, grads=grads, dropout_p=0.0, scores=scores)
 
 
 REGISTRY.register_unit(flex_attention_ops()[0], name="flex_attention", backward=flex_attention_backward)(flex_attention)
