@@ -20,7 +20,10 @@ from torch import nn
 
 import flopsight
 from flopsight.__main__ import main
-from flopsight.analysis.diff import GATE_METRICS, Change, mann_whitney_p, parse_gate
+from flopsight.analysis.diff import DIFF_FORMATS, GATE_METRICS, Change, mann_whitney_p, parse_gate
+from flopsight.renderers.diff_renderer import (
+    format_percent, format_signed, format_threshold, format_value, gate_message, render_diff,
+)
 
 B = 2  # batch
 
@@ -515,3 +518,108 @@ def test_cli_json_output(saved, capsys, monkeypatch):
     code = main(["diff", "a.json", "b.json", "--format", "json", "--fail-on", "params>+1M"])
     data = json.loads(capsys.readouterr().out)
     assert code == 0 and data["total"]["metrics"]["params"]["delta"] == 208 and data["gates"][0]["passed"]
+
+
+# -- layers: the analysis holds numbers, the renderer writes them -------------------------------------
+def test_gate_result_holds_the_figures_not_the_text(base):
+    slower = [t * 1.3 for t in A]
+    d = flopsight.diff(with_spans(base, A), with_spans(base, slower))
+    (r,) = d.evaluate(["latency>+10%"], alpha=0.01)
+    assert (r.a, r.b) == (pytest.approx(0.010), pytest.approx(0.013))  # the medians of the calls
+    assert r.beyond and r.tested and r.significant and not r.passed
+    assert (r.samples, r.alpha, r.p_value) == ((10, 10), 0.01, pytest.approx(1 / 184756))
+    assert r.message == str(r) == gate_message(r)
+    assert r.to_dict() == {"gate": "latency>+10%", "passed": False, "message": gate_message(r), "tested": True,
+                           "p_value": r.p_value}
+    (count,) = d.evaluate(["flops>0"])
+    assert (count.a, count.b, count.beyond, count.tested, count.significant) == (840, 840, False, None, None)
+    (unmeasured,) = d.evaluate(["memory>+1%"])
+    assert not unmeasured.measured and unmeasured.beyond is None and not unmeasured.passed
+
+
+def test_gate_message_says_each_outcome(base, wide):
+    d = flopsight.diff(base, wide)
+    (r,) = d.evaluate(["flops>+1%"])
+    assert gate_message(r) == "flops>+1%: FLOPs of the model rose 840 -> 1.67 K (+832, +99%), beyond +1%"
+    (r,) = d.evaluate(["memory<-1.5M"])
+    assert gate_message(r) == ("memory<-1.5M: cannot compare peak memory of the model: not measured in a "
+                               "(memory needs memory=True)")
+    a = [8, 9, 10, 11, 12, 8.5, 9.5, 10.5, 11.5, 12.5]
+    noisy = flopsight.diff(with_spans(base, a), with_spans(base, [t * 1.12 for t in a]))
+    (r,) = noisy.evaluate(["latency>+10%"])
+    assert gate_message(r).startswith("latency>+10%: latency of the model rose 10.25 ms -> 11.48 ms per call "
+                                      "(median of 10 vs 10 calls, +1.23 ms, +12%), beyond +10%, but not significant "
+                                      "(one-sided Mann-Whitney U against a moved by +10%, p=0.")
+    (r,) = noisy.evaluate(["latency@encoder<-1ms"])
+    assert gate_message(r).endswith(", not below -1 ms; could not be tested for noise: no per-call samples are "
+                                    "kept for a module (see docs/diff.md)")
+
+
+def test_render_diff_is_the_renderers_side_of_render(base, wide):
+    d = flopsight.diff(base, wide)
+    gates = d.evaluate(["flops>+1%", "latency>+10%"])
+    for fmt in DIFF_FORMATS:
+        for all_modules in (False, True):
+            assert render_diff(d, fmt, all_modules=all_modules, gates=gates) \
+                == d.render(fmt, all_modules=all_modules, gates=gates)
+    assert render_diff(d).splitlines()[0] == "flopsight diff: a -> b"
+    with pytest.raises(ValueError, match="fmt: expected one of text, md, json, got 'html'"):
+        render_diff(d, "html")
+
+
+def test_threshold_written_back():
+    assert [format_threshold(parse_gate(g)) for g in ("flops>+1%", "params<-1.5M", "latency>+500us", "memory>0")] \
+        == ["+1%", "-1.5 M", "+500 us", "0"]
+    assert (format_value("bytes", 2000), format_signed("count", -1500), format_percent(None)) \
+        == ("2 KB", "-1.5 K", "n/a")
+
+
+def _imports(path) -> list[tuple[str, list[str]]]:
+    """(absolute module, names) of every import in the source file ``path``, inside functions too."""
+    import ast
+    from pathlib import Path
+
+    path = Path(path)
+    module = ".".join(path.relative_to(Path(flopsight.__file__).parent.parent).with_suffix("").parts)
+    package = module.removesuffix(".__init__") if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, []) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # from ..x import y: x resolved against the package, one level up per extra dot
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                name = f"{base}.{node.module}" if node.module else base
+            else:
+                name = node.module
+            found.append((name, [alias.name for alias in node.names]))
+    return found
+
+
+def test_the_diff_analysis_never_imports_the_renderers():
+    from pathlib import Path
+
+    files = sorted((Path(flopsight.__file__).parent / "analysis" / "diff").glob("*.py"))
+    assert {f.name for f in files} >= {"__init__.py", "compare.py", "gates.py", "stats.py"}
+    for file in files:
+        for module, _ in _imports(file):
+            assert not module.startswith("flopsight.renderers"), f"{file.name} imports {module}"
+
+
+def test_the_diff_renderer_uses_only_public_names_of_the_analysis():
+    import flopsight.renderers.diff_renderer as renderer
+
+    for module, names in _imports(renderer.__file__):
+        if module.startswith("flopsight.analysis"):
+            assert [n for n in names if n.startswith("_")] == [], module
+
+
+def test_every_public_name_still_imports_from_the_package():
+    import flopsight.analysis.diff as package
+
+    before_the_split = ["diff", "ProfileDiff", "ModuleDiff", "Change", "Side", "Gate", "GateResult", "parse_gate",
+                        "parse_gates", "mann_whitney_p", "METRICS", "GATE_METRICS", "DIFF_FORMATS",
+                        "DIFF_SCHEMA_VERSION", "DEFAULT_ALPHA", "GATE_GRAMMAR"]
+    assert set(before_the_split) <= set(package.__all__)
+    assert all(hasattr(package, name) for name in package.__all__)
+    assert flopsight.diff is package.diff

@@ -1,27 +1,154 @@
-"""Text and Markdown tables of a :class:`~flopsight.analysis.diff.ProfileDiff` (its
-``render("text")`` and ``render("md")``): a renderer only formats what the analysis found.
+"""A :class:`~flopsight.analysis.diff.ProfileDiff` as text, Markdown or JSON, and the gates'
+messages: a renderer only formats what the analysis found.
+
+:func:`render_diff` is what ``diff.render(fmt)`` writes and :func:`gate_message` what a
+:class:`~flopsight.analysis.diff.GateResult` says (its ``message``); both reach the data
+model through :mod:`flopsight.renderers.output`'s reporter.
 
 >>> import torch, flopsight
 >>> clock = flopsight.FakeClock()
 >>> d = flopsight.diff(flopsight.profile(torch.nn.Linear(4, 2), torch.ones(1, 4), clock=clock),
 ...                    flopsight.profile(torch.nn.Linear(4, 3), torch.ones(1, 4), clock=clock))
->>> print(d.render("md").splitlines()[0])
+>>> print(render_diff(d, "md").splitlines()[0])
 ### flopsight diff: `a` → `b`
+>>> gate_message(d.evaluate(["flops>+1K"])[0])
+'flops>+1K: FLOPs of the model rose 18 -> 27 (+9, +50%), within +1 K'
 """
 
 from __future__ import annotations
 
-from ..analysis.diff import (
-    DEFAULT_ALPHA, METRICS, GateResult, ModuleDiff, ProfileDiff, _kind, _testable, _two_sided,
-    format_percent, format_signed, format_value,
-)
+import json
+import math
+from typing import Sequence
 
-__all__ = ["render_diff_text", "render_diff_markdown"]
+from ..analysis.diff import DIFF_FORMATS, METRICS, Change, Gate, GateResult, ModuleDiff, ProfileDiff, metric_kind
+from .numbers import bytes_to_string, duration_to_string, number_to_string
+
+__all__ = ["render_diff", "render_diff_text", "render_diff_markdown", "gate_message", "format_value",
+           "format_signed", "format_percent", "format_threshold"]
+
+
+# -- values in messages and tables ----------------------------------------------------------------------
+def format_value(kind: str, v: float | None) -> str:
+    """A figure of kind ``"count"``, ``"time"`` or ``"bytes"`` (see ``METRICS``) in its unit;
+    ``n/a`` where it was not measured.
+
+    >>> format_value("count", 1672), format_value("time", 0.0125), format_value("bytes", 512)
+    ('1.67 K', '12.5 ms', '512 B')
+    """
+    if v is None:
+        return "n/a"
+    if kind == "time":
+        return duration_to_string(v)
+    if kind == "bytes":
+        return bytes_to_string(v)
+    return number_to_string(v).strip()
+
+
+def format_signed(kind: str, d: float | None) -> str:
+    """A change with its sign.
+
+    >>> format_signed("count", 832), format_signed("time", -0.002), format_signed("bytes", 0)
+    ('+832', '-2 ms', '0')
+    """
+    if d is None:
+        return "n/a"
+    if d == 0:
+        return "0"
+    return ("+" if d > 0 else "-") + format_value(kind, abs(d))
+
+
+def format_percent(rel: float | None) -> str:
+    """``+8.33%``; ``from 0`` when there is nothing to be relative to.
+
+    >>> format_percent(0.0833333), format_percent(-2.5), format_percent(1e-7), format_percent(math.inf)
+    ('+8.33%', '-250%', '+<0.01%', 'from 0')
+    """
+    if rel is None:
+        return "n/a"
+    if math.isinf(rel):
+        return "from 0"
+    pct = rel * 100
+    if pct == 0:
+        return "0%"
+    if abs(pct) < 0.01:
+        return ("+" if pct > 0 else "-") + "<0.01%"
+    return f"{pct:+.0f}%" if abs(pct) >= 100 else f"{pct:+.3g}%"
+
+
+def format_threshold(gate: Gate) -> str:
+    """A gate's threshold as written back: ``+1%``, ``+2 ms``, ``-1.5 M``.
+
+    >>> from flopsight.analysis.diff import parse_gate
+    >>> format_threshold(parse_gate("flops>+1%")), format_threshold(parse_gate("latency<-2ms"))
+    ('+1%', '-2 ms')
+    """
+    if gate.relative:
+        return format_percent(float(gate.value) / 100)
+    return format_signed(metric_kind(gate.metric), float(gate.value))
+
+
+# -- a gate's message -------------------------------------------------------------------------------------
+#: (op, beyond the threshold) -> how a message says it
+_VERDICTS = {(">", True): "beyond", (">", False): "within", ("<", True): "below", ("<", False): "not below"}
+
+
+def gate_message(result: GateResult) -> str:
+    """What a gate's outcome says: the figure's move, the verdict against the threshold, and
+    for a latency the noise test's (``str(result)`` and ``result.message`` are this)."""
+    gate = result.gate
+    subject = f"{METRICS[gate.metric][0]} of " + (f"module {gate.path!r}" if gate.path else "the model")
+    if not result.measured:
+        where = "a" if result.a is None else "b"
+        return f"{gate.text}: cannot compare {subject}: not measured in {where} (memory needs memory=True)"
+    if result.tested is None:  # a count or bytes: exact, nothing to test
+        return _moved(gate, subject, result.a, result.b, result.beyond)
+    n, m = result.samples
+    if not result.tested:
+        why = ("no per-call samples are kept for a module" if gate.path is not None else
+               f"{n} vs {m} timed calls cannot show significance at alpha={result.alpha:g}")
+        note = f"; could not be tested for noise: {why} (see docs/diff.md)"
+        return _moved(gate, subject, result.a, result.b, result.beyond) + note
+    message = _moved(gate, subject, result.a, result.b, result.beyond, median=f"median of {n} vs {m} calls")
+    if result.beyond:  # the test only matters past the threshold: it says whether the calls show it
+        verdict = ("significant" if result.significant else "not significant") + \
+            (f" (one-sided Mann-Whitney U against a moved by {format_threshold(gate)}, p={result.p_value:.3g}, "
+             f"alpha={result.alpha:g})")
+        message += (", and " if not result.passed else ", but ") + verdict
+    return message
+
+
+def _moved(gate: Gate, subject: str, a: float, b: float, beyond: bool, median: str = "") -> str:
+    """``flops>+1%: FLOPs of the model rose 840 -> 1.67 K (+832, +99%), beyond +1%``."""
+    kind, change = metric_kind(gate.metric), Change(a, b)
+    per = " per call" if kind == "time" else ""
+    if change.delta:
+        moved = f"{'rose' if change.delta > 0 else 'fell'} {format_value(kind, a)} -> {format_value(kind, b)}{per}"
+        details = [median, format_signed(kind, change.delta), format_percent(change.relative)]
+    else:
+        moved, details = f"stayed at {format_value(kind, a)}{per}", [median]
+    detail = ", ".join(x for x in details if x)
+    return (f"{gate.text}: {subject} {moved}" + (f" ({detail})" if detail else "")
+            + f", {_VERDICTS[gate.op, beyond]} {format_threshold(gate)}")
+
+
+# -- the diff ----------------------------------------------------------------------------------------------
+def render_diff(d: ProfileDiff, fmt: str = "text", *, all_modules: bool = False,
+                gates: Sequence[GateResult] = ()) -> str:
+    """``d`` as ``"text"``, ``"md"`` (Markdown tables for a pull request) or ``"json"``
+    (:meth:`~flopsight.analysis.diff.ProfileDiff.to_dict`); changed modules only unless
+    ``all_modules``; ``gates``: outcomes to report beside it."""
+    if fmt not in DIFF_FORMATS:
+        raise ValueError(f"fmt: expected one of {', '.join(DIFF_FORMATS)}, got {fmt!r}")
+    if fmt == "json":
+        return json.dumps(d.to_dict(all_modules, gates), indent=1, allow_nan=False) + "\n"
+    render = render_diff_markdown if fmt == "md" else render_diff_text
+    return render(d, d.rows(all_modules), all_modules, list(gates))
 
 
 def _cell(row: ModuleDiff, metric: str) -> str:
     """A module's change in one metric: ``=``, ``+1.2 K (+8.3%)``, or the amount added/removed."""
-    change, kind = row.metrics[metric], _kind(metric)
+    change, kind = row.metrics[metric], metric_kind(metric)
     if change.a is None or change.b is None:
         return "n/a"
     if not change.changed:
@@ -37,7 +164,7 @@ def _columns(d: ProfileDiff, rows: list[ModuleDiff]) -> list[str]:
     timed = ["fwd_latency", "bwd_latency"] if d.a.backward_passes or d.b.backward_passes else ["latency"]
 
     def wanted(m: str) -> bool:
-        if _kind(m) == "time":
+        if metric_kind(m) == "time":
             return m in timed
         if m == "trainable":
             return any(r.metrics[m] != r.metrics["params"] for r in rows)
@@ -48,6 +175,7 @@ def _columns(d: ProfileDiff, rows: list[ModuleDiff]) -> list[str]:
 
 def _total_lines(d: ProfileDiff) -> list[list[str]]:
     """Rows of the totals table: metric, a, b, change, percent, noise."""
+    noise = d.noise()
     out = []
     for metric, (label, kind) in METRICS.items():
         change = d.total.metrics[metric]
@@ -55,17 +183,18 @@ def _total_lines(d: ProfileDiff) -> list[list[str]]:
             continue
         if metric in ("bwd_latency", "latency") and not (d.a.backward_passes or d.b.backward_passes):
             continue  # an inference profile: latency is the forward's
-        noise = _noise_note(d, metric) if kind == "time" else ""
+        note = _noise_note(noise[metric]) if kind == "time" else ""
         out.append([label, format_value(kind, change.a), format_value(kind, change.b), format_signed(kind, change.delta),
-                    format_percent(change.relative), noise])
+                    format_percent(change.relative), note])
     return out
 
 
-def _noise_note(d: ProfileDiff, metric: str) -> str:
-    xs, ys = d.a.samples[metric], d.b.samples[metric]
-    if not _testable(len(xs), len(ys), DEFAULT_ALPHA):
-        return f"untested ({len(xs)} vs {len(ys)} calls)"
-    return f"p={_two_sided(xs, ys):.2g} ({len(xs)} vs {len(ys)} calls)"
+def _noise_note(noise: dict) -> str:
+    """One time metric's entry of :meth:`~flopsight.analysis.diff.ProfileDiff.noise`, in words."""
+    (n, m), p = noise["samples"], noise["p_value"]
+    if p is None:
+        return f"untested ({n} vs {m} calls)"
+    return f"p={p:.2g} ({n} vs {m} calls)"
 
 
 def _summary(d: ProfileDiff, all_modules: bool) -> str:
@@ -95,6 +224,7 @@ def _type(row: ModuleDiff) -> str:
 
 
 def render_diff_text(d: ProfileDiff, rows: list[ModuleDiff], all_modules: bool, gates: list[GateResult]) -> str:
+    """The text format: totals, then the ``rows`` table, then the gates."""
     out = [f"flopsight diff: {d.a.label} -> {d.b.label}"]
     out += [f"note: {n}" for n in d.notes]
     out += ["", "Model totals", *_table(["metric", "a", "b", "change", "%", "noise"], _total_lines(d), 1)]
@@ -105,7 +235,7 @@ def render_diff_text(d: ProfileDiff, rows: list[ModuleDiff], all_modules: bool, 
         lines = [[f"{_status(r)} {r.path}", _type(r), *(_cell(r, m) for m in cols)] for r in rows]
         out += _table(header, lines, 2)
     if gates:
-        out += ["", "Gates"] + [("PASS  " if g.passed else "FAIL  ") + g.message for g in gates]
+        out += ["", "Gates"] + [("PASS  " if g.passed else "FAIL  ") + gate_message(g) for g in gates]
     return "\n".join(out) + "\n"
 
 
@@ -119,6 +249,7 @@ def _md_table(header: list[str], lines: list[list[str]], left: int) -> list[str]
 
 
 def render_diff_markdown(d: ProfileDiff, rows: list[ModuleDiff], all_modules: bool, gates: list[GateResult]) -> str:
+    """The ``md`` format: the text format's tables in Markdown, for a pull request."""
     out = [f"### flopsight diff: `{_md(d.a.label)}` → `{_md(d.b.label)}`", ""]
     out += [f"> {_md(n)}" for n in d.notes] + ([""] if d.notes else [])
     out += _md_table(["metric", "a", "b", "change", "%", "noise"], [[_md(c) for c in r] for r in _total_lines(d)], 1)
@@ -131,6 +262,6 @@ def render_diff_markdown(d: ProfileDiff, rows: list[ModuleDiff], all_modules: bo
         out += _md_table(header, lines, 3) + [""]
     if gates:
         out += _md_table(["gate", "result", "detail"],
-                         [[f"`{_md(g.gate.text)}`", "✅ pass" if g.passed else "❌ fail", _md(g.message)]
+                         [[f"`{_md(g.gate.text)}`", "✅ pass" if g.passed else "❌ fail", _md(gate_message(g))]
                           for g in gates], 3) + [""]
     return "\n".join(out).rstrip("\n") + "\n"

@@ -1,0 +1,381 @@
+"""Two profiles compared module by module: :func:`diff` and the records it returns.
+
+:class:`ProfileDiff` holds, per module path, a :class:`Change` per metric of
+:data:`~.metrics.METRICS` (counts over all phases, latencies per call, memory), the two
+:class:`Side` s and the notes a reader needs; gates are decided in :mod:`.gates`, the text is
+written by :mod:`flopsight.renderers.diff_renderer`.
+
+>>> import torch, flopsight
+>>> clock = flopsight.FakeClock()
+>>> d = diff(flopsight.profile(torch.nn.Linear(4, 2), torch.ones(1, 4), clock=clock),
+...          flopsight.profile(torch.nn.Linear(4, 3), torch.ones(1, 4), clock=clock))
+>>> d.total["macs"], d.total.status, d.modules  # a bare Linear: the model is its only module
+(Change(a=8, b=12), 'changed', {})
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+from ...result.profile_result import ProfileResult, load
+from ...result.reporting import reporter
+from ...result.tree import PHASES, ModuleNode
+from .gates import Gate, GateResult, check_alpha, evaluate_gate, parse_gates
+from .metrics import METRICS, TIME_METRICS, metric_kind
+from .stats import DEFAULT_ALPHA, testable, two_sided_p
+
+__all__ = ["diff", "ProfileDiff", "ModuleDiff", "Change", "Side", "DIFF_FORMATS", "DIFF_SCHEMA_VERSION"]
+
+#: Version of the dict :meth:`ProfileDiff.to_dict` returns (the ``json`` format).
+DIFF_SCHEMA_VERSION = 1
+#: What :meth:`ProfileDiff.render` writes.
+DIFF_FORMATS = ("text", "md", "json")
+
+
+# -- the change of one figure ----------------------------------------------------------
+@dataclass(frozen=True)
+class Change:
+    """One figure in ``a`` and in ``b`` (None: not measured there, e.g. memory not tracked).
+
+    >>> Change(200, 150).delta, Change(200, 150).relative, Change(0, 5).relative
+    (-50, -0.25, inf)
+    """
+
+    a: float | None
+    b: float | None
+
+    @property
+    def delta(self) -> float | None:
+        return None if self.a is None or self.b is None else self.b - self.a
+
+    @property
+    def relative(self) -> float | None:
+        """``delta / |a|``; ``±inf`` from 0 to something, 0.0 from 0 to 0, None when unmeasured."""
+        d = self.delta
+        if d is None:
+            return None
+        if self.a == 0:
+            return 0.0 if d == 0 else math.copysign(math.inf, d)
+        return d / abs(self.a)
+
+    @property
+    def changed(self) -> bool:
+        return self.a != self.b
+
+
+@dataclass(frozen=True)
+class ModuleDiff:
+    """One module path: its status (``added``, ``removed``, ``changed`` or ``unchanged``:
+    counts and type only, since latencies always move a little), its type on each side, and
+    a :class:`Change` per metric of :data:`METRICS` (``diff_row["flops"]``)."""
+
+    path: str
+    status: str
+    type_a: str | None
+    type_b: str | None
+    depth: int
+    metrics: dict[str, Change]
+
+    def __getitem__(self, metric: str) -> Change:
+        if metric not in self.metrics:
+            raise KeyError(f"metric: expected one of {', '.join(METRICS)}, got {metric!r}")
+        return self.metrics[metric]
+
+    @property
+    def changed(self) -> bool:
+        return self.status != "unchanged"
+
+
+@dataclass(frozen=True)
+class Side:
+    """What one profile brings to the diff: its label (the file it was read from, else
+    ``"a"``/``"b"``), model, timed forward calls and backward passes, whether it tracked
+    memory, and its per-call latency samples by time metric."""
+
+    label: str
+    model: str
+    device: str
+    dtype: str
+    forward_calls: int
+    backward_passes: int
+    memory_tracked: bool
+    samples: dict[str, list[float]] = field(default_factory=dict)
+
+
+# -- building the diff ------------------------------------------------------------------
+def diff(a: ProfileResult | str | os.PathLike, b: ProfileResult | str | os.PathLike) -> ProfileDiff:
+    """Compare profile ``a`` (before) with ``b`` (after): results or saved ``.json`` files.
+
+    Counts are the totals each result holds (profile the same calls on both sides);
+    latencies are per call: a module's time per forward call of the model (backward: per
+    backward pass), the model's from its timed spans. See docs/diff.md.
+    """
+    ra, la = _as_result(a, "a")
+    rb, lb = _as_result(b, "b")
+    sa, sb = _side(ra, la), _side(rb, lb)
+    paths = _merged_paths(ra, rb)
+    total = _row("", ra, rb, sa, sb, model=True)
+    modules = {p: _row(p, ra, rb, sa, sb) for p in paths if p}
+    return ProfileDiff(sa, sb, total, modules, _notes(ra, rb, sa, sb))
+
+
+def _as_result(value: Any, arg: str) -> tuple[ProfileResult, str]:
+    if isinstance(value, ProfileResult):
+        return value, arg
+    if not isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"{arg}: expected a ProfileResult or the path of a saved .json profile, "
+                        f"got {type(value).__name__}")
+    path = os.fspath(value)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{arg}: no such file {path!r}")
+    try:
+        return load(path), path
+    except (ValueError, KeyError, TypeError, AttributeError) as e:  # JSON, but not a profile
+        raise ValueError(f"{arg}: {path!r} is not a flopsight profile JSON ({e})") from None
+
+
+def _side(result: ProfileResult, label: str) -> Side:
+    forward = list(result.spans.get("forward", ()))
+    backward = list(result.spans.get("backward", ()))
+    samples = {"fwd_latency": forward, "bwd_latency": backward, "latency": _iteration_samples(forward, backward)}
+    meta = result.metadata
+    return Side(label, meta.model, meta.device, meta.dtype, len(forward), len(backward),
+                result.memory is not None, samples)
+
+
+def _iteration_samples(forward: list[float], backward: list[float]) -> list[float]:
+    """Per-call forward + backward: calls paired in order when each had a backward pass,
+    the forward calls when none had; none when they cannot be paired (accumulation)."""
+    if not backward:
+        return forward
+    if len(forward) == len(backward):
+        return [f + b for f, b in zip(forward, backward)]
+    return []
+
+
+def _merged_paths(a: ProfileResult, b: ProfileResult) -> list[str]:
+    """Every path of either profile in tree order: b's layout, a's removed modules after
+    their preceding sibling in a."""
+    def children(path: str) -> list[str]:
+        in_a = a.modules[path].children if path in a.modules else ()
+        in_b = b.modules[path].children if path in b.modules else ()
+        return _merge_order(list(in_b), list(in_a))
+
+    out, stack = [], [""]
+    while stack:
+        path = stack.pop()
+        out.append(path)
+        stack.extend(reversed(children(path)))
+    return out
+
+
+def _merge_order(first: list[str], second: list[str]) -> list[str]:
+    """``first``, with each item only in ``second`` inserted after its predecessor there.
+
+    >>> _merge_order(["x", "z"], ["x", "y", "z", "w"])
+    ['x', 'y', 'z', 'w']
+    """
+    merged, seen, previous = list(first), set(first), None
+    for item in second:
+        if item not in seen:
+            merged.insert(merged.index(previous) + 1 if previous is not None else 0, item)
+            seen.add(item)
+        previous = item
+    return merged
+
+
+def _figures(node: ModuleNode, result: ProfileResult, side: Side, model: bool) -> dict[str, float | None]:
+    """A module's figures: counts over all phases, latencies per call, memory (None untracked)."""
+    fwd = node.forward.latency / max(side.forward_calls, 1)
+    # recompute (activation checkpointing) runs inside the backward pass: it is backward time
+    bwd = (node.backward.latency + node.recompute.latency) / max(side.backward_passes, 1)
+    total = fwd + bwd
+    if model:  # the model's timed spans: medians, robust to a slow first call (what gates decide on)
+        fwd, bwd, total = (_median(side.samples[m], v) for m, v in
+                           (("fwd_latency", fwd), ("bwd_latency", bwd), ("latency", total)))
+    figures: dict[str, float | None] = {
+        "params": node.params,
+        "trainable": node.params_trainable,
+        "macs": sum(node.inclusive[p].macs for p in PHASES),
+        "flops": sum(node.inclusive[p].flops for p in PHASES),
+        "fwd_latency": fwd,
+        "bwd_latency": bwd,
+        "latency": total,
+    }
+    figures.update(_memory_figures(node, result, model))
+    return figures
+
+
+def _median(samples: list[float], otherwise: float) -> float:
+    return statistics.median(samples) if samples else otherwise
+
+
+def _memory_figures(node: ModuleNode, result: ProfileResult, model: bool) -> dict[str, int | None]:
+    if result.memory is None:
+        return {"memory": None, "activations": None}
+    if model:
+        return {"memory": result.memory.peak, "activations": result.memory.activations}
+    mem = node.memory  # None for a module that allocated nothing
+    return {"memory": max(mem.peak, mem.peak_backward) if mem else 0, "activations": mem.activations if mem else 0}
+
+
+def _absent(result: ProfileResult) -> dict[str, float | None]:
+    """A module missing from a profile costs nothing there (memory stays unknown if untracked)."""
+    untracked = result.memory is None
+    return {m: None if untracked and m in ("memory", "activations") else 0 for m in METRICS}
+
+
+def _row(path: str, a: ProfileResult, b: ProfileResult, sa: Side, sb: Side, model: bool = False) -> ModuleDiff:
+    na = a.module(path) if path in a.modules else None
+    nb = b.module(path) if path in b.modules else None
+    fa = _figures(na, a, sa, model) if na is not None else _absent(a)
+    fb = _figures(nb, b, sb, model) if nb is not None else _absent(b)
+    metrics = {m: Change(fa[m], fb[m]) for m in METRICS}
+    type_a, type_b = (na.type_name if na else None), (nb.type_name if nb else None)
+    if na is None or nb is None:
+        status = "added" if na is None else "removed"
+    elif type_a != type_b or any(c.changed for m, c in metrics.items() if metric_kind(m) != "time"):
+        status = "changed"
+    else:
+        status = "unchanged"
+    return ModuleDiff(path, status, type_a, type_b, (na or nb).depth, metrics)
+
+
+def _notes(a: ProfileResult, b: ProfileResult, sa: Side, sb: Side) -> list[str]:
+    """What a reader must know before trusting the figures."""
+    notes = []
+    if (sa.forward_calls, sa.backward_passes) != (sb.forward_calls, sb.backward_passes):
+        notes.append(f"a timed {sa.forward_calls} forward call(s) and {sa.backward_passes} backward pass(es), "
+                     f"b {sb.forward_calls} and {sb.backward_passes}: counts are totals over each profile, "
+                     "latencies per call")
+    if (sa.device, sa.dtype) != (sb.device, sb.dtype):
+        notes.append(f"a ran on {sa.device} in {sa.dtype or '?'}, b on {sb.device} in {sb.dtype or '?'}")
+    if sa.memory_tracked != sb.memory_tracked:
+        which = "a" if sa.memory_tracked else "b"
+        notes.append(f"memory was tracked in {which} only (profile both with memory=True)")
+    if a.ranks or b.ranks:
+        notes.append("the figures are rank 0's own; the other ranks' results are not compared")
+    return notes
+
+
+# -- the diff -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ProfileDiff:
+    """Two profiles compared: ``total`` (the model), ``modules`` (path -> :class:`ModuleDiff`
+    in tree order, the root left out), the two :class:`Side` s and ``notes``."""
+
+    a: Side
+    b: Side
+    total: ModuleDiff
+    modules: dict[str, ModuleDiff]
+    notes: list[str] = field(default_factory=list)
+
+    def module(self, path: str) -> ModuleDiff:
+        """The row of module ``path`` (``""``: the model totals)."""
+        if path == "":
+            return self.total
+        if path not in self.modules:
+            raise KeyError(f"path: {self._no_module(path)}")
+        return self.modules[path]
+
+    def _no_module(self, path: str) -> str:
+        close = difflib.get_close_matches(path, list(self.modules), n=3)
+        hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+        return f"no module {path!r} in either profile{hint}"
+
+    @property
+    def changed(self) -> list[ModuleDiff]:
+        """Modules added, removed, or with a count or type that differs."""
+        return [m for m in self.modules.values() if m.changed]
+
+    @property
+    def added(self) -> list[str]:
+        return [p for p, m in self.modules.items() if m.status == "added"]
+
+    @property
+    def removed(self) -> list[str]:
+        return [p for p, m in self.modules.items() if m.status == "removed"]
+
+    # -- gates ----------------------------------------------------------------------------
+    def evaluate(self, gates: str | Iterable[str | Gate], alpha: float = DEFAULT_ALPHA) -> list[GateResult]:
+        """Every gate's outcome, passed or not. All gates are parsed and their module paths
+        checked first: a malformed gate or unknown path raises ValueError before any comparison."""
+        alpha = check_alpha(alpha)
+        parsed = parse_gates(gates)
+        for gate in parsed:
+            if gate.path is not None and gate.path not in self.modules:
+                raise ValueError(f"gate {gate.text!r}: {self._no_module(gate.path)}")
+        return [self._evaluate(gate, alpha) for gate in parsed]
+
+    def check(self, gates: str | Iterable[str | Gate], alpha: float = DEFAULT_ALPHA) -> list[GateResult]:
+        """The gates that fail (an empty list when all pass), each with a readable message."""
+        return [r for r in self.evaluate(gates, alpha) if not r.passed]
+
+    def _evaluate(self, gate: Gate, alpha: float) -> GateResult:
+        change = self.module(gate.path or "").metrics[gate.metric]
+        # per-call samples exist for the model's latencies only: a module keeps one total per profile
+        calls = (self.a.samples.get(gate.metric, []), self.b.samples.get(gate.metric, [])) if gate.path is None \
+            else ([], [])
+        return evaluate_gate(gate, change.a, change.b, alpha, calls)
+
+    # -- output ----------------------------------------------------------------------------
+    def rows(self, all_modules: bool = False) -> list[ModuleDiff]:
+        """The module rows a report lists: the changed ones, or every one in tree order."""
+        return list(self.modules.values()) if all_modules else self.changed
+
+    def noise(self) -> dict[str, dict[str, Any]]:
+        """Per time metric of the model: samples on each side, their medians, and the two-sided
+        p-value of any shift (None when so few calls could never show one)."""
+        out = {}
+        for metric in TIME_METRICS:
+            xs, ys = self.a.samples[metric], self.b.samples[metric]
+            tested = testable(len(xs), len(ys), DEFAULT_ALPHA)
+            out[metric] = {
+                "samples": [len(xs), len(ys)],
+                "median": [statistics.median(xs) if xs else None, statistics.median(ys) if ys else None],
+                "p_value": two_sided_p(xs, ys) if tested else None,
+            }
+        return out
+
+    def to_dict(self, all_modules: bool = False, gates: Sequence[GateResult] = ()) -> dict[str, Any]:
+        """The diff as a JSON-ready dict (the ``json`` format; documented in docs/diff.md)."""
+        return {
+            "flopsight_diff": DIFF_SCHEMA_VERSION,
+            "a": _side_dict(self.a),
+            "b": _side_dict(self.b),
+            "notes": list(self.notes),
+            "units": {m: {"count": "count", "time": "seconds per call", "bytes": "bytes"}[k]
+                      for m, (_, k) in METRICS.items()},
+            "total": {**_row_dict(self.total), "noise": self.noise()},
+            "modules": [_row_dict(r) for r in self.rows(all_modules)],
+            "summary": {"modules": len(self.modules), "changed": len(self.changed), "added": len(self.added),
+                        "removed": len(self.removed)},
+            "gates": [g.to_dict() for g in gates],
+        }
+
+    def render(self, fmt: str = "text", *, all_modules: bool = False, gates: Sequence[GateResult] = ()) -> str:
+        """The diff as ``"text"``, ``"md"`` (Markdown tables for a pull request) or ``"json"``;
+        changed modules only unless ``all_modules``; ``gates``: results of :meth:`evaluate` to
+        report beside it (written by :func:`flopsight.renderers.diff_renderer.render_diff`)."""
+        # through the reporter the renderers install: analysis never imports the layer above it
+        return reporter().render(self, fmt, all_modules=all_modules, gates=gates)
+
+
+def _side_dict(side: Side) -> dict[str, Any]:
+    return {"label": side.label, "model": side.model, "device": side.device, "dtype": side.dtype,
+            "forward_calls": side.forward_calls, "backward_passes": side.backward_passes,
+            "memory_tracked": side.memory_tracked}
+
+
+def _row_dict(row: ModuleDiff) -> dict[str, Any]:
+    def finite(x: float | None) -> float | None:
+        return x if x is None or math.isfinite(x) else None
+
+    return {"path": row.path, "status": row.status, "type_a": row.type_a, "type_b": row.type_b,
+            "metrics": {m: {"a": c.a, "b": c.b, "delta": c.delta, "relative": finite(c.relative)}
+                        for m, c in row.metrics.items()}}
