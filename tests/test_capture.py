@@ -6,9 +6,10 @@ import torch
 from flopsight.capture.attribution import Attribution
 from flopsight.capture.build import build_result
 from flopsight.capture.context import CaptureContext, Overhead
-from flopsight.capture.modules import CallRecord, describe
+from flopsight.capture.counting import Counts
+from flopsight.capture.modules import CallRecord, ModuleCalls, describe
+from flopsight.capture.raw import RawCapture
 from flopsight.capture.tally import Tally
-from flopsight.capture.session import RawCapture
 from flopsight.capture.timing import FakeClock
 from flopsight.formulas import Cost, Registry
 from flopsight.result.metadata import Metadata
@@ -125,11 +126,13 @@ def test_phases_raise_on_a_name_that_is_not_a_phase():
 def test_build_result_from_hand_made_captures_derives_inclusive_values():
     model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU())
     raw = RawCapture(
-        ops={("", "forward"): {"aten.add": Stats(0, 1, 0.5, 1)}, ("0", "forward"): {"aten.addmm": Stats(4, 10, 1, 1)},
-             ("1", "forward"): {"aten.relu": Stats(0, 2, 0.5, 1)}},
-        latency={("", "forward"): 1.0, ("0", "forward"): 2.0, ("1", "forward"): 0.5},
-        calls={("", "forward"): 1, ("0", "forward"): 1, ("1", "forward"): 1},
-        top_calls=[("", Stats(4, 13, 3.5, 1), 3)],
+        Counts(ops={("", "forward"): {"aten.add": Stats(0, 1, 0.5, 1)},
+                    ("0", "forward"): {"aten.addmm": Stats(4, 10, 1, 1)},
+                    ("1", "forward"): {"aten.relu": Stats(0, 2, 0.5, 1)}},
+               tops=[[4, 13]]),
+        ModuleCalls(latency={("", "forward"): 1.0, ("0", "forward"): 2.0, ("1", "forward"): 0.5},
+                    calls={("", "forward"): 1, ("0", "forward"): 1, ("1", "forward"): 1},
+                    top_calls=[("", 3.5, 3)]),
     )
     result = build_result(describe(model), raw, metadata=Metadata(model="Sequential"))
     # self values are stored; the root's forward adds both children: 4 MACs, 1 + 10 + 2 FLOPs

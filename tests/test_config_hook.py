@@ -3,7 +3,6 @@
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import textwrap
@@ -17,6 +16,7 @@ from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimize
 
 import flopsight
 from flopsight.integrations.deepspeed.config import FlopsProfilerConfig, parse_config
+from multirank.launch import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -349,12 +349,6 @@ WORKER = textwrap.dedent(
     os._exit(0)  # skip interpreter teardown, where gloo's threads sometimes abort ("terminate called ...")
     """
 )
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available")

@@ -4,7 +4,6 @@ import csv
 import json
 import os
 import runpy
-import socket
 import subprocess
 import sys
 import textwrap
@@ -22,6 +21,7 @@ from lightning.pytorch.loggers import CSVLogger  # noqa: E402
 
 import flopsight  # noqa: E402
 from flopsight.integrations.lightning import METRICS, PREFIX, FlopsightCallback  # noqa: E402
+from multirank.launch import free_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -342,12 +342,6 @@ DDP_SCRIPT = textwrap.dedent("""
         sys.stderr.flush()
         os._exit(0)  # skip interpreter teardown, where gloo's threads sometimes abort the process
 """)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available")

@@ -27,13 +27,15 @@ from .capture.inputs import batch_size, describe_inputs, model_device, model_dty
 from .capture.build import build_result
 from .capture.modules import describe
 from .capture.optimizer import check_optimizer
+from .capture.modules import ModuleCalls
+from .capture.plan import CaptureOptions
 from .capture.session import CaptureSession
 from .capture.state import ModelState
 from .capture.timing import Clock, default_clock
 from .formulas import REGISTRY
-from .formulas.attention import attention_registry
 from .formulas.registry import Registry
-from .result.metadata import ATTENTION_CONVENTIONS, Metadata, Timing
+from .formulas.attention import ATTENTION_CONVENTIONS, attention_registry
+from .result.metadata import Metadata, Timing
 from .capture.parallel import check_parallel, detect_parallel
 from .capture.gather import DEFAULT_GATHER_TIMEOUT, check_gather_timeout, gather_ranks
 from .result.profile_result import ProfileResult
@@ -243,8 +245,9 @@ def profile(
     def captured(count: bool, timeline: bool = True):
         rewind()
         # the whole call is the model's: ops between its module calls (generate()'s sampling) are the root's
-        session = CaptureSession(infos if count else time_infos, registry=registry, clock=clock, count=count,
-                                 ignore=ignore, outside_to_root=True, memory=memory, timeline=timeline)
+        options = CaptureOptions(infos if count else time_infos, count=count, memory=memory, timeline=timeline,
+                                 outside_to_root=True, ignore=ignore)
+        session = CaptureSession(options, registry=registry, clock=clock)
         session.start()
         try:
             with warnings.catch_warnings():
@@ -371,10 +374,9 @@ class Profiler:
         if self._session is None:
             self._infos = describe(self._target)
             clock = self._clock or default_clock(model_device(self._target))
-            session = CaptureSession(
-                self._infos, registry=self._registry, clock=clock, ignore=self._ignore, optimizer=self.optimizer,
-                outside_to_root=self._everything, memory=self._memory,
-            )
+            options = CaptureOptions(self._infos, memory=self._memory, outside_to_root=self._everything,
+                                     optimizer=self.optimizer, ignore=self._ignore)
+            session = CaptureSession(options, registry=self._registry, clock=clock)
             session.start()
             self._session = session
         return self
@@ -394,7 +396,8 @@ class Profiler:
         return self._build(self._session, self._session.snapshot())
 
     def _build(self, session: CaptureSession, raw) -> ProfileResult:
-        args, kwargs = raw.first_inputs or ((), {})
+        calls = raw.get(ModuleCalls)
+        args, kwargs = (calls.first_inputs if calls is not None else None) or ((), {})
         meta = run_metadata(self._target, args, kwargs, mode="custom", attention=self._attention,
                             batch_size_given=self.batch_size, timing=_timing(session.clock, False),
                             parallel=detect_parallel(self._target, given=self._parallel))

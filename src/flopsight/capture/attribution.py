@@ -51,13 +51,43 @@ def whole_call_bytes(out, bound) -> tuple[int, int]:
     return read, tensors_bytes(out)
 
 
-class Attribution:
-    """Charges costs to (module path, phase) in the context's tally."""
+class CallOwners:
+    """Autograd sequence number -> path of the innermost module call whose forward created
+    that node, over the session's call log (``ctx.calls``, written by the module tracker).
 
-    def __init__(self, ctx: CaptureContext, owner_of, param_owner: dict[int, str]):
+    Calls are logged in the order they start and sequence numbers only grow, so the log is
+    sorted by ``seq_start``; the index of starts is extended lazily as the log grows.
+    """
+
+    def __init__(self, log: list):
+        self._log = log
+        self._starts: list[int] = []
+
+    def __call__(self, sequence_nr: int) -> str | None:
+        log, starts = self._log, self._starts
+        if len(starts) < len(log):
+            starts.extend(rec.seq_start for rec in log[len(starts):])
+        i = bisect.bisect_right(starts, sequence_nr) - 1
+        while i >= 0:
+            rec = log[i]
+            if rec.seq_start <= sequence_nr and (rec.seq_end is None or sequence_nr < rec.seq_end):
+                return rec.path
+            i = rec.parent
+        return None
+
+
+class Attribution:
+    """Charges costs to (module path, phase) in the context's tally.
+
+    ``owner_of`` (autograd sequence nr -> path of the call that made it, or None) defaults to
+    the session's call log; ``param_owner`` (id of a parameter -> the path that owns it) to
+    the context's parameters.
+    """
+
+    def __init__(self, ctx: CaptureContext, owner_of=None, param_owner: dict[int, str] | None = None):
         self.ctx = ctx
-        self._owner_of = owner_of  # autograd sequence nr -> path of the call that made it, or None
-        self._param_owner = param_owner
+        self._owner_of = owner_of if owner_of is not None else CallOwners(ctx.calls)
+        self._param_owner = param_owner if param_owner is not None else ctx.params.owner_by_id
         self._whole: list[WholeCall] = []
         self._whole_starts: list[int] = []
         self._owner_cache = (-1, "")  # (sequence nr, path) of the last node looked up
@@ -67,15 +97,21 @@ class Attribution:
         self._made_in_backward: list[tuple[int, int, str]] = []
         self._made_starts: list[int] = []
         self._seq_seen: int | None = None  # sequence nr after the last backward op, in a backward pass
-        self.last_phase = ""  # phase of the last call charged
 
     def charge(self, entry, t0, t1, payload: tuple = (), cost: Stats | None = None, nbytes: int = 0) -> str | None:
+        """Charge one call of ``entry`` (see :meth:`place`); returns the module path charged,
+        or None when the call is not the profiled model's."""
+        where = self.place(entry, t0, t1, payload, cost, nbytes)
+        return None if where is None else where[0]
+
+    def place(self, entry, t0, t1, payload: tuple = (), cost: Stats | None = None,
+              nbytes: int = 0) -> tuple[str, str] | None:
         """Charge one call of ``entry`` (a resolved op, a unit...: it has ``name``,
         ``formula`` and ``cost(*payload)``) that ran from stamp ``t0`` to ``t1`` and moved
         ``nbytes``. Its cost is ``cost`` if given, else ``entry.cost(*payload)``, evaluated
-        only once the call is known to be counted. Returns the module path charged, or None
-        when the call is not the profiled model's. (Runs for every op: arguments are
-        positional.)"""
+        only once the call is known to be counted. Returns where it went, (module path,
+        phase), or None when the call is not the profiled model's. (Runs for every op:
+        arguments are positional.)"""
         ctx = self.ctx
         stack = ctx.stack
         node = current_autograd_node()
@@ -95,7 +131,7 @@ class Attribution:
             whole = self._whole_call_of(node)
             if whole is not None:
                 self._charge_whole_backward(whole, t0, t1)
-                return whole.path
+                return whole.path, "backward"
             path = self._backward_owner(node)
             seq, before = autograd_sequence_nr(), self._seq_seen
             self._seq_seen = seq
@@ -108,27 +144,34 @@ class Attribution:
         if cost is None:
             cost = self.evaluate(entry, *payload)
         ctx.tally.add(path, phase, entry.name, cost, t0, t1, 1, top_id, nbytes)
-        self.last_phase = phase
-        return path
+        return path, phase
 
-    def charge_collective(self, entry, t0, t1) -> tuple[str, str]:
-        """Charge a collective op like any free op and say where it went: (path, phase). One
-        issued by a gradient hook while the backward pass accumulates a parameter's gradient
-        (DDP's bucket all-reduce, ZeRO's gradient reduction) carries the gradients of many
-        modules: the root's backward. One issued outside the model's calls and the spans is
-        the root's too, in the phase of the forward call, backward or step that came last."""
+    def charge_collective(self, entry, t0, t1, owner: str | None = None) -> tuple[str, str]:
+        """Charge a collective op like any free op and say where the collective belongs:
+        (path, phase). One issued by a gradient hook while the backward pass accumulates a
+        parameter's gradient (DDP's bucket all-reduce, ZeRO's gradient reduction) carries the
+        gradients of many modules: the root's backward. One issued outside the model's calls
+        and the spans is the root's too, in the phase of the forward call, backward or step
+        that came last. ``owner``: the module the collective works for when its issuer knows
+        better than where it was issued (FSDP2 gathers a layer's parameters ahead of its use)."""
         node = current_autograd_node()
         if node is not None and node_sequence_nr(node) == ACCUMULATE_GRAD_SEQUENCE_NR:
             self.ctx.tally.add("", "backward", entry.name, ZERO_STATS, t0, t1)
-            return "", "backward"
-        path = self.charge(entry, t0, t1, (), ZERO_STATS)
-        if path is None:  # between the model's calls and spans (a wrapper's gradient reduction
+            return owner if owner is not None else "", "backward"
+        where = self.place(entry, t0, t1, (), ZERO_STATS)
+        if where is None:  # between the model's calls and spans (a wrapper's gradient reduction
             # after backward()): still communication of the profiled step, the root's, in the
             # phase of the forward, backward or step that came last
             phase = self.ctx.last_phase
             self.ctx.tally.add("", phase, entry.name, ZERO_STATS, t0, t1)
-            return "", phase
-        return path, self.last_phase
+            where = "", phase
+        return (owner, where[1]) if owner is not None else where
+
+    def current_module(self) -> str | None:
+        """Path of the innermost module call running (None outside every call): where a
+        tensor saved for backward now belongs."""
+        stack = self.ctx.stack
+        return stack[-1].path if stack else None
 
     def evaluate(self, entry, *payload) -> Stats:
         """``entry.cost(*payload)``; an op without a formula, or whose formula fails, costs
@@ -153,16 +196,18 @@ class Attribution:
                 warn_formula_failed(name, error)
 
     # -- calls counted whole ------------------------------------------------------------
-    def charge_whole(self, unit, t0, t1, out, bound, seq_start: int, seq_end: int) -> None:
+    def charge_whole(self, unit, t0, t1, out, bound, seq_start: int, seq_end: int) -> tuple[str, str] | None:
         """A call counted whole (a unit, a module rule, an autograd function) that ran from
         ``t0`` to ``t1`` and made autograd nodes ``seq_start <= n < seq_end``: its cost now,
-        its backward formula (if any) once the backward pass runs those nodes."""
+        its backward formula (if any) once the backward pass runs those nodes. Returns where
+        it went (see :meth:`place`)."""
         read, written = whole_call_bytes(out, bound)
-        path = self.charge(unit, t0, t1, (out, bound), None, read + written)
-        if path is not None and unit.backward is not None and seq_end > seq_start:  # a backward will run
+        where = self.place(unit, t0, t1, (out, bound), None, read + written)
+        if where is not None and unit.backward is not None and seq_end > seq_start:  # a backward will run
             cost = self.evaluate(unit.backward_entry, out, bound)
             # its backward reads the outputs' gradients and the inputs, writes the inputs' gradients
-            self.expect_backward(seq_start, seq_end, path, unit.name, cost, written + 2 * read)
+            self.expect_backward(seq_start, seq_end, where[0], unit.name, cost, written + 2 * read)
+        return where
 
     def expect_backward(self, seq_start: int, seq_end: int, path: str, name: str, cost: Stats,
                         nbytes: int = 0) -> None:

@@ -4,16 +4,15 @@
 A function mode does not see ``Function.apply``, so while capturing, each registered class
 gets an ``apply`` of its own that counts the call and then runs the original; ``stop`` takes
 it off again (the class is left exactly as it was). Only classes the user registered are
-touched; torch's own functions never are.
+touched; torch's own functions never are. Each call is published to ``ctx.events.calls``.
 """
 
 from __future__ import annotations
 
 import inspect
 
-from .attribution import Attribution
 from .context import CaptureContext
-from .units import run_whole
+from .units import publish_whole, run_whole
 
 __all__ = ["AutogradFunctions"]
 
@@ -21,9 +20,8 @@ _ABSENT = object()
 
 
 class AutogradFunctions:
-    def __init__(self, attribution: Attribution, functions: dict):
-        self._attribution = attribution
-        self._functions = functions  # Function subclass -> Unit
+    def __init__(self, ctx: CaptureContext):
+        self._functions = ctx.registry.functions()  # Function subclass -> Unit
         self._saved: list[tuple[type, object]] = []
 
     def start(self, ctx: CaptureContext) -> None:
@@ -41,14 +39,15 @@ class AutogradFunctions:
                 cls.apply = original
 
     def _counted_apply(self, ctx: CaptureContext, unit, apply):
-        attribution = self._attribution
+        attribution = ctx.attribution
 
         def counted(cls, *args, **kwargs):
             if ctx.suppressed or ctx.paused:
                 return apply(cls, *args, **kwargs)
             out, t0, t1, seq_start, seq_end = run_whole(ctx, apply, (cls, *args), kwargs)
             h0 = ctx.overhead.begin()
-            attribution.charge_whole(unit, t0, t1, out, unit.bind(args, kwargs), seq_start, seq_end)
+            where = attribution.charge_whole(unit, t0, t1, out, unit.bind(args, kwargs), seq_start, seq_end)
+            publish_whole(ctx, unit, cls, args, kwargs, out, t0, t1, where)
             ctx.overhead.end(h0)
             return out
 

@@ -1,4 +1,5 @@
-"""From raw captures to a :class:`~flopsight.result.ProfileResult`."""
+"""From raw captures to a :class:`~flopsight.result.ProfileResult`: reads each source's part
+(:mod:`.raw`) and turns it into the result's records."""
 
 from __future__ import annotations
 
@@ -9,14 +10,20 @@ from typing import Callable
 from torch import nn
 
 from ..result.communication import KINDS, Collective
-from ..result.memory import MemoryTotals
+from ..result.device_usage import DeviceUsage
+from ..result.memory import MemoryTotals, ModuleMemory
 from ..result.metadata import Metadata
-from ..result.profile_result import ModelCall, ModuleStats, ProfileResult
-from ..result.stats import make_stats
+from ..result.profile_result import ProfileResult
+from ..result.records import ModelCall, ModuleStats
+from ..result.stats import Stats, make_stats
 from ..result.timeline import Span, Timeline
 from ..result.tree import PHASES
-from .modules import ModuleInfo
-from .session import RawCapture
+from .collectives import Communication
+from .counting import Counts
+from .modules import ModuleCalls, ModuleInfo
+from .raw import RawCapture
+from .spans import SpanTimes
+from .storages import MemoryFigures
 
 __all__ = ["build_result"]
 
@@ -35,8 +42,12 @@ def build_result(
 ) -> ProfileResult:
     """Merge a counting capture (and optionally a separate timing capture) into a result."""
     times = times or counts
+    counted = counts.get(Counts) or Counts()
+    module_calls = counts.get(ModuleCalls) or ModuleCalls()
+    timed_calls = times.get(ModuleCalls) or ModuleCalls()
+    memory = counts.get(MemoryFigures)
     phases_of: dict[str, list[str]] = {}
-    for path, phase in {*counts.ops, *counts.calls, *times.latency}:
+    for path, phase in {*counted.ops, *module_calls.calls, *timed_calls.latency}:
         phases_of.setdefault(path, []).append(phase)
     modules: dict[str, ModuleStats] = {}
     no_ops: dict = {}
@@ -44,9 +55,9 @@ def build_result(
         phases, ops, moved = {}, {}, {}
         for phase in sorted(phases_of.get(path, ()), key=_PHASE_ORDER.get):
             key = (path, phase)
-            if key in counts.bytes_moved:
-                moved[phase] = counts.bytes_moved[key]
-            op_stats = counts.ops.get(key, no_ops)
+            if key in counted.bytes_moved:
+                moved[phase] = counted.bytes_moved[key]
+            op_stats = counted.ops.get(key, no_ops)
             macs = flops = 0
             latency = 0.0
             for s in op_stats.values():
@@ -54,8 +65,8 @@ def build_result(
                 flops += s[1]
                 latency += s[2]
             if phase in _SPANNED:
-                latency = times.latency.get(key, 0.0)
-            calls = counts.calls.get(key, times.calls.get(key, 0))
+                latency = timed_calls.latency.get(key, 0.0)
+            calls = module_calls.calls.get(key, timed_calls.calls.get(key, 0))
             phases[phase] = make_stats(macs, flops, latency, calls)
             if op_stats:
                 ops[phase] = op_stats
@@ -73,33 +84,63 @@ def build_result(
             ignored=bool(ignored(info.module)),
             phases=phases,
             ops=ops,
-            memory=_module_memory(counts.memory, path),
+            memory=_module_memory(memory, path),
             bytes_moved=moved,
         )
-    error = counts.error or (times.error if times is not counts else None)
+    error = module_calls.error or (timed_calls.error if times is not counts else None)
     if error and not metadata.error:
         metadata = dataclasses.replace(metadata, error=error)
-    calls = [ModelCall(path, cost, size) for path, cost, size in counts.top_calls]
-    spans = dict(counts.spans)
+    calls = _model_calls(module_calls, counted)
+    spans = _spans(counts)
     if times is not counts:  # latencies from the timing pass, counts from the counting pass
-        for i, (path, timed, _) in enumerate(times.top_calls[: len(calls)]):
+        for i, (path, seconds, _) in enumerate(timed_calls.top_calls[: len(calls)]):
             if path == calls[i].path:
-                calls[i] = dataclasses.replace(calls[i], stats=calls[i].stats._replace(latency=timed.latency))
-        spans.update(times.spans)
-    totals = MemoryTotals.from_dict(counts.memory["totals"]) if counts.memory else None
-    usage = times.device_usage or counts.device_usage  # the timing pass's, where there is one
-    timeline = counts.timeline if times is counts else _timeline(counts.timeline, times.timeline)
-    return ProfileResult(modules, dict(counts.unsupported), metadata, spans=spans, calls=calls,
-                         comms=_collectives(counts.collectives), memory=totals, device_usage=usage, timeline=timeline)
+                calls[i] = dataclasses.replace(calls[i], stats=calls[i].stats._replace(latency=seconds))
+        spans.update(_spans(times))
+    totals = MemoryTotals.from_dict(memory.totals) if memory is not None else None
+    usage = times.get(DeviceUsage) or counts.get(DeviceUsage)  # the timing pass's, where there is one
+    timeline = counts.get(Timeline) if times is counts else _timeline(counts.get(Timeline), times.get(Timeline))
+    communication = counts.get(Communication)
+    comms = _collectives(communication.records) if communication is not None else ()
+    return ProfileResult(modules, dict(counted.unsupported), metadata, spans=spans, calls=calls,
+                         comms=comms, memory=totals, device_usage=usage, timeline=timeline)
 
 
-def _module_memory(memory: dict | None, path: str) -> dict[str, int]:
-    """A module's own saved activations and its peaks, forward and backward ({} untracked)."""
-    if not memory:
-        return {}
-    peaks = memory["peaks"]
-    return {"activations": memory["activations"].get(path, 0), "peak": peaks.get((path, "forward"), 0),
-            "peak_backward": peaks.get((path, "backward"), 0)}
+def _model_calls(module_calls: ModuleCalls, counted: Counts) -> list[ModelCall]:
+    """One per top-level forward call: its cost from the counts, its time and batch size
+    from the module tracker."""
+    tops = counted.tops
+    calls = []
+    for i, (path, seconds, size) in enumerate(module_calls.top_calls):
+        macs, flops = tops[i] if i < len(tops) else (0, 0)
+        calls.append(ModelCall(path, Stats(macs, flops, seconds, 1), size))
+    return calls
+
+
+def _spans(raw: RawCapture) -> dict[str, list[float]]:
+    """Wall-clock seconds of each span kind: the top-level forward calls, the collectives'
+    flights, then the span timer's kinds in the order one first ended."""
+    spans: dict[str, list[float]] = {}
+    module_calls = raw.get(ModuleCalls)
+    if module_calls is not None:
+        spans["forward"] = module_calls.forward_spans
+    communication = raw.get(Communication)
+    if communication is not None:
+        spans.update(communication.spans())
+    timed = raw.get(SpanTimes)
+    if timed is not None:
+        for kind, seconds in timed.seconds().items():
+            spans.setdefault(kind, []).extend(seconds)
+    return spans
+
+
+def _module_memory(memory: MemoryFigures | None, path: str) -> ModuleMemory | None:
+    """A module's own saved activations and its peaks, forward and backward (None untracked)."""
+    if memory is None:
+        return None
+    peaks = memory.peaks
+    return ModuleMemory(memory.activations.get(path, 0), peaks.get((path, "forward"), 0),
+                        peaks.get((path, "backward"), 0))
 
 
 def _collectives(calls) -> tuple[Collective, ...]:

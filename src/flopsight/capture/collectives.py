@@ -2,9 +2,9 @@
 
 ``torch.distributed``'s calls, its functional collectives, DDP's gradient buckets, FSDP2 and
 DeepSpeed ZeRO all reach the dispatcher as ``c10d::*`` or ``_c10d_functional::*`` ops, so
-the counting mode sees each one; this source asks it to hand those ops over (free ops pay
-one test, and only once a process group exists). Each collective is charged to a module
-and phase by :meth:`~.attribution.Attribution.charge_collective`, with its kind, payload
+the counting mode sees each one; this source claims those ops (``ctx.events.claims``: free
+ops pay one test, and only once a process group exists). Each collective is charged to a
+module and phase by :meth:`~.attribution.Attribution.charge_collective`, with its kind, payload
 bytes per rank (see :mod:`flopsight.result.communication`) and group size. Its time runs from
 issue to completion: the ``Work`` the op returns reports completion from the backend's
 thread; a functional collective completes when ``wait_tensor`` returns for its result.
@@ -13,22 +13,27 @@ On CUDA the host sees a collective complete as soon as it is queued, so its time
 time instead: a CUDA event recorded on the issuing stream when it is issued, and one on
 the stream torch hands the completion callback (made to wait for the collective's
 kernels) or, for a functional collective, on the stream that waited for its result.
+
+While collectives are in flight, the ops and the calls counted whole that run (heard from
+``ctx.events``) are compute overlapping them: the rest of a flight the rank waited for.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 
 import torch
 
 from .._torch_private import on_work_done, process_group_size, storage_key
 from ..formulas.binding import Binder
 from ..result.stats import ZERO_STATS
-from .attribution import Attribution
 from .context import CaptureContext
-from .counting import CountingSource
+from .events import OpEvent
+from .wrappers import local_shard
 
-__all__ = ["CommunicationSource", "InFlight", "COLLECTIVE_OPS", "payload_bytes", "merged_flights", "common_path"]
+__all__ = ["CollectivesSource", "Communication", "InFlight", "COLLECTIVE_OPS", "payload_bytes", "merged_flights",
+           "common_path"]
 
 # op -> (kind, the argument holding this rank's payload, the argument naming the group);
 # reduce-scatter's functional form takes the whole input: its share is input / group size
@@ -200,15 +205,34 @@ class InFlight:
         self.calls = still
 
 
-class CommunicationSource:
-    """Records collectives while a process group exists (installed with the counting mode)."""
+@dataclass
+class Communication:
+    """The collectives source's part of a raw capture: each collective, resolved (its CUDA
+    time read), and its record ``(module path, phase, kind, payload bytes per rank, group
+    size, seconds, seconds of it the rank spent running ops)``; the flights merged where they
+    overlap, as ``communication`` (their seconds) and ``communication_overlapped`` (the ops'
+    seconds during them) spans."""
 
-    def __init__(self, attribution: Attribution, counting: CountingSource, param_paths=dict):
-        self._attribution = attribution
-        self._counting = counting
-        #: () -> {storage of each parameter as this rank holds it (an FSDP2 shard): its module's
-        #: path}, read at start under torch.distributed
-        self._read_param_paths = param_paths
+    calls: list = field(default_factory=list)
+
+    @property
+    def records(self) -> list[tuple[str, str, str, int, int, float, float]]:
+        return [(c.path, c.phase, c.kind, c.bytes, c.group_size, c.seconds, min(c.overlapped, c.seconds))
+                for c in self.calls]
+
+    def spans(self) -> dict[str, list[float]]:
+        flights = merged_flights(self.calls)
+        return {"communication": [end - start for start, end, _ in flights],
+                "communication_overlapped": [overlapped for _, _, overlapped in flights]}
+
+
+class CollectivesSource:
+    """Records collectives while a process group exists: claims their ops from the counting
+    source, and hears every op and call counted whole to credit the overlap."""
+
+    def __init__(self, ctx: CaptureContext):
+        self._ctx = ctx
+        #: storage of each parameter as this rank holds it (an FSDP2 shard) -> its module's path
         self._param_paths: dict = {}
         #: storage of an FSDP2 all-gather buffer -> the module whose parameters it gathers
         self._gathers: dict = {}
@@ -216,61 +240,70 @@ class CommunicationSource:
         self._binders: dict = {}
         self._awaiting: dict[int, tuple[_Call, torch.Tensor]] = {}  # id(result) -> functional call
         self._issue_time = lambda stamp: stamp
-        #: collectives in flight; None until a process group exists (the counting mode then
-        #: reports the ops that run meanwhile)
+        #: collectives in flight; None until a process group exists
         self.in_flight: InFlight | None = None
-
-    def start(self, ctx: CaptureContext) -> None:
         dist = torch.distributed
         if not (dist.is_available() and dist.is_initialized()):
             return
         if not COLLECTIVE_OPS:
             COLLECTIVE_OPS.update(collective_ops())
             WAIT_OPS.extend(_overloads("_c10d_functional", "wait_tensor"))
-
-        self._param_paths = self._read_param_paths()
-        self.in_flight = self._counting.in_flight = InFlight()
-        observers = self._counting.observers
+        self._param_paths = {storage_key(local_shard(p)): path for p, path in ctx.params.owned}
+        self.in_flight = InFlight()
+        claims = ctx.events.claims
         for op in COLLECTIVE_OPS:
-            observers[op] = self._collective
+            claims[op] = self._collective
         for op in WAIT_OPS:
-            observers[op] = self._wait
+            claims[op] = self._wait
         for namespace, name in FREE_OP_NAMES:  # looked up each time: they appear once used
             for op in _overloads(namespace, name):
-                observers[op] = self._free
-        if ctx.clock.stamp is not time.perf_counter:  # device or fake stamps: time calls on the host
+                claims[op] = self._free
+        if ctx.clock.stamp is time.perf_counter:  # host stamps: ops overlapping communication
+            ctx.events.ops.append(self._ran)
+            ctx.events.calls.append(self._ran)
+        else:  # device or fake stamps: time calls on the host
             self._issue_time = lambda stamp: time.perf_counter()
+
+    def start(self, ctx: CaptureContext) -> None:
+        pass
 
     def stop(self, ctx: CaptureContext) -> None:
         self._awaiting.clear()
-        self._counting.in_flight = None
 
-    def resolved_calls(self) -> list[_Call]:
+    def collect(self, ctx: CaptureContext) -> Communication | None:
         """The calls, their CUDA times read (one device synchronize if any ran on CUDA)."""
+        if not self.calls:
+            return None
         timed = [c for c in self.calls if c.events is not None]
         if timed:
             torch.cuda.synchronize()
             for c in timed:
                 c.resolve_gpu_time()
-        return self.calls
+        return Communication(list(self.calls))
 
-    def _collective(self, entry, func, args, kwargs, out, t0, t1) -> None:
-        where = self._attribution.charge_collective(entry, t0, t1)
+    def _ran(self, event: OpEvent) -> None:
+        flight = self.in_flight
+        if flight.busy:  # compute overlapping communication
+            flight.ran(event.t0, event.t1)
+
+    def _collective(self, event: OpEvent) -> None:
+        func, args, kwargs, out = event.func, event.args, event.kwargs, event.out
         kind, payload, group_arg = COLLECTIVE_OPS[func]
         binder = self._binders.get(func)
         if binder is None:
             binder = self._binders[func] = Binder.of_op(func)
         bound = binder.bind(args, kwargs)
+        owner = None
+        if kind == "all_gather" and self._gathers and isinstance(bound.get(payload), torch.Tensor):
+            # FSDP2 gathers a layer's parameters ahead of its use (prefetching): the layer's
+            owner = self._gathers.get(storage_key(bound[payload]))
+        path, phase = self._ctx.attribution.charge_collective(event.entry, event.t0, event.t1, owner)
         group_size = process_group_size(bound.get(group_arg)) or 0
         nbytes = payload_bytes(bound.get(payload)) if payload else 0
         if func.namespace == "_c10d_functional" and kind == "reduce_scatter" and group_size:
             nbytes //= group_size  # the whole input is passed; this rank keeps 1/n of it
-        path = where[0]
-        if kind == "all_gather" and self._gathers and isinstance(bound.get(payload), torch.Tensor):
-            # FSDP2 gathers a layer's parameters ahead of its use (prefetching): the layer's
-            path = self._gathers.get(storage_key(bound[payload]), path)
         tensor = _first_tensor(bound.get(payload)) if payload else None
-        call = _Call(kind, path, where[1], nbytes, group_size, self._issue_time(t0), self._issue_time(t1),
+        call = _Call(kind, path, phase, nbytes, group_size, self._issue_time(event.t0), self._issue_time(event.t1),
                      cuda=tensor is not None and tensor.is_cuda)
         self.calls.append(call)
         flight = self.in_flight
@@ -287,17 +320,18 @@ class CommunicationSource:
         elif not on_work_done(out[-1] if isinstance(out, tuple) else out, complete):
             complete()  # no Work to watch: treat the call as synchronous
 
-    def _free(self, entry, func, args, kwargs, out, t0, t1) -> None:
-        self._attribution.charge(entry, t0, t1, (), ZERO_STATS)
+    def _free(self, event: OpEvent) -> None:
+        self._ctx.attribution.charge(event.entry, event.t0, event.t1, (), ZERO_STATS)
+        func, args, out = event.func, event.args, event.out
         if func.name().startswith("fsdp::all_gather_copy_in") and self._param_paths:
             # FSDP2 copies a layer's parameter shards into the buffer it then all-gathers
             owners = {self._param_paths.get(storage_key(t)) for t in (args[0] if args else ())} - {None}
             if owners and isinstance(out, tuple) and len(out) == 2:
                 self._gathers[storage_key(out[1])] = common_path(owners)
 
-    def _wait(self, entry, func, args, kwargs, out, t0, t1) -> None:
-        self._attribution.charge(entry, t0, t1, (), ZERO_STATS)
-        tensor = args[0] if args else kwargs.get("tensor")
+    def _wait(self, event: OpEvent) -> None:
+        self._ctx.attribution.charge(event.entry, event.t0, event.t1, (), ZERO_STATS)
+        tensor = event.args[0] if event.args else event.kwargs.get("tensor")
         pending = self._awaiting.pop(id(tensor), None)
         if pending is not None:
             pending[0]()

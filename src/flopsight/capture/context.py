@@ -1,9 +1,13 @@
-"""What the capture sources of one session share: clock, overhead, phase and the records.
+"""What the capture sources of one session share: clock, overhead, phase, the module stack
+and the services every source may use.
 
-Each field has one writer: the module tracker owns the call stack, the optimizer hooks and
-backward spans set ``phase`` while they run, the sources that count a call whole (units,
-module rules, autograd functions) hold ``suppressed`` above zero while it runs so the aten
-ops underneath are not counted again. :class:`Overhead` is the profiler's own host time, handed to every source.
+Each field has one writer: the module tracker owns the call stack and the call log, the span
+timer owns ``phase`` and ``last_phase`` (spans are where phases begin and end), the
+attribution object is the only one that writes the tally, the session sets ``paused``, and
+the sources that count a call whole (units, module rules, autograd functions) hold
+``suppressed`` above zero while it runs so that the aten ops underneath are not counted
+again. :class:`Overhead` is the profiler's own host time, handed to every source: it is
+only ever changed through its methods.
 
 >>> from flopsight.capture.timing import FakeClock
 >>> overhead = Overhead(FakeClock().now)
@@ -14,13 +18,16 @@ ops underneath are not counted again. :class:`Overhead` is the profiler's own ho
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable, TypeVar
 
 from ..formulas.registry import Registry
+from .events import Events
 from .tally import Tally
 from .timing import Clock
 
 __all__ = ["Overhead", "CaptureContext"]
+
+T = TypeVar("T")
 
 
 class Overhead:
@@ -36,6 +43,7 @@ class Overhead:
         return self.now()
 
     def end(self, started: float) -> None:
+        """The profiler's own work that began at host time ``started`` ends now."""
         self.seconds += self.now() - started
 
 
@@ -57,9 +65,31 @@ class CaptureContext:
     suppressed: int = 0  # > 0 while a call counted whole runs
     paused: bool = False  # a profile nested inside this one is running: record nothing
     stack: list = field(default_factory=list)  # active module calls, innermost last
-    first_inputs: tuple | None = None  # (args, kwargs) of the first top-level module call
-    error: str | None = None  # what the profiled call raised, if it did
+    calls: list = field(default_factory=list)  # every module call begun, in order (the call log)
+    events: Events = field(default_factory=Events)
+    #: the one object that decides where a cost goes (an :class:`~.attribution.Attribution`),
+    #: None in a session that counts nothing
+    attribution: Any = None
+    #: the model's parameters (a :class:`~.params.ModelParameters`), None when not needed
+    params: Any = None
+    #: what the session was asked for (a :class:`~.plan.CaptureOptions`)
+    options: Any = None
+    _sources: dict = field(default_factory=dict)
 
     @classmethod
     def create(cls, clock: Clock, registry: Registry, **kwargs) -> "CaptureContext":
         return cls(clock, registry, Overhead(clock.now), Tally(clock.scale is not None), **kwargs)
+
+    def add_source(self, source: object) -> None:
+        self._sources[type(source)] = source
+
+    def get(self, kind: type[T]) -> T | None:
+        """This session's source of class ``kind`` (None when the plan has none): for the
+        sources that drive another one (the optimizer hooks open the span timer's spans)."""
+        return self._sources.get(kind)
+
+    def span_seconds(self, start, end, ovh_start: float, ovh_end: float) -> float:
+        """A span from stamp ``start`` to ``end`` in seconds, less the profiler's own time
+        inside it (``ovh_end - ovh_start``) where the clock allows."""
+        overhead = ovh_end - ovh_start if self.clock.subtracts_overhead else 0.0
+        return max(self.clock.seconds(start, end) - overhead, 0.0)

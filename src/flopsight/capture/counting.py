@@ -3,12 +3,15 @@
 A dispatch mode sees each aten op after autograd and composite decompositions, which is
 where ``@``, ``einsum``, ``F.linear`` and custom ops all become the same few kernels,
 identically on CPU, CUDA and meta. It only observes: it calls the op unchanged and
-returns its result.
+returns its result. Each op is charged through the attribution object and, when some
+source listens (``ctx.events``), published once as an :class:`~.events.OpEvent`; an op a
+source claimed is handed to it to charge instead.
 """
 
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass, field
 
 import torch
 
@@ -20,31 +23,43 @@ from .._torch_private import (
     prime_modes,
 )
 from ..formulas.registry import ZERO
-from ..result.stats import ZERO_STATS
-from .attribution import Attribution
+from ..result.stats import Stats, ZERO_STATS
 from .context import CaptureContext
+from .events import OpEvent
 
-__all__ = ["CountingSource"]
+__all__ = ["CountingSource", "Counts"]
 
 _NO_KWARGS: dict = {}  # shared, never written to
+_event = tuple.__new__  # an OpEvent without the keyword-handling constructor: once per op
+
+
+@dataclass
+class Counts:
+    """What was counted (by the counting source and the sources that count calls whole):
+    per (path, phase), per op, its cost (latency: the op's own time) and the bytes it moved;
+    the ops without a formula and their calls; [MACs, FLOPs] of each top-level forward call."""
+
+    ops: dict[tuple[str, str], dict[str, Stats]] = field(default_factory=dict)
+    bytes_moved: dict[tuple[str, str], dict[str, int]] = field(default_factory=dict)
+    unsupported: dict[str, int] = field(default_factory=dict)
+    tops: list[list[int]] = field(default_factory=list)
 
 
 class _CountingMode(EagerDispatchMode):
-    def __init__(self, ctx: CaptureContext, attribution: Attribution, source: "CountingSource"):
+    def __init__(self, ctx: CaptureContext):
         super().__init__()
         # bound once: this runs for every op of the model
         self._ctx = ctx
         self._stamp, self._now = ctx.clock.stamp, ctx.clock.now
-        self._overhead = ctx.overhead
+        self._overhead_end = ctx.overhead.end
         self._resolved, self._resolve = ctx.registry.resolved, ctx.registry.resolve  # cached per overload
-        self._charge = attribution.charge
-        self._attribution = attribution
+        self._place = ctx.attribution.place
         # on a host clock the op's end stamp is also when the profiler's own work starts
         self._stamp_is_now = self._stamp is self._now
         # other sources watch the ops (collectives, memory): only then does an op take the
         # longer path, so a plain profile pays one test
-        self._source = source
-        self._watched = bool(source.observers) or source.memory is not None
+        self._events = ctx.events
+        self._watched = ctx.events.watched
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         stamp = self._stamp
@@ -61,32 +76,29 @@ class _CountingMode(EagerDispatchMode):
                 io = entry.io  # None for views: most free ops
                 nbytes = io(out, args, kwargs or _NO_KWARGS) if io is not None else 0
                 if entry.formula is ZERO:  # most ops (views, copies) cost nothing: skip the formula
-                    self._charge(entry, t0, t1, (), ZERO_STATS, nbytes)
+                    self._place(entry, t0, t1, (), ZERO_STATS, nbytes)
                 else:
-                    self._charge(entry, t0, t1, (out, args, kwargs or _NO_KWARGS), None, nbytes)
-            self._overhead.seconds += self._now() - h0
+                    self._place(entry, t0, t1, (out, args, kwargs or _NO_KWARGS), None, nbytes)
+            self._overhead_end(h0)
         return out
 
     def _charge_watched(self, entry, func, args, kwargs, out, t0, t1) -> None:
-        """Charge an op that other sources watch: an observer charges the ops it handles
-        (collectives); the memory source sees the model's ops' outputs; collectives in
-        flight are credited with the op's time."""
-        source = self._source
-        observer = source.observers.get(func)
-        if observer is not None:
-            observer(entry, func, args, kwargs, out, t0, t1)
-            path = None
+        """Charge an op that other sources watch, and publish it: a source that claimed the
+        op charges it itself (collectives), and the event then names no module."""
+        events = self._events
+        claim = events.claims.get(func)
+        if claim is not None:
+            event = _event(OpEvent, (entry, func, args, kwargs, out, t0, t1, None, None))
+            claim(event)
         else:
             nbytes = entry.io(out, args, kwargs) if entry.io is not None else 0
             if entry.formula is ZERO:
-                path = self._charge(entry, t0, t1, (), ZERO_STATS, nbytes)
+                where = self._place(entry, t0, t1, (), ZERO_STATS, nbytes)
             else:
-                path = self._charge(entry, t0, t1, (out, args, kwargs), None, nbytes)
-        if source.memory is not None and path is not None:  # the model's op: its new storages
-            source.memory.outputs(out, path, self._attribution.last_phase)
-        flight = source.in_flight
-        if flight is not None and flight.busy and self._stamp_is_now:  # compute overlapping communication
-            flight.ran(t0, t1)
+                where = self._place(entry, t0, t1, (out, args, kwargs), None, nbytes)
+            path, phase = where if where is not None else (None, None)
+            event = _event(OpEvent, (entry, func, args, kwargs, out, t0, t1, path, phase))
+        events.publish_op(event)
 
 
 class _EagerStance:
@@ -118,19 +130,11 @@ _EAGER = _EagerStance()
 
 
 class CountingSource:
-    """Installs the counting dispatch mode between ``start`` and ``stop``."""
+    """Installs the counting dispatch mode between ``start`` and ``stop``; while it runs,
+    ``ctx.events.aside`` takes the mode off (for the calls counted whole)."""
 
-    def __init__(self, attribution: Attribution):
-        self._attribution = attribution
+    def __init__(self, ctx: CaptureContext):
         self._mode: _CountingMode | None = None
-        #: op overload -> handler, for ops another source records more about
-        #: (``handler(entry, func, args, kwargs, out, t0, t1)`` charges the op itself)
-        self.observers: dict = {}
-        #: the collectives in flight (:class:`~.communication.InFlight`), whose overlap with
-        #: each op the mode reports (None outside torch.distributed)
-        self.in_flight = None
-        #: a :class:`~.memory.MemorySource` to hand each op's outputs to (None: not tracked)
-        self.memory = None
 
     def start(self, ctx: CaptureContext) -> None:
         prime_modes()
@@ -138,11 +142,17 @@ class CountingSource:
             allow_under_mode(hop, _CountingMode)
         _EAGER.acquire()
         try:
-            self._mode = _CountingMode(ctx, self._attribution, self)  # after the sources that watch it
+            self._mode = _CountingMode(ctx)
             self._mode.__enter__()
         except BaseException:
             _EAGER.release()
             raise
+        ctx.events.aside = self.aside
+
+    def collect(self, ctx: CaptureContext) -> Counts:
+        tally = ctx.tally
+        return Counts(tally.resolve(ctx.clock.seconds, ctx.clock.scale), tally.bytes_moved(),
+                      dict(tally.unsupported), [list(t) for t in tally.tops])
 
     @contextlib.contextmanager
     def aside(self):
@@ -163,6 +173,7 @@ class CountingSource:
         mode, self._mode = self._mode, None
         if mode is None:
             return
+        ctx.events.aside = contextlib.nullcontext
         try:
             mode.__exit__(None, None, None)
         finally:

@@ -1,7 +1,8 @@
-"""One TorchFunctionMode for every source that acts on torch-level function calls.
+"""Capture source: one TorchFunctionMode for every source that acts on torch-level calls.
 
-Sources register a handler per function (units, the backward entry points); everything
-else passes straight through. One mode, one table: it is looked up for every torch call.
+Sources subscribe a handler per function to ``ctx.events.functions`` (units, the backward
+entry points); everything else passes straight through. One mode, one table: it is looked
+up for every torch call, and installed only when some source subscribed.
 """
 
 from __future__ import annotations
@@ -36,17 +37,17 @@ class _InterceptMode(TorchFunctionMode):
 
 
 class FunctionInterceptor:
-    """Capture source: routes registered torch functions to their handler
-    (``handler(func, args, kwargs) -> result``, which must call ``func``)."""
+    """Capture source: routes the functions subscribed to ``ctx.events.functions`` to their
+    handler (``handler(func, args, kwargs) -> result``, which must call ``func``)."""
 
-    def __init__(self) -> None:
-        self.handlers: dict[Callable, Callable] = {}
+    def __init__(self, ctx: CaptureContext) -> None:
+        self._handlers: dict[Callable, Callable] = ctx.events.functions
         self._mode: _InterceptMode | None = None
         self._paused = False
 
     def start(self, ctx: CaptureContext) -> None:
-        if self.handlers:
-            self._mode = _InterceptMode(self.handlers)
+        if self._handlers:
+            self._mode = _InterceptMode(self._handlers)
             self._mode.__enter__()
 
     def stop(self, ctx: CaptureContext) -> None:
@@ -54,7 +55,6 @@ class FunctionInterceptor:
         if mode is not None and not self._paused:
             mode.__exit__(None, None, None)
         self._paused = False
-        self.handlers.clear()  # bound methods of the other sources: no cycle outlives the session
 
     def pause(self) -> None:
         """Take the mode off while no handled function can run (an optimizer step runs

@@ -7,24 +7,24 @@ Its backward, if the rule has a backward formula, is charged once when it runs.
 
 from __future__ import annotations
 
-from .attribution import Attribution
 from .context import CaptureContext
 
 __all__ = ["ModuleRules"]
 
 
 class ModuleRules:
-    """A listener of the module tracker: acts on the calls of modules that have a rule."""
+    """Subscribed to the module calls (``ctx.events.modules``): acts on the calls of modules
+    that have a rule."""
 
-    def __init__(self, attribution: Attribution, registry):
-        self._attribution = attribution
-        self._registry = registry
+    def __init__(self, ctx: CaptureContext):
+        self._ctx = ctx
+        self._registry = ctx.registry
         self._rules: dict[type, object] = {}  # module type -> its rule or None (cached lookups)
         self._active: dict[int, object] = {}  # call record index -> rule of calls in progress
-        self._ctx: CaptureContext | None = None
+        ctx.events.modules.append(self)
 
     def start(self, ctx: CaptureContext) -> None:
-        self._ctx = ctx
+        pass
 
     def stop(self, ctx: CaptureContext) -> None:
         ctx.suppressed -= len(self._active)  # calls that never returned (an exception)
@@ -56,4 +56,4 @@ class ModuleRules:
         bound = rule.bind(args, kwargs)
         bound = None if bound is None else {"module": rec.module, **bound}
         # no time of its own: the module's span is its latency
-        self._attribution.charge_whole(rule, rec.start, rec.start, output, bound, rec.seq_start, rec.seq_end)
+        ctx.attribution.charge_whole(rule, rec.start, rec.start, output, bound, rec.seq_start, rec.seq_end)

@@ -10,11 +10,9 @@ attributed per call to the path that called it.
 
 from __future__ import annotations
 
-import bisect
 import sys
 import weakref
 from dataclasses import dataclass, field
-from typing import Callable
 
 from torch import nn
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
@@ -24,7 +22,7 @@ from .inputs import batch_size
 from .params import param_numel
 from .scripted import is_scripted, type_name
 
-__all__ = ["ModuleInfo", "describe", "ModuleTracker", "CallRecord"]
+__all__ = ["ModuleInfo", "describe", "ModuleTracker", "ModuleCalls", "CallRecord"]
 
 
 @dataclass
@@ -156,6 +154,31 @@ class CallRecord:
         self.batch_size = None
 
 
+@dataclass
+class ModuleCalls:
+    """The module tracker's part of a raw capture: per (path, phase), the calls and the
+    seconds spent in the module's own code (its children's spans left out); the top-level
+    forward calls; the first inputs the model was called with; the error it raised.
+
+    ``log`` and ``seconds`` (each call record and the seconds its span measured, 0 for one
+    that did not end) are what the timeline is placed from."""
+
+    calls: dict[tuple[str, str], int] = field(default_factory=dict)
+    latency: dict[tuple[str, str], float] = field(default_factory=dict)
+    #: per top-level forward call: (module path, seconds, batch size)
+    top_calls: list[tuple[str, float, int | None]] = field(default_factory=list)
+    first_inputs: tuple | None = None  # (args, kwargs) of the first top-level module call
+    error: str | None = None  # what the profiled call raised, if it did
+    log: list = field(default_factory=list)
+    seconds: list[float] = field(default_factory=list)
+
+    @property
+    def forward_spans(self) -> list[float]:
+        """Seconds of each top-level forward call (the model, or what modules of it the
+        caller ran directly): the wall time of the forward phase."""
+        return [self.seconds[r.index] for r in self.log if r.parent < 0 and r.phase == "forward"]
+
+
 class ModuleTracker:
     """Capture source: keeps the stack of active module calls of one model.
 
@@ -163,33 +186,37 @@ class ModuleTracker:
     see every module call; calls of modules outside the model are ignored. Installing
     and removing them costs the same whatever the size of the model. The root also gets a
     pre-hook with keyword arguments, to record what the model was first called with.
-    ``listeners`` (sources that act on whole module calls) hear of each call's start
-    (``call_begins(record)``) and end (``call_ends(record, args, kwargs, output)``).
+    Every call is appended to the session's call log (``ctx.calls``) and pushed on its stack
+    (``ctx.stack``); the sources subscribed to ``ctx.events.modules`` hear of each call's
+    start (``call_begins(record)``) and end (``call_ends(record, args, kwargs, output)``),
+    those subscribed to ``ctx.events.forwards`` of each top-level forward call's start.
     """
 
-    def __init__(self, infos: dict[str, ModuleInfo], ignore: Callable[[nn.Module], bool]):
-        self.log: list[CallRecord] = []
+    def __init__(self, ctx):
+        self._ctx = ctx
+        options = ctx.options
         #: forward calls made from outside the model: of the model itself, or of a submodule
         #: called directly (generate() runs an encoder-decoder's encoder that way)
         self.top_calls: list[CallRecord] = []
-        self.listeners: list = []
+        self._first_inputs: tuple | None = None
+        self._error: str | None = None
         self._handles: list = []
         self._paths: dict[int, list[str]] = {}  # id(module) -> its paths in the model
-        for info in infos.values():
-            if not ignore(info.module):
+        for info in options.infos.values():
+            if not options.ignore(info.module):
                 self._paths.setdefault(id(info.module), []).append(info.path)
-        self._root = infos[""].module
+        self._root = options.infos[""].module
         # A scripted or traced root refuses hooks of its own (the global hooks still see its
         # calls): its inputs are recorded from the global pre-hook instead
         self._root_is_script = is_scripted(self._root)
-        self._seq_starts: list[int] = []
 
     def start(self, ctx) -> None:
         pre, post = self._make_hooks(ctx)
         try:
             self._handles.append(register_module_forward_pre_hook(pre))
             # keyword arguments only for listeners that read them (module rules)
-            self._handles.append(register_module_forward_hook(post, always_call=True, with_kwargs=bool(self.listeners)))
+            self._handles.append(register_module_forward_hook(post, always_call=True,
+                                                              with_kwargs=bool(ctx.events.modules)))
             if not self._root_is_script:
                 self._handles.append(self._root.register_forward_pre_hook(self._inputs_hook(ctx), with_kwargs=True))
         except BaseException:
@@ -201,21 +228,45 @@ class ModuleTracker:
             handle.remove()
         self._handles.clear()
 
+    def collect(self, ctx) -> ModuleCalls:
+        """Each call's span in seconds (the profiler's overhead left out) and, per (path,
+        phase), its calls and own time: its span less its children's."""
+        log = list(ctx.calls)
+        part = ModuleCalls(first_inputs=self._first_inputs, error=self._error, log=log)
+        span = part.seconds = [0.0] * len(log)
+        for rec in log:
+            key = (rec.path, rec.phase)
+            part.calls[key] = part.calls.get(key, 0) + 1
+            if rec.end is not None:
+                span[rec.index] = ctx.span_seconds(rec.start, rec.end, rec.ovh_start, rec.ovh_end)
+        children = [0.0] * len(log)
+        for rec in reversed(log):  # children are logged after their parent
+            if rec.end is None:
+                continue
+            key = (rec.path, rec.phase)
+            part.latency[key] = part.latency.get(key, 0.0) + max(span[rec.index] - children[rec.index], 0.0)
+            if rec.parent >= 0:
+                children[rec.parent] += span[rec.index]
+        part.top_calls = [(rec.path, span[rec.index], rec.batch_size) for rec in self.top_calls]
+        return part
+
     def _inputs_hook(self, ctx):
         def record_inputs(module, args, kwargs) -> None:
             # runs after the global pre-hook, so the root's call record is on top of the stack
             if ctx.paused:
                 return
-            if ctx.first_inputs is None:
-                ctx.first_inputs = (args, kwargs)
+            if self._first_inputs is None:
+                self._first_inputs = (args, kwargs)
             if ctx.stack and ctx.stack[-1].top_id >= 0:
                 ctx.stack[-1].batch_size = batch_size(args, kwargs)
 
         return record_inputs
 
     def _make_hooks(self, ctx):
-        stack, log, paths_of, top_calls, listeners = ctx.stack, self.log, self._paths, self.top_calls, self.listeners
+        stack, log, paths_of, top_calls = ctx.stack, ctx.calls, self._paths, self.top_calls
+        listeners, forwards = ctx.events.modules, ctx.events.forwards
         overhead, stamp, now = ctx.overhead, ctx.clock.stamp, ctx.overhead.now
+        overhead_end = overhead.end
         script_root, record_inputs = (self._root, self._inputs_hook(ctx)) if self._root_is_script else (None, None)
 
         def pre_hook(module, args):
@@ -232,7 +283,8 @@ class ModuleTracker:
             if top is None and phase == "forward":
                 rec.top_id = len(top_calls)
                 top_calls.append(rec)
-                ctx.last_phase = "forward"
+                for listener in forwards:
+                    listener.forward_begins(rec)
             rec.seq_start = autograd_sequence_nr()
             log.append(rec)
             stack.append(rec)
@@ -240,7 +292,7 @@ class ModuleTracker:
                 listener.call_begins(rec)
             if module is script_root:  # a scripted root: no kwargs hook, record its inputs here
                 record_inputs(module, args, {})
-            overhead.seconds += now() - h0
+            overhead_end(h0)
             rec.ovh_start = overhead.seconds
             rec.start = stamp()
 
@@ -264,7 +316,9 @@ class ModuleTracker:
             if failed:
                 # Called from torch's except-block: the forward raised (checkpointing also
                 # stops a recompute early by raising, which is not the model failing).
-                _note_error(ctx, rec, exc, root=len(stack) == 1 and rec.phase == "forward")
+                error = _note_error(rec, exc, root=len(stack) == 1 and rec.phase == "forward")
+                if error is not None:
+                    self._error = error
             else:
                 rec.end = end
                 rec.ovh_end = ovh_end
@@ -272,40 +326,18 @@ class ModuleTracker:
                 kwargs = kwargs_output[0] if len(kwargs_output) == 2 else {}
                 listener.call_ends(rec, args, kwargs, None if failed else kwargs_output[-1])
             stack.pop()
-            overhead.seconds += now() - h0
+            overhead_end(h0)
 
         return pre_hook, post_hook
-
-    def owner_of(self, sequence_nr: int) -> str | None:
-        """Path of the innermost module call whose forward created autograd node
-        ``sequence_nr`` (None when none did)."""
-        log = self.log
-        i = bisect.bisect_right(self._starts, sequence_nr) - 1
-        while i >= 0:
-            rec = log[i]
-            if rec.seq_start <= sequence_nr and (rec.seq_end is None or sequence_nr < rec.seq_end):
-                return rec.path
-            i = rec.parent
-        return None
-
-    @property
-    def _starts(self) -> list[int]:
-        # calls are logged in the order they start, and sequence numbers only grow, so
-        # the log is sorted by seq_start; extended lazily as the log grows
-        starts = self._seq_starts
-        log = self.log
-        if len(starts) < len(log):
-            starts.extend(rec.seq_start for rec in log[len(starts):])
-        return starts
 
 
 _NOTE_PREFIX = "flopsight: raised in module"
 
 
-def _note_error(ctx, record: CallRecord, exc: BaseException, root: bool) -> None:
+def _note_error(record: CallRecord, exc: BaseException, root: bool) -> str | None:
     """A module's forward raised: name the module on the exception (once, innermost first);
-    at the root, record that the profiled call failed. Counting goes on: the caller may
-    catch the exception and run the model again."""
+    at the root, say that the profiled call failed (returns what the result records). Counting
+    goes on: the caller may catch the exception and run the model again."""
     notes = getattr(exc, "__notes__", None) or []
     if not any(str(n).startswith(_NOTE_PREFIX) for n in notes):
         note = f"{_NOTE_PREFIX} {record.path or '<root>'!r} ({type(record.module).__name__})"
@@ -314,4 +346,5 @@ def _note_error(ctx, record: CallRecord, exc: BaseException, root: bool) -> None
         else:  # Python 3.10: the attribute add_note would set
             exc.__notes__ = [*notes, note]
     if root:
-        ctx.error = f"{type(exc).__name__} raised in module {record.path or '<root>'!r}"
+        return f"{type(exc).__name__} raised in module {record.path or '<root>'!r}"
+    return None

@@ -88,6 +88,9 @@ class DeviceUsageSource:
             self._nvml = self._thread = None
         self.usage = DeviceUsage.from_samples(str(self.device), self._samples, total, allocator_peak)
 
+    def collect(self, ctx) -> DeviceUsage | None:
+        return self.usage
+
     def _run(self) -> None:
         while not self._done.wait(self.interval):
             self._sample()

@@ -67,37 +67,37 @@ def wrap_method(obj, name: str, around):
 
 
 class OptimizerSteps:
-    def __init__(self, spans: SpanTimer, optimizer: torch.optim.Optimizer | None = None,
-                 functions: FunctionInterceptor | None = None):
-        self._spans = spans
-        self._optimizer = optimizer
-        self._functions = functions  # paused during a step: no unit runs there
+    """Capture source: ``optimizer.step()`` calls, as the span timer's step spans (and the
+    step phase); the sources subscribed to ``ctx.events.steps`` hear when each begins."""
+
+    def __init__(self, ctx: CaptureContext):
+        self._optimizer = ctx.options.optimizer
         self._depth = 0
         self._removers: list = []
-        #: sources told when a step begins (``step_begins(optimizer)``)
-        self.listeners: list = []
 
     def start(self, ctx: CaptureContext) -> None:
+        spans = ctx.get(SpanTimer)
+        # paused during a step: no unit runs there (None in a session that counts nothing)
+        functions = ctx.get(FunctionInterceptor)
+        listeners = ctx.events.steps
         stepping = False  # the step's span is open (not while its closure runs)
 
         def enter(optimizer) -> None:
             nonlocal stepping
             stepping = True
-            for listener in self.listeners:  # what stands when the step begins (gradients)
+            for listener in listeners:  # what stands when the step begins (gradients)
                 listener.step_begins(optimizer)
-            ctx.phase = "step"
-            if self._functions is not None:
-                self._functions.pause()
-            self._spans.begin("step")
+            if functions is not None:
+                functions.pause()
+            spans.begin_step()
 
         def leave() -> None:
             nonlocal stepping
             if stepping:
                 stepping = False
-                self._spans.end("step")
-                if self._functions is not None:
-                    self._functions.resume()
-                ctx.phase = "forward"
+                spans.end_step()
+                if functions is not None:
+                    functions.resume()
 
         def outside_step(optimizer, closure):
             """``closure`` run as what it is: ``step(closure)`` (Lightning's automatic
@@ -147,7 +147,7 @@ class OptimizerSteps:
             self._removers = [wrap_method(wrapper, "step", step)]
             if callable(getattr(wrapper, "backward", None)):
                 # its backward(loss) (scaling, loss.backward(), gradient reduction) is the backward
-                self._removers.append(wrap_method(wrapper, "backward", self._spans.run_backward))
+                self._removers.append(wrap_method(wrapper, "backward", spans.run_backward))
 
     def stop(self, ctx: CaptureContext) -> None:
         for remove in self._removers:

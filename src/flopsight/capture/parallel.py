@@ -11,10 +11,9 @@ from typing import Any
 
 import torch
 
-__all__ = ["detect_parallel", "engine_parallel", "check_parallel", "PARALLEL_KEYS"]
+from ..result.metadata import PARALLEL_KEYS
 
-#: the sizes a run records, and the ZeRO stage
-PARALLEL_KEYS = ("world", "dp", "tp", "pp", "sp", "zero_stage")
+__all__ = ["detect_parallel", "engine_parallel", "check_parallel"]
 
 # DeviceMesh dimension names -> our keys
 _MESH_NAMES = {"dp": "dp", "data": "dp", "dp_shard": "dp", "dp_replicate": "dp", "fsdp": "dp", "ddp": "dp",

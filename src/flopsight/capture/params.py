@@ -1,8 +1,8 @@
-"""Parameter sizes: a ZeRO-3 partition counts by its full size."""
+"""The model's parameters: their sizes (a ZeRO-3 partition counts by its full size) and owners."""
 
 from __future__ import annotations
 
-__all__ = ["param_numel", "param_bytes"]
+__all__ = ["param_numel", "param_bytes", "ModelParameters"]
 
 
 def param_numel(p) -> int:
@@ -14,3 +14,26 @@ def param_numel(p) -> int:
 def param_bytes(p) -> int:
     """Bytes of a parameter at its full size (see :func:`param_numel`)."""
     return param_numel(p) * p.element_size()
+
+
+class ModelParameters:
+    """Each parameter of a model once, with the first module path that holds it (a tied
+    weight's first owner), as capture sources read them.
+
+    >>> from torch import nn
+    >>> from flopsight.capture.modules import describe
+    >>> model = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2, bias=False))
+    >>> params = ModelParameters(describe(model))
+    >>> sorted(params.owner_by_id[id(p)] for p in params.tensors)
+    ['0', '0', '1']
+    """
+
+    def __init__(self, infos: dict) -> None:
+        # reversed: the first path a parameter has (pre-order) is written last, and wins
+        owners = {id(p): (p, path) for path, info in reversed(infos.items())
+                  for p in info.module._parameters.values() if p is not None}
+        #: (parameter, path) of each parameter once
+        self.owned: list[tuple] = list(owners.values())
+        self.tensors: list = [p for p, _ in self.owned]
+        #: id(parameter) -> its module path
+        self.owner_by_id: dict[int, str] = {k: path for k, (_, path) in owners.items()}

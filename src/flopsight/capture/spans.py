@@ -1,39 +1,61 @@
-"""Capture source: wall-clock spans of the iteration (start to stop) and backward passes.
+"""Capture source: wall-clock spans of the iteration (start to stop), backward passes and
+optimizer steps, and the phase they put the capture in.
 
-Backward passes are timed around ``Tensor.backward`` / ``torch.autograd.backward`` /
-``torch.autograd.grad`` (seen through the function interceptor); nested calls belong to the
-outer one. A span's seconds leave out the profiler's own overhead inside it, where the
-clock allows (host clocks).
+The span timer is the one writer of the current phase (``ctx.phase``) and of the phase that
+came last (``ctx.last_phase``): spans are where phases begin and end. Backward passes are
+timed around ``Tensor.backward`` / ``torch.autograd.backward`` / ``torch.autograd.grad``
+(routed to it by the function interceptor); nested calls belong to the outer one. Steps are
+opened and closed by the optimizer hooks (:mod:`.optimizer`). A span's seconds leave out the
+profiler's own overhead inside it, where the clock allows (host clocks).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import torch
 
 from .context import CaptureContext
-from .functions import FunctionInterceptor
 
-__all__ = ["SpanTimer", "BACKWARD_ENTRY_POINTS"]
+__all__ = ["SpanTimer", "SpanTimes", "BACKWARD_ENTRY_POINTS"]
 
 #: Where a backward pass starts from Python: timed as a whole, and checked for a loss that
 #: cannot be differentiated.
 BACKWARD_ENTRY_POINTS = (torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad)
 
 
+@dataclass
+class SpanTimes:
+    """The span timer's part of a raw capture: each span as ``((kind, start stamp, end
+    stamp, overhead at start, overhead at end), seconds)`` in the order they ended, and
+    ``origin``, (stamp, overhead) where the iteration began (None before it began)."""
+
+    timed: list[tuple[tuple, float]] = field(default_factory=list)
+    origin: tuple | None = None
+
+    def seconds(self) -> dict[str, list[float]]:
+        """Kind -> the seconds of each span of that kind, kinds in the order one first ended."""
+        out: dict[str, list[float]] = {}
+        for (kind, *_), seconds in self.timed:
+            out.setdefault(kind, []).append(seconds)
+        return out
+
+
 class SpanTimer:
     """Records ``(kind, start stamp, end stamp, overhead at start, overhead at end)``."""
 
-    def __init__(self, functions: FunctionInterceptor | None = None):
+    def __init__(self, ctx: CaptureContext):
+        self._ctx = ctx
         self.spans: list[tuple] = []
         self._open: dict[str, tuple] = {}  # kind -> (start stamp, overhead) of a span in progress
-        self._ctx: CaptureContext | None = None
-        if functions is not None:
+        self._outer_phase: list[str] = []  # the phase each open backward or step span interrupted
+        ctx.events.forwards.append(self)
+        if ctx.options.count:  # a timing pass times the forward calls only
             for function in BACKWARD_ENTRY_POINTS:
-                functions.handlers[function] = self.run_backward
+                ctx.events.functions[function] = self.run_backward
 
     def start(self, ctx: CaptureContext) -> None:
         # started last (after every other source is installed) so the span is the user's code
-        self._ctx = ctx
         self.begin("iteration")
 
     def stop(self, ctx: CaptureContext) -> None:
@@ -43,12 +65,14 @@ class SpanTimer:
             self.end(kind)
         self.end("iteration")
 
+    def collect(self, ctx: CaptureContext) -> SpanTimes:
+        origin = next(((start, overhead) for kind, start, _, overhead, _ in self.spans if kind == "iteration"),
+                      self._open.get("iteration"))
+        return SpanTimes([(s, ctx.span_seconds(*s[1:])) for s in self.spans], origin)
+
+    # -- spans ---------------------------------------------------------------------------
     def begin(self, kind: str) -> None:
         self._open[kind] = (self._ctx.clock.stamp(), self._ctx.overhead.seconds)
-
-    def opened(self, kind: str) -> tuple | None:
-        """(start stamp, overhead then) of the ``kind`` span in progress, or None."""
-        return self._open.get(kind)
 
     def end(self, kind: str) -> None:
         opened = self._open.pop(kind, None)
@@ -56,6 +80,27 @@ class SpanTimer:
             self._ctx.last_phase = kind
         if opened is not None:
             self.spans.append((kind, opened[0], self._ctx.clock.stamp(), opened[1], self._ctx.overhead.seconds))
+
+    # -- phases ----------------------------------------------------------------------------
+    def forward_begins(self, record) -> None:
+        """A top-level forward call begins (from the module tracker)."""
+        self._ctx.last_phase = "forward"
+
+    def begin_step(self) -> None:
+        """``optimizer.step()`` begins: the step phase and its span."""
+        self._enter("step")
+        self.begin("step")
+
+    def end_step(self) -> None:
+        self.end("step")
+        self._leave()
+
+    def _enter(self, phase: str) -> None:
+        self._outer_phase.append(self._ctx.phase)
+        self._ctx.phase = phase
+
+    def _leave(self) -> None:
+        self._ctx.phase = self._outer_phase.pop() if self._outer_phase else "forward"
 
     def run_backward(self, func, args, kwargs):
         """Run a backward entry point (``func(*args, **kwargs)``, its first argument the loss)
@@ -72,10 +117,10 @@ class SpanTimer:
                 "autograd (under torch.no_grad() or torch.inference_mode(), or with every parameter frozen), "
                 "so there is no backward pass to measure"
             )
-        phase, ctx.phase = ctx.phase, "backward"
+        self._enter("backward")
         self.begin("backward")
         try:
             return func(*args, **kwargs)
         finally:
             self.end("backward")
-            ctx.phase = phase
+            self._leave()

@@ -12,19 +12,25 @@
 
 Parameters, gradients and optimizer state are read off the model and the optimizer when the
 capture stops (see :class:`MemoryTotals` in :mod:`flopsight.result.memory`).
+
+The source hears each op's outputs (``ctx.events.ops``), each module call (``.modules``) and
+each optimizer step (``.steps``); a saved tensor belongs where the attribution object says.
 """
 
 from __future__ import annotations
 
 import weakref
+from dataclasses import dataclass, field
 from functools import partial
 
 import torch
 
 from .._torch_private import storage_key
 from .context import CaptureContext
+from .events import OpEvent
+from .wrappers import gradients, local_shard, optimizer_state_tensors
 
-__all__ = ["MemorySource", "tensor_bytes"]
+__all__ = ["MemorySource", "MemoryFigures", "tensor_bytes"]
 
 
 def tensor_bytes(tensors) -> int:
@@ -44,14 +50,25 @@ def tensor_bytes(tensors) -> int:
     return total
 
 
+@dataclass
+class MemoryFigures:
+    """The memory source's part of a raw capture: per module path the bytes its forward saved
+    for backward, per (path, phase) its peak, and the totals of the span
+    (:class:`~flopsight.result.memory.MemoryTotals`' fields)."""
+
+    activations: dict[str, int] = field(default_factory=dict)
+    peaks: dict[tuple[str, str], int] = field(default_factory=dict)
+    totals: dict = field(default_factory=dict)
+
+
 class MemorySource:
     """Tracks saved activations per module and live bytes per module call and phase."""
 
-    def __init__(self, tracker, param_keys: set, gradient_bytes=lambda: 0) -> None:
-        self._tracker = tracker
-        self._gradient_bytes = gradient_bytes  # bytes of the gradients held now
+    def __init__(self, ctx: CaptureContext) -> None:
+        self._ctx = ctx
+        self._optimizer = ctx.options.optimizer
+        self._params = {storage_key(p) for p in ctx.params.tensors}  # not activations
         self.grads_at_step = 0  # the most gradient bytes held when a step began
-        self._params = param_keys  # storage keys of the model's parameters: not activations
         self.activations: dict[str, int] = {}  # module path -> bytes its forward saved
         self.peaks: dict[tuple[str, str], int] = {}  # (path, phase) -> peak bytes over its calls
         self.phase_peaks: dict[str, int] = {}
@@ -61,13 +78,14 @@ class MemorySource:
         #: storages allocated while profiling and alive
         self._tracked: dict = {}
         self._call_max: list[list] = []  # [call record, running max] of the calls on the stack
-        self._ctx: CaptureContext | None = None
         self._hooks = None
         self._active = False
+        ctx.events.ops.append(self._op)
+        ctx.events.modules.append(self)
+        ctx.events.steps.append(self)
 
     # -- lifecycle ----------------------------------------------------------------------
     def start(self, ctx: CaptureContext) -> None:
-        self._ctx = ctx
         self._active = True
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack)
         self._hooks.__enter__()
@@ -79,18 +97,39 @@ class MemorySource:
         if hooks is not None:
             hooks.__exit__(None, None, None)
 
+    def collect(self, ctx: CaptureContext) -> MemoryFigures:
+        params = ctx.params.tensors
+        return MemoryFigures(dict(self.activations), dict(self.peaks), {
+            "params": tensor_bytes(local_shard(p) for p in params),
+            "grads": max(self.grads_at_step, self._gradient_bytes()),
+            "optimizer_state": tensor_bytes(optimizer_state_tensors(self._optimizer)),
+            "activations": sum(self.activations.values()),
+            "peak": max(self.phase_peaks.values(), default=0),
+            "phase_peaks": dict(self.phase_peaks),
+        })
+
+    def _gradient_bytes(self) -> int:
+        """Bytes of the gradients held now."""
+        return tensor_bytes(gradients(self._ctx.params.tensors, self._optimizer))
+
     # -- saved for backward -------------------------------------------------------------
     def _pack(self, tensor):
         ctx = self._ctx
-        if ctx.stack and not ctx.paused and isinstance(tensor, torch.Tensor):
+        if not ctx.paused and isinstance(tensor, torch.Tensor):
+            path = ctx.attribution.current_module()
+            if path is None:
+                return tensor
             key = storage_key(tensor)
             if key is not None and key not in self._saved and key not in self._params:
                 self._saved.add(key)
-                path = ctx.stack[-1].path
                 self.activations[path] = self.activations.get(path, 0) + tensor.untyped_storage().nbytes()
         return tensor
 
     # -- live bytes -----------------------------------------------------------------------
+    def _op(self, event: OpEvent) -> None:
+        if event.path is not None:  # the model's op: its new storages
+            self.outputs(event.out, event.path, event.phase)
+
     def outputs(self, out, path: str, phase: str) -> None:
         """An op charged to ``path`` and ``phase`` returned ``out`` (a tensor, or a tuple or
         list of them)."""

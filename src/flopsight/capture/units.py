@@ -2,30 +2,27 @@
 
 Their aten decomposition depends on the device or the kernel picked, so each call is
 counted once from its arguments by the registry's unit formula and the aten ops it runs are
-not counted again; its backward is charged once from the unit's backward formula.
+not counted again (op-level counting is set aside while it runs); its backward is charged
+once from the unit's backward formula. Each call is published to ``ctx.events.calls``.
 """
 
 from __future__ import annotations
 
 from .._torch_private import autograd_sequence_nr
-from .attribution import Attribution
 from .context import CaptureContext
-from .functions import FunctionInterceptor
+from .events import OpEvent
 
-__all__ = ["UnitSource", "run_whole"]
+__all__ = ["UnitSource", "run_whole", "publish_whole"]
 
 
 class UnitSource:
-    def __init__(self, attribution: Attribution, functions: FunctionInterceptor, units: dict, counting):
-        self._attribution = attribution
-        self._counting = counting  # its mode steps aside while a unit runs
-        self._units = units  # function -> Unit
-        self._functions = functions
-        self._ctx: CaptureContext | None = None
+    def __init__(self, ctx: CaptureContext):
+        self._ctx = ctx
+        self._units = ctx.registry.units()  # function -> Unit
+        ctx.events.functions.update(dict.fromkeys(self._units, self._run))
 
     def start(self, ctx: CaptureContext) -> None:
-        self._ctx = ctx
-        self._functions.handlers.update(dict.fromkeys(self._units, self._run))
+        pass
 
     def stop(self, ctx: CaptureContext) -> None:
         pass
@@ -35,14 +32,12 @@ class UnitSource:
         if ctx.suppressed or ctx.paused:
             return func(*args, **kwargs)
         unit = self._units[func]
-        with self._counting.aside():
+        with ctx.events.aside():
             out, t0, t1, seq_start, seq_end = run_whole(ctx, func, args, kwargs)
-        flight = self._counting.in_flight
-        if flight is not None and flight.busy and ctx.clock.stamp is ctx.clock.now:  # compute during communication
-            flight.ran(t0, t1)
         h0 = ctx.overhead.begin()
         bound = unit.bind(args, kwargs)  # None if no schema fits: reported as a failed formula
-        self._attribution.charge_whole(unit, t0, t1, out, bound, seq_start, seq_end)
+        where = ctx.attribution.charge_whole(unit, t0, t1, out, bound, seq_start, seq_end)
+        publish_whole(ctx, unit, func, args, kwargs, out, t0, t1, where)
         ctx.overhead.end(h0)
         return out
 
@@ -60,3 +55,11 @@ def run_whole(ctx: CaptureContext, call, args: tuple, kwargs: dict) -> tuple:
         return out, t0, t1, seq_start, autograd_sequence_nr()
     finally:
         ctx.suppressed -= 1
+
+
+def publish_whole(ctx: CaptureContext, unit, func, args, kwargs, out, t0, t1, where) -> None:
+    """Tell the sources subscribed to ``ctx.events.calls`` that a call counted whole ran,
+    charged ``where`` ((path, phase), or None when it is not the model's)."""
+    if ctx.events.calls:
+        path, phase = where if where is not None else (None, None)
+        ctx.events.publish_call(OpEvent(unit, func, args, kwargs, out, t0, t1, path, phase))

@@ -1,5 +1,6 @@
 """What training wrappers hold: the torch optimizer inside a DeepSpeed engine or ZeRO
-optimizer, and the gradient buffers ZeRO keeps in place of ``param.grad``.
+optimizer, the gradient buffers ZeRO keeps in place of ``param.grad``, and the part of a
+parameter a rank holds (a ZeRO-3 partition, an FSDP2 shard).
 
 Read by attribute, so DeepSpeed need not be importable; an object without them yields none.
 
@@ -17,7 +18,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["inner_torch_optimizer", "wrapper_gradients"]
+__all__ = ["inner_torch_optimizer", "wrapper_gradients", "local_shard", "gradients", "optimizer_state_tensors"]
 
 
 def inner_torch_optimizer(optimizer: Any):
@@ -47,3 +48,28 @@ def wrapper_gradients(optimizer: Any) -> list:
             found.append(flat)
         optimizer = getattr(optimizer, "optimizer", None)
     return found
+
+
+def local_shard(p):
+    """What this rank holds of a parameter: a ZeRO-3 partition, an FSDP2 shard, or all of it."""
+    if hasattr(p, "to_local"):  # a DTensor (FSDP2, tensor parallelism)
+        return p.to_local()
+    return getattr(p, "ds_tensor", None) if getattr(p, "ds_tensor", None) is not None else p
+
+
+def gradients(params, optimizer) -> list:
+    """The gradients held by the model's parameters, by a wrapper's own buffers (ZeRO's) and
+    by the (inner) torch optimizer's parameters."""
+    grads = [p.grad for p in params if p.grad is not None] + wrapper_gradients(optimizer)
+    inner = inner_torch_optimizer(optimizer)
+    if inner is not None:
+        grads += [p.grad for group in inner.param_groups for p in group["params"] if p.grad is not None]
+    return grads
+
+
+def optimizer_state_tensors(optimizer) -> list:
+    """The tensors of the (inner) torch optimizer's state: each rank's shard under ZeRO."""
+    inner = inner_torch_optimizer(optimizer)
+    if inner is None:
+        return []
+    return [v for state in inner.state.values() for v in state.values() if isinstance(v, torch.Tensor)]

@@ -1,0 +1,86 @@
+"""What capture sources tell each other, without naming each other.
+
+One :class:`Events` per session. A source subscribes in its constructor (before anything
+starts) to what it needs, and publishes what it sees:
+
+* ``ops``: each aten op the counting source charged, as an :class:`OpEvent`, published once
+  (the memory source reads its outputs, the collectives source the time it ran);
+* ``calls``: each call counted whole (a unit such as attention, an autograd function), as an
+  :class:`OpEvent` of its unit; its own ops are not published (they are not counted again);
+* ``modules``: each module call's start and end (``call_begins(record)``, ``call_ends(record,
+  args, kwargs, output)``), from the module tracker;
+* ``forwards``: each top-level forward call's start (``forward_begins(record)``), from the
+  module tracker: a forward call from outside the model's modules;
+* ``steps``: each optimizer step's start (``step_begins(optimizer)``), from the optimizer hooks;
+* ``claims``: ops a source charges itself (op overload -> ``handler(event)``; the collectives);
+* ``functions``: torch functions a source runs itself (function -> ``handler(func, args,
+  kwargs)``, which must call ``func``), routed by the function interceptor;
+* ``aside``: how to take op-level counting off while a call counted whole runs (set by the
+  counting source while it runs; a no-op otherwise).
+
+>>> events = Events()
+>>> seen = []
+>>> events.ops.append(seen.append)
+>>> events.publish_op(OpEvent("aten.mm", None, (), {}, None, 0.0, 1.0, "fc", "forward"))
+>>> seen[0].path, seen[0].phase
+('fc', 'forward')
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, NamedTuple
+
+__all__ = ["OpEvent", "Events"]
+
+
+class OpEvent(NamedTuple):
+    """One op (or call counted whole) that ran from stamp ``t0`` to ``t1``: its resolved
+    registry entry, the op overload (or function), inputs and outputs, and where it was
+    charged (``path`` and ``phase``; None when it is not the profiled model's, or when a
+    source claimed it)."""
+
+    entry: Any
+    func: Any
+    args: tuple
+    kwargs: dict
+    out: Any
+    t0: Any
+    t1: Any
+    path: str | None
+    phase: str | None
+
+
+class Events:
+    """The subscriptions of one capture session (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.ops: list[Callable[[OpEvent], None]] = []
+        self.calls: list[Callable[[OpEvent], None]] = []
+        self.modules: list = []
+        self.forwards: list = []
+        self.steps: list = []
+        self.claims: dict[Any, Callable[[OpEvent], None]] = {}
+        self.functions: dict[Callable, Callable] = {}
+        self.aside: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
+
+    @property
+    def watched(self) -> bool:
+        """Whether any source listens to ops or claims some: only then does the counting
+        source build events (a plain profile pays one test per op)."""
+        return bool(self.ops or self.claims)
+
+    def clear(self) -> None:
+        """Drop every subscription (the session is over: no bound method of a source outlives it)."""
+        for subscribers in (self.ops, self.calls, self.modules, self.forwards, self.steps, self.claims,
+                            self.functions):
+            subscribers.clear()
+        self.aside = contextlib.nullcontext
+
+    def publish_op(self, event: OpEvent) -> None:
+        for listener in self.ops:
+            listener(event)
+
+    def publish_call(self, event: OpEvent) -> None:
+        for listener in self.calls:
+            listener(event)

@@ -1,0 +1,107 @@
+"""Which capture sources run, in one table: :data:`PLAN`, filtered by :func:`plan`.
+
+Each :class:`Row` names a source, how to make it from the session's context, and when it
+runs. Sources are made in the table's order (each subscribes to ``ctx.events`` in its
+constructor), started in that order and stopped in the reverse one: the module tracker
+first, the dispatch mode after the sources that watch it, the span timer last (the
+iteration span is the user's code, not the profiler's setup). Adding a measurement is one
+new file in ``capture/`` and one row here.
+
+>>> from flopsight.capture.context import CaptureContext
+>>> from flopsight.capture.timing import HostClock
+>>> from flopsight.formulas import REGISTRY
+>>> timing_pass = CaptureOptions(infos={}, count=False)
+>>> [row.name for row in plan(timing_pass, CaptureContext.create(HostClock(), REGISTRY))]
+['modules', 'optimizer', 'spans']
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from torch import nn
+
+from .autograd_functions import AutogradFunctions
+from .collectives import CollectivesSource
+from .counting import CountingSource
+from .functions import FunctionInterceptor
+from .module_rules import ModuleRules
+from .modules import ModuleInfo, ModuleTracker
+from .nvml import DeviceUsageSource
+from .optimizer import OptimizerSteps
+from .spans import SpanTimer
+from .storages import MemorySource
+from .timing import CudaEventClock
+from .units import UnitSource
+
+__all__ = ["CaptureOptions", "Row", "PLAN", "plan"]
+
+
+def _never(module: nn.Module) -> bool:
+    return False
+
+
+@dataclass(frozen=True)
+class CaptureOptions:
+    """What one session is asked to capture.
+
+    ``infos``: the model's modules (:func:`~.modules.describe`); ``count``: count ops (else
+    module spans only, for a timing pass); ``memory``: track memory too; ``timeline``:
+    resolve the timeline (a counting pass timed by a separate pass skips it, unless it has
+    collectives to hand over); ``outside_to_root``: ops outside every module call are the
+    root's (a profiled call of the model's own method) rather than not the model's (user
+    code around it); ``optimizer``: only this optimizer's ``step()`` is the step phase
+    (default: any); ``ignore``: modules whose calls are not tracked (their costs go to the
+    parent).
+    """
+
+    infos: dict[str, ModuleInfo]
+    count: bool = True
+    memory: bool = False
+    timeline: bool = True
+    outside_to_root: bool = False
+    optimizer: Any = None
+    ignore: Callable[[nn.Module], bool] = _never
+
+
+@dataclass(frozen=True)
+class Row:
+    """A source of the plan: ``make(ctx)`` builds it when ``when(options, ctx)`` holds."""
+
+    name: str
+    make: Callable[[Any], Any]
+    when: Callable[[CaptureOptions, Any], bool] = lambda options, ctx: True
+
+
+def _counting(options: CaptureOptions, ctx) -> bool:
+    return options.count
+
+
+def _gpu(ctx) -> DeviceUsageSource:
+    """The GPU a CUDA clock times: its utilisation through NVML, the allocator's peak."""
+    import torch
+
+    return DeviceUsageSource(ctx.clock.device or torch.device("cuda"))
+
+
+PLAN: tuple[Row, ...] = (
+    Row("modules", ModuleTracker),
+    Row("optimizer", OptimizerSteps),
+    # listening to every module call costs: only when some module class has a rule
+    Row("module rules", ModuleRules, lambda o, ctx: o.count and ctx.registry.has_module_rules()),
+    Row("memory", MemorySource, lambda o, ctx: o.count and o.memory),
+    Row("units", UnitSource, _counting),
+    Row("autograd functions", AutogradFunctions, _counting),
+    Row("collectives", CollectivesSource, _counting),
+    Row("functions", FunctionInterceptor, _counting),
+    Row("counting", CountingSource, _counting),
+    Row("device usage", _gpu, lambda o, ctx: isinstance(ctx.clock, CudaEventClock)),
+    Row("spans", SpanTimer),
+)
+
+
+def plan(options: CaptureOptions, ctx=None, table: tuple[Row, ...] = PLAN) -> list[Row]:
+    """The rows of ``table`` that run for ``options`` (``ctx``: the session's context, for
+    the rows that depend on its clock or registry)."""
+    return [row for row in table if row.when(options, ctx)]
