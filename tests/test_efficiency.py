@@ -8,7 +8,8 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 import flopsight
-from flopsight.analysis.efficiency import efficiency, efficiency_dict, efficiency_lines, peak_dtype
+from flopsight.analysis.efficiency import efficiency, efficiency_dict, peak_dtype
+from flopsight.renderers.efficiency_lines import efficiency_lines
 from flopsight.hardware import PEAKS, Peak
 from flopsight.result.metadata import Metadata
 from flopsight.result import ModuleStats, ProfileResult

@@ -39,9 +39,10 @@ def test_unknown_schema_version_is_rejected(result):
         flopsight.ProfileResult.from_dict(data)
 
 
-def test_save_into_a_missing_directory(result, tmp_path):
-    with pytest.raises(FileNotFoundError, match="path: directory"):
-        result.save(tmp_path / "missing" / "r.json")
+def test_save_into_a_missing_directory_creates_it(result, tmp_path):
+    path = tmp_path / "missing" / "deeper" / "r.json"
+    result.save(path)
+    assert flopsight.load(path) == result
 
 
 def test_contract_fields(result):
@@ -103,3 +104,37 @@ def test_custom_op_formula_and_zero_cost_marking():
     assert result.total.forward.flops == 2 * 4 * 5 * 6 + 4 * 6
     assert result.unsupported_ops == {}
     assert not flopsight.REGISTRY.is_registered(ns.scaled_mm)  # the global registry is untouched
+
+
+def test_modules_are_read_only_so_the_tree_cannot_go_stale(result):
+    before = result.module("conv1").forward
+    with pytest.raises(TypeError):
+        result.modules["conv1"] = result.modules["fc1"]
+    with pytest.raises(TypeError):
+        del result.modules["conv1"]
+    assert result.module("conv1").forward == before == result.modules["conv1"].phases["forward"]
+
+
+def test_a_misspelt_attribute_suggests_the_closest_one(result):
+    with pytest.raises(AttributeError, match=r"no attribute 'fowrard' \(did you mean 'forward'\?\)"):
+        result.total.fowrard
+    with pytest.raises(AttributeError, match=r"did you mean 'params'\?"):
+        result.module("conv1").parms
+
+
+def test_memory_parallel_and_inputs_are_typed_records_that_round_trip(tmp_path):
+    model = Stack()
+    with flopsight.Profiler(model, memory=True, parallel={"tp": 2}, clock=flopsight.FakeClock()) as prof:
+        model(torch.ones(3, 8))
+    result = prof.result
+    memory = result.modules["head"].memory  # its own: a ModuleMemory, None when not tracked
+    assert isinstance(memory, flopsight.result.memory.ModuleMemory) and memory.peak > 0
+    meta = result.metadata
+    assert (meta.parallel.world, meta.parallel.tp, meta.parallel.pp) == (1, 2, None)
+    assert meta.inputs.args[0] == flopsight.result.metadata.TensorSpec("float32", (3, 8))
+    result.save(tmp_path / "r.json")
+    again = flopsight.load(tmp_path / "r.json")
+    assert again.modules["head"].memory == memory and again.metadata.parallel == {"world": 1, "tp": 2}
+    assert again.metadata.inputs.args == meta.inputs.args
+    untracked = flopsight.profile(model, torch.ones(3, 8), clock=flopsight.FakeClock())
+    assert untracked.modules["head"].memory is None and untracked.module("head").memory is None

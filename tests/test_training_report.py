@@ -11,7 +11,8 @@ from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 
 import flopsight
 from helpers import with_metadata
-from flopsight.renderers.text_renderer import ParallelInfo, render_aggregated, render_text
+from flopsight.analysis.report_figures import ParallelInfo
+from flopsight.renderers.text_renderer import render_aggregated, render_text
 from flopsight.renderers.numbers import duration_to_string, flops_to_string, macs_to_string, number_to_string
 
 DATA = Path(__file__).parent / "data"

@@ -9,7 +9,8 @@ import torch
 from torch import nn
 
 import flopsight
-from flopsight.analysis.transformer_estimate import transformer_check, transformer_check_lines
+from flopsight.analysis.transformer_estimate import transformer_check
+from flopsight.renderers.efficiency_lines import transformer_check_lines
 
 transformers = pytest.importorskip("transformers")
 

@@ -29,6 +29,7 @@ from .result.communication import Collective
 from .result.profile_result import SCHEMA_VERSION, Coverage, ModelCall, ModuleStats, ProfileResult, load
 from .result.stats import Stats
 from .result.tree import ModuleNode, Phases
+from .renderers import output as _output  # noqa: F401  (installs the reporter result.render/save call)
 from .renderers.numbers import (
     bytes_to_string,
     duration_to_string,

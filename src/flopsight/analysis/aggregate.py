@@ -22,7 +22,7 @@ __all__ = ["DepthSummary", "by_depth_and_type", "max_depth", "OpRow", "inclusive
            "model_ops", "top_ops"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class DepthSummary:
     """The top module types at one depth, by params, MACs and latency (largest first)."""
 

@@ -13,8 +13,10 @@ Definitions and the dtype rule are in ``docs/efficiency.md``.
 >>> eff = efficiency(result, peak=1e12)
 >>> eff.peak.name, eff.dtype, eff.forward_fraction   # 264,192 FLOPs in 1 ms, of a 1 TFLOPS peak
 ('given', 'fp32', 0.000264192)
->>> efficiency_lines(result, peak=1e12)[1:]
-[('fwd fraction of peak (peak 1 TFLOPS fp32, given)', '0.03%'), ('fwd bytes moved, arithmetic intensity', '33.02 KB, 8 FLOP/B')]
+>>> eff.model["forward"].bytes, eff.model["forward"].intensity    # 264,192 FLOPs / 33,024 bytes
+(33024, 8.0)
+
+The report's wording of these figures is :mod:`flopsight.renderers.efficiency_lines`'s.
 """
 
 from __future__ import annotations
@@ -26,13 +28,10 @@ from ..hardware import Peak, canonical_dtype, detect_peak, resolve_peak
 from ..result.metadata import Metadata
 from ..result.profile_result import ProfileResult
 from ..result.tree import PHASES
-from ..renderers.numbers import DEFAULT_PRECISION, bytes_to_string, flops_to_string, number_to_string
 from .aggregate import has_bytes, inclusive_bytes
 from .report_figures import is_training
 
-__all__ = ["PhaseEfficiency", "Efficiency", "efficiency", "efficiency_dict", "efficiency_lines", "peak_dtype"]
-
-_SHORT = {"forward": "fwd", "backward": "bwd", "recompute": "recompute", "step": "step"}
+__all__ = ["PhaseEfficiency", "Efficiency", "efficiency", "efficiency_dict", "peak_dtype"]
 
 
 @dataclass(frozen=True)
@@ -88,13 +87,6 @@ class Efficiency:
     @property
     def model(self) -> dict[str, PhaseEfficiency]:
         return self.modules.get("", {})
-
-    @property
-    def peak_label(self) -> str | None:
-        """The peak as printed beside each ratio: ``'989.5 TFLOPS bf16, NVIDIA H100 SXM'``."""
-        if self.peak is None or self.peak_flops is None:
-            return None
-        return f"{flops_to_string(self.peak_flops)} {self.dtype}, {self.peak.name}"
 
 
 def peak_dtype(metadata: Metadata, dtype: str | None = None) -> str | None:
@@ -259,46 +251,3 @@ def efficiency_dict(result: ProfileResult, peak: Any = None, *, dtype: str | Non
         },
         "modules": {path: {ph: p.to_dict() for ph, p in phases.items()} for path, phases in eff.modules.items()},
     }
-
-
-def _pct(fraction: float) -> str:
-    percent = 100 * fraction
-    text = "<0.01%" if 0 < percent < 0.01 else f"{round(percent, DEFAULT_PRECISION):g}%"
-    if fraction > 1:  # a measured rate cannot beat the peak: the column read is the wrong one
-        text += " (above the peak: wrong dtype? under autocast pass dtype=)"
-    return text
-
-
-def efficiency_lines(result: ProfileResult, peak: Any = None, *, dtype: str | None = None) -> list[tuple[str, str]]:
-    """The efficiency section of the text and Markdown reports as (label, value) pairs, the
-    peak used printed beside every ratio. Ratios are left out without a peak, except on an
-    accelerator the table does not know, which gets a line saying so; bytes and intensity
-    lines come when the result captured bytes. Empty when there is nothing to say.
-    """
-    eff = efficiency(result, peak, dtype=dtype)
-    tag = eff.peak_label
-    lines: list[tuple[str, str]] = []
-    if tag is not None:
-        p = eff.peak
-        bandwidth = f", {bytes_to_string(p.memory_bandwidth, precision=3)}/s memory" if p.memory_bandwidth else ""
-        lines.append((f"peak ({p.name}, dense {eff.dtype})",
-                      f"{flops_to_string(eff.peak_flops)}{bandwidth}; source: {p.source}"))
-    if tag is not None:
-        if eff.training and eff.mfu is not None:
-            lines.append((f"MFU (peak {tag})", _pct(eff.mfu)))
-            if eff.hfu is not None:
-                lines.append((f"HFU, recompute included (peak {tag})", _pct(eff.hfu)))
-        elif not eff.training and eff.forward_fraction is not None:
-            lines.append((f"fwd fraction of peak (peak {tag})", _pct(eff.forward_fraction)))
-    elif result.metadata.device_type not in ("cpu", "meta") or peak is not None:
-        lines.append(("MFU" if eff.training else "fwd fraction of peak", f"n/a: {eff.reason}"))
-    for phase, p in eff.model.items():
-        if p.bytes is None:
-            continue
-        value = bytes_to_string(p.bytes)
-        if p.intensity is not None:
-            value += f", {number_to_string(p.intensity)}FLOP/B"
-            if p.bound is not None:
-                value += f": {p.bound}-bound (ridge {number_to_string(eff.ridge)}FLOP/B, {eff.peak.name})"
-        lines.append((f"{_SHORT[phase]} bytes moved, arithmetic intensity", value))
-    return lines

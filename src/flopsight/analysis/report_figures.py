@@ -46,7 +46,7 @@ __all__ = [
 ]
 
 
-@dataclass
+@dataclass(frozen=True)
 class ParallelInfo:
     """Parallelism figures for the summary's header lines (from a DeepSpeed engine)."""
 
@@ -94,7 +94,7 @@ def parallel_of(result: ProfileResult, given: ParallelInfo | None) -> ParallelIn
     return ParallelInfo(world_size=world, dp_size=world, mp_size=1)
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainingFigures:
     """A training report's figures: DeepSpeed's engine lines with DeepSpeed's definitions,
     then the measured ones.
@@ -127,7 +127,7 @@ class TrainingFigures:
     samples_per_second: float | None
 
 
-@dataclass
+@dataclass(frozen=True)
 class GenerationFigures:
     """generate(): the :class:`~flopsight.result.iteration.GenerationStats` and the rates
     the report prints from them."""
@@ -144,7 +144,7 @@ class GenerationFigures:
         return self.stats.encoder
 
 
-@dataclass
+@dataclass(frozen=True)
 class CommunicationFigures:
     """One kind of collective over the whole profile (this rank): calls, payload bytes per
     rank, seconds, and DeepSpeed's algorithm and bus bandwidths in bytes/s."""
@@ -175,7 +175,7 @@ def communication_figures(collectives: list[Collective]) -> list[CommunicationFi
             for kind, (n, size, seconds, group) in totals.items()]
 
 
-@dataclass
+@dataclass(frozen=True)
 class SummaryFigures:
     """Every number of the report's summary block.
 
@@ -308,7 +308,7 @@ def summary_figures(
     )
 
 
-@dataclass
+@dataclass(frozen=True)
 class ModuleFigures:
     """One module's line of the detailed profile: its inclusive figures and their shares
     (percent) of the model's totals; the backward ones are of the measured backward."""

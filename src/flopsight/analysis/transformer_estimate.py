@@ -14,7 +14,8 @@ measured but its parameters are counted there), the attention score and value pr
 (the 12·L·H·Q·T term; less under ``attention="effective"``), MoE routing (only the active
 experts run; N counts all of them), and the rest (norms, activations, softmax, residual
 adds and biases, which are not 2 FLOPs per parameter). The parts add up to the difference
-exactly. What is read from where is in ``docs/efficiency.md``.
+exactly. What is read from where is in ``docs/efficiency.md``; the report's wording of the
+check is :mod:`flopsight.renderers.efficiency_lines`'s.
 
 >>> import torch, flopsight
 >>> transformer_check(flopsight.profile(torch.nn.Linear(4, 4), torch.ones(1, 4))) is None   # not a transformer LM
@@ -29,10 +30,8 @@ from typing import Any
 
 from ..result.profile_result import ProfileResult
 from ..result.tree import ModuleNode
-from ..renderers.numbers import number_to_string, params_to_string
 
-__all__ = ["TransformerShape", "Part", "TransformerCheck", "transformer_shape", "transformer_check",
-           "transformer_check_lines"]
+__all__ = ["TransformerShape", "Part", "TransformerCheck", "transformer_shape", "transformer_check"]
 
 _STACKS = ("ModuleList", "Sequential", "ModuleDict")
 _QUERY_NAMES = ("q_proj", "query", "q", "wq", "q_lin", "to_q", "q_attn")
@@ -75,7 +74,11 @@ class TransformerShape:
 
 @dataclass(frozen=True)
 class Part:
-    """One part of the model: the FLOPs the PaLM estimate gives it, those measured, why."""
+    """One part of the model: the FLOPs the PaLM estimate gives it, those measured, and why
+    they differ, as a key the renderers word: ``"lookups"`` (embeddings cost no FLOPs),
+    ``"tied"`` or ``"untied"`` (the LM head's params counted under the embedding, or its
+    own), ``"dense"`` or ``"effective"`` (how the attention products were counted),
+    ``"routed"`` (only the routed experts run), ``"other"`` (FLOPs not 2 per param)."""
 
     name: str
     estimate: float
@@ -312,27 +315,16 @@ def transformer_check(result: ProfileResult, config: Any = None, *, layers: int 
 
     attention_estimate = per_attention * shape.layers * shape.attention_width * shape.seq_len * tokens
     rest_params = shape.params - shape.embedding_params - shape.head_params - shape.expert_params
-    width = f"{shape.attention_width}"
-    effective = result.metadata.attention == "effective"
     parts = [
-        Part("embeddings", per_param * shape.embedding_params * tokens, embed,
-             f"lookups cost no flops, their {params_to_string(shape.embedding_params)} params are in N"),
-        Part("LM head", per_param * shape.head_params * tokens, head,
-             "tied to the embedding: its product is measured here, its params counted under embeddings"
-             if shape.tied else "its params are in N: 2 flops per param per token forward, as estimated"),
+        Part("embeddings", per_param * shape.embedding_params * tokens, embed, "lookups"),
+        Part("LM head", per_param * shape.head_params * tokens, head, "tied" if shape.tied else "untied"),
         Part("attention QK^T and AV", attention_estimate, products,
-             "counted causal-effective (attention='effective'): masked entries left out"
-             if effective else f"dense, as {per_attention}·L·H·Q·T (H·Q {width})"),
+             "effective" if result.metadata.attention == "effective" else "dense"),
     ]
     if shape.expert_params:
-        f = shape.active_expert_fraction or 0.0
-        parts.append(Part("MoE experts", per_param * shape.expert_params * tokens, moe,
-                          f"only the routed experts run (k/E {f:.3g}, {shape.sources.get('active_expert_fraction')}): "
-                          f"N counts all of them"))
+        parts.append(Part("MoE experts", per_param * shape.expert_params * tokens, moe, "routed"))
     rest = measured_total - embed - head - products - (moe if shape.expert_params else 0)
-    parts.append(Part("the rest", per_param * rest_params * tokens, rest,
-                      "norms, activations, softmax, residual adds, biases, routing: flops that are not 2 per "
-                      "param per token"))
+    parts.append(Part("the rest", per_param * rest_params * tokens, rest, "other"))
 
     palm = per_param * shape.params * tokens + attention_estimate
     palm_active = (per_param * shape.active_params * tokens + attention_estimate) if shape.expert_params else None
@@ -342,35 +334,3 @@ def transformer_check(result: ProfileResult, config: Any = None, *, layers: int 
         megatron /= 3  # the backward is twice the forward in this formula
     return TransformerCheck(shape, training, palm, palm_active, megatron, measured_total, parts,
                             result.metadata.attention)
-
-
-def _signed(x: float) -> str:
-    return ("+" if x >= 0 else "-") + number_to_string(abs(x)).strip()
-
-
-def transformer_check_lines(result: ProfileResult, config: Any = None, **given: Any) -> list[tuple[str, str]]:
-    """The cross-check as (label, value) pairs for the text and Markdown reports; empty for
-    a model that is not a transformer LM. Arguments as :func:`transformer_check`."""
-    check = transformer_check(result, config, **given)
-    if check is None:
-        return []
-    sh = check.shape
-    what = "fwd + bwd" if check.training else "fwd"
-    palm_formula = "6N + 12·L·H·Q·T" if check.training else "2N + 4·L·H·Q·T"
-    megatron_formula = "72·B·s·l·h²·(1 + s/6h + V/12hl)" if check.training else "24·B·s·l·h²·(1 + s/6h + V/12hl)"
-    calls = f" x {sh.calls} calls" if sh.calls > 1 else ""
-    lines = [
-        (f"{what} flops, PaLM estimate ({palm_formula}) x tokens (N {params_to_string(sh.params)}, L {sh.layers}, "
-         f"H·Q {sh.attention_width}, T {sh.seq_len}; {sh.tokens} tokens)", number_to_string(check.palm).strip()),
-    ]
-    if check.palm_active is not None:
-        lines.append((f"{what} flops, PaLM estimate with active params (N_active "
-                      f"{params_to_string(round(sh.active_params))})", number_to_string(check.palm_active).strip()))
-    lines.append((f"{what} flops, Megatron-LM estimate {megatron_formula} (B {sh.batch}{calls}, s {sh.seq_len}, "
-                  f"l {sh.layers}, h {sh.hidden}, V {sh.vocab}; assumes 4h MLP and multi-head attention)",
-                  number_to_string(check.megatron).strip()))
-    ratio = f" ({check.measured / check.palm:.3g} x PaLM)" if check.palm else ""
-    lines.append((f"{what} flops, measured (recompute and optimizer step left out)",
-                  number_to_string(check.measured).strip() + ratio))
-    lines.extend((f"  {p.name}: {p.explanation}", _signed(p.difference)) for p in check.parts)
-    return lines

@@ -37,7 +37,7 @@ from .meta import meta_masks
 from .models import BadModel, Target, UsageError, resolve
 from .progress import Progress
 from .run import calls_per_run, run_forward, run_generate, run_train
-from ..result.metadata import ATTENTION_CONVENTIONS
+from ..formulas.attention import ATTENTION_CONVENTIONS
 from ..renderers import FORMATS as RENDERER_FORMATS
 from ..renderers.numbers import params_to_string
 
@@ -321,17 +321,14 @@ def check_options(args: argparse.Namespace, target: Target) -> None:
 
 
 def render(args: argparse.Namespace, result: Any, label: str, warm_up: int) -> str:
-    """The report, in the format asked for (``--format``, else -o's extension, else text)."""
-    from ..renderers import format_of
-    from ..renderers.text_renderer import render_text
+    """The report, in the format asked for (``--format``, else -o's extension, else text);
+    each format reads the options it uses."""
+    from ..renderers.output import format_for, render as render_report
 
-    fmt = args.format or (format_of(args.output) if args.output else "text")
-    if fmt == "text":
-        return render_text(result, profile_step=warm_up, module_depth=args.depth, top_modules=args.top,
-                           detailed=args.detailed, detail_depth=args.detail_depth, collapse=args.collapse,
-                           ops=args.ops, peak=args.peak, efficiency=args.efficiency)
-    options = {"md": {"peak": args.peak}, "html": {"peak": args.peak, "title": f"flopsight: {label}"}}.get(fmt, {})
-    return result.render(fmt, **options)
+    return render_report(result, format_for(args.output, args.format), profile_step=warm_up, module_depth=args.depth,
+                         top_modules=args.top, detailed=args.detailed, detail_depth=args.detail_depth,
+                         collapse=args.collapse, ops=args.ops, peak=args.peak, efficiency=args.efficiency,
+                         title=f"flopsight: {label}")
 
 
 def run_mode(args: argparse.Namespace, model: torch.nn.Module, call_args: tuple, call_kwargs: dict, warm_up: int,
@@ -376,9 +373,9 @@ def cmd_profile(args: argparse.Namespace) -> int:
                 raise
             print(f"flopsight: error: {type(e).__name__}: {e}", file=sys.stderr)
             return 1
-    from ..renderers.output import write_report
+    from ..renderers.output import write
 
-    write_report(text, args.output)
+    write(text, args.output)  # after the progress bar is gone
     if args.output:
         print(f"flopsight: wrote {os.fspath(args.output)}", file=sys.stderr)
     return 0

@@ -51,10 +51,11 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 from ..capture.optimizer import check_optimizer, wrap_method
 from .deepspeed.api import engine_parallel_info
 from .deepspeed.config import FlopsProfilerConfig, parse_config
+from ..analysis.report_figures import ParallelInfo
+from ..analysis.report_options import ReportOptions
 from ..capture.parallel import engine_parallel
 from ..profiler import Profiler, check_model
-from ..renderers.output import check_layout, check_output_file, print_report
-from ..renderers.text_renderer import ParallelInfo
+from ..renderers.output import check_output_file, write
 from ..result.profile_result import ProfileResult
 
 __all__ = ["attach", "AttachedProfiler"]
@@ -153,17 +154,7 @@ class AttachedProfiler:
                 self.result = self._profiler.stop()
                 if _rank() != 0:
                     return
-                cfg = self.config
-                self.report = print_report(
-                    self.result,
-                    cfg.output_file,
-                    profile_step=cfg.profile_step,
-                    module_depth=cfg.module_depth,
-                    top_modules=cfg.top_modules,
-                    detailed=cfg.detailed,
-                    parallel=self._parallel,
-                    recompute_fwd_factor=cfg.recompute_fwd_factor,
-                )
+                self.report = write(self.result, self.config.output_file, **_report_options(self.config, self._parallel))
         finally:
             self._detach()
 
@@ -277,8 +268,14 @@ def attach(
     cfg = parse_config(config)
     if cfg.enabled:
         check_output_file(cfg.output_file)
-        check_layout(cfg.module_depth, cfg.top_modules)
+        ReportOptions(**_report_options(cfg, parallel))
     return AttachedProfiler(model, optimizer, cfg, batch_size, parallel)
+
+
+def _report_options(cfg: FlopsProfilerConfig, parallel: ParallelInfo | None) -> dict[str, Any]:
+    """The report the config asks for, as DeepSpeed's engine prints it."""
+    return dict(profile_step=cfg.profile_step, module_depth=cfg.module_depth, top_modules=cfg.top_modules,
+                detailed=cfg.detailed, parallel=parallel, recompute_fwd_factor=cfg.recompute_fwd_factor)
 
 
 def _is_engine(obj: Any) -> bool:

@@ -38,15 +38,16 @@ except ImportError as e:  # the optional extra
     raise ImportError("flopsight.integrations.hf needs transformers: pip install 'flopsight[hf]'") from e
 
 from ..analysis.efficiency import efficiency
-from ..analysis.report_figures import parallel_of, rate, training_figures
 from ..capture.optimizer import wrap_method
-from ..hardware import canonical_dtype, check_peak
+from ..hardware import check_peak
 from ..profiler import Profiler, check_attention, with_ranks
 from ..capture.gather import DEFAULT_GATHER_TIMEOUT, check_gather_timeout
 from ..renderers import EXTENSIONS
+from ..renderers.output import write
 from ..result.profile_result import ProfileResult
+from .trainer_metrics import check_bool, check_dtype, named, step_figures
 
-__all__ = ["FlopsightCallback", "step_metrics", "PREFIX"]
+__all__ = ["FlopsightCallback", "step_metrics", "PREFIX", "LOGGED"]
 
 #: what every key this callback logs starts with
 PREFIX = "flopsight/"
@@ -80,16 +81,6 @@ def _check_output(output: Any) -> tuple[str, ...]:
     return tuple(checked)
 
 
-def _check_dtype(dtype: Any) -> str | None:
-    return None if dtype is None else canonical_dtype(dtype)  # raises, naming dtype
-
-
-def _check_bool(value: Any, arg: str) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{arg}: expected a bool, got {type(value).__name__}")
-    return value
-
-
 def _check_batch_size(size: Any) -> int | None:
     if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
         raise ValueError(f"batch_size: expected a positive int or None, got {size!r}")
@@ -97,6 +88,29 @@ def _check_batch_size(size: Any) -> int | None:
 
 
 # -- the logged figures ---------------------------------------------------------------------
+#: logged name (after :data:`PREFIX`) -> its :class:`~.trainer_metrics.StepFigures` field,
+#: in the order logged; a figure that is None (not measured) is not logged
+LOGGED = {
+    "iter_latency_s": "latency",
+    "fwd_latency_s": "fwd_latency",
+    "bwd_latency_s": "bwd_latency",
+    "step_latency_s": "step_latency",
+    "fwd_flops": "fwd_flops",
+    "bwd_flops": "bwd_flops",
+    "step_flops": "step_flops",
+    "flops": "flops",
+    "model_flops": "model_flops",
+    "flops_per_second": "flops_per_second",
+    "micro_batches": "micro_batches",
+    "recompute_flops": "recompute_flops",
+    "samples_per_second": "samples_per_second",
+    "tokens_per_second": "tokens_per_second",
+    "mfu": "mfu",
+    "hfu": "hfu",
+    "memory_peak_bytes": "memory_peak_bytes",
+}
+
+
 def step_metrics(result: ProfileResult, *, tokens: int | None = None, peak: Any = None,
                  dtype: str | None = None) -> dict[str, float]:
     """The figures the callback logs for a profiled training step, keys prefixed
@@ -117,36 +131,8 @@ def step_metrics(result: ProfileResult, *, tokens: int | None = None, peak: Any 
     >>> m["flopsight/mfu"] == m["flopsight/model_flops"] / m["flopsight/iter_latency_s"] / 1e9
     True
     """
-    it = result.iteration
-    parallel = parallel_of(result, None)
-    figures = training_figures(result, parallel, it=it)
-    metrics: dict[str, float] = {
-        "iter_latency_s": it.latency,
-        "fwd_latency_s": it.forward.latency,
-        "bwd_latency_s": it.backward.latency,
-        "step_latency_s": it.step.latency,
-        "fwd_flops": it.forward.flops,
-        "bwd_flops": it.backward.flops,
-        "step_flops": it.step.flops,
-        "flops": it.flops,
-        "model_flops": it.model_flops,
-        "flops_per_second": it.flops_per_second,
-        "micro_batches": it.micro_batches,
-    }
-    if it.recompute.calls or it.recompute.flops:
-        metrics["recompute_flops"] = it.recompute.flops
-    if figures.samples_per_second is not None:
-        metrics["samples_per_second"] = figures.samples_per_second
-    if tokens:
-        metrics["tokens_per_second"] = rate(tokens * parallel.dp_size, it.latency)
-    eff = efficiency(result, peak, dtype=dtype)
-    if eff.mfu is not None:  # None without a peak: never guessed
-        metrics["mfu"] = eff.mfu
-    if eff.hfu is not None:
-        metrics["hfu"] = eff.hfu
-    if result.memory is not None:
-        metrics["memory_peak_bytes"] = result.memory.peak
-    return {PREFIX + key: value for key, value in metrics.items()}
+    figures = step_figures(result, efficiency(result, peak, dtype=dtype), tokens=tokens)
+    return named(figures, LOGGED, PREFIX)
 
 
 def _mixed_precision_dtype(args: Any) -> str | None:
@@ -235,8 +221,8 @@ class FlopsightCallback(TrainerCallback):
         self.profile_step = _check_profile_step(profile_step)
         self.outputs = _check_output(output)
         self.peak = check_peak(peak)
-        self.dtype = _check_dtype(dtype)
-        self.memory = _check_bool(memory, "memory")
+        self.dtype = check_dtype(dtype)
+        self.memory = check_bool(memory, "memory")
         self.gather_timeout = check_gather_timeout(gather_timeout) if gather_timeout is not None else None
         self.attention = check_attention(attention)
         self.batch_size = _check_batch_size(batch_size)
@@ -363,8 +349,7 @@ class FlopsightCallback(TrainerCallback):
         written = []
         for name in self.outputs:
             path = os.path.join(args.output_dir, name)  # an absolute name stays as it is
-            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-            result.save(path)
+            write(result, path)
             written.append(path)
             logger.info("flopsight: step %d profiled, report written to %s", self.profile_step, path)
         return written

@@ -46,11 +46,12 @@ except ImportError as error:  # the core needs torch alone; this module needs Li
     ) from error
 
 from ..analysis.efficiency import Efficiency, efficiency
-from ..hardware import Peak, canonical_dtype, lookup_peak, resolve_peak
+from ..hardware import Peak, lookup_peak, resolve_peak
 from ..profiler import Profiler, with_ranks
 from ..capture.gather import DEFAULT_GATHER_TIMEOUT, check_gather_timeout
-from ..renderers import format_of
+from ..renderers.output import check_output_file, write
 from ..result.profile_result import ProfileResult
+from .trainer_metrics import check_bool, check_dtype, named, step_figures
 
 __all__ = ["FlopsightCallback", "METRICS", "PREFIX", "step_metrics", "global_metrics"]
 
@@ -94,8 +95,7 @@ def _check_output(output: Any) -> str | None:
     if not isinstance(output, (str, os.PathLike)) or not os.fspath(output):
         raise TypeError(f"output: expected a file name or path (its extension picks the format) or None, "
                         f"got {output!r}")
-    if os.path.isdir(output):
-        raise IsADirectoryError(f"output: {os.fspath(output)!r} is a directory; expected a file path")
+    check_output_file(output, "output")
     return os.fspath(output)
 
 
@@ -112,16 +112,6 @@ def _check_peak(peak: Any) -> Any:
         return peak
     raise ValueError(f"peak: expected None, a positive number of FLOP/s, a device name, 'cpu' or a "
                      f"flopsight.hardware.Peak, got {peak!r}")
-
-
-def _check_dtype(dtype: Any) -> str | None:
-    return None if dtype is None else canonical_dtype(dtype)  # its error names dtype
-
-
-def _check_bool(value: Any, arg: str) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{arg}: expected a bool, got {type(value).__name__}")
-    return value
 
 
 def _check_batch_size_fn(fn: Any) -> Callable[[Any], int] | None:
@@ -151,29 +141,27 @@ def precision_dtype(precision: Any) -> str | None:
 
 
 # -- the figures: pure functions of the result -------------------------------------------
+#: each ``device/`` name -> its :class:`~.trainer_metrics.StepFigures` field, in the order
+#: logged; a figure that is None (not measured) is not logged
+DEVICE_FIGURES = {
+    "device/flops": "model_flops",
+    "device/forward_flops": "fwd_flops",
+    "device/backward_flops": "bwd_flops",
+    "device/optimizer_flops": "step_flops",
+    "device/step_time": "latency",
+    "device/batches": "batches",
+    "device/samples": "samples",
+    "device/batches_per_sec": "device_batches_per_second",
+    "device/samples_per_sec": "device_samples_per_second",
+    "device/flops_per_sec": "device_flops_per_second",
+    "device/mfu": "mfu",
+    "device/hfu": "hfu",
+}
+
+
 def step_metrics(result: ProfileResult, eff: Efficiency | None, batches: int, samples: int | None) -> dict[str, float]:
     """This rank's ``device/`` figures of the profiled step (names without :data:`PREFIX`)."""
-    it = result.iteration
-    metrics: dict[str, float] = {
-        "device/flops": it.model_flops,
-        "device/forward_flops": it.forward.flops,
-        "device/backward_flops": it.backward.flops,
-        "device/optimizer_flops": it.step.flops,
-        "device/step_time": it.latency,
-        "device/batches": batches,
-    }
-    if samples:
-        metrics["device/samples"] = samples
-    if it.latency > 0:
-        metrics["device/batches_per_sec"] = batches / it.latency
-        if samples:
-            metrics["device/samples_per_sec"] = samples / it.latency
-        metrics["device/flops_per_sec"] = it.model_flops / it.latency
-    if eff is not None and eff.mfu is not None:
-        metrics["device/mfu"] = eff.mfu
-    if eff is not None and eff.hfu is not None:
-        metrics["device/hfu"] = eff.hfu
-    return metrics
+    return named(step_figures(result, eff, batches=batches, samples=samples), DEVICE_FIGURES)
 
 
 def global_metrics(result: ProfileResult, batches: int, samples_per_rank: int | None = None) -> dict[str, float]:
@@ -240,8 +228,8 @@ class FlopsightCallback(Callback):
         self.profile_step = _check_step(profile_step)
         self.output = _check_output(output)
         self.peak = _check_peak(peak)
-        self.dtype = _check_dtype(dtype)
-        self.memory = _check_bool(memory, "memory")
+        self.dtype = check_dtype(dtype)
+        self.memory = check_bool(memory, "memory")
         self.batch_size_fn = _check_batch_size_fn(batch_size_fn)
         self.gather_timeout = None if gather_timeout is None else check_gather_timeout(gather_timeout)
         self.result: ProfileResult | None = None
@@ -336,18 +324,9 @@ class FlopsightCallback(Callback):
 
     def _write(self, result: ProfileResult, eff: Efficiency) -> str:
         path = self.output if os.path.isabs(self.output) else os.path.join(self._log_dir or ".", self.output)
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        result.save(path, **_render_options(format_of(path), eff, self.profile_step))
+        # the efficiency section, in the formats that have one, against the peak used for MFU
+        write(result, path, profile_step=self.profile_step, peak=eff.peak, dtype=eff.dtype)
         return path
-
-
-def _render_options(fmt: str, eff: Efficiency, step: int) -> dict[str, Any]:
-    """The efficiency section in the formats that have one, against the peak used for MFU."""
-    if fmt == "text":
-        return {"profile_step": step, "peak": eff.peak, "dtype": eff.dtype}
-    if fmt in ("html", "md"):
-        return {"peak": eff.peak}
-    return {}
 
 
 def _log(trainer, pl_module, metrics: dict[str, float]) -> None:

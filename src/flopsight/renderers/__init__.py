@@ -1,8 +1,11 @@
 """Renderers: one file per format, each only formatting a :class:`~flopsight.ProfileResult`.
 
-:func:`render` is the one way in (``result.render(fmt)`` and ``result.save(path)`` call
-it); a file's format comes from its extension (:func:`format_of`), the text report for
-``.txt`` and anything unknown, as DeepSpeed writes its report whatever the file's name.
+:func:`render` is the one way in for a result (``result.render(fmt)`` and, through
+:mod:`.output`, ``result.save(path)`` call it): its options become one checked
+:class:`~flopsight.analysis.report_options.ReportOptions`, of which each format reads the
+fields it uses. A file's format comes from its extension (:func:`format_of`), the text
+report for ``.txt`` and anything unknown, as DeepSpeed writes its report whatever the
+file's name.
 
 >>> format_of("run.trace.json"), format_of("run.json"), format_of("run.ops.csv"), format_of("report.log")
 ('trace', 'json', 'ops_csv', 'text')
@@ -14,17 +17,19 @@ import importlib
 import os
 from typing import Any
 
+from ..analysis.report_options import ReportOptions
+
 __all__ = ["FORMATS", "EXTENSIONS", "render", "format_of"]
 
-#: format -> (module in this package, its render function)
+#: format -> (module in this package, its function of a result and a ReportOptions)
 FORMATS = {
-    "text": ("text_renderer", "render_text"),
-    "json": ("json_renderer", "render_json"),
-    "csv": ("csv_renderer", "render_csv"),
-    "ops_csv": ("csv_renderer", "render_ops_csv"),
-    "md": ("markdown_renderer", "render_markdown"),
-    "html": ("html_renderer", "render_html"),
-    "trace": ("trace_renderer", "render_trace"),
+    "text": ("text_renderer", "format_text"),
+    "json": ("json_renderer", "format_json"),
+    "csv": ("csv_renderer", "format_csv"),
+    "ops_csv": ("csv_renderer", "format_ops_csv"),
+    "md": ("markdown_renderer", "format_markdown"),
+    "html": ("html_renderer", "format_html"),
+    "trace": ("trace_renderer", "format_trace"),
 }
 
 #: file name ending -> format, longest ending first
@@ -51,8 +56,10 @@ def format_of(path: str | os.PathLike) -> str:
 
 
 def render(result, fmt: str = "text", **options: Any) -> str:
-    """``result`` as ``fmt`` (one of :data:`FORMATS`); ``options`` are that renderer's."""
+    """``result`` as ``fmt`` (one of :data:`FORMATS`); ``options`` are
+    :class:`~flopsight.analysis.report_options.ReportOptions`' (a name that is none is a
+    TypeError naming it)."""
     if fmt not in FORMATS:
         raise ValueError(f"fmt: expected one of {', '.join(FORMATS)}, got {fmt!r}")
     module, function = FORMATS[fmt]
-    return getattr(importlib.import_module(f"{__name__}.{module}"), function)(result, **options)
+    return getattr(importlib.import_module(f"{__name__}.{module}"), function)(result, ReportOptions.of(**options))

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import csv
 import io
+from typing import Any
 
 from ..analysis.aggregate import inclusive_bytes
+from ..analysis.report_options import ReportOptions
 
-__all__ = ["render_csv", "render_ops_csv", "MODULE_COLUMNS", "OP_COLUMNS"]
+__all__ = ["render_csv", "render_ops_csv", "format_csv", "format_ops_csv", "MODULE_COLUMNS", "OP_COLUMNS"]
 
 #: the module table's columns: inclusive figures (the module and its submodules), then its own
 MODULE_COLUMNS = (
@@ -34,8 +36,19 @@ OP_COLUMNS = ("rank", "module", "type", "phase", "op", "calls", "macs", "flops",
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
-def render_csv(result) -> str:
-    """One row per module (pre-order) and phase it ran in."""
+def render_csv(result, **options: Any) -> str:
+    """One row per module (pre-order) and phase it ran in. No option changes it; any
+    :class:`~flopsight.analysis.report_options.ReportOptions` field is accepted."""
+    return format_csv(result, ReportOptions.of(**options))
+
+
+def render_ops_csv(result, **options: Any) -> str:
+    """One row per module, phase and operator (most FLOPs first), for the module's own calls."""
+    return format_ops_csv(result, ReportOptions.of(**options))
+
+
+def format_csv(result, options: ReportOptions) -> str:
+    """The format table's entry for ``csv``."""
     rank = result.metadata.rank
     moved = inclusive_bytes(result)
     rows = []
@@ -51,8 +64,8 @@ def render_csv(result) -> str:
     return _write(MODULE_COLUMNS, rows)
 
 
-def render_ops_csv(result) -> str:
-    """One row per module, phase and operator (most FLOPs first), for the module's own calls."""
+def format_ops_csv(result, options: ReportOptions) -> str:
+    """The format table's entry for ``ops_csv``."""
     rank = result.metadata.rank
     rows = []
     for stats in result.modules.values():

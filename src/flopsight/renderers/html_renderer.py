@@ -1,9 +1,9 @@
 """HTML: one self-contained interactive page (see ``docs/html.md``).
 
 The page embeds the JSON the JSON renderer writes (``result.to_dict()``) and a small
-*derived* block (step anatomy, rank figures, efficiency) computed with the public analysis
-functions; its CSS and script come from ``assets/`` and are inlined, so the file opens
-offline. The script builds the tree view, draws and formats: it measures nothing.
+*derived* block (step anatomy, rank figures, efficiency: :func:`flopsight.analysis.derived.derived`);
+its CSS and script come from ``assets/`` and are inlined, so the file opens offline. The
+script builds the tree view, draws and formats: it measures nothing.
 
 Module names, type names and reprs are user data: the JSON sits in
 ``<script type="application/json">`` with ``<``, ``>``, ``&`` and U+2028/U+2029 escaped,
@@ -23,7 +23,6 @@ True
 from __future__ import annotations
 
 import base64
-import dataclasses
 import hashlib
 import html
 import json
@@ -33,9 +32,10 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from ..analysis.ranks import rank_figures
+from ..analysis.derived import derived
+from ..analysis.report_options import ReportOptions
 
-__all__ = ["render_html", "embed_json"]
+__all__ = ["render_html", "format_html", "embed_json", "derived"]
 
 # What JSON may hold that would end a <script> element or break the script that reads it:
 # "</script>" or "<!--" (needs "<"), and U+2028/U+2029 (line ends in older JavaScript).
@@ -44,12 +44,17 @@ _UNSAFE_RE = re.compile("[<>&\u2028\u2029]")
 _SLOT_RE = re.compile(r"<!--flopsight:(\w+)-->")
 
 
-def render_html(result, *, title: str | None = None, peak: Any = None) -> str:
+def render_html(result, **options: Any) -> str:
     """``result`` as one self-contained HTML page; ``title`` defaults to the model's name.
     ``peak`` is what :func:`flopsight.analysis.efficiency.efficiency` takes (FLOP/s, a device
-    name from flopsight's table, ``"cpu"`` or a ``Peak``; None: the recorded device's)."""
-    if title is not None and not isinstance(title, str):
-        raise TypeError(f"title: expected a str or None, got {type(title).__name__}")
+    name from flopsight's table, ``"cpu"`` or a ``Peak``; None: the recorded device's).
+    ``options`` are :class:`~flopsight.analysis.report_options.ReportOptions`'."""
+    return format_html(result, ReportOptions.of(**options))
+
+
+def format_html(result, options: ReportOptions) -> str:
+    """The page of ``result`` as ``options`` ask (the format table's entry)."""
+    title, peak = options.title, options.peak
     data = result.to_dict()
     page_title = title if title is not None else f"flopsight: {result.metadata.model or 'profile'}"
     css, script = _asset("report.css"), _asset("report.js")
@@ -88,78 +93,6 @@ def _finite(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_finite(v) for v in value]
     return value
-
-
-def derived(result, peak: Any = None) -> dict[str, Any]:
-    """What the page shows beyond ``to_dict()``, from the public analysis functions: the
-    iteration's figures and step anatomy, rank figures (None in one process), coverage and
-    efficiency (None until :mod:`flopsight.analysis.efficiency` is there, or without data).
-
-    >>> import torch, flopsight
-    >>> d = derived(flopsight.profile(torch.nn.Linear(2, 2), torch.ones(1, 2)))
-    >>> d["ranks"], d["iteration"]["forward"]["macs"], d["coverage"]["fraction"]
-    (None, 4, 1.0)
-    """
-    it = result.iteration
-    coverage = result.coverage
-    return {
-        "phases": result.phases,
-        "iteration": {
-            "latency": it.latency,
-            "samples": it.samples,
-            "flops": it.flops,
-            "model_flops": it.model_flops,
-            "flops_per_second": it.flops_per_second,
-            "samples_per_second": it.samples_per_second,
-            **{phase: getattr(it, phase)._asdict() for phase in ("forward", "backward", "recompute", "step")},
-            "communication": dataclasses.asdict(it.communication),
-        },
-        "anatomy": dataclasses.asdict(it.anatomy) if it.anatomy is not None else None,
-        "coverage": {**dataclasses.asdict(coverage), "fraction": coverage.fraction},
-        "ranks": _ranks(result),
-        "efficiency": _efficiency(result, peak),
-    }
-
-
-def _ranks(result) -> dict[str, Any] | None:
-    """Rank figures for every module (the detail panel shows any module's spread) and each
-    rank's own iteration figures and step anatomy (the per-rank bars)."""
-    figures = rank_figures(result, depth=None)
-    if figures is None:
-        return None
-    per_rank = []
-    for rank, r in enumerate(result.ranks):
-        if r is None:
-            per_rank.append(None)
-            continue
-        it = r.iteration
-        per_rank.append({
-            "rank": rank,
-            "latency": it.latency,
-            "flops": it.flops,
-            "anatomy": dataclasses.asdict(it.anatomy) if it.anatomy is not None else None,
-        })
-    modules: dict[str, dict[str, Any]] = {}
-    for m in figures.modules:
-        modules.setdefault(m.path, {})[m.phase] = m.latency._asdict()
-    return {
-        "world": figures.world,
-        "missing": figures.missing,
-        "iteration": figures.iteration._asdict() if figures.iteration is not None else None,
-        "straggler_excess": figures.straggler_excess,
-        "per_rank": per_rank,
-        "modules": modules,
-    }
-
-
-def _efficiency(result, peak: Any) -> dict[str, Any] | None:
-    """The efficiency analysis' JSON view, or None where it is not there yet; the page
-    colours by achieved FLOPS relative to the model's best module without it."""
-    try:
-        from ..analysis.efficiency import efficiency_dict
-    except ImportError:
-        return None
-    return efficiency_dict(result, peak=peak)
 
 
 def _content_security_policy(script: str, css: str) -> str:

@@ -11,10 +11,19 @@ True
 from __future__ import annotations
 
 import json
+from typing import Any
 
-__all__ = ["render_json"]
+from ..analysis.report_options import ReportOptions
+
+__all__ = ["render_json", "format_json"]
 
 
-def render_json(result, *, indent: int | None = 1) -> str:
-    """``result.to_dict()`` as JSON text (ends with a newline)."""
-    return json.dumps(result.to_dict(), indent=indent) + "\n"
+def render_json(result, **options: Any) -> str:
+    """``result.to_dict()`` as JSON text (ends with a newline); ``indent`` (default 1) is
+    the one :class:`~flopsight.analysis.report_options.ReportOptions` field it reads."""
+    return format_json(result, ReportOptions.of(**options))
+
+
+def format_json(result, options: ReportOptions) -> str:
+    """The format table's entry."""
+    return json.dumps(result.to_dict(), indent=options.indent_or(1)) + "\n"

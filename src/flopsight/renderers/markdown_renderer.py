@@ -16,26 +16,33 @@ renders HTML inside Markdown).
 
 from __future__ import annotations
 
-from ..result.tree import PHASES
+from typing import Any
+
+from ..analysis.report import efficiency_section
+from ..analysis.report_options import ReportOptions
+from .efficiency_lines import format_efficiency
 from .numbers import bytes_to_string, duration_to_string, flops_to_string, macs_to_string, number_to_string, params_to_string
 
-__all__ = ["render_markdown"]
+__all__ = ["render_markdown", "format_markdown"]
 
 _ESCAPES = str.maketrans({"|": "\\|", "<": "&lt;", ">": "&gt;", "&": "&amp;", "`": "\\`", "\n": " "})
 
 
-def render_markdown(result, *, top: int = 10, phase: str = "forward", peak=None) -> str:
-    """The summary table, then the ``top`` modules (the root left out) by ``phase`` FLOPs,
-    then the operators by FLOPs; memory and communication when measured; with ``peak``
-    (FLOP/s, a device name or ``"cpu"``: see :mod:`flopsight.hardware`), the efficiency
-    figures, the peak used beside each ratio."""
-    if phase not in PHASES:
-        raise ValueError(f"phase: expected one of {', '.join(PHASES)}, got {phase!r}")
-    if isinstance(top, bool) or not isinstance(top, int) or top < 0:
-        raise ValueError(f"top: expected an int >= 0, got {top!r}")
+def render_markdown(result, **options: Any) -> str:
+    """The summary table, then the ``top`` modules (default 10; the root left out) by
+    ``phase`` FLOPs (default ``"forward"``), then the operators by FLOPs; memory and
+    communication when measured; with ``peak`` (FLOP/s, a device name or ``"cpu"``: see
+    :mod:`flopsight.hardware`), the efficiency figures, the peak used beside each ratio.
+    ``options`` are :class:`~flopsight.analysis.report_options.ReportOptions`'."""
+    return format_markdown(result, ReportOptions.of(**options))
+
+
+def format_markdown(result, options: ReportOptions) -> str:
+    """The Markdown report of ``result`` as ``options`` ask (the format table's entry)."""
+    top, phase = options.top, options.phase
     lines = [_title(result), ""]
     lines += _summary(result)
-    lines += _efficiency(result, peak)
+    lines += _efficiency(result, options.peak)
     lines += _top_modules(result, top, phase)
     lines += _operators(result, top, phase)
     lines += _memory(result)
@@ -87,11 +94,10 @@ def _summary(result) -> list[str]:
 
 
 def _efficiency(result, peak) -> list[str]:
+    """Against ``peak`` only when one is given; the dtype is the one the result recorded."""
     if peak is None:
         return []
-    from ..analysis.efficiency import efficiency_lines
-
-    rows = [[_cell(label), _cell(value)] for label, value in efficiency_lines(result, peak)]
+    rows = [[_cell(label), _cell(value)] for label, value in format_efficiency(efficiency_section(result, peak))]
     return ["#### Efficiency", ""] + _table(["", ""], rows, ["---", "---:"]) if rows else []
 
 

@@ -1,16 +1,31 @@
-"""Where a report goes: one way to check an output file, render the text report and write it.
+"""Where a report goes: :func:`write` writes any report, in any format, to a path or a stream.
 
-Every front-end that prints a report (the DeepSpeed facade, :func:`flopsight.attach`,
-``python -m flopsight``) goes through here, so they all treat ``output_file`` alike:
-None or ``""`` (DeepSpeed's "no file") is stdout, anything else a path, checked before
-the model runs; its directory is created when missing, as DeepSpeed does.
+Every front-end goes through here (``result.save``, the DeepSpeed facade, the engine,
+:func:`flopsight.attach`, the command line, the trainer callbacks), and so do the data
+model's own ``render`` and ``save`` methods: this module installs itself as their
+:class:`~flopsight.result.reporting.Reporter` when it is imported. So they all treat a
+target alike:
 
->>> import torch, flopsight
+* ``subject``: a :class:`~flopsight.ProfileResult`, a diff or a gate's outcome (see
+  :func:`render`), or text already rendered, written as it is.
+* ``target``: None or ``""`` (DeepSpeed's "no file") is stdout; an open text stream is
+  written to; anything else is a path, checked (:func:`check_output_file`, which front-ends
+  also call before the model runs), its folder created when missing (as DeepSpeed does),
+  the file replaced.
+* ``fmt``: None takes a path's extension (:func:`~flopsight.renderers.format_of`; ``.txt``
+  and unknown endings are the text report), else text.
+* ``options``: :class:`~flopsight.analysis.report_options.ReportOptions`' for a result,
+  each format reading those it uses; ``all_modules`` and ``gates`` for a diff.
+
+>>> import io, torch, flopsight
 >>> result = flopsight.profile(torch.nn.Linear(4, 2), torch.ones(1, 4), clock=flopsight.FakeClock())
->>> text = print_report(result, detailed=False)  # doctest: +ELLIPSIS
+>>> text = write(result, detailed=False)  # doctest: +ELLIPSIS
 <BLANKLINE>
 --------------------------------- flopsight ----------------------------------
 ...
+>>> stream = io.StringIO()
+>>> write(result, stream, "csv") == stream.getvalue() == result.render("csv")
+True
 >>> check_output_file(3)
 Traceback (most recent call last):
 ...
@@ -21,13 +36,14 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from typing import IO, Any
 
+from ..result import reporting
 from ..result.profile_result import ProfileResult
-from . import format_of, render
-from .text_renderer import render_text
+from . import format_of
+from . import render as render_result
 
-__all__ = ["check_output_file", "check_layout", "write_report", "print_report"]
+__all__ = ["render", "write", "format_for", "check_output_file", "write_report", "print_report"]
 
 
 def check_output_file(output_file: Any, arg: str = "output_file") -> None:
@@ -41,39 +57,86 @@ def check_output_file(output_file: Any, arg: str = "output_file") -> None:
         raise IsADirectoryError(f"{arg}: {os.fspath(output_file)!r} is a directory; expected a file path")
 
 
-def check_layout(module_depth: Any, top_modules: Any) -> None:
-    """Raise, naming the argument, unless ``module_depth`` is an int >= -1 and
-    ``top_modules`` an int >= 0 (0 lists no module per depth, as in DeepSpeed).
+def format_for(target: Any, fmt: str | None = None) -> str:
+    """The format a report written to ``target`` takes: ``fmt`` when given, else a path's
+    extension (:func:`~flopsight.renderers.format_of`), else (stdout, a stream) text.
 
-    >>> check_layout(-1, 0)
-    >>> check_layout(-2, 1)
-    Traceback (most recent call last):
-    ...
-    ValueError: module_depth: expected an int >= -1 (-1: every depth), got -2
+    >>> format_for("run.trace.json"), format_for("run.json", "text"), format_for(None)
+    ('trace', 'text', 'text')
     """
-    if isinstance(module_depth, bool) or not isinstance(module_depth, int) or module_depth < -1:
-        raise ValueError(f"module_depth: expected an int >= -1 (-1: every depth), got {module_depth!r}")
-    if isinstance(top_modules, bool) or not isinstance(top_modules, int) or top_modules < 0:
-        raise ValueError(f"top_modules: expected an int >= 0, got {top_modules!r}")
+    if fmt is not None:
+        return fmt
+    return format_of(target) if isinstance(target, (str, os.PathLike)) and target else "text"
 
 
-def write_report(text: str, output_file: str | os.PathLike | None = None) -> None:
-    """Write ``text`` to ``output_file`` (replacing it, creating its directory), or to
-    stdout when it is None or ``""``."""
-    if output_file:
-        os.makedirs(os.path.dirname(os.path.abspath(output_file)), exist_ok=True)
-        with open(output_file, "w", encoding="utf-8") as f:
+def render(subject: Any, fmt: str = "text", **options: Any) -> str:
+    """``subject`` as text in ``fmt``: a :class:`~flopsight.ProfileResult` in any of
+    :data:`~flopsight.renderers.FORMATS`; a diff (:class:`~flopsight.analysis.diff.ProfileDiff`)
+    as ``"text"``, ``"md"`` or ``"json"``; a gate's outcome (``GateResult``) as its message;
+    text as it is."""
+    if isinstance(subject, ProfileResult):
+        return render_result(subject, fmt, **options)
+    if isinstance(subject, str):
+        if fmt != "text" or options:
+            raise ValueError(f"fmt: text is written as it is: expected 'text' and no options, got {fmt!r}"
+                             + (f" and {', '.join(options)}" if options else ""))
+        return subject
+    # the diff's types and renderer only when a diff is written: most runs never load them
+    from ..analysis.diff import GateResult, ProfileDiff
+
+    if isinstance(subject, ProfileDiff):
+        from .diff_renderer import render_diff
+
+        return render_diff(subject, fmt, **options)
+    if isinstance(subject, GateResult):
+        if fmt != "text" or options:
+            raise ValueError(f"fmt: a gate's outcome is its message: expected 'text' and no options, got {fmt!r}")
+        from .diff_renderer import gate_message
+
+        return gate_message(subject)
+    raise TypeError(f"subject: expected a ProfileResult, a ProfileDiff, a GateResult or text, "
+                    f"got {type(subject).__name__}")
+
+
+def write(subject: Any, target: str | os.PathLike | IO[str] | None = None, fmt: str | None = None,
+          **options: Any) -> str:
+    """Render ``subject`` (see :func:`render`) and write it to ``target``; returns the text."""
+    if hasattr(target, "write") and not isinstance(target, (str, os.PathLike)):
+        text = _text(subject, target, fmt, options)
+        target.write(text)
+        return text
+    check_output_file(target, "target")  # before rendering: a bad path costs nothing
+    text = _text(subject, target, fmt, options)
+    if target:
+        os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
+        with open(target, "w", encoding="utf-8") as f:
             f.write(text)
     else:
         sys.stdout.write(text)
+    return text
+
+
+def _text(subject: Any, target: Any, fmt: str | None, options: dict[str, Any]) -> str:
+    if isinstance(subject, str) and fmt is None and not options:
+        return subject  # rendered already: written as it is, whatever the file's extension
+    return render(subject, format_for(target, fmt), **options)
+
+
+def write_report(text: str, output_file: str | os.PathLike | None = None) -> None:
+    """Write ``text`` as it is (:func:`write`)."""
+    write(text, output_file)
 
 
 def print_report(result: ProfileResult, output_file: str | os.PathLike | None = None, **options: Any) -> str:
-    """Render ``result``, write it (see :func:`write_report`) and return what was written:
-    the text report (``options`` are :func:`~flopsight.renderers.text_renderer.render_text`'s),
-    or, for an ``output_file`` whose extension names another format (``.json``, ``.csv``,
-    ``.md``, ``.html``, ``.trace.json``), that format."""
-    fmt = format_of(output_file) if output_file else "text"
-    text = render_text(result, **options) if fmt == "text" else render(result, fmt)
-    write_report(text, output_file)
-    return text
+    """Write ``result``'s report (:func:`write`): DeepSpeed's name for it."""
+    return write(result, output_file, **options)
+
+
+class _Reporter:
+    """This module as the data model's :class:`~flopsight.result.reporting.Reporter`."""
+
+    render = staticmethod(render)
+    write = staticmethod(write)
+
+
+reporting.install(_Reporter())

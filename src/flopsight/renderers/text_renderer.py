@@ -18,9 +18,8 @@ detailed profiles. A ``generate()`` profile adds prefill, decode and whole-call 
 
 Optional sections, off by default (see :func:`render_text`): efficiency lines after the
 summary, repeated layers collapsed and a depth limit in the detailed tree, and an operator
-profile. Every number comes from :mod:`flopsight.analysis` (``report_figures``,
-``aggregate``, ``collapse``, ``efficiency``, ``transformer_estimate``); this file only
-formats.
+profile. Every number comes from the report model (:mod:`flopsight.analysis.report`); this
+file only words and lays it out.
 
 >>> import torch, flopsight
 >>> from flopsight.renderers.text_renderer import render_text
@@ -32,30 +31,30 @@ formats.
 
 from __future__ import annotations
 
-from ..analysis.aggregate import OpRow, by_depth_and_type, has_bytes, inclusive_ops, merge_ops, model_ops, top_ops
-from ..analysis.collapse import View, child_views, root_view, signatures, subtree_sizes, walk_views
-from ..analysis.ranks import RankFigures, rank_figures
-from ..analysis.report_figures import (
-    GenerationFigures,
-    ModuleFigures,
-    ParallelInfo,
-    SummaryFigures,
-    TrainingFigures,
-    combined_figures,
-    is_training,
-    module_figures,
-    parallel_of,
-    share,
-    summary_figures,
+from typing import Any
+
+from ..analysis.aggregate import DepthSummary
+from ..analysis.ranks import RankFigures
+from ..analysis.report import (
+    AggregatedProfile,
+    ModuleTree,
+    OperatorEntry,
+    OperatorProfile,
+    OperatorShare,
+    Report,
+    TreeAlias,
+    TreeEnd,
+    TreeEntry,
+    aggregated_profile,
+    build_report,
 )
-from ..analysis.efficiency import efficiency_lines
-from ..analysis.transformer_estimate import transformer_check_lines
+from ..analysis.report_figures import GenerationFigures, ModuleFigures, SummaryFigures, TrainingFigures
+from ..analysis.report_options import ReportOptions
 from ..result.device_usage import DeviceUsage
-from ..hardware import canonical_dtype, check_peak
+from ..result.iteration import CommunicationTime, StepAnatomy
 from ..result.memory import MemoryTotals
 from ..result.profile_result import ProfileResult
-from ..result.iteration import CommunicationTime, StepAnatomy
-from ..result.tree import ModuleNode
+from .efficiency_lines import format_efficiency, format_transformer_check
 from .numbers import (
     DEFAULT_PRECISION,
     bytes_to_string,
@@ -66,9 +65,7 @@ from .numbers import (
     params_to_string,
 )
 
-# ParallelInfo, is_training and parallel_of live in analysis.report_figures; re-exported
-# here, where they were first defined
-__all__ = ["ParallelInfo", "render_text", "render_aggregated", "check_text_options", "is_training", "parallel_of"]
+__all__ = ["render_text", "render_aggregated", "format_text", "format_report"]
 
 RULE = "-" * 78
 _PHASE_LABELS = {"forward": "fwd latency", "backward": "bwd latency"}
@@ -81,6 +78,7 @@ number of floating-point operations (flops), floating-point operations per secon
 fwd latency (forward propagation latency), bwd latency (backward propagation latency),
 step (weights update latency), iter latency (sum of fwd, bwd and step latency)
 """
+_PARALLELISM = {"world": "world", "dp": "dp", "tp": "tp", "pp": "pp", "sp": "sp", "zero_stage": "ZeRO stage"}
 
 
 def _pct(percent: float) -> str:
@@ -101,42 +99,12 @@ def _count(n: float) -> str:
     return f"{round(n, DEFAULT_PRECISION):g}"
 
 
-def _is_count(value, minimum: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+class _Text:
+    """The report's lines, section by section."""
 
-
-def check_text_options(*, ops=None, collapse=False, detail_depth=None, peak=None, efficiency=False,
-                       dtype=None) -> None:
-    """Raise, naming the argument, unless the text report's optional sections are asked for
-    with values it can use; cheap, so front-ends call it before the model runs.
-
-    >>> check_text_options(ops=3, collapse=True, detail_depth=2, peak=1e12)
-    >>> check_text_options(detail_depth=-1)
-    Traceback (most recent call last):
-    ...
-    ValueError: detail_depth: expected None (every depth) or an int >= 0, got -1
-    """
-    if ops is not None and not _is_count(ops, 0):
-        raise ValueError(f"ops: expected None or an int >= 0 (operators per module; 0: no table), got {ops!r}")
-    for name, flag in (("collapse", collapse), ("efficiency", efficiency)):
-        if not isinstance(flag, bool):
-            raise TypeError(f"{name}: expected True or False, got {flag!r}")
-    if detail_depth is not None and not _is_count(detail_depth, 0):
-        raise ValueError(f"detail_depth: expected None (every depth) or an int >= 0, got {detail_depth!r}")
-    check_peak(peak)
-    if dtype is not None:
-        canonical_dtype(dtype)
-
-
-class _Report:
-    def __init__(self, result: ProfileResult, parallel: ParallelInfo | None, recompute_fwd_factor: float = 0.0):
-        self.result = result
-        self.parallel = parallel
-        self.recompute_fwd_factor = recompute_fwd_factor
+    def __init__(self) -> None:
         # DeepSpeed's wording on every device: its log parsers look for "per GPU"
         self.unit = "GPU"
-        self.training = is_training(result)
-        self.ranks: RankFigures | None = rank_figures(result)  # the summary's rank lines and the rank table
         self.lines: list[str] = []
 
     def add(self, *lines: str) -> None:
@@ -146,10 +114,11 @@ class _Report:
         self.add(_LINE.format(label, value))
 
     # -- summary --------------------------------------------------------------------------
-    def summary(self, profile_step: int) -> None:
+    def summary(self, report: Report) -> None:
         u = self.unit
-        f: SummaryFigures = summary_figures(self.result, self.parallel, self.recompute_fwd_factor)
-        self.add("", " flopsight ".center(78, "-"), f"Profile Summary at step {profile_step}:", _NOTATIONS)
+        f: SummaryFigures = report.summary
+        self.add("", " flopsight ".center(78, "-"), f"Profile Summary at step {report.options.profile_step}:",
+                 _NOTATIONS)
         parallel = f.parallel
         if parallel:
             self.kv("world size: ", parallel.world_size)
@@ -174,7 +143,7 @@ class _Report:
             f"fwd FLOPS per {u} = fwd flops per {u} / fwd latency: ",
             flops_to_string(f.fwd_flops_per_second),
         )
-        if self.result.metadata.device_type == "meta":
+        if report.on_meta_device:
             # nothing runs on meta: its "latencies" are torch's and the profiler's Python time
             self.kv("note: ", "profiled on the meta device: latencies and FLOPS are not the hardware's")
         if f.training is not None:
@@ -183,17 +152,15 @@ class _Report:
             self._generation(f.generation, batch_printed=parallel is not None and parallel.batch_size is not None)
         if f.anatomy is not None:
             self._anatomy(f.anatomy, f.communication_time)
-        par = self.result.metadata.parallel
-        if par and self.training:
-            names = {"world": "world", "dp": "dp", "tp": "tp", "pp": "pp", "sp": "sp", "zero_stage": "ZeRO stage"}
-            self.kv("parallelism (detected or given): ", ", ".join(f"{names[k]} {v}" for k, v in par.items()))
-        ranks = self.ranks
-        if ranks is not None:
-            self._ranks(ranks)
-        if self.result.memory is not None:
-            self._memory(self.result.memory)
-        if self.result.device_usage is not None:
-            self._device_usage(self.result.device_usage)
+        if report.parallelism:
+            self.kv("parallelism (detected or given): ",
+                    ", ".join(f"{_PARALLELISM[k]} {v}" for k, v in report.parallelism))
+        if report.ranks is not None:
+            self._ranks(report.ranks)
+        if report.memory is not None:
+            self._memory(report.memory)
+        if report.device_usage is not None:
+            self._device_usage(report.device_usage)
         for c in f.communication:
             # new lines of their own after DeepSpeed's (its log parsers never see them change)
             self.kv(
@@ -294,14 +261,13 @@ class _Report:
                     " / ".join(duration_to_string(x) for x in (it.min, it.mean, it.max)))
             self.kv("straggler (slowest rank): ", f"rank {it.slowest}, {_pct(f.straggler_excess)} above the mean")
 
-    def rank_table(self) -> None:
+    def rank_table(self, ranks: RankFigures | None) -> None:
         """Per module and phase, the latency over the ranks and the slowest rank."""
-        f = self.ranks
-        if f is None or not f.modules:
+        if ranks is None or not ranks.modules:
             return
         self.add("", "------------------------------ Per-rank Profile ------------------------------",
                  "Latency over the ranks that reported (min / mean / max) and the slowest rank, per module and phase:")
-        for m in f.modules:
+        for m in ranks.modules:
             s = m.latency
             name = m.path or "<root>"
             self.add(f"    {name} ({m.type_name}) {_PHASE_LABELS[m.phase]}: "
@@ -371,38 +337,37 @@ class _Report:
         )
 
     # -- aggregated -----------------------------------------------------------------------
-    def aggregated(self, module_depth: int, top_modules: int) -> None:
-        if not self.training:
-            self.add(f"Top {top_modules} modules in terms of params, MACs or fwd latency at different model depths:")
-            for d in by_depth_and_type(self.result, depth=module_depth, top=top_modules):
-                self.add(
-                    f"depth {d.depth}:",
-                    f"    params      - { {k: params_to_string(v) for k, v in d.params} }",
-                    f"    MACs        - { {k: macs_to_string(v) for k, v in d.macs} }",
-                    f"    fwd latency - { {k: duration_to_string(v) for k, v in d.latency} }",
-                )
+    def aggregated(self, a: AggregatedProfile) -> None:
+        if a.backward is None:
+            self.add(f"Top {a.top_modules} modules in terms of params, MACs or fwd latency at different model depths:")
+            for d in a.forward:
+                self.add(f"depth {d.depth}:", *self._depth_lines(d))
             return
         self.add(
-            f"Top {top_modules} modules in terms of params, MACs, fwd latency, bwd MACs or bwd latency "
+            f"Top {a.top_modules} modules in terms of params, MACs, fwd latency, bwd MACs or bwd latency "
             "at different model depths:"
         )
-        forward = by_depth_and_type(self.result, depth=module_depth, top=top_modules)
-        backward = by_depth_and_type(self.result, depth=module_depth, top=top_modules, phase="backward")
-        for d, b in zip(forward, backward):
+        for d, b in zip(a.forward, a.backward):
             self.add(
                 f"depth {d.depth}:",
-                f"    params      - { {k: params_to_string(v) for k, v in d.params} }",
-                f"    MACs        - { {k: macs_to_string(v) for k, v in d.macs} }",
-                f"    fwd latency - { {k: duration_to_string(v) for k, v in d.latency} }",
+                *self._depth_lines(d),
                 f"    bwd MACs    - { {k: macs_to_string(v) for k, v in b.macs} }",
                 f"    bwd latency - { {k: duration_to_string(v) for k, v in b.latency} }",
             )
 
+    @staticmethod
+    def _depth_lines(d: DepthSummary) -> list[str]:
+        return [
+            f"    params      - { {k: params_to_string(v) for k, v in d.params} }",
+            f"    MACs        - { {k: macs_to_string(v) for k, v in d.macs} }",
+            f"    fwd latency - { {k: duration_to_string(v) for k, v in d.latency} }",
+        ]
+
     # -- efficiency -----------------------------------------------------------------------
-    def efficiency(self, peak, dtype: str | None) -> None:
+    def efficiency(self, report: Report) -> None:
         """The efficiency lines (the peak used beside every ratio) and, for a transformer
         language model, the analytic estimate beside the measured count."""
-        lines = efficiency_lines(self.result, peak, dtype=dtype) + transformer_check_lines(self.result)
+        lines = format_efficiency(report.efficiency) + format_transformer_check(report.transformer)
         if not lines:
             return
         self.add("", "Efficiency (docs/efficiency.md):")
@@ -410,7 +375,8 @@ class _Report:
             self.kv(f"{label}: ", value)
 
     # -- detailed -------------------------------------------------------------------------
-    def figure_items(self, m: ModuleFigures, mean: bool = False) -> list[str]:
+    @staticmethod
+    def figure_items(m: ModuleFigures, training: bool, mean: bool = False) -> list[str]:
         """One module's figures as DeepSpeed lists them; ``mean`` marks latencies that are
         the mean over the copies of a collapsed run."""
         mean_of = "mean " if mean else ""
@@ -420,7 +386,7 @@ class _Report:
             f"{mean_of}{duration_to_string(m.latency)} = {_pct(m.latency_share)} latency",
             _rate(m.flops_per_second),
         ]
-        if self.training:
+        if training:
             items += [
                 f"{macs_to_string(m.bwd_macs)} = {_pct(m.bwd_macs_share)} bwd MACs",
                 f"{mean_of}{duration_to_string(m.bwd_latency)} = {_pct(m.bwd_latency_share)} bwd latency",
@@ -429,75 +395,55 @@ class _Report:
         return items
 
     @staticmethod
-    def tail_items(s: ModuleNode, hidden: int = 0) -> list[str]:
+    def tail_items(e: TreeEntry) -> list[str]:
         """What follows the figures: the module's state, what the depth limit hides, and
         its ``extra_repr`` last, as nn.Module prints it."""
         items = []
-        if s.ignored:
+        if e.ignored:
             items.append("ignored")
-        elif not s.ran:
+        elif not e.ran:
             items.append("not called")
-        if hidden:
-            items.append(f"{hidden} submodule{'s' if hidden > 1 else ''} not shown")
-        if s.extra_repr:
-            items.append(s.extra_repr)
+        if e.hidden:
+            items.append(f"{e.hidden} submodule{'s' if e.hidden > 1 else ''} not shown")
+        if e.extra_repr:
+            items.append(e.extra_repr)
         return items
 
-    def view_line(self, view: View, hidden: int = 0) -> str:
-        """A view's figures: a module's own (DeepSpeed's line); inside a collapsed run, one
+    def entry_text(self, e: TreeEntry, training: bool) -> str:
+        """An entry's figures: a module's own (DeepSpeed's line); inside a collapsed run, one
         copy's with the mean latency; for a run, all its copies' then one copy's."""
-        total, node = self.result.total, view.node
-        if len(view.nodes) == 1:
-            figures = self.figure_items(module_figures(node, total))
-        elif view.count == 1:
-            figures = self.figure_items(combined_figures(view.nodes, total, per=len(view.nodes)), mean=True)
-        else:
-            every = ", ".join(self.figure_items(combined_figures(view.nodes, total, per=view.per)))
-            each = self.figure_items(combined_figures(view.nodes, total, per=len(view.nodes)), mean=True)
-            figures = [f"all: {every}; each: {each[0]}", *each[1:]]
-        return ", ".join(figures + self.tail_items(node, hidden))
+        each = self.figure_items(e.figures, training, mean=e.mean)
+        if e.all_copies is not None:
+            every = ", ".join(self.figure_items(e.all_copies, training))
+            each = [f"all: {every}; each: {each[0]}", *each[1:]]
+        return ", ".join(each + self.tail_items(e))
 
-    def tree_lines(self, collapse: bool = False, detail_depth: int | None = None) -> list[str]:
-        """The model as nn.Module.__repr__ nests it, rendered from the result (the model is
-        not touched). Built line by line with an explicit stack: linear in the number of
-        lines whatever the model's depth (re-indenting each subtree's text at every level
-        would be quadratic in the depth, and recursion would stop at Python's limit)."""
-        result = self.result
-        sigs = signatures(result) if collapse else None
-        sizes = subtree_sizes(result) if detail_depth is not None else None
+    def tree_lines(self, tree: ModuleTree) -> list[str]:
+        """The model as nn.Module.__repr__ nests it, one entry after the other."""
         lines: list[str] = []
-        stack: list = [(root_view(result), "", "")]  # (view, indent, "(key): ") or a finished line
-        while stack:
-            item = stack.pop()
-            if isinstance(item, str):
-                lines.append(item)
+        for e in tree.entries:
+            indent = "  " * e.level
+            if isinstance(e, TreeEnd):
+                lines.append(f"{indent})")
                 continue
-            view, indent, prefix = item
-            node = view.node
-            opened = bool(node.children) and (detail_depth is None or node.depth < detail_depth)
-            hidden = sizes[node.name] if sizes is not None and not opened else 0
-            extra = self.view_line(view, hidden).split("\n")
-            title = f"{view.count} x {node.type_name}" if view.count > 1 else node.type_name
-            if len(extra) == 1 and not opened:
+            if isinstance(e, TreeAlias):
+                lines.append(f"{indent}({e.alias}): same module as ({e.key})")
+                continue
+            prefix = f"({e.key}): " if e.key is not None else ""
+            title = f"{e.count} x {e.type_name}" if e.count > 1 else e.type_name
+            extra = self.entry_text(e, tree.training).split("\n")
+            if len(extra) == 1 and not e.opened:
                 lines.append(f"{indent}{prefix}{title}({extra[0]})")
                 continue
-            inner = indent + "  "
             lines.append(f"{indent}{prefix}{title}(")
-            lines.extend(inner + line for line in extra)
-            todo: list = []
-            if opened:
-                for child in child_views(result, view, sigs, collapse=collapse):
-                    todo.append((child, inner, f"({child.key}): "))
-                    # `self.b = self.a`: the same module, shown once
-                    todo.extend(f"{inner}({alias}): same module as ({child.key})" for alias in child.node.aliases)
-            todo.append(f"{indent})")
-            stack.extend(reversed(todo))
+            lines.extend(indent + "  " + line for line in extra)
+            if not e.opened:  # an opened entry is closed by its TreeEnd, after its children
+                lines.append(f"{indent})")
         return lines
 
-    def detailed(self, collapse: bool = False, detail_depth: int | None = None) -> None:
+    def detailed(self, tree: ModuleTree) -> None:
         u = self.unit
-        timing = self.result.metadata.timing
-        how = ", ".join(str(v) for v in (timing.method, timing.clock) if v)
+        how = ", ".join(tree.timing)
         order = (
             "params, percentage of total params, MACs, percentage of total MACs, fwd latency, "
             "percentage of total fwd latency, fwd FLOPS"
@@ -507,7 +453,7 @@ class _Report:
             + (f" ({how})." if how else ".")
         )
         notes = []
-        if self.training:
+        if tree.training:
             order += (
                 ", bwd MACs, percentage of total bwd MACs, bwd latency, percentage of total bwd latency, bwd FLOPS"
             )
@@ -521,17 +467,17 @@ class _Report:
                 "accumulation into its parameters included); frozen parameters and inputs that need no gradient "
                 "cost no backward. The optimizer step is not attributed to modules (see the summary)."
             )
-        if collapse:
+        if tree.collapse:
             notes.append(
                 f"{4 + len(notes)}. Consecutive identical siblings (same type, extra_repr, submodules, params, MACs "
                 "and flops) are collapsed into one entry, \"(0-11): 12 x Layer(all: ...; each: ...)\": all copies' "
                 "figures summed, then one copy's, its latency the mean over the copies. The lines inside a collapsed "
                 "entry are one copy's, their latencies the mean over the copies."
             )
-        if detail_depth is not None:
+        if tree.detail_depth is not None:
             notes.append(
-                f"{4 + len(notes)}. Modules deeper than depth {detail_depth} are not shown (detail_depth="
-                f"{detail_depth}); their figures are included in their parents'."
+                f"{4 + len(notes)}. Modules deeper than depth {tree.detail_depth} are not shown (detail_depth="
+                f"{tree.detail_depth}); their figures are included in their parents'."
             )
         self.add(
             "",
@@ -547,100 +493,92 @@ class _Report:
             latency_note,
             *notes,
             "",
-            *self.tree_lines(collapse, detail_depth),
+            *self.tree_lines(tree),
         )
 
     # -- operators ------------------------------------------------------------------------
-    def operators(self, top: int, depth: int | None, collapse: bool) -> None:
+    def operators(self, p: OperatorProfile) -> None:
         """Per module (its submodules' operators included), for each phase measured, its
-        ``top`` operators by flops and by latency; the whole model's first."""
-        result = self.result
-        phases = [p for p in result.phases if result.ops(p)]
-        with_bytes = has_bytes(result)
-        tallies = {phase: inclusive_ops(result, phase) for phase in phases}
-        names = [r.name for p in phases for r in model_ops(result, p)]
-        width = max([24, *map(len, names)])
+        top operators by flops and by latency; the whole model's first."""
+        width = max(24, p.longest_name)
         self.add(
             "",
             f"------------------------------ Operator Profile per {self.unit} ------------------------------",
-            f"Top {top} operators of each module by flops and by latency, for each phase measured. A module's "
+            f"Top {p.top} operators of each module by flops and by latency, for each phase measured. A module's "
             "operators include its submodules' (inclusive); the first entry is the whole model's.",
             "Percentages are of the entry's operators in that phase. latency: the operators' own time, measured in "
             "the counting pass. bytes: read and written by the operators (docs/conventions/bytes.md).",
         )
-        if depth is not None:
-            self.add(f"Modules down to depth {depth}.")
-        if collapse:
+        if p.depth is not None:
+            self.add(f"Modules down to depth {p.depth}.")
+        if p.collapse:
             self.add("A collapsed entry, 'layers.(0-11)' or 'layers.(0-11).attention', sums the operators of every copy.")
-        for view in walk_views(result, collapse=collapse, max_depth=depth):
-            label = self._op_label(view)
-            first = True
-            for phase in phases:
-                if view.path == "":
-                    rows = model_ops(result, phase)  # the model-wide table, as result.ops() gives it
-                else:
-                    rows = merge_ops((tallies[phase][n.name] for n in view.nodes), with_bytes)
-                if rows:  # a module that never ran has none: no entry
-                    if first:
-                        self.add("")
-                        first = False
-                    self._op_table(f"{label}, {_PHASE_SHORT.get(phase, phase)}", rows, top, width)
+        for entry in p.entries:
+            label = self._op_label(entry)
+            self.add("")
+            for t in entry.tables:
+                title = f"{label}, {_PHASE_SHORT.get(t.phase, t.phase)}"
+                if t.by_flops == t.by_latency and t.by_flops:
+                    self._op_table(title, p.top, "flops and by latency", t.by_flops, width)
+                    continue
+                if t.by_flops:
+                    self._op_table(title, p.top, "flops", t.by_flops, width)
+                if t.by_latency:
+                    self._op_table(title, p.top, "latency", t.by_latency, width)
+                if not t.by_flops and not t.by_latency:
+                    self.add(f"{title}: {t.operators} operator{'s' if t.operators > 1 else ''}, no flops and no "
+                             "latency measured")
 
     @staticmethod
-    def _op_label(view: View) -> str:
-        node = view.node
-        if view.path == "":
-            return f"whole model ({node.type_name})"
-        if view.count > 1:
-            return f"{view.path} ({view.count} x {node.type_name}, summed)"
-        if len(view.nodes) > 1:
-            return f"{view.path} ({node.type_name}, summed over {len(view.nodes)} copies)"
-        return f"{view.path} ({node.type_name})"
+    def _op_label(e: OperatorEntry) -> str:
+        if e.path == "":
+            return f"whole model ({e.type_name})"
+        if e.count > 1:
+            return f"{e.path} ({e.count} x {e.type_name}, summed)"
+        if e.copies > 1:
+            return f"{e.path} ({e.type_name}, summed over {e.copies} copies)"
+        return f"{e.path} ({e.type_name})"
 
-    def _op_table(self, title: str, rows: list[OpRow], top: int, width: int) -> None:
-        by_flops, by_latency = top_ops(rows, top, "flops"), top_ops(rows, top, "latency")
-        flops = sum(r.stats.flops for r in rows)
-        latency = sum(r.stats.latency for r in rows)
-        header = (f"    {'operator':<{width}} {'calls':>7} {'MACs':>13} {'flops':>10} {'% flops':>8} "
-                  f"{'latency':>10} {'% latency':>9} {'bytes':>10}")
-
-        def table(what: str, ranked: list[OpRow]) -> None:
-            self.add(f"{title}, top {top} by {what}:", header)
-            for r in ranked:
-                s = r.stats
-                moved = bytes_to_string(r.bytes) if r.bytes is not None else "-"
-                self.add(f"    {r.name:<{width}} {_count(s.calls):>7} {macs_to_string(s.macs):>13} "
-                         f"{number_to_string(s.flops):>10} {_pct(share(s.flops, flops)):>8} "
-                         f"{duration_to_string(s.latency):>10} {_pct(share(s.latency, latency)):>9} {moved:>10}")
-
-        if by_flops == by_latency and by_flops:
-            table("flops and by latency", by_flops)
-            return
-        if by_flops:
-            table("flops", by_flops)
-        if by_latency:
-            table("latency", by_latency)
-        if not by_flops and not by_latency:
-            self.add(f"{title}: {len(rows)} operator{'s' if len(rows) > 1 else ''}, no flops and no latency measured")
+    def _op_table(self, title: str, top: int, what: str, ranked: tuple[OperatorShare, ...], width: int) -> None:
+        self.add(f"{title}, top {top} by {what}:",
+                 f"    {'operator':<{width}} {'calls':>7} {'MACs':>13} {'flops':>10} {'% flops':>8} "
+                 f"{'latency':>10} {'% latency':>9} {'bytes':>10}")
+        for o in ranked:
+            r, s = o.row, o.row.stats
+            moved = bytes_to_string(r.bytes) if r.bytes is not None else "-"
+            self.add(f"    {r.name:<{width}} {_count(s.calls):>7} {macs_to_string(s.macs):>13} "
+                     f"{number_to_string(s.flops):>10} {_pct(o.flops_share):>8} "
+                     f"{duration_to_string(s.latency):>10} {_pct(o.latency_share):>9} {moved:>10}")
 
 
-def render_text(
-    result: ProfileResult,
-    *,
-    profile_step: int = 1,
-    module_depth: int = -1,
-    top_modules: int = 1,
-    detailed: bool = True,
-    parallel: ParallelInfo | None = None,
-    recompute_fwd_factor: float = 0.0,
-    ops: int | None = None,
-    collapse: bool = False,
-    detail_depth: int | None = None,
-    peak=None,
-    efficiency: bool = False,
-    dtype: str | None = None,
-) -> str:
-    """The whole report as one string (ends with a newline).
+def format_report(report: Report) -> str:
+    """The text of a :class:`~flopsight.analysis.report.Report` (ends with a newline)."""
+    text = _Text()
+    text.summary(report)
+    if report.efficiency is not None:
+        text.efficiency(report)
+    text.add("", f"----------------------------- Aggregated Profile per {text.unit} -----------------------------")
+    text.aggregated(report.aggregated)
+    text.rank_table(report.ranks)
+    if report.tree is not None:
+        text.detailed(report.tree)
+    if report.operators is not None:
+        text.operators(report.operators)
+    text.add(RULE)
+    return "\n".join(text.lines) + "\n"
+
+
+def format_text(result: ProfileResult, options: ReportOptions) -> str:
+    """The text report of ``result`` as ``options`` ask (the format table's entry)."""
+    return format_report(build_report(result, options))
+
+
+def render_text(result: ProfileResult, **options: Any) -> str:
+    """The whole report as one string (ends with a newline). ``options`` are
+    :class:`~flopsight.analysis.report_options.ReportOptions`' (the text report reads
+    ``profile_step``, ``module_depth``, ``top_modules``, ``detailed``, ``parallel``,
+    ``recompute_fwd_factor``, ``ops``, ``collapse``, ``detail_depth``, ``peak``, ``efficiency``
+    and ``dtype``).
 
     ``parallel`` gives the world, data-parallel and model-parallel sizes and the batch size
     per GPU (a DeepSpeed engine's); without it a training report takes the world size
@@ -673,26 +611,11 @@ def render_text(
     >>> print(render_text(result, peak=1e12).split("Efficiency")[1].splitlines()[2].rstrip())
     fwd fraction of peak (peak 1 TFLOPS fp32, given):                       <0.01%
     """
-    check_text_options(ops=ops, collapse=collapse, detail_depth=detail_depth, peak=peak, efficiency=efficiency,
-                       dtype=dtype)
-    report = _Report(result, parallel, recompute_fwd_factor)
-    report.summary(profile_step)
-    if efficiency or peak is not None:
-        report.efficiency(peak, dtype)
-    report.add("", f"----------------------------- Aggregated Profile per {report.unit} -----------------------------")
-    report.aggregated(module_depth, top_modules)
-    report.rank_table()
-    if detailed:
-        report.detailed(collapse, detail_depth)
-    if ops:
-        limits = [d for d in (module_depth if module_depth >= 0 else None, detail_depth) if d is not None]
-        report.operators(ops, min(limits) if limits else None, collapse)
-    report.add(RULE)
-    return "\n".join(report.lines) + "\n"
+    return format_text(result, ReportOptions.of(**options))
 
 
 def render_aggregated(result: ProfileResult, *, module_depth: int = -1, top_modules: int = 1) -> str:
     """Only the aggregated profile: the top module types per depth."""
-    report = _Report(result, None)
-    report.aggregated(module_depth, top_modules)
-    return "\n".join(report.lines) + "\n"
+    text = _Text()
+    text.aggregated(aggregated_profile(result, ReportOptions(module_depth=module_depth, top_modules=top_modules)))
+    return "\n".join(text.lines) + "\n"

@@ -25,9 +25,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..analysis.report_options import ReportOptions
 from ..result.tree import PHASES
 
-__all__ = ["render_trace", "trace_events", "LANES"]
+__all__ = ["render_trace", "format_trace", "trace_events", "LANES"]
 
 #: lane -> thread id, in the order viewers list them
 LANES = {"iteration": 1, "forward": 2, "recompute": 3, "backward": 4, "step": 5, "communication": 6}
@@ -38,8 +39,15 @@ _NOTE = ("Times are microseconds from the start of each rank's profiled span, on
          "phase, over all of its calls.")
 
 
-def render_trace(result, *, indent: int | None = None) -> str:
-    """``result``'s timeline (every rank's, on rank 0 of a gathered run) as Chrome trace JSON."""
+def render_trace(result, **options: Any) -> str:
+    """``result``'s timeline (every rank's, on rank 0 of a gathered run) as Chrome trace JSON;
+    ``indent`` (default None: one line) is the one
+    :class:`~flopsight.analysis.report_options.ReportOptions` field it reads."""
+    return format_trace(result, ReportOptions.of(**options))
+
+
+def format_trace(result, options: ReportOptions) -> str:
+    """The format table's entry."""
     ranks = _ranks(result)
     md = result.metadata
     other = {
@@ -55,7 +63,7 @@ def render_trace(result, *, indent: int | None = None) -> str:
         else "this result holds no timeline (saved by a flopsight older than the timeline)",
     }
     trace = {"traceEvents": trace_events(result), "displayTimeUnit": "ms", "otherData": other}
-    return json.dumps(trace, indent=indent) + "\n"
+    return json.dumps(trace, indent=options.indent_or(None)) + "\n"
 
 
 def trace_events(result) -> list[dict[str, Any]]:

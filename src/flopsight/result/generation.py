@@ -15,12 +15,10 @@ steps, per step and per generated token; a pure function of its records.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
+from .records import ModelCall, Profile
 from .stats import ZERO_STATS, Stats
 
-if TYPE_CHECKING:
-    from .profile_result import ModelCall, ProfileResult
 
 __all__ = ["GenerationStats", "generation_stats"]
 
@@ -64,7 +62,7 @@ class GenerationStats:
     other: Stats = ZERO_STATS
 
 
-def generation_stats(result: ProfileResult) -> GenerationStats | None:
+def generation_stats(result: Profile) -> GenerationStats | None:
     model_calls = result.root_calls
     if result.metadata.mode != "generate" or not model_calls:
         return None

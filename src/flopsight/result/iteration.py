@@ -16,12 +16,10 @@ from :mod:`.profile_result` at run time).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
+from .records import Profile
 from .stats import Stats
 
-if TYPE_CHECKING:
-    from .profile_result import ProfileResult
 
 __all__ = ["IterationStats", "CommunicationTime", "StepAnatomy", "iteration_stats"]
 
@@ -109,7 +107,7 @@ class IterationStats:
         return self.forward.calls
 
 
-def iteration_stats(result: ProfileResult) -> IterationStats:
+def iteration_stats(result: Profile) -> IterationStats:
     forward = result.phase_total("forward")
     given = result.metadata.batch_size_given
     if result.root_calls:
@@ -134,13 +132,13 @@ def iteration_stats(result: ProfileResult) -> IterationStats:
     )
 
 
-def _communication_time(result: ProfileResult) -> CommunicationTime:
+def _communication_time(result: Profile) -> CommunicationTime:
     flights = result.spans.get("communication", [])
     overlapped = sum(result.spans.get("communication_overlapped", []))
     return CommunicationTime(max(sum(flights) - overlapped, 0.0), overlapped)
 
 
-def _anatomy(result: ProfileResult, latency: float, communication: CommunicationTime) -> StepAnatomy:
+def _anatomy(result: Profile, latency: float, communication: CommunicationTime) -> StepAnatomy:
     """Each phase's wall time less the communication waited for in it (its collectives'
     exposed time, at most the phase's wall time less its compute ops' time), that communication plus what the merged
     flights were exposed outside the phases (at most the time outside them), and the rest of
@@ -164,7 +162,7 @@ def _anatomy(result: ProfileResult, latency: float, communication: Communication
     )
 
 
-def _compute_time(result: ProfileResult) -> dict[str, float]:
+def _compute_time(result: Profile) -> dict[str, float]:
     """Per phase, the host time of the ops that ran in it, collectives and their waits left out."""
     out: dict[str, float] = {}
     for stats in result.modules.values():

@@ -1,24 +1,174 @@
-"""What a result records about the run besides the measurements: a typed record.
+"""What a result records about the run besides the measurements: typed records.
 
->>> m = Metadata(model="Linear", device="cpu", timing=Timing("separate-pass", "perf_counter"))
+>>> m = Metadata(model="Linear", device="cpu", timing=Timing("separate-pass", "perf_counter"),
+...              parallel={"world": 2, "dp": 2}, inputs={"args": ["int64[4, 128]"], "kwargs": {}})
 >>> Metadata.from_dict(m.to_dict()) == m
 True
->>> m.timing.method, m.world_size
-('separate-pass', 1)
+>>> m.timing.method, m.world_size, m.parallel.dp, m.inputs.args[0].shape
+('separate-pass', 1, 2, (4, 128))
 >>> Metadata.from_dict({"device": "cuda:0"}).device_name    # results saved before it was recorded
 ''
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import Any, Iterator, Mapping, NamedTuple
 
-__all__ = ["Metadata", "Timing", "ATTENTION_CONVENTIONS"]
+__all__ = ["Metadata", "Timing", "Parallelism", "PARALLEL_KEYS", "Inputs", "TensorSpec"]
 
-#: How attention score products are counted (``attention=``): every entry, or only the ones
-#: a causal mask, a window, a packed batch or a block mask leaves in.
-ATTENTION_CONVENTIONS = ("dense", "effective")
+#: the sizes a run records, and the ZeRO stage
+PARALLEL_KEYS = ("world", "dp", "tp", "pp", "sp", "zero_stage")
+
+
+class Parallelism(Mapping):
+    """How a run was parallelised: the world, data-, tensor-, pipeline- and sequence-parallel
+    sizes and the ZeRO stage that were detected or given, as a read-only mapping of the keys
+    known (in the order they were found) and as attributes (None where not known).
+
+    >>> p = Parallelism({"world": 8, "tp": 2})
+    >>> p.tp, p.pp, dict(p), p == {"world": 8, "tp": 2}
+    (2, None, {'world': 8, 'tp': 2}, True)
+    """
+
+    __slots__ = ("_sizes",)
+
+    def __init__(self, sizes: Mapping[str, int]):
+        unknown = [k for k in sizes if k not in PARALLEL_KEYS]
+        if unknown:
+            raise ValueError(f"parallel: unknown key {unknown[0]!r}; known keys: {', '.join(PARALLEL_KEYS)}")
+        self._sizes = {k: int(v) for k, v in sizes.items()}
+
+    def __getitem__(self, key: str) -> int:
+        return self._sizes[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._sizes)
+
+    def __len__(self) -> int:
+        return len(self._sizes)
+
+    def __repr__(self) -> str:
+        return f"Parallelism({self._sizes!r})"
+
+    __hash__ = None  # equal to the dict it holds, so not hashable
+
+    @property
+    def world(self) -> int | None:
+        return self._sizes.get("world")
+
+    @property
+    def dp(self) -> int | None:
+        return self._sizes.get("dp")
+
+    @property
+    def tp(self) -> int | None:
+        return self._sizes.get("tp")
+
+    @property
+    def pp(self) -> int | None:
+        return self._sizes.get("pp")
+
+    @property
+    def sp(self) -> int | None:
+        return self._sizes.get("sp")
+
+    @property
+    def zero_stage(self) -> int | None:
+        return self._sizes.get("zero_stage")
+
+    def to_dict(self) -> dict[str, int]:
+        return dict(self._sizes)
+
+
+_TENSOR = re.compile(r"(\w+)\[(\d+(?:, \d+)*)?\]")
+
+
+class TensorSpec(NamedTuple):
+    """A tensor argument as a result records it: its dtype's name and its shape; written
+    ``float32[2, 3]`` in files.
+
+    >>> TensorSpec.parse("int64[4, 128]"), str(TensorSpec("float32", ()))
+    (TensorSpec(dtype='int64', shape=(4, 128)), 'float32[]')
+    """
+
+    dtype: str
+    shape: tuple[int, ...]
+
+    def __str__(self) -> str:
+        return f"{self.dtype}{list(self.shape)}"
+
+    @classmethod
+    def parse(cls, text: str) -> "TensorSpec | None":
+        """The spec ``text`` writes, or None when it is not one."""
+        m = _TENSOR.fullmatch(text)
+        if m is None:
+            return None
+        return cls(m.group(1), tuple(int(x) for x in (m.group(2) or "").split(", ") if x))
+
+
+def _typed(value: Any) -> Any:
+    """A recorded argument with its tensors as TensorSpecs (lists as tuples)."""
+    if isinstance(value, str):
+        return TensorSpec.parse(value) or value
+    if isinstance(value, (list, tuple)):
+        return tuple(_typed(v) for v in value)
+    if isinstance(value, Mapping):
+        return {str(k): _typed(v) for k, v in value.items()}
+    return value
+
+
+def _plain(value: Any) -> Any:
+    """What :func:`_typed` reads: JSON-ready (tensors as their text)."""
+    if isinstance(value, TensorSpec):
+        return str(value)
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+class Inputs(Mapping):
+    """The profiled call's arguments as recorded: ``args`` and ``kwargs`` with each tensor a
+    :class:`TensorSpec` (lists as tuples; numbers, strings, None and type names as they
+    were). As a mapping it reads as it is written in files (``inputs["args"]``: tensors as
+    their text), and it equals that dict.
+
+    >>> inputs = Inputs({"args": ["float32[2, 3]"], "kwargs": {"mask": None}})
+    >>> inputs.args, inputs["args"], next(inputs.tensors()).shape
+    ((TensorSpec(dtype='float32', shape=(2, 3)),), ['float32[2, 3]'], (2, 3))
+    """
+
+    __slots__ = ("args", "kwargs", "_plain")
+
+    def __init__(self, recorded: Mapping[str, Any]):
+        self._plain = {"args": _plain(recorded.get("args", [])), "kwargs": _plain(recorded.get("kwargs", {}))}
+        self.args: tuple = _typed(self._plain["args"])
+        self.kwargs: dict = _typed(self._plain["kwargs"])
+
+    def __getitem__(self, key: str) -> Any:
+        return self._plain[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._plain)
+
+    def __len__(self) -> int:
+        return 2
+
+    def __repr__(self) -> str:
+        return f"Inputs({self._plain!r})"
+
+    __hash__ = None  # equal to the dict it holds, so not hashable
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"args": _plain(self._plain["args"]), "kwargs": _plain(self._plain["kwargs"])}
+
+    def tensors(self) -> Iterator[TensorSpec]:
+        """The tensors among the arguments: the first argument, ``input_ids``, the others."""
+        values = [*self.args[:1], self.kwargs.get("input_ids"), *self.args[1:], *self.kwargs.values()]
+        return (v for v in values if isinstance(v, TensorSpec))
 
 
 @dataclass(frozen=True)
@@ -55,19 +205,32 @@ class Metadata:
     world_size: int = 1
     rank: int = 0
     #: world, data-, tensor-, pipeline-, sequence-parallel sizes and ZeRO stage, where known
-    parallel: dict | None = None
-    inputs: dict | None = None  # shapes and dtypes of the profiled call's arguments
+    #: (a dict is accepted and kept as a :class:`Parallelism`)
+    parallel: Parallelism | None = None
+    #: shapes and dtypes of the profiled call's arguments (a dict of ``args`` and ``kwargs``
+    #: is accepted and kept as :class:`Inputs`)
+    inputs: Inputs | None = None
     batch_size: int | None = None  # first dimension of the first input
     batch_size_given: int | None = None  # Profiler(batch_size=...): overrides the inputs'
     mode: str = "custom"  # "forward", "generate", or "custom" (a Profiler span)
     method: str | None = None  # the method profile() called
     warm_up: int | None = None
-    attention: str = "dense"  # see ATTENTION_CONVENTIONS
+    attention: str = "dense"  # see flopsight.formulas.attention.ATTENTION_CONVENTIONS
     timing: Timing = field(default_factory=Timing)
     error: str | None = None  # set when the profiled call raised
 
+    def __post_init__(self) -> None:
+        if self.parallel is not None and not isinstance(self.parallel, Parallelism):
+            object.__setattr__(self, "parallel", Parallelism(self.parallel))
+        if self.inputs is not None and not isinstance(self.inputs, Inputs):
+            object.__setattr__(self, "inputs", Inputs(self.inputs))
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["timing"] = asdict(self.timing)
+        d["parallel"] = self.parallel.to_dict() if self.parallel is not None else None
+        d["inputs"] = self.inputs.to_dict() if self.inputs is not None else None
+        return d
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Metadata":

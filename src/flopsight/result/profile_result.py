@@ -19,88 +19,33 @@ True
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 import os
-import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Iterator, NamedTuple
+from types import MappingProxyType
+from typing import Any, Iterator, Mapping
 
 from .communication import Collective
 from .device_usage import DeviceUsage
+from .generation import GenerationStats, generation_stats
+from .iteration import IterationStats, iteration_stats
 from .memory import MemoryTotals
 from .metadata import Metadata
+from .records import ModelCall, ModuleStats
+from .reporting import reporter
 from .stats import ZERO_STATS, Stats
 from .timeline import Timeline
 from .tree import PHASES, ModuleNode, build_tree
-from .generation import GenerationStats, generation_stats
-from .iteration import IterationStats, iteration_stats
 
 
-__all__ = ["ModuleStats", "ModelCall", "Coverage", "ProfileResult", "load", "SCHEMA_VERSION", "check_parent_dir"]
+__all__ = ["ModuleStats", "ModelCall", "Coverage", "ProfileResult", "load", "SCHEMA_VERSION"]
 
 #: the JSON schema's version (``docs/schema.md``); 3 added ``bytes_moved``, ``device_usage``
 #: and ``coverage``. Version 2 files still load (what they lack reads as not measured).
 SCHEMA_VERSION = 3
 _READABLE_VERSIONS = (2, 3)
-
-
-class ModuleStats(NamedTuple):
-    """What was measured for one module path, its own code only (an immutable record).
-
-    ``name`` is the state_dict-style path (``""`` for the root); ``phases`` maps each phase
-    that ran to the module's self cost; ``ops`` maps each phase to operator name -> cost.
-    ``aliases`` are other attribute names of the same module object under the same parent
-    (``self.b = self.a``): one module, reported once.
-    """
-
-    name: str
-    type_name: str
-    depth: int
-    parent: str | None
-    children: tuple[str, ...]
-    params: int
-    params_trainable: int
-    extra_repr: str = ""
-    shared_with: tuple[str, ...] = ()
-    aliases: tuple[str, ...] = ()
-    ignored: bool = False
-    phases: dict[str, Stats] = {}  # shared default: records are never written to
-    ops: dict[str, dict[str, Stats]] = {}
-    #: own saved activations and peaks in bytes ({} when memory was not tracked)
-    memory: dict[str, int] = {}
-    #: per phase, per op: bytes its own ops read and wrote (``docs/conventions/bytes.md``)
-    bytes_moved: dict[str, dict[str, int]] = {}
-
-    def to_dict(self) -> dict[str, Any]:
-        d = self._asdict()
-        d["children"], d["shared_with"], d["aliases"] = list(self.children), list(self.shared_with), list(self.aliases)
-        d["phases"] = {ph: s._asdict() for ph, s in self.phases.items()}
-        d["ops"] = {ph: {name: s._asdict() for name, s in ops.items()} for ph, ops in self.ops.items()}
-        d["bytes_moved"] = {ph: dict(ops) for ph, ops in self.bytes_moved.items()}
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "ModuleStats":
-        d = dict(d)
-        for key in ("children", "shared_with", "aliases"):
-            d[key] = tuple(d.get(key, ()))
-        d["phases"] = {ph: Stats(**s) for ph, s in d.get("phases", {}).items()}
-        d["ops"] = {ph: {n: Stats(**s) for n, s in ops.items()} for ph, ops in d.get("ops", {}).items()}
-        d["memory"] = dict(d.get("memory", {}))
-        d["bytes_moved"] = {ph: dict(ops) for ph, ops in d.get("bytes_moved", {}).items()}
-        return cls(**d)
-
-
-@dataclass(frozen=True)
-class ModelCall:
-    """One top-level forward call: of the model itself (``path == ""``; generate() makes one
-    per token), or of a submodule called from outside the model (generate() runs an
-    encoder-decoder's encoder that way). ``batch_size`` is read from the model's inputs."""
-
-    path: str
-    stats: Stats
-    batch_size: int | None = None
 
 
 @dataclass(frozen=True)
@@ -127,10 +72,11 @@ class ProfileResult:
     top-level forward call), ``backward`` (each backward pass), ``step`` (each
     ``optimizer.step()``) and ``iteration`` (the whole profiled span), the profiler's own
     overhead subtracted. ``calls`` has one entry per top-level forward call, in order;
-    ``root_calls`` are those of the model itself.
+    ``root_calls`` are those of the model itself. ``modules`` is read-only (the tree is built
+    from it once); a changed profile is a new one (``dataclasses.replace``).
     """
 
-    modules: dict[str, ModuleStats]
+    modules: Mapping[str, ModuleStats]
     unsupported_ops: dict[str, int] = field(default_factory=dict)
     metadata: Metadata = field(default_factory=Metadata)
     spans: dict[str, list[float]] = field(default_factory=dict)
@@ -153,6 +99,8 @@ class ProfileResult:
             raise ValueError("modules: a profile needs a root module stored under the path ''")
         if not isinstance(self.metadata, Metadata):
             raise TypeError(f"metadata: expected a flopsight Metadata, got {type(self.metadata).__name__}")
+        if not isinstance(self.modules, MappingProxyType):  # read-only: the tree cannot go stale
+            object.__setattr__(self, "modules", MappingProxyType(dict(self.modules)))
         aliases = {a: s.name for s in self.modules.values() if s.aliases for a in _alias_paths(s)}
         object.__setattr__(self, "_tree", build_tree(self.modules))
         object.__setattr__(self, "_aliases", aliases)
@@ -295,22 +243,17 @@ class ProfileResult:
 
     def render(self, fmt: str = "text", **options: Any) -> str:
         """The profile as ``fmt``: ``"text"`` (DeepSpeed's report), ``"json"``, ``"csv"``,
-        ``"md"``, ``"html"`` or ``"trace"`` (Chrome trace); ``options`` are the renderer's
+        ``"md"``, ``"html"`` or ``"trace"`` (Chrome trace); ``options`` are the report's
         (see :mod:`flopsight.renderers`)."""
-        from ..renderers import render
-
-        return render(self, fmt, **options)
+        # through the reporter the renderers install: the data model never imports them
+        return reporter().render(self, fmt, **options)
 
     def save(self, path: str | os.PathLike, fmt: str | None = None, **options: Any) -> None:
-        """Write the profile to ``path`` in ``fmt``, by default the format its extension
-        names (``.json``, ``.csv``, ``.md``, ``.html``, ``.trace.json``; the text report for
-        ``.txt`` and any other). :func:`flopsight.load` reads a ``.json`` back."""
-        from ..renderers import format_of, render
-
-        check_parent_dir(path, "path")
-        text = render(self, fmt or format_of(path), **options)
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
+        """Write the profile to ``path`` (its folder created when missing) in ``fmt``, by
+        default the format its extension names (``.json``, ``.csv``, ``.md``, ``.html``,
+        ``.trace.json``; the text report for ``.txt`` and any other). :func:`flopsight.load`
+        reads a ``.json`` back."""
+        reporter().write(self, path, fmt, **options)
 
 
 def _alias_paths(stats: ModuleStats) -> list[str]:
@@ -322,10 +265,3 @@ def load(path: str | os.PathLike) -> ProfileResult:
     """Read a profile written by :meth:`ProfileResult.save`."""
     with open(path, encoding="utf-8") as f:
         return ProfileResult.from_dict(json.load(f))
-
-
-def check_parent_dir(path: str | os.PathLike, arg: str) -> None:
-    """Raise, naming argument ``arg``, if the directory ``path`` would be written in is missing."""
-    parent = os.path.dirname(os.path.abspath(os.fspath(path)))
-    if not os.path.isdir(parent):
-        raise FileNotFoundError(f"{arg}: directory {parent!r} does not exist")

@@ -18,13 +18,11 @@ AttributeError: no phase 'fowrard' (did you mean 'forward'?); phases are forward
 from __future__ import annotations
 
 import difflib
-from typing import TYPE_CHECKING, Iterator, Mapping
+from typing import Iterator, Mapping
 
 from .memory import ModuleMemory
+from .records import ModuleStats
 from .stats import ZERO_STATS, Stats, make_stats
-
-if TYPE_CHECKING:
-    from .profile_result import ModuleStats
 
 __all__ = ["PHASES", "Phases", "ModuleNode", "build_tree"]
 
@@ -74,23 +72,32 @@ class ModuleNode:
 
     Attributes of the record (``name``, ``type_name``, ``depth``, ``parent``, ``children``,
     ``params``, ``params_trainable``, ``extra_repr``, ``shared_with``, ``aliases``,
-    ``ignored``) read through.
+    ``ignored``) read through; a name that is neither raises with the closest one:
+
+    >>> node = build_tree({"": ModuleStats("", "Linear", 0, None, (), 10, 10)})[""]
+    >>> node.fowrard
+    Traceback (most recent call last):
+    ...
+    AttributeError: a module has no attribute 'fowrard' (did you mean 'forward'?)
     """
 
     __slots__ = ("record", "self", "inclusive", "ran", "_activations", "_peak_backward")
 
-    def __init__(self, record: "ModuleStats", inclusive: Mapping[str, Stats], ran: bool):
+    def __init__(self, record: ModuleStats, inclusive: Mapping[str, Stats], ran: bool):
         self.record = record
         self.self = Phases(record.phases)  #: cost of the module's own code, per phase
         self.inclusive = Phases(inclusive)  #: with all its submodules
         #: True if the module or a submodule was called (a ModuleList runs through its children)
         self.ran = ran
         # inclusive once built: its subtree's saved activations, the highest backward peak in it
-        self._activations = record.memory.get("activations", 0) if record.memory else 0
-        self._peak_backward = record.memory.get("peak_backward", 0) if record.memory else 0
+        self._activations = record.memory.activations if record.memory else 0
+        self._peak_backward = record.memory.peak_backward if record.memory else 0
 
     def __getattr__(self, name: str):
-        return getattr(self.record, name)
+        try:
+            return getattr(self.record, name)
+        except AttributeError:
+            raise AttributeError(_no_attribute(name)) from None
 
     @property
     def forward(self) -> Stats:
@@ -120,7 +127,7 @@ class ModuleNode:
         forward (submodules included), and its forward and backward peaks."""
         if not self.record.memory:
             return None
-        return ModuleMemory(self._activations, self.record.memory.get("peak", 0), self._peak_backward)
+        return ModuleMemory(self._activations, self.record.memory.peak, self._peak_backward)
 
     @property
     def params_frozen(self) -> int:
@@ -130,7 +137,13 @@ class ModuleNode:
         return f"ModuleNode({self.record.name!r}, {self.record.type_name}, forward={self.forward!r})"
 
 
-def build_tree(modules: Mapping[str, "ModuleStats"]) -> dict[str, ModuleNode]:
+def _no_attribute(name: str) -> str:
+    names = [n for n in dir(ModuleNode) if not n.startswith("_")] + list(ModuleStats._fields)
+    close = difflib.get_close_matches(name, names, n=1)
+    return f"a module has no attribute {name!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+
+
+def build_tree(modules: Mapping[str, ModuleStats]) -> dict[str, ModuleNode]:
     """A :class:`ModuleNode` per path; ``modules`` must be in pre-order (parents first)."""
     nodes: dict[str, ModuleNode] = {}
     # children come after their parent in pre-order, so a reversed walk is post-order
@@ -141,8 +154,8 @@ def build_tree(modules: Mapping[str, "ModuleStats"]) -> dict[str, ModuleNode]:
             nodes[record.name] = ModuleNode(record, own, ran)
             continue
         acc = {phase: list(s) for phase, s in own.items()}
-        activations = record.memory.get("activations", 0) if record.memory else 0
-        peak_backward = record.memory.get("peak_backward", 0) if record.memory else 0
+        activations = record.memory.activations if record.memory else 0
+        peak_backward = record.memory.peak_backward if record.memory else 0
         for child in record.children:
             node = nodes[child]
             ran = ran or node.ran

@@ -30,8 +30,10 @@ from ...profiler import (
     check_warm_up,
     profile,
 )
-from ...renderers.output import check_layout, check_output_file, print_report, write_report
-from ...renderers.text_renderer import ParallelInfo, check_text_options, render_aggregated
+from ...analysis.report_figures import ParallelInfo
+from ...analysis.report_options import ReportOptions
+from ...renderers.output import check_output_file, write
+from ...renderers.text_renderer import render_aggregated
 from ...result.profile_result import ProfileResult
 from ...renderers.numbers import duration_to_string, macs_to_string, number_to_string, params_to_string
 
@@ -224,32 +226,23 @@ class FlopsProfiler:
         :func:`~flopsight.renderers.text_renderer.render_text`.
         """
         check_output_file(output_file)
-        check_layout(module_depth, top_modules)
-        extras = dict(ops=ops, collapse=collapse, detail_depth=detail_depth, peak=peak, efficiency=efficiency,
-                      dtype=dtype)
-        check_text_options(**extras)
+        options = dict(profile_step=profile_step, module_depth=module_depth, top_modules=top_modules,
+                       detailed=detailed, parallel=engine_parallel_info(self.ds_engine),
+                       recompute_fwd_factor=self.recompute_fwd_factor, ops=ops, collapse=collapse,
+                       detail_depth=detail_depth, peak=peak, efficiency=efficiency, dtype=dtype)
+        ReportOptions(**options)  # checked before anything is read
         result = self._measured()  # a snapshot while still running: built once
         if result is None:
             warnings.warn("flopsight: print_model_profile: nothing measured yet; call start_profile() and run the "
                           "model first", UserWarning, stacklevel=2)
             return
-        print_report(
-            result,
-            output_file,
-            profile_step=profile_step,
-            module_depth=module_depth,
-            top_modules=top_modules,
-            detailed=detailed,
-            parallel=engine_parallel_info(self.ds_engine),
-            recompute_fwd_factor=self.recompute_fwd_factor,
-            **extras,
-        )
+        write(result, output_file, **options)
 
     def print_model_aggregated_profile(self, module_depth: int = -1, top_modules: int = 1) -> None:
         """Print only the top modules per depth."""
         if not self.started:
             return
-        write_report(render_aggregated(self.result, module_depth=module_depth, top_modules=top_modules))
+        write(render_aggregated(self.result, module_depth=module_depth, top_modules=top_modules))
 
 
 def _lookup(module: nn.Module):
@@ -346,9 +339,9 @@ def get_model_profile(
     if not args and not kwargs:
         raise ValueError("input_shape: the model needs inputs; pass input_shape=(...), args=[...] or kwargs={...}")
     check_output_file(output_file)
-    check_layout(module_depth, top_modules)
-    extras = dict(ops=ops, collapse=collapse, detail_depth=detail_depth, peak=peak, efficiency=efficiency, dtype=dtype)
-    check_text_options(**extras)  # before the model runs
+    options = dict(profile_step=warm_up, module_depth=module_depth, top_modules=top_modules, detailed=detailed,
+                   ops=ops, collapse=collapse, detail_depth=detail_depth, peak=peak, efficiency=efficiency, dtype=dtype)
+    ReportOptions(**options)  # checked before the model runs
 
     flags = [(m, m.training) for m in model.modules()]
     model.eval()
@@ -363,8 +356,7 @@ def get_model_profile(
                 m.training = flag
 
     if print_profile:
-        print_report(result, output_file, profile_step=warm_up, module_depth=module_depth, top_modules=top_modules,
-                     detailed=detailed, **extras)
+        write(result, output_file, **options)
     total = result.total
     flops, macs, params = total.forward.flops, total.forward.macs, total.params
     if as_string:

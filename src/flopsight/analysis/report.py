@@ -1,0 +1,330 @@
+"""The report model: what a report shows, as typed, immutable sections of numbers and records.
+
+:func:`build_report` reads a result and one :class:`~.report_options.ReportOptions` and
+returns a :class:`Report`, its sections in the order the text report prints them: the
+summary (:class:`~.report_figures.SummaryFigures`: training, generation, anatomy,
+communication, coverage), ranks, memory, device usage, efficiency and the transformer
+check, the aggregated per-depth profile, the module tree with each line's figures, the
+operator tables. Renderers word and lay out these records; they compute nothing.
+
+>>> import torch, flopsight
+>>> model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU())
+>>> report = build_report(flopsight.profile(model, torch.ones(1, 4), clock=flopsight.FakeClock()))
+>>> report.summary.fwd.macs, [(e.level, e.key, e.type_name) for e in report.tree.entries if isinstance(e, TreeEntry)]
+(32, [(0, None, 'Sequential'), (1, '0', 'Linear'), (1, '1', 'ReLU')])
+>>> [d.macs for d in report.aggregated.forward]
+[[('Sequential', 32)], [('Linear', 32)]]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..result.device_usage import DeviceUsage
+from ..result.memory import MemoryTotals
+from ..result.profile_result import ProfileResult
+from .aggregate import DepthSummary, OpRow, by_depth_and_type, has_bytes, inclusive_ops, merge_ops, model_ops, top_ops
+from .collapse import View, child_views, root_view, signatures, subtree_sizes, walk_views
+from .efficiency import Efficiency, efficiency
+from .ranks import RankFigures, rank_figures
+from .report_figures import (
+    ModuleFigures,
+    SummaryFigures,
+    combined_figures,
+    is_training,
+    module_figures,
+    share,
+    summary_figures,
+)
+from .report_options import ReportOptions
+from .transformer_estimate import TransformerCheck, transformer_check
+
+__all__ = [
+    "Report",
+    "EfficiencySection",
+    "AggregatedProfile",
+    "TreeEntry",
+    "TreeAlias",
+    "TreeEnd",
+    "ModuleTree",
+    "OperatorShare",
+    "OperatorTable",
+    "OperatorEntry",
+    "OperatorProfile",
+    "build_report",
+    "efficiency_section",
+    "aggregated_profile",
+    "module_tree",
+    "operator_profile",
+]
+
+
+# -- efficiency ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class EfficiencySection:
+    """The efficiency figures against the peak used (:class:`~.efficiency.Efficiency`).
+    ``explain_missing_peak``: without a peak, whether to say why (on an accelerator the
+    table does not know, or for a peak given that has no figure for the dtype; on the CPU
+    and the meta device no peak is the rule, not news)."""
+
+    efficiency: Efficiency
+    explain_missing_peak: bool
+
+
+def efficiency_section(result: ProfileResult, peak=None, dtype: str | None = None) -> EfficiencySection:
+    """The efficiency section against ``peak`` (as :func:`~.efficiency.efficiency` takes it)."""
+    return EfficiencySection(efficiency(result, peak, dtype=dtype),
+                             result.metadata.device_type not in ("cpu", "meta") or peak is not None)
+
+
+# -- aggregated profile ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class AggregatedProfile:
+    """The top ``top_modules`` module types per depth: by params, forward MACs and latency,
+    and for a training report (``backward`` not None) by backward MACs and latency, depth by
+    depth beside ``forward``."""
+
+    top_modules: int
+    forward: tuple[DepthSummary, ...]
+    backward: tuple[DepthSummary, ...] | None
+
+
+def aggregated_profile(result: ProfileResult, options: ReportOptions) -> AggregatedProfile:
+    depth, top = options.module_depth, options.top_modules
+    forward = tuple(by_depth_and_type(result, depth=depth, top=top))
+    backward = tuple(by_depth_and_type(result, depth=depth, top=top, phase="backward")) if is_training(result) else None
+    return AggregatedProfile(top, forward, backward)
+
+
+# -- the module tree ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TreeEntry:
+    """One entry of the detailed profile, nested ``level`` deep (the root 0), named ``key``
+    under its parent (None for the root): a module, or with ``collapse`` a run of ``count``
+    identical siblings, or a module inside such a run standing for every copy's.
+
+    ``figures`` are the module's own; for a run or inside one, one copy's, its latency the
+    mean over the copies (``mean``); a run also has every copy's summed (``all_copies``).
+    ``hidden`` counts the submodules the depth limit leaves out; ``opened``: its children
+    follow, closed by a :class:`TreeEnd`."""
+
+    level: int
+    key: str | None
+    type_name: str
+    count: int
+    figures: ModuleFigures
+    mean: bool
+    all_copies: ModuleFigures | None
+    ignored: bool
+    ran: bool
+    hidden: int
+    extra_repr: str
+    opened: bool
+
+
+@dataclass(frozen=True)
+class TreeAlias:
+    """``self.b = self.a``: the same module under a second name, shown once (``key``'s)."""
+
+    level: int
+    alias: str
+    key: str
+
+
+@dataclass(frozen=True)
+class TreeEnd:
+    """Closes the opened :class:`TreeEntry` at ``level``."""
+
+    level: int
+
+
+@dataclass(frozen=True)
+class ModuleTree:
+    """The detailed profile: the model as ``nn.Module.__repr__`` nests it, pre-order.
+    ``timing`` is how latencies were taken (the result's timing method and clock, where
+    recorded); ``training`` adds the backward figures to every entry."""
+
+    training: bool
+    collapse: bool
+    detail_depth: int | None
+    timing: tuple[str, ...]
+    entries: tuple[TreeEntry | TreeAlias | TreeEnd, ...]
+
+
+def _entry(result: ProfileResult, view: View, level: int, key: str | None, opened: bool, hidden: int) -> TreeEntry:
+    total, node = result.total, view.node
+    all_copies = None
+    if len(view.nodes) == 1:
+        figures, mean = module_figures(node, total), False
+    else:
+        figures, mean = combined_figures(view.nodes, total, per=len(view.nodes)), True
+        if view.count > 1:
+            all_copies = combined_figures(view.nodes, total, per=view.per)
+    return TreeEntry(level, key, node.type_name, view.count, figures, mean, all_copies, node.ignored, node.ran,
+                     hidden, node.extra_repr, opened)
+
+
+def module_tree(result: ProfileResult, options: ReportOptions) -> ModuleTree:
+    """Walked with an explicit stack: linear in the number of modules whatever the model's
+    depth (recursion would stop at Python's limit)."""
+    collapse, detail_depth = options.collapse, options.detail_depth
+    sigs = signatures(result) if collapse else None
+    sizes = subtree_sizes(result) if detail_depth is not None else None
+    entries: list[TreeEntry | TreeAlias | TreeEnd] = []
+    stack: list = [(root_view(result), 0, None)]  # (view, level, key) or a finished record
+    while stack:
+        item = stack.pop()
+        if not isinstance(item, tuple):
+            entries.append(item)
+            continue
+        view, level, key = item
+        node = view.node
+        opened = bool(node.children) and (detail_depth is None or node.depth < detail_depth)
+        hidden = sizes[node.name] if sizes is not None and not opened else 0
+        entries.append(_entry(result, view, level, key, opened, hidden))
+        if not opened:
+            continue
+        todo: list = []
+        for child in child_views(result, view, sigs, collapse=collapse):
+            todo.append((child, level + 1, child.key))
+            todo.extend(TreeAlias(level + 1, alias, child.key) for alias in child.node.aliases)
+        todo.append(TreeEnd(level))
+        stack.extend(reversed(todo))
+    timing = result.metadata.timing
+    return ModuleTree(is_training(result), collapse, detail_depth,
+                      tuple(str(v) for v in (timing.method, timing.clock) if v), tuple(entries))
+
+
+# -- operators ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class OperatorShare:
+    """One operator of a table and its shares (percent) of the entry's FLOPs and latency."""
+
+    row: OpRow
+    flops_share: float
+    latency_share: float
+
+
+@dataclass(frozen=True)
+class OperatorTable:
+    """One entry's operators in one ``phase``: how many ran, the top ones by FLOPs and by
+    latency (those with none of it left out)."""
+
+    phase: str
+    operators: int
+    by_flops: tuple[OperatorShare, ...]
+    by_latency: tuple[OperatorShare, ...]
+
+
+@dataclass(frozen=True)
+class OperatorEntry:
+    """A module (``path`` ``""``: the whole model) with its submodules' operators; with
+    ``collapse`` a run of ``count`` siblings or, inside one, ``copies`` corresponding modules,
+    summed. Only entries that ran an operator are listed."""
+
+    path: str
+    type_name: str
+    count: int
+    copies: int
+    tables: tuple[OperatorTable, ...]
+
+
+@dataclass(frozen=True)
+class OperatorProfile:
+    """The operator tables: ``top`` operators per entry and phase, entries down to ``depth``
+    (None: all). ``longest_name`` is the length of the model's longest operator name."""
+
+    top: int
+    depth: int | None
+    collapse: bool
+    longest_name: int
+    entries: tuple[OperatorEntry, ...]
+
+
+def _table(phase: str, rows: list[OpRow], top: int) -> OperatorTable:
+    flops = sum(r.stats.flops for r in rows)
+    latency = sum(r.stats.latency for r in rows)
+
+    def shares(ranked: list[OpRow]) -> tuple[OperatorShare, ...]:
+        return tuple(OperatorShare(r, share(r.stats.flops, flops), share(r.stats.latency, latency)) for r in ranked)
+
+    return OperatorTable(phase, len(rows), shares(top_ops(rows, top, "flops")), shares(top_ops(rows, top, "latency")))
+
+
+def operator_profile(result: ProfileResult, options: ReportOptions) -> OperatorProfile | None:
+    """Per module (its submodules' operators included) down to ``module_depth`` and
+    ``detail_depth``, for each phase measured, its ``ops`` top operators by FLOPs and by
+    latency; the whole model's first. None unless ``options.ops``."""
+    top = options.ops
+    if not top:
+        return None
+    limits = [d for d in (options.module_depth if options.module_depth >= 0 else None, options.detail_depth)
+              if d is not None]
+    depth = min(limits) if limits else None
+    phases = [p for p in result.phases if result.ops(p)]
+    with_bytes = has_bytes(result)
+    tallies = {phase: inclusive_ops(result, phase) for phase in phases}
+    names = [r.name for p in phases for r in model_ops(result, p)]
+    entries = []
+    for view in walk_views(result, collapse=options.collapse, max_depth=depth):
+        tables = []
+        for phase in phases:
+            if view.path == "":
+                rows = model_ops(result, phase)  # the model-wide table, as result.ops() gives it
+            else:
+                rows = merge_ops((tallies[phase][n.name] for n in view.nodes), with_bytes)
+            if rows:  # a module that never ran has none
+                tables.append(_table(phase, rows, top))
+        if tables:
+            entries.append(OperatorEntry(view.path, view.node.type_name, view.count, len(view.nodes), tuple(tables)))
+    return OperatorProfile(top, depth, options.collapse, max([0, *map(len, names)]), tuple(entries))
+
+
+# -- the whole report -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Report:
+    """Every section of a report, as :func:`build_report` found them (None: not shown)."""
+
+    options: ReportOptions
+    training: bool
+    summary: SummaryFigures
+    #: profiled on the meta device: latencies are not the hardware's
+    on_meta_device: bool
+    #: a training report's parallel sizes (detected or given): (name, size) pairs
+    parallelism: tuple[tuple[str, int], ...] | None
+    ranks: RankFigures | None
+    memory: MemoryTotals | None
+    device_usage: DeviceUsage | None
+    efficiency: EfficiencySection | None
+    transformer: TransformerCheck | None
+    aggregated: AggregatedProfile
+    tree: ModuleTree | None
+    operators: OperatorProfile | None
+
+
+def build_report(result: ProfileResult, options: ReportOptions | None = None) -> Report:
+    """The report of ``result`` as ``options`` (default: DeepSpeed's layout) ask for it:
+    efficiency and the transformer check with ``peak`` or ``efficiency``, the tree when
+    ``detailed``, operator tables with ``ops``."""
+    options = options if options is not None else ReportOptions()
+    training = is_training(result)
+    metadata = result.metadata
+    eff = transformer = None
+    if options.efficiency or options.peak is not None:
+        eff = efficiency_section(result, options.peak, options.dtype)
+        transformer = transformer_check(result)
+    return Report(
+        options=options,
+        training=training,
+        summary=summary_figures(result, options.parallel, options.recompute_fwd_factor),
+        on_meta_device=metadata.device_type == "meta",
+        parallelism=tuple(metadata.parallel.items()) if metadata.parallel and training else None,
+        ranks=rank_figures(result),
+        memory=result.memory,
+        device_usage=result.device_usage,
+        efficiency=eff,
+        transformer=transformer,
+        aggregated=aggregated_profile(result, options),
+        tree=module_tree(result, options) if options.detailed else None,
+        operators=operator_profile(result, options),
+    )
