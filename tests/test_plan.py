@@ -3,10 +3,12 @@
 import torch
 
 import flopsight
-from flopsight.capture.modules import describe
-from flopsight.capture.plan import CaptureOptions, plan
+from flopsight.capture.counting import Counts
+from flopsight.capture.modules import ModuleCalls, describe
+from flopsight.capture.plan import PLAN, CaptureOptions, Row, plan
 from flopsight.capture.session import CaptureSession
 from flopsight.formulas import REGISTRY
+from toy_source import OpsPerPhase, ToySource
 
 
 def rows(**options):
@@ -21,3 +23,23 @@ def test_the_table_picks_the_sources_the_options_ask_for():
     assert rows(memory=True) == counting[:2] + ["memory"] + counting[2:]
     assert rows(count=False) == ["modules", "optimizer", "spans"]  # a timing pass: module spans only
     assert rows(count=False, memory=True) == ["modules", "optimizer", "spans"]
+
+
+def test_a_new_source_is_one_row_and_collects_its_own_part():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    options = CaptureOptions(describe(model), optimizer=opt)
+    session = CaptureSession(options, registry=REGISTRY, clock=flopsight.FakeClock(),
+                             table=PLAN + (Row("toy", ToySource),))
+    session.start()
+    try:
+        model(torch.ones(3, 4)).sum().backward()
+        opt.step()
+    finally:
+        raw = session.stop()
+    toy, counts = raw.get(OpsPerPhase), raw.get(Counts)
+    # every op the counting source charged reached the toy once, in the phase it was charged to
+    for phase in ("forward", "backward", "step"):
+        charged = sum(op.calls for (path, ph), ops in counts.ops.items() if ph == phase for op in ops.values())
+        assert toy.ops[phase] == charged > 0
+    assert toy.module_calls == sum(raw.get(ModuleCalls).calls.values()) == 4  # the model and its 3 layers
