@@ -23,7 +23,8 @@ import torch
 from torch import nn
 
 import flopsight
-from flopsight.renderers.html_renderer import derived, embed_json, render_html
+from flopsight.analysis.derived import derived
+from flopsight.renderers.html_renderer import embed_json, render_html
 from flopsight.renderers.numbers import duration_to_string, macs_to_string, params_to_string
 from flopsight.cli.zoo.models import build
 

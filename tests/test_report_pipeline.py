@@ -13,7 +13,7 @@ from flopsight.analysis.report import TreeAlias, TreeEnd, TreeEntry, build_repor
 from flopsight.analysis.report_options import ReportOptions
 from flopsight.renderers import FORMATS
 from flopsight.renderers.output import write
-from flopsight.renderers.text_renderer import format_report, render_text
+from flopsight.renderers.text_renderer import format_text, render_text
 from flopsight.result import reporting
 from models import Stack
 
@@ -58,7 +58,7 @@ def test_the_report_model_holds_numbers_and_the_text_formats_it(result):
     assert entries[0].key is None and entries[0].figures.macs == result.total.forward.macs
     assert report.efficiency.efficiency.peak_flops == 1e12 and report.operators.top == 2
     assert report.operators.entries[0].path == "" and report.tree.collapse
-    assert format_report(report) == render_text(result, collapse=True, ops=2, peak=1e12)
+    assert format_text(report) == render_text(result, collapse=True, ops=2, peak=1e12)
     plain = build_report(result)
     assert plain.efficiency is None and plain.operators is None and plain.transformer is None
     assert build_report(result, ReportOptions(detailed=False)).tree is None

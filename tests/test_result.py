@@ -138,3 +138,28 @@ def test_memory_parallel_and_inputs_are_typed_records_that_round_trip(tmp_path):
     assert again.metadata.inputs.args == meta.inputs.args
     untracked = flopsight.profile(model, torch.ones(3, 8), clock=flopsight.FakeClock())
     assert untracked.modules["head"].memory is None and untracked.module("head").memory is None
+
+
+def test_layer_sizes_are_read_off_the_modules_and_come_back_from_a_file(tmp_path):
+    class Projection(torch.nn.Module):  # linear by its attributes; its repr says nothing of them
+        def __init__(self):
+            super().__init__()
+            self.in_features, self.out_features = 6, 3
+            self.weight = torch.nn.Parameter(torch.ones(3, 6))
+
+        def forward(self, x):
+            return x @ self.weight.t()
+
+        def extra_repr(self):
+            return "a projection"
+
+    model = torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.Linear(4, 6), Projection())
+    result = flopsight.profile(model, torch.ones(2, 5, dtype=torch.long), clock=flopsight.FakeClock())
+    layers = {name: result.module(name).layer for name in ("0", "1", "2")}
+    assert layers == {"0": ("embedding", 10, 4), "1": ("linear", 4, 6), "2": ("linear", 6, 3)}
+    assert result.total.layer is None
+    result.save(tmp_path / "r.json")  # the file does not repeat what extra_repr says
+    again = flopsight.load(tmp_path / "r.json")
+    assert again == result and "layer" not in json.loads((tmp_path / "r.json").read_text())["modules"][1]
+    assert [again.module(name).layer for name in ("0", "1")] == [layers["0"], layers["1"]]
+    assert again.module("2").layer is None  # a custom repr: the sizes are not in the file

@@ -5,7 +5,9 @@ returns a :class:`Report`, its sections in the order the text report prints them
 summary (:class:`~.report_figures.SummaryFigures`: training, generation, anatomy,
 communication, coverage), ranks, memory, device usage, efficiency and the transformer
 check, the aggregated per-depth profile, the module tree with each line's figures, the
-operator tables. Renderers word and lay out these records; they compute nothing.
+operator tables; and what Markdown (per-phase totals, top modules and operators) and CSV
+(a row per module and phase, per operator) tabulate. Renderers word and lay out these
+records; they compute nothing.
 
 >>> import torch, flopsight
 >>> model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU())
@@ -19,12 +21,27 @@ operator tables. Renderers word and lay out these records; they compute nothing.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
+from ..result.communication import Collective
 from ..result.device_usage import DeviceUsage
-from ..result.memory import MemoryTotals
+from ..result.iteration import IterationStats
+from ..result.memory import MemoryTotals, ModuleMemory
 from ..result.profile_result import ProfileResult
-from .aggregate import DepthSummary, OpRow, by_depth_and_type, has_bytes, inclusive_ops, merge_ops, model_ops, top_ops
+from ..result.stats import Stats
+from .aggregate import (
+    DepthSummary,
+    OpRow,
+    by_depth_and_type,
+    has_bytes,
+    inclusive_bytes,
+    inclusive_ops,
+    merge_ops,
+    model_ops,
+    top_ops,
+)
 from .collapse import View, child_views, root_view, signatures, subtree_sizes, walk_views
+from .derived import derived
 from .efficiency import Efficiency, efficiency
 from .ranks import RankFigures, rank_figures
 from .report_figures import (
@@ -51,11 +68,19 @@ __all__ = [
     "OperatorTable",
     "OperatorEntry",
     "OperatorProfile",
+    "PhaseTable",
+    "RankedModule",
+    "ModuleRow",
+    "OperatorRow",
     "build_report",
     "efficiency_section",
     "aggregated_profile",
     "module_tree",
     "operator_profile",
+    "phase_table",
+    "top_modules",
+    "module_rows",
+    "operator_rows",
 ]
 
 
@@ -280,51 +305,207 @@ def operator_profile(result: ProfileResult, options: ReportOptions) -> OperatorP
     return OperatorProfile(top, depth, options.collapse, max([0, *map(len, names)]), tuple(entries))
 
 
-# -- the whole report -------------------------------------------------------------------------
+# -- the summary tables of Markdown -------------------------------------------------------------
 @dataclass(frozen=True)
-class Report:
-    """Every section of a report, as :func:`build_report` found them (None: not shown)."""
+class PhaseTable:
+    """The model's totals per phase measured (recompute only when it ran), and, for a
+    profile with more than a forward pass, the whole iteration's."""
 
-    options: ReportOptions
-    training: bool
-    summary: SummaryFigures
-    #: profiled on the meta device: latencies are not the hardware's
-    on_meta_device: bool
-    #: a training report's parallel sizes (detected or given): (name, size) pairs
-    parallelism: tuple[tuple[str, int], ...] | None
-    ranks: RankFigures | None
-    memory: MemoryTotals | None
-    device_usage: DeviceUsage | None
-    efficiency: EfficiencySection | None
-    transformer: TransformerCheck | None
-    aggregated: AggregatedProfile
-    tree: ModuleTree | None
-    operators: OperatorProfile | None
+    params: int
+    phases: tuple[tuple[str, Stats], ...]
+    iteration: IterationStats | None
+
+
+def phase_table(result: ProfileResult) -> PhaseTable:
+    phases = [p for p in result.phases if p != "recompute" or result.total.recompute.calls]
+    total = result.total
+    if phases == ["forward"] or not phases:
+        return PhaseTable(total.params, (("forward", total.forward),), None)
+    return PhaseTable(total.params, tuple((p, result.phase_total(p)) for p in phases), result.iteration)
+
+
+@dataclass(frozen=True)
+class RankedModule:
+    """A module among the top ones of a phase: its inclusive figures there, and its share
+    (percent) of the model's FLOPs in that phase."""
+
+    path: str
+    type_name: str
+    params: int
+    stats: Stats
+    flops_share: float
+
+
+def top_modules(result: ProfileResult, phase: str, top: int) -> tuple[RankedModule, ...]:
+    """The ``top`` modules (the root left out) that ran in ``phase``, most FLOPs first."""
+    nodes = [n for n in result.walk() if n.name and n.inclusive[phase].calls]
+    whole = result.total.inclusive[phase].flops or 1
+    nodes.sort(key=lambda n: (-n.inclusive[phase].flops, -n.inclusive[phase].latency, n.name))
+    return tuple(RankedModule(n.name, n.type_name, n.params, n.inclusive[phase], 100 * n.inclusive[phase].flops / whole)
+                 for n in nodes[:top])
+
+
+# -- the tables of CSV ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ModuleRow:
+    """One module in one phase it ran in: its inclusive figures (``inclusive``: the module
+    and its submodules) and its own (``own``; its calls are the module's), the bytes its
+    subtree's ops moved, and its memory (None untracked)."""
+
+    path: str
+    type_name: str
+    depth: int
+    phase: str
+    params: int
+    params_trainable: int
+    inclusive: Stats
+    own: Stats
+    bytes_moved: int
+    memory: ModuleMemory | None
+
+
+def module_rows(result: ProfileResult) -> tuple[ModuleRow, ...]:
+    """One row per module (pre-order) and phase it ran in."""
+    moved = inclusive_bytes(result)
+    return tuple(ModuleRow(node.name, node.type_name, node.depth, phase, node.params, node.params_trainable,
+                           node.inclusive[phase], node.self[phase], moved[node.name].get(phase, 0), node.memory)
+                 for node in result.walk() for phase in node.inclusive)
+
+
+@dataclass(frozen=True)
+class OperatorRow:
+    """One operator a module ran itself in one phase: its calls, cost and bytes moved."""
+
+    path: str
+    type_name: str
+    phase: str
+    op: str
+    stats: Stats
+    bytes_moved: int
+
+
+def operator_rows(result: ProfileResult) -> tuple[OperatorRow, ...]:
+    """One row per module, phase and operator of its own (most FLOPs first)."""
+    rows = []
+    for stats in result.modules.values():
+        for phase, ops in stats.ops.items():
+            moved = stats.bytes_moved.get(phase, {})
+            for op, s in sorted(ops.items(), key=lambda kv: (-kv[1].flops, -kv[1].latency, kv[0])):
+                rows.append(OperatorRow(stats.name, stats.type_name, phase, op, s, moved.get(op, 0)))
+    return tuple(rows)
+
+
+# -- the whole report -------------------------------------------------------------------------
+class Report:
+    """Every section of a report of ``result`` as ``options`` ask for it (None: not shown),
+    each built the first time a renderer reads it: a format reads only its own.
+
+    ``result`` is the profile itself, for the formats that write its data as it is (JSON,
+    the Chrome trace of its timeline, the data the HTML page embeds).
+    """
+
+    def __init__(self, result: ProfileResult, options: ReportOptions | None = None):
+        self.result = result
+        self.options = options if options is not None else ReportOptions()
+
+    # the text report ------------------------------------------------------------------------
+    @cached_property
+    def training(self) -> bool:
+        return is_training(self.result)
+
+    @cached_property
+    def summary(self) -> SummaryFigures:
+        return summary_figures(self.result, self.options.parallel, self.options.recompute_fwd_factor)
+
+    @cached_property
+    def on_meta_device(self) -> bool:
+        """Profiled on the meta device: latencies are not the hardware's."""
+        return self.result.metadata.device_type == "meta"
+
+    @cached_property
+    def parallelism(self) -> tuple[tuple[str, int], ...] | None:
+        """A training report's parallel sizes (detected or given): (name, size) pairs."""
+        parallel = self.result.metadata.parallel
+        return tuple(parallel.items()) if parallel and self.training else None
+
+    @cached_property
+    def ranks(self) -> RankFigures | None:
+        return rank_figures(self.result)
+
+    @property
+    def memory(self) -> MemoryTotals | None:
+        return self.result.memory
+
+    @property
+    def device_usage(self) -> DeviceUsage | None:
+        return self.result.device_usage
+
+    @cached_property
+    def efficiency(self) -> EfficiencySection | None:
+        """Against ``peak``, when ``peak`` or ``efficiency`` is asked for."""
+        options = self.options
+        if not (options.efficiency or options.peak is not None):
+            return None
+        return efficiency_section(self.result, options.peak, options.dtype)
+
+    @cached_property
+    def transformer(self) -> TransformerCheck | None:
+        """The analytic estimates of a transformer language model, beside the efficiency."""
+        return transformer_check(self.result) if self.efficiency is not None else None
+
+    @cached_property
+    def aggregated(self) -> AggregatedProfile:
+        return aggregated_profile(self.result, self.options)
+
+    @cached_property
+    def tree(self) -> ModuleTree | None:
+        return module_tree(self.result, self.options) if self.options.detailed else None
+
+    @cached_property
+    def operators(self) -> OperatorProfile | None:
+        return operator_profile(self.result, self.options)
+
+    # Markdown ---------------------------------------------------------------------------------
+    @cached_property
+    def phase_table(self) -> PhaseTable:
+        return phase_table(self.result)
+
+    @cached_property
+    def peak_efficiency(self) -> EfficiencySection | None:
+        """Against ``peak`` when one is given, in the dtype the result recorded (Markdown's)."""
+        peak = self.options.peak
+        return efficiency_section(self.result, peak) if peak is not None else None
+
+    @cached_property
+    def top_modules(self) -> tuple[RankedModule, ...]:
+        return top_modules(self.result, self.options.phase, self.options.top)
+
+    @cached_property
+    def top_operators(self) -> tuple[tuple[str, Stats], ...]:
+        """The model's ``top`` operators in ``phase``, most FLOPs first."""
+        return tuple(self.result.ops(self.options.phase).items())[: self.options.top]
+
+    @cached_property
+    def collectives(self) -> tuple[Collective, ...]:
+        return tuple(self.result.collectives())
+
+    # CSV and the HTML page ---------------------------------------------------------------------
+    @cached_property
+    def module_rows(self) -> tuple[ModuleRow, ...]:
+        return module_rows(self.result)
+
+    @cached_property
+    def operator_rows(self) -> tuple[OperatorRow, ...]:
+        return operator_rows(self.result)
+
+    @cached_property
+    def page_figures(self) -> dict:
+        """What the HTML page embeds beside the result's own JSON (:func:`~.derived.derived`)."""
+        return derived(self.result, self.options.peak)
 
 
 def build_report(result: ProfileResult, options: ReportOptions | None = None) -> Report:
     """The report of ``result`` as ``options`` (default: DeepSpeed's layout) ask for it:
     efficiency and the transformer check with ``peak`` or ``efficiency``, the tree when
     ``detailed``, operator tables with ``ops``."""
-    options = options if options is not None else ReportOptions()
-    training = is_training(result)
-    metadata = result.metadata
-    eff = transformer = None
-    if options.efficiency or options.peak is not None:
-        eff = efficiency_section(result, options.peak, options.dtype)
-        transformer = transformer_check(result)
-    return Report(
-        options=options,
-        training=training,
-        summary=summary_figures(result, options.parallel, options.recompute_fwd_factor),
-        on_meta_device=metadata.device_type == "meta",
-        parallelism=tuple(metadata.parallel.items()) if metadata.parallel and training else None,
-        ranks=rank_figures(result),
-        memory=result.memory,
-        device_usage=result.device_usage,
-        efficiency=eff,
-        transformer=transformer,
-        aggregated=aggregated_profile(result, options),
-        tree=module_tree(result, options) if options.detailed else None,
-        operators=operator_profile(result, options),
-    )
+    return Report(result, options)

@@ -32,6 +32,9 @@ __all__ = [
     "GenerationFigures",
     "CommunicationFigures",
     "SummaryFigures",
+    "AnatomyPart",
+    "AnatomyFigures",
+    "anatomy_figures",
     "ModuleFigures",
     "is_training",
     "parallel_of",
@@ -176,6 +179,45 @@ def communication_figures(collectives: list[Collective]) -> list[CommunicationFi
 
 
 @dataclass(frozen=True)
+class AnatomyPart:
+    """One part of a step's wall time: its seconds and its share (percent) of the step."""
+
+    seconds: float
+    share: float
+
+
+@dataclass(frozen=True)
+class AnatomyFigures:
+    """Where one rank's iteration wall time went (:class:`~flopsight.result.iteration.StepAnatomy`):
+    the parts, which add up to the step, each with its share; and ``overlapped``, the
+    communication hidden behind compute (None when nothing was communicated)."""
+
+    forward: AnatomyPart
+    backward: AnatomyPart
+    step: AnatomyPart
+    communication: AnatomyPart
+    other: AnatomyPart
+    overlapped: float | None
+
+
+def anatomy_figures(anatomy: StepAnatomy, communication: CommunicationTime) -> AnatomyFigures:
+    """The step anatomy's parts with their shares of the whole step.
+
+    >>> a = anatomy_figures(StepAnatomy(1.0, 2.0, 0.5, 0.25, 0.25), CommunicationTime(0.25, 0.0))
+    >>> a.backward, a.overlapped
+    (AnatomyPart(seconds=2.0, share=50.0), 0.0)
+    """
+    total = anatomy.total
+
+    def part(seconds: float) -> AnatomyPart:
+        return AnatomyPart(seconds, share(seconds, total))
+
+    return AnatomyFigures(part(anatomy.forward), part(anatomy.backward), part(anatomy.step),
+                          part(anatomy.communication), part(anatomy.other),
+                          communication.overlapped if communication.total else None)
+
+
+@dataclass(frozen=True)
 class SummaryFigures:
     """Every number of the report's summary block.
 
@@ -203,9 +245,8 @@ class SummaryFigures:
     unsupported_ops: list[tuple[str, int]]
     error: str | None
     coverage: Coverage | None = None
-    #: a training report's step anatomy and communication time (None otherwise)
-    anatomy: StepAnatomy | None = None
-    communication_time: CommunicationTime | None = None
+    #: a training report's step anatomy (None otherwise)
+    anatomy: AnatomyFigures | None = None
 
 
 def training_figures(
@@ -300,8 +341,7 @@ def summary_figures(
         training=training_figures(result, header, batch, recompute_fwd_factor, it) if training else None,
         generation=generation_figures(result),
         communication=communication_figures(result.collectives()),
-        anatomy=it.anatomy if it is not None else None,
-        communication_time=it.communication if it is not None else None,
+        anatomy=anatomy_figures(it.anatomy, it.communication) if it is not None and it.anatomy is not None else None,
         unsupported_ops=sorted(result.unsupported_ops.items()),
         coverage=result.coverage,
         error=result.metadata.error or None,

@@ -24,10 +24,10 @@ True
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..result.metadata import Inputs, TensorSpec
 from ..result.profile_result import ProfileResult
 from ..result.tree import ModuleNode
 
@@ -106,24 +106,18 @@ class TransformerCheck:
 
 
 # -- reading the result --------------------------------------------------------------------
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in re.findall(r"\d+", text)]
-
-
 def _linear_dims(node: ModuleNode) -> tuple[int, int] | None:
-    """(in, out) of a Linear-like leaf from its repr (nn.Linear, HF's Conv1D)."""
-    m = re.search(r"in_features=(\d+), out_features=(\d+)", node.extra_repr)
-    if m:
-        return int(m.group(1)), int(m.group(2))
-    m = re.search(r"nf=(\d+), nx=(\d+)", node.extra_repr)
-    return (int(m.group(2)), int(m.group(1))) if m else None
+    """(in, out) of a linear layer (nn.Linear, transformers' Conv1D), as capture recorded it."""
+    layer = node.layer
+    return (layer.inputs, layer.outputs) if layer is not None and layer.kind == "linear" else None
 
 
 def _embedding_dims(node: ModuleNode) -> tuple[int, int] | None:
-    if node.children or not node.params or not node.type_name.endswith("Embedding"):
+    """(vocabulary, width) of an embedding table with parameters, as capture recorded it."""
+    layer = node.layer
+    if node.children or not node.params or layer is None or layer.kind != "embedding":
         return None
-    nums = _ints(node.extra_repr.split("padding_idx")[0])
-    return (nums[0], nums[1]) if len(nums) >= 2 else None
+    return layer.inputs, layer.outputs
 
 
 def _is_attention(node: ModuleNode) -> bool:
@@ -136,16 +130,14 @@ def _under(path: str, ancestor: str) -> bool:
     return path == ancestor or path.startswith(ancestor + ".") or ancestor == ""
 
 
-def _tokens_of_inputs(inputs: dict | None) -> tuple[int, int] | None:
-    """(batch, sequence) of the first 2-D integer tensor among the inputs (the token ids)."""
+def _tokens_of_inputs(inputs: Inputs | None) -> tuple[int, int] | None:
+    """(batch, sequence) of the first 2-D integer tensor among the recorded inputs (the
+    token ids): the first argument, ``input_ids``, then the other arguments."""
     if not inputs:
         return None
-    args = inputs.get("args") or []
-    kwargs = inputs.get("kwargs") or {}
-    for value in [*args[:1], kwargs.get("input_ids"), *args[1:]]:
-        m = re.fullmatch(r"u?int\d+\[(\d+), (\d+)\]", value) if isinstance(value, str) else None
-        if m:
-            return int(m.group(1)), int(m.group(2))
+    for spec in [*inputs.args[:1], inputs.kwargs.get("input_ids"), *inputs.args[1:]]:
+        if isinstance(spec, TensorSpec) and len(spec.shape) == 2 and spec.dtype.startswith(("int", "uint")):
+            return spec.shape
     return None
 
 

@@ -86,6 +86,7 @@ def build_result(
             ops=ops,
             memory=_module_memory(memory, path),
             bytes_moved=moved,
+            layer=info.layer,
         )
     error = module_calls.error or (timed_calls.error if times is not counts else None)
     if error and not metadata.error:

@@ -18,11 +18,12 @@ from torch import nn
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
 from .._torch_private import autograd_sequence_nr, current_autograd_node
+from ..result.records import LayerSizes
 from .inputs import batch_size
 from .params import param_numel
 from .scripted import is_scripted, type_name
 
-__all__ = ["ModuleInfo", "describe", "ModuleTracker", "ModuleCalls", "CallRecord"]
+__all__ = ["ModuleInfo", "describe", "layer_sizes", "ModuleTracker", "ModuleCalls", "CallRecord"]
 
 
 @dataclass
@@ -38,6 +39,26 @@ class ModuleInfo:
     params_trainable: int
     shared_with: list[str] = field(default_factory=list)
     aliases: list[str] = field(default_factory=list)  # other names of this object under the same parent
+    layer: LayerSizes | None = None  # a linear or embedding layer's sizes
+
+
+def layer_sizes(module: nn.Module) -> LayerSizes | None:
+    """A linear or embedding layer's sizes, read off its attributes (see :class:`LayerSizes`).
+
+    >>> layer_sizes(nn.Linear(3, 5)), layer_sizes(nn.Embedding(10, 4)), layer_sizes(nn.ReLU())
+    (LayerSizes(kind='linear', inputs=3, outputs=5), LayerSizes(kind='embedding', inputs=10, outputs=4), None)
+    """
+    def ints(*names: str) -> list[int] | None:
+        values = [getattr(module, name, None) for name in names]
+        return values if all(isinstance(v, int) and not isinstance(v, bool) for v in values) else None
+
+    if (sizes := ints("in_features", "out_features")) is not None:
+        return LayerSizes("linear", *sizes)
+    if (sizes := ints("nx", "nf")) is not None:  # transformers' Conv1D (GPT-2): a linear map
+        return LayerSizes("linear", *sizes)
+    if (sizes := ints("num_embeddings", "embedding_dim")) is not None:
+        return LayerSizes("embedding", *sizes)
+    return None
 
 
 #: module -> its extra_repr: a module's configuration does not change between profiles, and
@@ -66,7 +87,8 @@ def describe(model: nn.Module) -> dict[str, ModuleInfo]:
     params_of: dict[str, dict[int, object]] = {}  # path -> {id: parameter} of its subtree
 
     def visit(module: nn.Module, path: str, parent: str | None, depth: int, ancestors: tuple[int, ...]) -> dict:
-        info = ModuleInfo(path, module, type_name(module), depth, parent, [], _extra_repr(module), 0, 0)
+        info = ModuleInfo(path, module, type_name(module), depth, parent, [], _extra_repr(module), 0, 0,
+                          layer=layer_sizes(module))
         infos[path] = info
         # a parameter tied into several submodules is one tensor: collect by identity
         subtree = {id(p): p for p in module._parameters.values() if p is not None}

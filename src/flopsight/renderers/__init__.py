@@ -1,9 +1,10 @@
-"""Renderers: one file per format, each only formatting a :class:`~flopsight.ProfileResult`.
+"""Renderers: one file per format, each only formatting a report model
+(:class:`~flopsight.analysis.report.Report`).
 
 :func:`render` is the one way in for a result (``result.render(fmt)`` and, through
 :mod:`.output`, ``result.save(path)`` call it): its options become one checked
-:class:`~flopsight.analysis.report_options.ReportOptions`, of which each format reads the
-fields it uses. A file's format comes from its extension (:func:`format_of`), the text
+:class:`~flopsight.analysis.report_options.ReportOptions`, the report model is made of the
+result and them, and each format reads the sections and fields it uses. A file's format comes from its extension (:func:`format_of`), the text
 report for ``.txt`` and anything unknown, as DeepSpeed writes its report whatever the
 file's name.
 
@@ -17,11 +18,12 @@ import importlib
 import os
 from typing import Any
 
+from ..analysis.report import Report
 from ..analysis.report_options import ReportOptions
 
 __all__ = ["FORMATS", "EXTENSIONS", "render", "format_of"]
 
-#: format -> (module in this package, its function of a result and a ReportOptions)
+#: format -> (module in this package, its function of a :class:`~flopsight.analysis.report.Report`)
 FORMATS = {
     "text": ("text_renderer", "format_text"),
     "json": ("json_renderer", "format_json"),
@@ -62,4 +64,4 @@ def render(result, fmt: str = "text", **options: Any) -> str:
     if fmt not in FORMATS:
         raise ValueError(f"fmt: expected one of {', '.join(FORMATS)}, got {fmt!r}")
     module, function = FORMATS[fmt]
-    return getattr(importlib.import_module(f"{__name__}.{module}"), function)(result, ReportOptions.of(**options))
+    return getattr(importlib.import_module(f"{__name__}.{module}"), function)(Report(result, ReportOptions.of(**options)))

@@ -19,7 +19,7 @@ import csv
 import io
 from typing import Any
 
-from ..analysis.aggregate import inclusive_bytes
+from ..analysis.report import Report
 from ..analysis.report_options import ReportOptions
 
 __all__ = ["render_csv", "render_ops_csv", "format_csv", "format_ops_csv", "MODULE_COLUMNS", "OP_COLUMNS"]
@@ -39,41 +39,32 @@ _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 def render_csv(result, **options: Any) -> str:
     """One row per module (pre-order) and phase it ran in. No option changes it; any
     :class:`~flopsight.analysis.report_options.ReportOptions` field is accepted."""
-    return format_csv(result, ReportOptions.of(**options))
+    return format_csv(Report(result, ReportOptions.of(**options)))
 
 
 def render_ops_csv(result, **options: Any) -> str:
     """One row per module, phase and operator (most FLOPs first), for the module's own calls."""
-    return format_ops_csv(result, ReportOptions.of(**options))
+    return format_ops_csv(Report(result, ReportOptions.of(**options)))
 
 
-def format_csv(result, options: ReportOptions) -> str:
-    """The format table's entry for ``csv``."""
-    rank = result.metadata.rank
-    moved = inclusive_bytes(result)
+def format_csv(report: Report) -> str:
+    """The format table's entry for ``csv``: :attr:`~flopsight.analysis.report.Report.module_rows`."""
+    rank = report.result.metadata.rank
     rows = []
-    for node in result.walk():
-        memory = node.memory
-        mem = (memory.activations, memory.peak, memory.peak_backward) if memory is not None else ("", "", "")
-        for phase in node.inclusive:
-            inc, own = node.inclusive[phase], node.self[phase]
-            rows.append((rank, _text(node.name), _text(node.type_name), node.depth, phase, node.params,
-                         node.params_trainable, own.calls, inc.macs, inc.flops, _seconds(inc.latency),
-                         own.macs, own.flops, _seconds(own.latency),
-                         moved[node.name].get(phase, 0), *mem))
+    for r in report.module_rows:
+        mem = (r.memory.activations, r.memory.peak, r.memory.peak_backward) if r.memory is not None else ("", "", "")
+        inc, own = r.inclusive, r.own
+        rows.append((rank, _text(r.path), _text(r.type_name), r.depth, r.phase, r.params, r.params_trainable,
+                     own.calls, inc.macs, inc.flops, _seconds(inc.latency), own.macs, own.flops,
+                     _seconds(own.latency), r.bytes_moved, *mem))
     return _write(MODULE_COLUMNS, rows)
 
 
-def format_ops_csv(result, options: ReportOptions) -> str:
-    """The format table's entry for ``ops_csv``."""
-    rank = result.metadata.rank
-    rows = []
-    for stats in result.modules.values():
-        for phase, ops in stats.ops.items():
-            moved = stats.bytes_moved.get(phase, {})
-            for op, s in sorted(ops.items(), key=lambda kv: (-kv[1].flops, -kv[1].latency, kv[0])):
-                rows.append((rank, _text(stats.name), _text(stats.type_name), phase, _text(op), s.calls,
-                             s.macs, s.flops, _seconds(s.latency), moved.get(op, 0)))
+def format_ops_csv(report: Report) -> str:
+    """The format table's entry for ``ops_csv``: :attr:`~flopsight.analysis.report.Report.operator_rows`."""
+    rank = report.result.metadata.rank
+    rows = [(rank, _text(r.path), _text(r.type_name), r.phase, _text(r.op), r.stats.calls, r.stats.macs,
+             r.stats.flops, _seconds(r.stats.latency), r.bytes_moved) for r in report.operator_rows]
     return _write(OP_COLUMNS, rows)
 
 

@@ -32,10 +32,10 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from ..analysis.derived import derived
+from ..analysis.report import Report
 from ..analysis.report_options import ReportOptions
 
-__all__ = ["render_html", "format_html", "embed_json", "derived"]
+__all__ = ["render_html", "format_html", "embed_json"]
 
 # What JSON may hold that would end a <script> element or break the script that reads it:
 # "</script>" or "<!--" (needs "<"), and U+2028/U+2029 (line ends in older JavaScript).
@@ -49,12 +49,13 @@ def render_html(result, **options: Any) -> str:
     ``peak`` is what :func:`flopsight.analysis.efficiency.efficiency` takes (FLOP/s, a device
     name from flopsight's table, ``"cpu"`` or a ``Peak``; None: the recorded device's).
     ``options`` are :class:`~flopsight.analysis.report_options.ReportOptions`'."""
-    return format_html(result, ReportOptions.of(**options))
+    return format_html(Report(result, ReportOptions.of(**options)))
 
 
-def format_html(result, options: ReportOptions) -> str:
-    """The page of ``result`` as ``options`` ask (the format table's entry)."""
-    title, peak = options.title, options.peak
+def format_html(report: Report) -> str:
+    """The page of a report (the format table's entry): the result's own JSON and the
+    figures derived from it (:attr:`~flopsight.analysis.report.Report.page_figures`)."""
+    result, title = report.result, report.options.title
     data = result.to_dict()
     page_title = title if title is not None else f"flopsight: {result.metadata.model or 'profile'}"
     css, script = _asset("report.css"), _asset("report.js")
@@ -63,7 +64,7 @@ def format_html(result, options: ReportOptions) -> str:
         "csp": _content_security_policy(script, css),
         "css": css,
         "data": embed_json(data),
-        "derived": embed_json(derived(result, peak)),
+        "derived": embed_json(report.page_figures),
         "js": script,
     }
     # one pass over the template, so nothing a slot brings in is read as a slot

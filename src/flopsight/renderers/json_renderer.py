@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..analysis.report import Report
 from ..analysis.report_options import ReportOptions
 
 __all__ = ["render_json", "format_json"]
@@ -21,9 +22,9 @@ __all__ = ["render_json", "format_json"]
 def render_json(result, **options: Any) -> str:
     """``result.to_dict()`` as JSON text (ends with a newline); ``indent`` (default 1) is
     the one :class:`~flopsight.analysis.report_options.ReportOptions` field it reads."""
-    return format_json(result, ReportOptions.of(**options))
+    return format_json(Report(result, ReportOptions.of(**options)))
 
 
-def format_json(result, options: ReportOptions) -> str:
+def format_json(report: Report) -> str:
     """The format table's entry."""
-    return json.dumps(result.to_dict(), indent=options.indent_or(1)) + "\n"
+    return json.dumps(report.result.to_dict(), indent=report.options.indent_or(1)) + "\n"

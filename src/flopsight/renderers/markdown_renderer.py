@@ -18,8 +18,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..analysis.report import efficiency_section
+from ..analysis.report import EfficiencySection, PhaseTable, RankedModule, Report
 from ..analysis.report_options import ReportOptions
+from ..result.communication import Collective
+from ..result.memory import MemoryTotals
+from ..result.metadata import Metadata
+from ..result.stats import Stats
 from .efficiency_lines import format_efficiency
 from .numbers import bytes_to_string, duration_to_string, flops_to_string, macs_to_string, number_to_string, params_to_string
 
@@ -34,19 +38,19 @@ def render_markdown(result, **options: Any) -> str:
     communication when measured; with ``peak`` (FLOP/s, a device name or ``"cpu"``: see
     :mod:`flopsight.hardware`), the efficiency figures, the peak used beside each ratio.
     ``options`` are :class:`~flopsight.analysis.report_options.ReportOptions`'."""
-    return format_markdown(result, ReportOptions.of(**options))
+    return format_markdown(Report(result, ReportOptions.of(**options)))
 
 
-def format_markdown(result, options: ReportOptions) -> str:
-    """The Markdown report of ``result`` as ``options`` ask (the format table's entry)."""
-    top, phase = options.top, options.phase
-    lines = [_title(result), ""]
-    lines += _summary(result)
-    lines += _efficiency(result, options.peak)
-    lines += _top_modules(result, top, phase)
-    lines += _operators(result, top, phase)
-    lines += _memory(result)
-    lines += _communication(result)
+def format_markdown(report: Report) -> str:
+    """The Markdown of a report (the format table's entry)."""
+    phase = report.options.phase
+    lines = [_title(report.result.metadata, report.result.total.type_name), ""]
+    lines += _summary(report.phase_table)
+    lines += _efficiency(report.peak_efficiency)
+    lines += _top_modules(report.top_modules, phase)
+    lines += _operators(report.top_operators, phase)
+    lines += _memory(report.memory)
+    lines += _communication(report.collectives)
     return "\n".join(lines) + "\n"
 
 
@@ -65,59 +69,48 @@ def _table(header, rows, align=None) -> list[str]:
     return out + [""]
 
 
-def _title(result) -> str:
-    m = result.metadata
+def _title(m: Metadata, root_type: str) -> str:
     parts = [m.device, m.dtype] + ([f"batch {m.batch_size}"] if m.batch_size else [])
     if m.world_size > 1:
         parts.append(f"rank {m.rank} of {m.world_size}")
-    return f"### flopsight: {_cell(m.model or result.total.type_name)} ({', '.join(p for p in parts if p)})"
+    return f"### flopsight: {_cell(m.model or root_type)} ({', '.join(p for p in parts if p)})"
 
 
-def _summary(result) -> list[str]:
-    phases = [p for p in result.phases if p != "recompute" or result.total.recompute.calls]
-    total = result.total
-    if phases == ["forward"] or not phases:
-        f = total.forward
-        rows = [["params", params_to_string(total.params)], ["MACs", macs_to_string(f.macs)],
+def _summary(t: PhaseTable) -> list[str]:
+    if t.iteration is None:
+        f = dict(t.phases)["forward"]
+        rows = [["params", params_to_string(t.params)], ["MACs", macs_to_string(f.macs)],
                 ["FLOPs", _n(f.flops)], ["latency", duration_to_string(f.latency)],
                 ["FLOPS", flops_to_string(f.flops_per_second)]]
         return _table(["", "forward"], rows)
-    it = result.iteration
-    stats = {p: result.phase_total(p) for p in phases}
+    it, stats = t.iteration, [s for _, s in t.phases]
     rows = [
-        ["MACs"] + [macs_to_string(stats[p].macs) for p in phases] + [macs_to_string(it.macs)],
-        ["FLOPs"] + [_n(stats[p].flops) for p in phases] + [_n(it.flops)],
-        ["latency"] + [duration_to_string(stats[p].latency) for p in phases] + [duration_to_string(it.latency)],
-        ["FLOPS"] + [flops_to_string(stats[p].flops_per_second) for p in phases] + [flops_to_string(it.flops_per_second)],
+        ["MACs"] + [macs_to_string(s.macs) for s in stats] + [macs_to_string(it.macs)],
+        ["FLOPs"] + [_n(s.flops) for s in stats] + [_n(it.flops)],
+        ["latency"] + [duration_to_string(s.latency) for s in stats] + [duration_to_string(it.latency)],
+        ["FLOPS"] + [flops_to_string(s.flops_per_second) for s in stats] + [flops_to_string(it.flops_per_second)],
     ]
-    return [f"params: {params_to_string(total.params)}", ""] + _table([""] + phases + ["iteration"], rows)
+    return [f"params: {params_to_string(t.params)}", ""] + _table([""] + [p for p, _ in t.phases] + ["iteration"], rows)
 
 
-def _efficiency(result, peak) -> list[str]:
-    """Against ``peak`` only when one is given; the dtype is the one the result recorded."""
-    if peak is None:
+def _efficiency(section: EfficiencySection | None) -> list[str]:
+    """Against the peak given (none without one)."""
+    if section is None:
         return []
-    rows = [[_cell(label), _cell(value)] for label, value in format_efficiency(efficiency_section(result, peak))]
+    rows = [[_cell(label), _cell(value)] for label, value in format_efficiency(section)]
     return ["#### Efficiency", ""] + _table(["", ""], rows, ["---", "---:"]) if rows else []
 
 
-def _top_modules(result, top: int, phase: str) -> list[str]:
-    nodes = [n for n in result.walk() if n.name and n.inclusive[phase].calls]
-    if not nodes or not top:
+def _top_modules(modules: tuple[RankedModule, ...], phase: str) -> list[str]:
+    if not modules:
         return []
-    whole = result.total.inclusive[phase].flops or 1
-    nodes.sort(key=lambda n: (-n.inclusive[phase].flops, -n.inclusive[phase].latency, n.name))
-    rows = []
-    for n in nodes[:top]:
-        s = n.inclusive[phase]
-        rows.append([_cell(n.name), _cell(n.type_name), params_to_string(n.params), macs_to_string(s.macs),
-                     _n(s.flops), f"{100 * s.flops / whole:.1f} %", duration_to_string(s.latency)])
+    rows = [[_cell(m.path), _cell(m.type_name), params_to_string(m.params), macs_to_string(m.stats.macs),
+             _n(m.stats.flops), f"{m.flops_share:.1f} %", duration_to_string(m.stats.latency)] for m in modules]
     header = ["module", "type", "params", f"{phase} MACs", f"{phase} FLOPs", "of model FLOPs", f"{phase} latency"]
     return [f"#### Top {len(rows)} modules by {phase} FLOPs", ""] + _table(header, rows, ["---", "---"] + ["---:"] * 5)
 
 
-def _operators(result, top: int, phase: str) -> list[str]:
-    ops = list(result.ops(phase).items())[:top]
+def _operators(ops: tuple[tuple[str, Stats], ...], phase: str) -> list[str]:
     if not ops:
         return []
     rows = [[_cell(name), str(s.calls), macs_to_string(s.macs), _n(s.flops),
@@ -125,8 +118,7 @@ def _operators(result, top: int, phase: str) -> list[str]:
     return [f"#### Top {len(rows)} operators by {phase} FLOPs", ""] + _table(["operator", "calls", "MACs", "FLOPs", "latency"], rows)
 
 
-def _memory(result) -> list[str]:
-    m = result.memory
+def _memory(m: MemoryTotals | None) -> list[str]:
     if m is None:
         return []
     rows = [[name, bytes_to_string(value)] for name, value in (
@@ -135,8 +127,7 @@ def _memory(result) -> list[str]:
     return ["#### Memory", ""] + _table(["", "bytes"], rows)
 
 
-def _communication(result) -> list[str]:
-    calls = result.collectives()
+def _communication(calls: tuple[Collective, ...]) -> list[str]:
     if not calls:
         return []
     rows = [[_cell(c.kind), _cell(c.module or "(model)"), c.phase, str(c.count), bytes_to_string(c.bytes),

@@ -46,12 +46,17 @@ from ..analysis.report import (
     TreeEnd,
     TreeEntry,
     aggregated_profile,
-    build_report,
 )
-from ..analysis.report_figures import GenerationFigures, ModuleFigures, SummaryFigures, TrainingFigures
+from ..analysis.report_figures import (
+    AnatomyFigures,
+    AnatomyPart,
+    GenerationFigures,
+    ModuleFigures,
+    SummaryFigures,
+    TrainingFigures,
+)
 from ..analysis.report_options import ReportOptions
 from ..result.device_usage import DeviceUsage
-from ..result.iteration import CommunicationTime, StepAnatomy
 from ..result.memory import MemoryTotals
 from ..result.profile_result import ProfileResult
 from .efficiency_lines import format_efficiency, format_transformer_check
@@ -65,7 +70,7 @@ from .numbers import (
     params_to_string,
 )
 
-__all__ = ["render_text", "render_aggregated", "format_text", "format_report"]
+__all__ = ["render_text", "render_aggregated", "format_text"]
 
 RULE = "-" * 78
 _PHASE_LABELS = {"forward": "fwd latency", "backward": "bwd latency"}
@@ -151,7 +156,7 @@ class _Text:
         if f.generation is not None:
             self._generation(f.generation, batch_printed=parallel is not None and parallel.batch_size is not None)
         if f.anatomy is not None:
-            self._anatomy(f.anatomy, f.communication_time)
+            self._anatomy(f.anatomy)
         if report.parallelism:
             self.kv("parallelism (detected or given): ",
                     ", ".join(f"{_PARALLELISM[k]} {v}" for k, v in report.parallelism))
@@ -274,20 +279,19 @@ class _Text:
                      f"{duration_to_string(s.min)} / {duration_to_string(s.mean)} / {duration_to_string(s.max)}, "
                      f"slowest rank {s.slowest}")
 
-    def _anatomy(self, a: StepAnatomy, comm: CommunicationTime) -> None:
+    def _anatomy(self, a: AnatomyFigures) -> None:
         """Where this rank's iteration wall time went; the parts add up to it."""
-        total = a.total
 
-        def part(seconds: float) -> str:
-            return f"{duration_to_string(seconds)} ({_pct(100 * seconds / total if total else 0)})"
+        def part(p: AnatomyPart) -> str:
+            return f"{duration_to_string(p.seconds)} ({_pct(p.share)})"
 
         self.kv("step anatomy, fwd compute: ", part(a.forward))
         self.kv("step anatomy, bwd compute: ", part(a.backward))
         self.kv("step anatomy, optimizer step: ", part(a.step))
         self.kv("step anatomy, communication waited for (exposed): ", part(a.communication))
         self.kv("step anatomy, other (data loading, loss, idle): ", part(a.other))
-        if comm.total:
-            self.kv("communication hidden behind compute (overlapped): ", duration_to_string(comm.overlapped))
+        if a.overlapped is not None:
+            self.kv("communication hidden behind compute (overlapped): ", duration_to_string(a.overlapped))
 
     def _generation(self, gf: GenerationFigures, batch_printed: bool) -> None:
         """generate(): the prompt's prefill apart from the decode steps, then the whole call."""
@@ -551,8 +555,9 @@ class _Text:
                      f"{duration_to_string(s.latency):>10} {_pct(o.latency_share):>9} {moved:>10}")
 
 
-def format_report(report: Report) -> str:
-    """The text of a :class:`~flopsight.analysis.report.Report` (ends with a newline)."""
+def format_text(report: Report) -> str:
+    """The text of a :class:`~flopsight.analysis.report.Report` (ends with a newline; the
+    format table's entry)."""
     text = _Text()
     text.summary(report)
     if report.efficiency is not None:
@@ -566,11 +571,6 @@ def format_report(report: Report) -> str:
         text.operators(report.operators)
     text.add(RULE)
     return "\n".join(text.lines) + "\n"
-
-
-def format_text(result: ProfileResult, options: ReportOptions) -> str:
-    """The text report of ``result`` as ``options`` ask (the format table's entry)."""
-    return format_report(build_report(result, options))
 
 
 def render_text(result: ProfileResult, **options: Any) -> str:
@@ -611,7 +611,7 @@ def render_text(result: ProfileResult, **options: Any) -> str:
     >>> print(render_text(result, peak=1e12).split("Efficiency")[1].splitlines()[2].rstrip())
     fwd fraction of peak (peak 1 TFLOPS fp32, given):                       <0.01%
     """
-    return format_text(result, ReportOptions.of(**options))
+    return format_text(Report(result, ReportOptions.of(**options)))
 
 
 def render_aggregated(result: ProfileResult, *, module_depth: int = -1, top_modules: int = 1) -> str:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..analysis.report import Report
 from ..analysis.report_options import ReportOptions
 from ..result.tree import PHASES
 
@@ -43,11 +44,12 @@ def render_trace(result, **options: Any) -> str:
     """``result``'s timeline (every rank's, on rank 0 of a gathered run) as Chrome trace JSON;
     ``indent`` (default None: one line) is the one
     :class:`~flopsight.analysis.report_options.ReportOptions` field it reads."""
-    return format_trace(result, ReportOptions.of(**options))
+    return format_trace(Report(result, ReportOptions.of(**options)))
 
 
-def format_trace(result, options: ReportOptions) -> str:
-    """The format table's entry."""
+def format_trace(report: Report) -> str:
+    """The format table's entry: the result's timeline records, as they are."""
+    result = report.result
     ranks = _ranks(result)
     md = result.metadata
     other = {
@@ -63,7 +65,7 @@ def format_trace(result, options: ReportOptions) -> str:
         else "this result holds no timeline (saved by a flopsight older than the timeline)",
     }
     trace = {"traceEvents": trace_events(result), "displayTimeUnit": "ms", "otherData": other}
-    return json.dumps(trace, indent=options.indent_or(None)) + "\n"
+    return json.dumps(trace, indent=report.options.indent_or(None)) + "\n"
 
 
 def trace_events(result) -> list[dict[str, Any]]:

@@ -10,6 +10,7 @@ True
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, NamedTuple, Protocol
 
@@ -18,7 +19,49 @@ from .memory import ModuleMemory
 from .metadata import Metadata
 from .stats import Stats
 
-__all__ = ["ModuleStats", "ModelCall", "Profile"]
+__all__ = ["ModuleStats", "ModelCall", "LayerSizes", "Profile"]
+
+
+class LayerSizes(NamedTuple):
+    """The sizes of a linear or embedding layer, as capture read them off the module: a
+    ``"linear"`` map of ``inputs`` to ``outputs`` features (``nn.Linear``'s ``in_features``
+    and ``out_features``, transformers' ``Conv1D``'s ``nx`` and ``nf``), an ``"embedding"``
+    table of ``inputs`` rows (its vocabulary) of ``outputs`` values (``nn.Embedding``'s
+    ``num_embeddings`` and ``embedding_dim``).
+
+    Files do not repeat them: those layers write them in their ``extra_repr``, which
+    :meth:`from_extra_repr` reads back when a result is loaded.
+
+    >>> LayerSizes.from_extra_repr("Linear", "in_features=768, out_features=3072, bias=True")
+    LayerSizes(kind='linear', inputs=768, outputs=3072)
+    >>> LayerSizes.from_extra_repr("Embedding", "50257, 768, padding_idx=0")
+    LayerSizes(kind='embedding', inputs=50257, outputs=768)
+    """
+
+    kind: str
+    inputs: int
+    outputs: int
+
+    @classmethod
+    def from_extra_repr(cls, type_name: str, extra_repr: str) -> "LayerSizes | None":
+        """The sizes ``extra_repr`` states: ``in_features=I, out_features=O`` (a Linear),
+        ``nf=O, nx=I`` (a Conv1D), or, for a type named ``...Embedding``, ``V, D, ...``."""
+        m = _LINEAR.search(extra_repr)
+        if m:
+            return cls("linear", int(m.group(1)), int(m.group(2)))
+        m = _CONV1D.search(extra_repr)
+        if m:
+            return cls("linear", int(m.group(2)), int(m.group(1)))
+        if type_name.endswith("Embedding"):
+            sizes = _INT.findall(extra_repr.split("padding_idx")[0])
+            if len(sizes) >= 2:
+                return cls("embedding", int(sizes[0]), int(sizes[1]))
+        return None
+
+
+_LINEAR = re.compile(r"in_features=(\d+), out_features=(\d+)")
+_CONV1D = re.compile(r"nf=(\d+), nx=(\d+)")
+_INT = re.compile(r"\d+")
 
 
 class ModuleStats(NamedTuple):
@@ -47,6 +90,9 @@ class ModuleStats(NamedTuple):
     memory: ModuleMemory | None = None
     #: per phase, per op: bytes its own ops read and wrote (``docs/conventions/bytes.md``)
     bytes_moved: dict[str, dict[str, int]] = {}
+    #: a linear or embedding layer's sizes (None for other modules; not written to files:
+    #: its ``extra_repr`` says them)
+    layer: LayerSizes | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = self._asdict()
@@ -55,6 +101,7 @@ class ModuleStats(NamedTuple):
         d["ops"] = {ph: {name: s._asdict() for name, s in ops.items()} for ph, ops in self.ops.items()}
         d["memory"] = asdict(self.memory) if self.memory is not None else {}
         d["bytes_moved"] = {ph: dict(ops) for ph, ops in self.bytes_moved.items()}
+        del d["layer"]
         return d
 
     @classmethod
@@ -66,6 +113,7 @@ class ModuleStats(NamedTuple):
         d["ops"] = {ph: {n: Stats(**s) for n, s in ops.items()} for ph, ops in d.get("ops", {}).items()}
         d["memory"] = ModuleMemory(**d["memory"]) if d.get("memory") else None
         d["bytes_moved"] = {ph: dict(ops) for ph, ops in d.get("bytes_moved", {}).items()}
+        d["layer"] = LayerSizes.from_extra_repr(d.get("type_name", ""), d.get("extra_repr", ""))
         return cls(**d)
 
 
