@@ -88,6 +88,14 @@ class CaptureContext:
         sources that drive another one (the optimizer hooks open the span timer's spans)."""
         return self._sources.get(kind)
 
+    def release(self) -> None:
+        """The session is over: drop what ties its objects to each other (the sources, their
+        subscriptions, the attribution object), so they are freed at once, not left for the
+        cycle collector, and no bound method of a source outlives it."""
+        self.events.clear()
+        self._sources.clear()
+        self.attribution = None
+
     def span_seconds(self, start, end, ovh_start: float, ovh_end: float) -> float:
         """A span from stamp ``start`` to ``end`` in seconds, less the profiler's own time
         inside it (``ovh_end - ovh_start``) where the clock allows."""

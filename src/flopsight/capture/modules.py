@@ -48,28 +48,32 @@ def layer_sizes(module: nn.Module) -> LayerSizes | None:
     >>> layer_sizes(nn.Linear(3, 5)), layer_sizes(nn.Embedding(10, 4)), layer_sizes(nn.ReLU())
     (LayerSizes(kind='linear', inputs=3, outputs=5), LayerSizes(kind='embedding', inputs=10, outputs=4), None)
     """
-    def ints(*names: str) -> list[int] | None:
-        values = [getattr(module, name, None) for name in names]
-        return values if all(isinstance(v, int) and not isinstance(v, bool) for v in values) else None
-
-    if (sizes := ints("in_features", "out_features")) is not None:
-        return LayerSizes("linear", *sizes)
-    if (sizes := ints("nx", "nf")) is not None:  # transformers' Conv1D (GPT-2): a linear map
-        return LayerSizes("linear", *sizes)
-    if (sizes := ints("num_embeddings", "embedding_dim")) is not None:
-        return LayerSizes("embedding", *sizes)
+    attributes = vars(module)  # set in __init__; nn.Module.__getattr__ would raise for each one missing
+    for kind, inputs, outputs in _LAYER_ATTRIBUTES:
+        if inputs in attributes:
+            sizes = attributes[inputs], attributes.get(outputs)
+            if all(isinstance(v, int) and not isinstance(v, bool) for v in sizes):
+                return LayerSizes(kind, *sizes)
     return None
 
 
-#: module -> its extra_repr: a module's configuration does not change between profiles, and
-#: some reprs are slow (EmbeddingBag's formats its weight tensor)
-_EXTRA_REPRS: "weakref.WeakKeyDictionary[nn.Module, str]" = weakref.WeakKeyDictionary()
+#: (kind, attribute of the inputs, attribute of the outputs) of the layers whose sizes are read
+_LAYER_ATTRIBUTES = (
+    ("linear", "in_features", "out_features"),
+    ("linear", "nx", "nf"),  # transformers' Conv1D (GPT-2): a linear map
+    ("embedding", "num_embeddings", "embedding_dim"),
+)
 
 
-def _extra_repr(module: nn.Module) -> str:
-    text = _EXTRA_REPRS.get(module)
-    if text is not None:
-        return text
+#: module -> (its extra_repr, its layer sizes): a module's configuration does not change
+#: between profiles, and some reprs are slow (EmbeddingBag's formats its weight tensor)
+_CONFIGURATIONS: "weakref.WeakKeyDictionary[nn.Module, tuple[str, LayerSizes | None]]" = weakref.WeakKeyDictionary()
+
+
+def _configuration(module: nn.Module) -> tuple[str, LayerSizes | None]:
+    known = _CONFIGURATIONS.get(module)
+    if known is not None:
+        return known
     if is_scripted(module):  # TorchScript's is "original_name=Linear": the type name already says it
         text = ""
     else:
@@ -77,8 +81,8 @@ def _extra_repr(module: nn.Module) -> str:
             text = module.extra_repr()
         except Exception:  # a user's extra_repr must never break profiling
             text = ""
-    _EXTRA_REPRS[module] = text
-    return text
+    known = _CONFIGURATIONS[module] = (text, layer_sizes(module))
+    return known
 
 
 def describe(model: nn.Module) -> dict[str, ModuleInfo]:
@@ -87,8 +91,8 @@ def describe(model: nn.Module) -> dict[str, ModuleInfo]:
     params_of: dict[str, dict[int, object]] = {}  # path -> {id: parameter} of its subtree
 
     def visit(module: nn.Module, path: str, parent: str | None, depth: int, ancestors: tuple[int, ...]) -> dict:
-        info = ModuleInfo(path, module, type_name(module), depth, parent, [], _extra_repr(module), 0, 0,
-                          layer=layer_sizes(module))
+        extra_repr, layer = _configuration(module)
+        info = ModuleInfo(path, module, type_name(module), depth, parent, [], extra_repr, 0, 0, layer=layer)
         infos[path] = info
         # a parameter tied into several submodules is one tensor: collect by identity
         subtree = {id(p): p for p in module._parameters.values() if p is not None}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import cached_property
+
 __all__ = ["param_numel", "param_bytes", "ModelParameters"]
 
 
@@ -18,7 +20,8 @@ def param_bytes(p) -> int:
 
 class ModelParameters:
     """Each parameter of a model once, with the first module path that holds it (a tied
-    weight's first owner), as capture sources read them.
+    weight's first owner), as capture sources read them (found when first asked for: a
+    timing pass never does).
 
     >>> from torch import nn
     >>> from flopsight.capture.modules import describe
@@ -29,11 +32,24 @@ class ModelParameters:
     """
 
     def __init__(self, infos: dict) -> None:
+        self._infos = infos
+
+    @cached_property
+    def _owners(self) -> dict[int, tuple]:
         # reversed: the first path a parameter has (pre-order) is written last, and wins
-        owners = {id(p): (p, path) for path, info in reversed(infos.items())
-                  for p in info.module._parameters.values() if p is not None}
-        #: (parameter, path) of each parameter once
-        self.owned: list[tuple] = list(owners.values())
-        self.tensors: list = [p for p, _ in self.owned]
-        #: id(parameter) -> its module path
-        self.owner_by_id: dict[int, str] = {k: path for k, (_, path) in owners.items()}
+        return {id(p): (p, path) for path, info in reversed(self._infos.items())
+                for p in info.module._parameters.values() if p is not None}
+
+    @cached_property
+    def owned(self) -> list[tuple]:
+        """(parameter, path) of each parameter once."""
+        return list(self._owners.values())
+
+    @cached_property
+    def tensors(self) -> list:
+        return [p for p, _ in self._owners.values()]
+
+    @cached_property
+    def owner_by_id(self) -> dict[int, str]:
+        """id(parameter) -> its module path."""
+        return {k: path for k, (_, path) in self._owners.items()}

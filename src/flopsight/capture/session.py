@@ -93,7 +93,7 @@ class CaptureSession:
             self.ctx.clock.finish()
             return self._collect()
         finally:
-            self.ctx.events.clear()  # no source's bound method outlives the session
+            self.ctx.release()
 
     def snapshot(self) -> RawCapture:
         """What was measured so far, without stopping (completed calls and spans only)."""

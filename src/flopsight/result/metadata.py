@@ -141,29 +141,41 @@ class Inputs(Mapping):
     ((TensorSpec(dtype='float32', shape=(2, 3)),), ['float32[2, 3]'], (2, 3))
     """
 
-    __slots__ = ("args", "kwargs", "_plain")
+    __slots__ = ("_written", "_typed")
 
     def __init__(self, recorded: Mapping[str, Any]):
-        self._plain = {"args": _plain(recorded.get("args", [])), "kwargs": _plain(recorded.get("kwargs", {}))}
-        self.args: tuple = _typed(self._plain["args"])
-        self.kwargs: dict = _typed(self._plain["kwargs"])
+        self._written = {"args": _plain(recorded.get("args", [])), "kwargs": _plain(recorded.get("kwargs", {}))}
+        self._typed: tuple | None = None  # (args, kwargs), read when first asked for
+
+    def _read(self) -> tuple:
+        if self._typed is None:
+            self._typed = (_typed(self._written["args"]), _typed(self._written["kwargs"]))
+        return self._typed
+
+    @property
+    def args(self) -> tuple:
+        return self._read()[0]
+
+    @property
+    def kwargs(self) -> dict:
+        return self._read()[1]
 
     def __getitem__(self, key: str) -> Any:
-        return self._plain[key]
+        return self._written[key]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._plain)
+        return iter(self._written)
 
     def __len__(self) -> int:
         return 2
 
     def __repr__(self) -> str:
-        return f"Inputs({self._plain!r})"
+        return f"Inputs({self._written!r})"
 
     __hash__ = None  # equal to the dict it holds, so not hashable
 
     def to_dict(self) -> dict[str, Any]:
-        return {"args": _plain(self._plain["args"]), "kwargs": _plain(self._plain["kwargs"])}
+        return {"args": _plain(self._written["args"]), "kwargs": _plain(self._written["kwargs"])}
 
     def tensors(self) -> Iterator[TensorSpec]:
         """The tensors among the arguments: the first argument, ``input_ids``, the others."""
