@@ -17,19 +17,19 @@ with _warnings.catch_warnings():
     _warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
     import torch as _torch  # noqa: F401
 
+from .analysis.diff import diff
 from .capture.notices import UnprofiledForwardWarning, UnsupportedOpWarning
 from .capture.timing import FakeClock
-from .integrations.deepspeed.api import FlopsProfiler, get_model_profile, get_module_duration, get_module_flops, get_module_macs
 from .formulas import REGISTRY, Cost
-from .profiler import Profiler, profile
-from .analysis.diff import diff
 from .integrations.attach import AttachedProfiler, attach
-from .result.metadata import Metadata, Timing
+from .integrations.deepspeed.api import FlopsProfiler, get_model_profile, get_module_duration, get_module_flops, get_module_macs
+from .profiler import Profiler, profile
+from .renderers import output as _output  # noqa: F401  (installs the reporter result.render/save call)
 from .result.communication import Collective
+from .result.metadata import Metadata, Timing
 from .result.profile_result import SCHEMA_VERSION, Coverage, ModelCall, ModuleStats, ProfileResult, load
 from .result.stats import Stats
 from .result.tree import ModuleNode, Phases
-from .renderers import output as _output  # noqa: F401  (installs the reporter result.render/save call)
 from .renderers.numbers import (
     bytes_to_string,
     duration_to_string,

@@ -21,23 +21,22 @@ from typing import Any, Callable, Iterable
 import torch
 from torch import nn
 
-from ._version import __version__
 from ._torch_private import original_module
-from .capture.inputs import batch_size, describe_inputs, model_device, model_dtype
+from ._version import __version__
 from .capture.build import build_result
-from .capture.modules import describe
+from .capture.gather import DEFAULT_GATHER_TIMEOUT, check_gather_timeout, gather_ranks
+from .capture.inputs import batch_size, describe_inputs, model_device, model_dtype
+from .capture.modules import ModuleCalls, describe
 from .capture.optimizer import check_optimizer
-from .capture.modules import ModuleCalls
+from .capture.parallel import check_parallel, detect_parallel
 from .capture.plan import CaptureOptions
 from .capture.session import CaptureSession
 from .capture.state import ModelState
 from .capture.timing import Clock, default_clock
 from .formulas import REGISTRY
-from .formulas.registry import Registry
 from .formulas.attention import ATTENTION_CONVENTIONS, attention_registry
+from .formulas.registry import Registry
 from .result.metadata import Metadata, Timing
-from .capture.parallel import check_parallel, detect_parallel
-from .capture.gather import DEFAULT_GATHER_TIMEOUT, check_gather_timeout, gather_ranks
 from .result.profile_result import ProfileResult
 
 __all__ = ["profile", "Profiler", "MODES", "TIMINGS"]

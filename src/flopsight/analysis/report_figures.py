@@ -20,11 +20,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..result.communication import Collective, bandwidths
+from ..result.generation import GenerationStats
+from ..result.iteration import CommunicationTime, IterationStats, StepAnatomy
 from ..result.profile_result import Coverage, ProfileResult
 from ..result.stats import Stats
 from ..result.tree import ModuleNode
-from ..result.generation import GenerationStats
-from ..result.iteration import CommunicationTime, IterationStats, StepAnatomy
 
 __all__ = [
     "ParallelInfo",

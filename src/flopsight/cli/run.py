@@ -21,9 +21,9 @@ from typing import Any, Iterator
 import torch
 from torch import nn
 
-from .progress import Progress
 from ..profiler import Profiler, profile
 from ..result.profile_result import ProfileResult
+from .progress import Progress
 
 __all__ = ["run_forward", "run_generate", "run_train", "with_labels", "loss_of", "calls_counted", "calls_per_run"]
 

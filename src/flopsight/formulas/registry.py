@@ -37,8 +37,8 @@ import torch
 
 from .._torch_private import OpOverload, OpOverloadPacket
 from ..result.stats import Stats
-from .bytes_moved import io_bytes_of
 from .binding import Binder, FormulaSignatureError, binder_for_builtin, check_signature
+from .bytes_moved import io_bytes_of
 
 __all__ = ["Cost", "Registry", "REGISTRY", "ZERO", "op_key", "Resolved", "Unit", "FormulaSignatureError"]
 

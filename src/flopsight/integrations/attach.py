@@ -48,17 +48,18 @@ import torch
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from ..capture.optimizer import check_optimizer, wrap_method
-from .deepspeed.api import engine_parallel_info
-from .deepspeed.config import FlopsProfilerConfig, parse_config
 from ..analysis.report_figures import ParallelInfo
 from ..analysis.report_options import ReportOptions
+from ..capture.optimizer import check_optimizer, wrap_method
 from ..capture.parallel import engine_parallel
 from ..profiler import Profiler, check_model
 from ..renderers.output import check_output_file, write
 from ..result.profile_result import ProfileResult
+from .deepspeed.api import engine_parallel_info
+from .deepspeed.config import FlopsProfilerConfig, parse_config
 
 __all__ = ["attach", "AttachedProfiler"]
+
 
 def _rank() -> int:
     dist = torch.distributed

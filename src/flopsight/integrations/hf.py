@@ -38,10 +38,10 @@ except ImportError as e:  # the optional extra
     raise ImportError("flopsight.integrations.hf needs transformers: pip install 'flopsight[hf]'") from e
 
 from ..analysis.efficiency import efficiency
+from ..capture.gather import DEFAULT_GATHER_TIMEOUT, check_gather_timeout
 from ..capture.optimizer import wrap_method
 from ..hardware import check_peak
 from ..profiler import Profiler, check_attention, with_ranks
-from ..capture.gather import DEFAULT_GATHER_TIMEOUT, check_gather_timeout
 from ..renderers import EXTENSIONS
 from ..renderers.output import write
 from ..result.profile_result import ProfileResult

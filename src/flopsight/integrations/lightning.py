@@ -46,9 +46,9 @@ except ImportError as error:  # the core needs torch alone; this module needs Li
     ) from error
 
 from ..analysis.efficiency import Efficiency, efficiency
+from ..capture.gather import DEFAULT_GATHER_TIMEOUT, check_gather_timeout
 from ..hardware import Peak, lookup_peak, resolve_peak
 from ..profiler import Profiler, with_ranks
-from ..capture.gather import DEFAULT_GATHER_TIMEOUT, check_gather_timeout
 from ..renderers.output import check_output_file, write
 from ..result.profile_result import ProfileResult
 from .trainer_metrics import check_bool, check_dtype, named, step_figures

@@ -21,21 +21,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from ...capture.modules import describe
-from ...profiler import (
-    Profiler,
-    as_args,
-    as_kwargs,
-    check_model,
-    check_warm_up,
-    profile,
-)
 from ...analysis.report_figures import ParallelInfo
 from ...analysis.report_options import ReportOptions
+from ...capture.modules import describe
+from ...profiler import Profiler, as_args, as_kwargs, check_model, check_warm_up, profile
+from ...renderers.numbers import duration_to_string, macs_to_string, number_to_string, params_to_string
 from ...renderers.output import check_output_file, write
 from ...renderers.text_renderer import render_aggregated
 from ...result.profile_result import ProfileResult
-from ...renderers.numbers import duration_to_string, macs_to_string, number_to_string, params_to_string
 
 __all__ = [
     "get_model_profile",

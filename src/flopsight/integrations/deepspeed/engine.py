@@ -27,12 +27,12 @@ from typing import Any
 
 from torch import nn
 
-from .api import FlopsProfiler
-from .config import parse_config
+from ...capture.gather import DEFAULT_GATHER_TIMEOUT
 from ...capture.optimizer import wrap_method
 from ...capture.parallel import engine_parallel
 from ...profiler import Profiler
-from ...capture.gather import DEFAULT_GATHER_TIMEOUT
+from .api import FlopsProfiler
+from .config import parse_config
 
 __all__ = ["install", "uninstall", "installed", "EngineProfiler"]
 
