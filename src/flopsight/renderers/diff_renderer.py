@@ -21,10 +21,10 @@ import json
 import math
 from typing import Sequence
 
-from ..analysis.diff import DIFF_FORMATS, METRICS, Change, Gate, GateResult, ModuleDiff, ProfileDiff, metric_kind
+from ..analysis.diff import DIFF_FORMATS, METRICS, Caveat, Change, Gate, GateResult, ModuleDiff, ProfileDiff, metric_kind
 from .numbers import bytes_to_string, duration_to_string, number_to_string
 
-__all__ = ["render_diff", "render_diff_text", "render_diff_markdown", "gate_message", "format_value",
+__all__ = ["render_diff", "render_diff_text", "render_diff_markdown", "gate_message", "caveat_note", "format_value",
            "format_signed", "format_percent", "format_threshold"]
 
 
@@ -133,6 +133,25 @@ def _moved(gate: Gate, subject: str, a: float, b: float, beyond: bool, median: s
 
 
 # -- the diff ----------------------------------------------------------------------------------------------
+def caveat_note(caveat: Caveat) -> str:
+    """A diff's caveat as its note says it.
+
+    >>> caveat_note(Caveat("memory", ("b",)))
+    'memory was tracked in b only (profile both with memory=True)'
+    """
+    f = caveat.figures
+    if caveat.kind == "calls":
+        return (f"a timed {f[0]} forward call(s) and {f[1]} backward pass(es), b {f[2]} and {f[3]}: counts are "
+                "totals over each profile, latencies per call")
+    if caveat.kind == "device":
+        return f"a ran on {f[0]} in {f[1] or '?'}, b on {f[2]} in {f[3] or '?'}"
+    if caveat.kind == "memory":
+        return f"memory was tracked in {f[0]} only (profile both with memory=True)"
+    if caveat.kind == "ranks":
+        return "the figures are rank 0's own; the other ranks' results are not compared"
+    raise ValueError(f"caveat: unknown kind {caveat.kind!r}")
+
+
 def render_diff(d: ProfileDiff, fmt: str = "text", *, all_modules: bool = False,
                 gates: Sequence[GateResult] = ()) -> str:
     """``d`` as ``"text"``, ``"md"`` (Markdown tables for a pull request) or ``"json"``

@@ -72,7 +72,8 @@ def format_for(target: Any, fmt: str | None = None) -> str:
 def render(subject: Any, fmt: str = "text", **options: Any) -> str:
     """``subject`` as text in ``fmt``: a :class:`~flopsight.ProfileResult` in any of
     :data:`~flopsight.renderers.FORMATS`; a diff (:class:`~flopsight.analysis.diff.ProfileDiff`)
-    as ``"text"``, ``"md"`` or ``"json"``; a gate's outcome (``GateResult``) as its message;
+    as ``"text"``, ``"md"`` or ``"json"``; a gate's outcome (``GateResult``) as its message, a
+    diff's ``Caveat`` as its note;
     text as it is."""
     if isinstance(subject, ProfileResult):
         return render_result(subject, fmt, **options)
@@ -82,19 +83,20 @@ def render(subject: Any, fmt: str = "text", **options: Any) -> str:
                              + (f" and {', '.join(options)}" if options else ""))
         return subject
     # the diff's types and renderer only when a diff is written: most runs never load them
-    from ..analysis.diff import GateResult, ProfileDiff
+    from ..analysis.diff import Caveat, GateResult, ProfileDiff
 
     if isinstance(subject, ProfileDiff):
         from .diff_renderer import render_diff
 
         return render_diff(subject, fmt, **options)
-    if isinstance(subject, GateResult):
+    if isinstance(subject, (GateResult, Caveat)):
         if fmt != "text" or options:
-            raise ValueError(f"fmt: a gate's outcome is its message: expected 'text' and no options, got {fmt!r}")
-        from .diff_renderer import gate_message
+            raise ValueError(f"fmt: a gate's outcome or a diff's caveat is one line of text: expected 'text' and no "
+                             f"options, got {fmt!r}")
+        from .diff_renderer import caveat_note, gate_message
 
-        return gate_message(subject)
-    raise TypeError(f"subject: expected a ProfileResult, a ProfileDiff, a GateResult or text, "
+        return gate_message(subject) if isinstance(subject, GateResult) else caveat_note(subject)
+    raise TypeError(f"subject: expected a ProfileResult, a ProfileDiff, a GateResult, a Caveat or text, "
                     f"got {type(subject).__name__}")
 
 

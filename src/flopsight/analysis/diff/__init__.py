@@ -19,11 +19,11 @@ JSON of a diff and the gates' messages are the renderers' (:mod:`flopsight.rende
 params>+40%: params of the model rose 10 -> 15 (+5, +50%), beyond +40%
 """
 
-from .compare import DIFF_FORMATS, DIFF_SCHEMA_VERSION, Change, ModuleDiff, ProfileDiff, Side, diff
+from .compare import DIFF_FORMATS, DIFF_SCHEMA_VERSION, Caveat, Change, ModuleDiff, ProfileDiff, Side, diff
 from .gates import GATE_GRAMMAR, GATE_METRICS, Gate, GateResult, parse_gate, parse_gates
 from .metrics import METRICS, TIME_METRICS, metric_kind
 from .stats import DEFAULT_ALPHA, mann_whitney_p, testable, two_sided_p
 
-__all__ = ["diff", "ProfileDiff", "ModuleDiff", "Change", "Side", "Gate", "GateResult", "parse_gate",
+__all__ = ["diff", "ProfileDiff", "ModuleDiff", "Change", "Side", "Caveat", "Gate", "GateResult", "parse_gate",
            "parse_gates", "mann_whitney_p", "METRICS", "GATE_METRICS", "DIFF_FORMATS", "DIFF_SCHEMA_VERSION",
            "DEFAULT_ALPHA", "GATE_GRAMMAR", "TIME_METRICS", "metric_kind", "testable", "two_sided_p"]

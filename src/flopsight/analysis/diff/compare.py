@@ -2,7 +2,7 @@
 
 :class:`ProfileDiff` holds, per module path, a :class:`Change` per metric of
 :data:`~.metrics.METRICS` (counts over all phases, latencies per call, memory), the two
-:class:`Side` s and the notes a reader needs; gates are decided in :mod:`.gates`, the text is
+:class:`Side` s and the caveats a reader needs; gates are decided in :mod:`.gates`, the text is
 written by :mod:`flopsight.renderers.diff_renderer`.
 
 >>> import torch, flopsight
@@ -20,7 +20,7 @@ import math
 import os
 import statistics
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, NamedTuple, Sequence
 
 from ...result.profile_result import ProfileResult, load
 from ...result.reporting import reporter
@@ -29,7 +29,7 @@ from .gates import Gate, GateResult, check_alpha, evaluate_gate, parse_gates
 from .metrics import METRICS, TIME_METRICS, metric_kind
 from .stats import DEFAULT_ALPHA, testable, two_sided_p
 
-__all__ = ["diff", "ProfileDiff", "ModuleDiff", "Change", "Side", "DIFF_FORMATS", "DIFF_SCHEMA_VERSION"]
+__all__ = ["diff", "ProfileDiff", "ModuleDiff", "Change", "Side", "Caveat", "DIFF_FORMATS", "DIFF_SCHEMA_VERSION"]
 
 #: Version of the dict :meth:`ProfileDiff.to_dict` returns (the ``json`` format).
 DIFF_SCHEMA_VERSION = 1
@@ -121,7 +121,7 @@ def diff(a: ProfileResult | str | os.PathLike, b: ProfileResult | str | os.PathL
     paths = _merged_paths(ra, rb)
     total = _row("", ra, rb, sa, sb, model=True)
     modules = {p: _row(p, ra, rb, sa, sb) for p in paths if p}
-    return ProfileDiff(sa, sb, total, modules, _notes(ra, rb, sa, sb))
+    return ProfileDiff(sa, sb, total, modules, _caveats(ra, rb, sa, sb))
 
 
 def _as_result(value: Any, arg: str) -> tuple[ProfileResult, str]:
@@ -246,34 +246,48 @@ def _row(path: str, a: ProfileResult, b: ProfileResult, sa: Side, sb: Side, mode
     return ModuleDiff(path, status, type_a, type_b, (na or nb).depth, metrics)
 
 
-def _notes(a: ProfileResult, b: ProfileResult, sa: Side, sb: Side) -> list[str]:
+class Caveat(NamedTuple):
+    """Something a reader must know before trusting a diff's figures (its words are the
+    renderer's: ``ProfileDiff.notes``). ``kind``: ``"calls"``, the profiles timed different
+    numbers of forward calls or backward passes (``figures``: a's calls and passes, b's);
+    ``"device"``, they ran on different devices or dtypes (a's device and dtype, b's);
+    ``"memory"``, memory was tracked in one only (``"a"`` or ``"b"``); ``"ranks"``, a result
+    holds other ranks' results, which are not compared."""
+
+    kind: str
+    figures: tuple = ()
+
+
+def _caveats(a: ProfileResult, b: ProfileResult, sa: Side, sb: Side) -> tuple[Caveat, ...]:
     """What a reader must know before trusting the figures."""
-    notes = []
+    caveats = []
     if (sa.forward_calls, sa.backward_passes) != (sb.forward_calls, sb.backward_passes):
-        notes.append(f"a timed {sa.forward_calls} forward call(s) and {sa.backward_passes} backward pass(es), "
-                     f"b {sb.forward_calls} and {sb.backward_passes}: counts are totals over each profile, "
-                     "latencies per call")
+        caveats.append(Caveat("calls", (sa.forward_calls, sa.backward_passes, sb.forward_calls, sb.backward_passes)))
     if (sa.device, sa.dtype) != (sb.device, sb.dtype):
-        notes.append(f"a ran on {sa.device} in {sa.dtype or '?'}, b on {sb.device} in {sb.dtype or '?'}")
+        caveats.append(Caveat("device", (sa.device, sa.dtype, sb.device, sb.dtype)))
     if sa.memory_tracked != sb.memory_tracked:
-        which = "a" if sa.memory_tracked else "b"
-        notes.append(f"memory was tracked in {which} only (profile both with memory=True)")
+        caveats.append(Caveat("memory", ("a" if sa.memory_tracked else "b",)))
     if a.ranks or b.ranks:
-        notes.append("the figures are rank 0's own; the other ranks' results are not compared")
-    return notes
+        caveats.append(Caveat("ranks"))
+    return tuple(caveats)
 
 
 # -- the diff -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ProfileDiff:
     """Two profiles compared: ``total`` (the model), ``modules`` (path -> :class:`ModuleDiff`
-    in tree order, the root left out), the two :class:`Side` s and ``notes``."""
+    in tree order, the root left out), the two :class:`Side` s and the :class:`Caveat` s."""
 
     a: Side
     b: Side
     total: ModuleDiff
     modules: dict[str, ModuleDiff]
-    notes: list[str] = field(default_factory=list)
+    caveats: tuple[Caveat, ...] = ()
+
+    @property
+    def notes(self) -> list[str]:
+        """The caveats as a reader is told them (the renderers word them)."""
+        return [reporter().render(c) for c in self.caveats]
 
     def module(self, path: str) -> ModuleDiff:
         """The row of module ``path`` (``""``: the model totals)."""
