@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import flopsight
-from flopsight.analysis.report import TreeAlias, TreeEnd, TreeEntry, build_report
+from flopsight.analysis.report import Report, TreeAlias, TreeEnd, TreeEntry
 from flopsight.analysis.report_options import ReportOptions
 from flopsight.renderers import FORMATS
 from flopsight.renderers.output import write
@@ -50,7 +50,7 @@ def test_indent_defaults_are_each_formats_own(result):
 
 def test_the_report_model_holds_numbers_and_the_text_formats_it(result):
     options = ReportOptions(collapse=True, ops=2, peak=1e12)
-    report = build_report(result, options)
+    report = Report(result, options)
     entries = [e for e in report.tree.entries if isinstance(e, TreeEntry)]
     opened = [e for e in entries if e.opened]
     assert len([e for e in report.tree.entries if isinstance(e, TreeEnd)]) == len(opened)
@@ -59,13 +59,13 @@ def test_the_report_model_holds_numbers_and_the_text_formats_it(result):
     assert report.efficiency.efficiency.peak_flops == 1e12 and report.operators.top == 2
     assert report.operators.entries[0].path == "" and report.tree.collapse
     assert format_text(report) == render_text(result, collapse=True, ops=2, peak=1e12)
-    plain = build_report(result)
+    plain = Report(result)
     assert plain.efficiency is None and plain.operators is None and plain.transformer is None
-    assert build_report(result, ReportOptions(detailed=False)).tree is None
+    assert Report(result, ReportOptions(detailed=False)).tree is None
 
 
 def test_sections_are_immutable(result):
-    report = build_report(result)
+    report = Report(result)
     with pytest.raises(AttributeError):
         report.summary.params = 0
     with pytest.raises(AttributeError):

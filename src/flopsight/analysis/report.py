@@ -1,7 +1,7 @@
 """The report model: what a report shows, as typed, immutable sections of numbers and records.
 
-:func:`build_report` reads a result and one :class:`~.report_options.ReportOptions` and
-returns a :class:`Report`, its sections in the order the text report prints them: the
+A :class:`Report` is made of a result and one :class:`~.report_options.ReportOptions`; its
+sections, in the order the text report prints them: the
 summary (:class:`~.report_figures.SummaryFigures`: training, generation, anatomy,
 communication, coverage), ranks, memory, device usage, efficiency and the transformer
 check, the aggregated per-depth profile, the module tree with each line's figures, the
@@ -11,7 +11,7 @@ records; they compute nothing.
 
 >>> import torch, flopsight
 >>> model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU())
->>> report = build_report(flopsight.profile(model, torch.ones(1, 4), clock=flopsight.FakeClock()))
+>>> report = Report(flopsight.profile(model, torch.ones(1, 4), clock=flopsight.FakeClock()))
 >>> report.summary.fwd.macs, [(e.level, e.key, e.type_name) for e in report.tree.entries if isinstance(e, TreeEntry)]
 (32, [(0, None, 'Sequential'), (1, '0', 'Linear'), (1, '1', 'ReLU')])
 >>> [d.macs for d in report.aggregated.forward]
@@ -72,7 +72,6 @@ __all__ = [
     "RankedModule",
     "ModuleRow",
     "OperatorRow",
-    "build_report",
     "efficiency_section",
     "aggregated_profile",
     "module_tree",
@@ -502,10 +501,3 @@ class Report:
     def page_figures(self) -> dict:
         """What the HTML page embeds beside the result's own JSON (:func:`~.derived.derived`)."""
         return derived(self.result, self.options.peak)
-
-
-def build_report(result: ProfileResult, options: ReportOptions | None = None) -> Report:
-    """The report of ``result`` as ``options`` (default: DeepSpeed's layout) ask for it:
-    efficiency and the transformer check with ``peak`` or ``efficiency``, the tree when
-    ``detailed``, operator tables with ``ops``."""
-    return Report(result, options)

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import torch
 from torch import nn
 
 from .autograd_functions import AutogradFunctions
@@ -80,8 +81,6 @@ def _counting(options: CaptureOptions, ctx) -> bool:
 
 def _gpu(ctx) -> DeviceUsageSource:
     """The GPU a CUDA clock times: its utilisation through NVML, the allocator's peak."""
-    import torch
-
     return DeviceUsageSource(ctx.clock.device or torch.device("cuda"))
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..analysis.efficiency import Efficiency
-from ..analysis.report_figures import parallel_of, rate
+from ..analysis.report_figures import parallel_of, rate, training_figures
 from ..hardware import canonical_dtype
 from ..result.profile_result import ProfileResult
 
@@ -72,7 +72,7 @@ def step_figures(result: ProfileResult, eff: Efficiency | None, *, batches: int 
     """The figures of the training step ``result`` profiled; ``eff`` its efficiency (for MFU
     and HFU), ``batches``, ``samples`` and ``tokens`` what the caller counted."""
     it = result.iteration
-    dp = parallel_of(result, None).dp_size
+    parallel = parallel_of(result, None)
     timed = it.latency > 0
     return StepFigures(
         latency=it.latency,
@@ -89,8 +89,9 @@ def step_figures(result: ProfileResult, eff: Efficiency | None, *, batches: int 
         micro_batches=it.micro_batches,
         batches=batches,
         samples=samples or None,
-        samples_per_second=rate(it.samples * dp, it.latency) if it.samples else None,
-        tokens_per_second=rate(tokens * dp, it.latency) if tokens else None,
+        # every data-parallel rank's, as the report's "measured samples/second"
+        samples_per_second=training_figures(result, parallel, it=it).samples_per_second,
+        tokens_per_second=rate(tokens * parallel.dp_size, it.latency) if tokens else None,
         device_batches_per_second=batches / it.latency if timed and batches is not None else None,
         device_samples_per_second=samples / it.latency if timed and samples else None,
         device_flops_per_second=it.model_flops / it.latency if timed else None,

@@ -22,6 +22,10 @@ __all__ = ["Metadata", "Timing", "Parallelism", "PARALLEL_KEYS", "Inputs", "Tens
 PARALLEL_KEYS = ("world", "dp", "tp", "pp", "sp", "zero_stage")
 
 
+def _size(key: str) -> property:
+    return property(lambda self: self._sizes.get(key), doc=f"the {key} size as recorded (None when not known)")
+
+
 class Parallelism(Mapping):
     """How a run was parallelised: the world, data-, tensor-, pipeline- and sequence-parallel
     sizes and the ZeRO stage that were detected or given, as a read-only mapping of the keys
@@ -54,29 +58,7 @@ class Parallelism(Mapping):
 
     __hash__ = None  # equal to the dict it holds, so not hashable
 
-    @property
-    def world(self) -> int | None:
-        return self._sizes.get("world")
-
-    @property
-    def dp(self) -> int | None:
-        return self._sizes.get("dp")
-
-    @property
-    def tp(self) -> int | None:
-        return self._sizes.get("tp")
-
-    @property
-    def pp(self) -> int | None:
-        return self._sizes.get("pp")
-
-    @property
-    def sp(self) -> int | None:
-        return self._sizes.get("sp")
-
-    @property
-    def zero_stage(self) -> int | None:
-        return self._sizes.get("zero_stage")
+    world, dp, tp, pp, sp, zero_stage = (_size(key) for key in PARALLEL_KEYS)
 
     def to_dict(self) -> dict[str, int]:
         return dict(self._sizes)
@@ -137,8 +119,8 @@ class Inputs(Mapping):
     their text), and it equals that dict.
 
     >>> inputs = Inputs({"args": ["float32[2, 3]"], "kwargs": {"mask": None}})
-    >>> inputs.args, inputs["args"], next(inputs.tensors()).shape
-    ((TensorSpec(dtype='float32', shape=(2, 3)),), ['float32[2, 3]'], (2, 3))
+    >>> inputs.args, inputs["args"]
+    ((TensorSpec(dtype='float32', shape=(2, 3)),), ['float32[2, 3]'])
     """
 
     __slots__ = ("_written", "_typed")
@@ -176,11 +158,6 @@ class Inputs(Mapping):
 
     def to_dict(self) -> dict[str, Any]:
         return {"args": _plain(self._written["args"]), "kwargs": _plain(self._written["kwargs"])}
-
-    def tensors(self) -> Iterator[TensorSpec]:
-        """The tensors among the arguments: the first argument, ``input_ids``, the others."""
-        values = [*self.args[:1], self.kwargs.get("input_ids"), *self.args[1:], *self.kwargs.values()]
-        return (v for v in values if isinstance(v, TensorSpec))
 
 
 @dataclass(frozen=True)
