@@ -6,7 +6,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip install -q -c constraints.txt
 
-.PHONY: demo test clean
+.PHONY: demo test gpu-check clean
 
 # torch is installed first and pinned, so `torch>=2.2` in pyproject is already satisfied
 # and pip never resolves it to the registry's CUDA build.
@@ -25,6 +25,11 @@ demo: $(VENV)/.core
 
 test: $(VENV)/.test
 	$(PY) -m pytest -q
+
+# GPU acceptance checks (issue 17): one PASS/FAIL/SKIP line per check, OUT/summary.json;
+# on a machine without CUDA every check is skipped
+gpu-check: $(VENV)/.core
+	$(PY) benchmarks/gpu_check.py $(or $(OUT),gpu-check-out)
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info

@@ -1,0 +1,220 @@
+"""benchmarks/gpu_check.py: each judge on recorded figures (passing and failing), and the
+whole script on the CPU, where every CUDA check is skipped."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_check"] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+gc = _load()
+PASS, FAIL, SKIP = gc.PASS, gc.FAIL, gc.SKIP
+
+
+# -- counts ----------------------------------------------------------------------------------
+REF = {"macs": 100, "flops": 210, "modules": {"": 100, "a": 60, "b": 40}}
+
+
+def test_compare_counts_equal_and_different():
+    assert gc.compare_counts(REF, dict(REF)) is None
+    assert "total macs 101" in gc.compare_counts(REF, dict(REF, macs=101))
+    moved = dict(REF, modules={"": 100, "a": 59, "b": 41})  # same totals, one MAC moved
+    assert gc.compare_counts(REF, moved) == "2 modules differ; first 'a': 59 vs 60 MACs"
+
+
+def _run(status, **extra):
+    return {"model": "bert-base", "dtype": "bfloat16", "backend": "FLASH_ATTENTION", "status": status, **extra}
+
+
+def test_counts_pass_with_unsupported_backends_skipped():
+    v = gc.judge_counts([_run("equal"), _run("equal"), _run("skipped", reason="torch cannot run it")])
+    assert v.status == PASS
+    assert v.figure == "2/2 runs equal to CPU fp32, 1 backend runs unsupported"
+
+
+def test_counts_fail_on_mismatch_or_error():
+    v = gc.judge_counts([_run("equal"), _run("mismatch", what="total macs 1 vs 2")])
+    assert v.status == FAIL and "1/2 runs equal" in v.figure and "total macs 1 vs 2" in v.figure
+    v = gc.judge_counts([_run("equal"), _run("error", error="RuntimeError: boom")])
+    assert v.status == FAIL and "RuntimeError: boom" in v.figure
+
+
+def test_counts_fail_when_nothing_compared():
+    assert gc.judge_counts([_run("skipped", reason="x")]).status == FAIL
+
+
+# -- latency -----------------------------------------------------------------------------------
+def test_latency_within_five_percent():
+    v = gc.judge_latency({"bert-base": {"profiled_ms": 10.4, "plain_ms": 10.0},
+                          "gpt2": {"profiled_ms": 9.6, "plain_ms": 10.0}})
+    assert v.status == PASS and "1.040x" in v.figure and "0.960x" in v.figure
+
+
+def test_latency_fails_past_five_percent_and_reports_deepspeed():
+    v = gc.judge_latency({"bert-base": {"profiled_ms": 10.6, "plain_ms": 10.0, "deepspeed_ms": 12.0},
+                          "gpt2": {"profiled_ms": 10.0, "plain_ms": 10.0, "deepspeed_ms": "not installed"}})
+    assert v.status == FAIL and "1.060x" in v.figure
+    assert "deepspeed/plain: bert-base 1.200x" in v.figure and "gpt2" not in v.figure.split("deepspeed")[1]
+
+
+def test_latency_nothing_measured_fails():
+    assert gc.judge_latency({}).status == FAIL
+
+
+def test_module_sum():
+    ok = gc.judge_module_sum({"bert-base": {"children_ms": 9.6, "forward_ms": 10.0}})
+    bad = gc.judge_module_sum({"gpt2": {"children_ms": 9.4, "forward_ms": 10.0}})
+    assert ok.status == PASS and "0.960" in ok.figure
+    assert bad.status == FAIL and "0.940" in bad.figure
+
+
+# -- overhead ------------------------------------------------------------------------------------
+def test_overhead_median_of_paired_ratios():
+    # ratios 1.02, 1.04, 1.30: median 1.04
+    v = gc.judge_overhead([0.100, 0.100, 0.100], [0.102, 0.104, 0.130])
+    assert v.status == PASS and v.figure.startswith("1.040x")
+    v = gc.judge_overhead([0.100, 0.100, 0.100], [0.106, 0.110, 0.104])  # median 1.06
+    assert v.status == FAIL and v.figure.startswith("1.060x")
+
+
+def test_overhead_needs_paired_rounds():
+    assert gc.judge_overhead([0.1], [0.1, 0.1]).status == FAIL
+    assert gc.judge_overhead([], []).status == FAIL
+
+
+# -- memory ----------------------------------------------------------------------------------------
+MIB = 2 ** 20
+
+
+def _memory(peak=100 * MIB, torch_peak=102 * MIB, layer=(10 * MIB, 10 * MIB)):
+    return {"peak": peak, "torch_peak": torch_peak, "activations": 50 * MIB, "torch_activations": 51 * MIB,
+            "modules": {"bert.encoder.layer.0": {"flopsight": layer[0], "torch": layer[1]}}}
+
+
+def test_memory_within_five_percent():
+    v = gc.judge_memory(_memory())
+    assert v.status == PASS and "peak 100.0 vs 102.0 MiB" in v.figure and "3 figures" in v.figure
+
+
+def test_memory_fails_on_peak_or_module():
+    v = gc.judge_memory(_memory(peak=90 * MIB, torch_peak=100 * MIB))
+    assert v.status == FAIL and "worst step peak off by 10.0%" in v.figure
+    v = gc.judge_memory(_memory(layer=(12 * MIB, 10 * MIB)))
+    assert v.status == FAIL and "activations bert.encoder.layer.0 off by 20.0%" in v.figure
+
+
+def test_memory_zero_reference_fails():
+    assert gc.judge_memory(_memory(torch_peak=0)).status == FAIL
+
+
+# -- NVML -------------------------------------------------------------------------------------------
+GIB = 2 ** 30
+USAGE = {"samples": 3, "utilization_mean": 62.5, "utilization_max": 99, "memory_used_max": 5 * GIB,
+         "memory_total": 80 * GIB, "allocator_peak": GIB}
+
+
+def test_nvml_pass():
+    v = gc.judge_nvml({"nvml_available": True, "usage": USAGE, "line_present": True, "device_total": 79 * GIB})
+    assert v.status == PASS and "util mean 62.5 % max 99 %" in v.figure
+
+
+def test_nvml_skipped_without_pynvml():
+    assert gc.judge_nvml({"nvml_available": False, "usage": None}).status == SKIP
+
+
+@pytest.mark.parametrize("change, why", [
+    ({"utilization_max": 101}, "utilization_max 101 not in [0, 100]"),
+    ({"memory_used_max": 81 * GIB}, "not at or below"),
+    ({"samples": 0}, "no NVML samples"),
+])
+def test_nvml_fail(change, why):
+    v = gc.judge_nvml({"nvml_available": True, "usage": dict(USAGE, **change), "line_present": True})
+    assert v.status == FAIL and why in v.figure
+
+
+def test_nvml_fail_without_line_or_usage():
+    v = gc.judge_nvml({"nvml_available": True, "usage": USAGE, "line_present": False})
+    assert v.status == FAIL and "line" in v.figure
+    assert gc.judge_nvml({"nvml_available": True, "usage": None}).status == FAIL
+
+
+# -- efficiency --------------------------------------------------------------------------------------
+def test_efficiency():
+    ok = {"device_name": "NVIDIA H100 80GB HBM3", "peak_name": "NVIDIA H100 SXM", "mfu": 0.31}
+    assert gc.judge_efficiency(ok).status == PASS
+    assert gc.judge_efficiency(dict(ok, peak_name=None)).status == FAIL
+    assert gc.judge_efficiency(dict(ok, device_name="")).status == FAIL
+    assert gc.judge_efficiency(dict(ok, mfu=1.2)).status == FAIL
+    assert gc.judge_efficiency(dict(ok, mfu=None)).status == FAIL
+    assert gc.judge_efficiency(dict(ok, mfu=0.0)).status == FAIL
+
+
+# -- compile, native, not built -------------------------------------------------------------------------
+def test_compile():
+    assert gc.judge_compile({"mismatch": None, "eager_ms": 2.0, "compiled_ms": 1.5}).status == PASS
+    assert gc.judge_compile({"mismatch": None, "eager_ms": 2.0, "compiled_ms": 2.0}).status == PASS
+    v = gc.judge_compile({"mismatch": None, "eager_ms": 2.0, "compiled_ms": 2.1})
+    assert v.status == FAIL and "1.050x" in v.figure
+    assert gc.judge_compile({"mismatch": "total macs 1 vs 2", "eager_ms": 2.0, "compiled_ms": 1.0}).status == FAIL
+
+
+def test_native():
+    assert gc.judge_native({"available": False, "reason": "not built yet: no backend="}).status == SKIP
+    assert gc.judge_native({"available": True, "mismatch": None, "macs": 5}).status == PASS
+    assert gc.judge_native({"available": True, "mismatch": "total macs 4 vs 5"}).status == FAIL
+
+
+def test_not_built_probe():
+    v = gc.judge_not_built(["ProfileResult.kernels"], [])
+    assert v.status == SKIP and v.figure.startswith("not built yet")
+    assert gc.judge_not_built(["ProfileResult.kernels"], ["ProfileResult.kernels"]).status == SKIP
+    assert gc.probe_kernels().status == SKIP  # today's flopsight
+
+
+def test_a_raising_check_is_a_fail_and_the_run_goes_on(capsys):
+    def boom(ctx):
+        raise ValueError("bad figure\nsecond line")
+
+    checks = [gc.Check("boom", boom, 5), gc.Check("ok", lambda c: gc.Verdict(PASS, "fine"), 5)]
+    rows = gc.run_checks(object(), checks, deadline_s=100)
+    assert [r["status"] for r in rows] == [FAIL, PASS]
+    assert rows[0]["figure"] == "ValueError: bad figure"
+    assert "FAIL boom: ValueError: bad figure" in capsys.readouterr().out
+
+
+def test_a_check_past_the_deadline_is_not_started():
+    rows = gc.run_checks(object(), [gc.Check("slow", lambda c: gc.Verdict(PASS, "x"), 90)], deadline_s=60)
+    assert rows[0]["status"] == SKIP and "deadline" in rows[0]["figure"]
+
+
+# -- the whole script on the CPU -------------------------------------------------------------------------
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the CPU path")
+def test_whole_script_on_cpu(tmp_path):
+    out = tmp_path / "out"
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    proc = subprocess.run([sys.executable, str(SCRIPT), str(out), "--quick"], capture_output=True, text=True,
+                          env=env, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert {c["name"] for c in summary["checks"]} == {c.name for c in gc.CHECKS}
+    for check in summary["checks"]:
+        assert check["status"] == SKIP and check["figure"] == "no CUDA device", check
+        assert f"SKIP {check['name']}: no CUDA device" in proc.stdout
+    for key in ("date", "device_name", "torch_version", "python_version", "flopsight_version"):
+        assert summary[key]
+    assert proc.stdout.strip().splitlines()[-1] == f"0 passed, 0 failed, {len(gc.CHECKS)} skipped"
