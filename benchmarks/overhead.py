@@ -1,6 +1,6 @@
 """Profiling overhead against a plain forward, all variants measured in one run.
 
-    python benchmarks/overhead.py                 # BERT-base, GPT-2 small, ResNet-18 (CPU)
+    python benchmarks/overhead.py                 # BERT-base, GPT-2 small, LeNet, LSTM/GRU cells (CPU)
     python benchmarks/overhead.py --models bert-base --repeats 11
 
 For each model and round, every variant runs right after a plain forward of its own (plain,
@@ -9,8 +9,9 @@ it and slow drift of the machine cancels; the table gives each variant's median 
 the median, over rounds, of its time divided by its paired plain forward's time:
 
 * plain forward                   ``model(x)``
-* flopsight one profiled pass     ``with flopsight.Profiler(model): model(x)`` (counts and
-                                  times in the same pass, builds the result)
+* flopsight one profiled pass     ``with flopsight.Profiler(model, backend=...): model(x)``
+                                  (counts and times in the same pass, builds the result), on
+                                  the native recorder and on the Python dispatch mode
 * flopsight get_model_profile     ``warm_up=1``, no printing (one warm-up pass that also
                                   counts, then a separately timed pass)
 * flopsight profile               the native equivalent, ``flopsight.profile(model, x, warm_up=1)``
@@ -40,6 +41,13 @@ from pairing import paired_rounds
 
 
 def build(name: str):
+    if name == "lenet":
+        torch.manual_seed(0)
+        model = _lenet()
+        return model.eval(), (torch.randn(8, 1, 32, 32),), {}
+    if name == "cells":
+        torch.manual_seed(0)
+        return _Cells(), (torch.randn(4, 64),), {}
     if name == "resnet18":
         from flopsight.cli import zoo
 
@@ -57,16 +65,42 @@ def build(name: str):
     raise ValueError(f"--models: unknown model {name!r}")
 
 
+def _lenet():
+    from torch import nn
+
+    return nn.Sequential(
+        nn.Conv2d(1, 6, 5), nn.Tanh(), nn.AvgPool2d(2), nn.Conv2d(6, 16, 5), nn.Tanh(), nn.AvgPool2d(2),
+        nn.Flatten(), nn.Linear(400, 120), nn.Tanh(), nn.Linear(120, 84), nn.Tanh(), nn.Linear(84, 10))
+
+
+class _Cells(torch.nn.Module):
+    """An LSTMCell and a GRUCell stepped 50 times (hidden 64, batch 4)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm, self.gru = torch.nn.LSTMCell(64, 64), torch.nn.GRUCell(64, 64)
+
+    def forward(self, x):
+        h = c = g = torch.zeros_like(x)
+        for _ in range(50):
+            h, c = self.lstm(x, (h, c))
+            g = self.gru(h, g)
+        return g
+
+
 def variants(model, args, kwargs):
     """name -> callable returning the forward latency the profiler reports (or None)."""
 
     def plain():
         model(*args, **kwargs)
 
-    def flopsight_pass():
-        with flopsight.Profiler(model) as prof:
-            model(*args, **kwargs)
-        return prof.result.total.forward.latency
+    def flopsight_pass(backend):
+        def run():
+            with flopsight.Profiler(model, backend=backend) as prof:
+                model(*args, **kwargs)
+            return prof.result.total.forward.latency
+
+        return run
 
     def flopsight_gmp():
         flopsight.get_model_profile(model, args=list(args), kwargs=kwargs, warm_up=1, print_profile=False)
@@ -86,7 +120,8 @@ def variants(model, args, kwargs):
 
     out = {
         "plain forward": plain,
-        "flopsight one profiled pass": flopsight_pass,
+        "flopsight one profiled pass, native": flopsight_pass("native"),
+        "flopsight one profiled pass, python": flopsight_pass("python"),
         "flopsight get_model_profile(warm_up=1)": flopsight_gmp,
         "flopsight profile(warm_up=1)": flopsight_profile,
         "torch FlopCounterMode pass": torch_counter,
@@ -151,9 +186,13 @@ def measure(name: str, repeats: int) -> list[tuple[str, float, float, float | No
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default="bert-base,gpt2,resnet18")
+    parser.add_argument("--models", default="bert-base,gpt2,lenet,cells",
+                        help="comma-separated: bert-base, gpt2, lenet, cells, resnet18")
+    parser.add_argument("--threads", type=int, default=None, help="intra-op threads (default: torch's)")
     parser.add_argument("--repeats", type=int, default=15)
     args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.repeats} interleaved rounds\n")
     print("| model | variant | median | x plain forward | reported fwd latency / plain |")
     print("|---|---|---:|---:|---:|")

@@ -32,6 +32,61 @@ def pytest_addoption(parser):
     parser.addoption("--regen-golden", action="store_true", help="rewrite tests/golden/* from the current output")
 
 
+# -- both counting backends -----------------------------------------------------------------
+#: test modules whose counts are checked on both backends (the native one when it builds here):
+#: every test_formulas_* module and these
+BOTH_BACKENDS = {
+    "test_attribution", "test_capture", "test_training", "test_transformers_models", "test_extensions",
+    "test_coverage_sweep", "test_scripted", "test_devices", "test_generate_encoder_decoder",
+    "test_attention_option", "test_scope", "test_registry",
+}
+DISPATCH_MODE_BRANCH = (
+    "under a dispatch mode torch takes its tensor-subclass branch here (isTensorSubclassLike): the "
+    "Python path counts that branch, the native recorder the one a plain run takes (docs/native.md)"
+)
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "python_backend(reason): counted on the Python backend only (the native one differs, for reason)")
+
+
+def pytest_generate_tests(metafunc):
+    module = metafunc.module.__name__.rpartition(".")[2]
+    if "backend" in metafunc.fixturenames and (module.startswith("test_formulas_") or module in BOTH_BACKENDS):
+        metafunc.parametrize("backend", ["python", "native"], indirect=True)
+
+
+def _native_available() -> bool:
+    from flopsight.capture.native.build import load
+
+    return load(quiet=True) is not None
+
+
+@pytest.fixture(autouse=True)
+def backend(request, monkeypatch):
+    """Which counting backend the test's profiles use (``$FLOPSIGHT_BACKEND``): both, one after
+    the other, in the modules of BOTH_BACKENDS; the environment's elsewhere (None)."""
+    name = getattr(request, "param", None)
+    if name == "native":
+        marker = request.node.get_closest_marker("python_backend")
+        if marker is not None:
+            pytest.skip(f"Python backend only: {marker.args[0]}")
+        if not _native_available():
+            pytest.skip("the native backend cannot be built here")
+    if name is not None:
+        monkeypatch.setenv("FLOPSIGHT_BACKEND", name)
+    return name
+
+
+def pytest_report_header(config):
+    from flopsight.capture.native.build import failure, load
+
+    if load(quiet=True) is not None:
+        return "flopsight backends: python and native (the counting tests run on both)"
+    return f"flopsight backends: python only (native not built: {failure()})"
+
+
 @pytest.fixture
 def golden(request):
     """``golden(name, text)``: compare ``text`` with tests/golden/<name> (or rewrite it with --regen-golden)."""

@@ -174,3 +174,20 @@ def kernel_cost(op: Any, *args: Any, out: Any = None, registry: Registry | None 
     assert entry.formula is not None and entry.error is None, (overload, entry.error)
     cost = entry.cost(out, args, kwargs)
     return cost.macs, cost.flops
+
+
+def accumulate_op(backend: str | None, device: str = "cpu") -> str:
+    """The op the autograd engine adds a tensor's two gradients with: out of place under a
+    dispatch mode (torch's tensor-subclass branch) and on meta, in place in a plain run on a
+    real device (what the native backend sees)."""
+    return "aten.add_" if backend == "native" and device != "meta" else "aten.add"
+
+
+def python_backend_only(backend: str | None) -> None:
+    """Skip on the native backend: the case counts the branch torch takes under a dispatch mode."""
+    import pytest
+
+    from conftest import DISPATCH_MODE_BRANCH
+
+    if backend == "native":
+        pytest.skip(f"Python backend only: {DISPATCH_MODE_BRANCH}")

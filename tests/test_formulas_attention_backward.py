@@ -27,7 +27,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import flopsight
-from helpers import kernel_cost, meta, to_device
+from helpers import accumulate_op, kernel_cost, meta, to_device
 
 aten = torch.ops.aten
 
@@ -398,17 +398,18 @@ def test_mha_backward_with_masks_and_extra_positions():
 
 
 # -- nn.TransformerEncoderLayer training step: per-child attribution -------------------------
-def encoder_layer_backward_hand(*, N, L, D, H, F, x_grad):
+def encoder_layer_backward_hand(*, N, L, D, H, F, x_grad, add="aten.add"):
     """Per-child costly backward ops {op: (calls, MACs, FLOPs)} of a training
     TransformerEncoderLayer (dropout 0.1, norm_first=False, so self_attn reads the layer
     input x): T = N*L tokens.
 
     A tensor used twice (x by the attention and the first residual, norm1's output by
     linear1 and the second residual) gets two gradients, which the autograd engine adds
-    (T*D FLOPs); the add is attributed to the module whose node produced the second one.
+    (T*D FLOPs, with ``add``: see helpers.accumulate_op); the add is attributed to the module
+    whose node produced the second one.
     """
     T = N * L
-    accumulate = {"aten.add": (1, 0, T * D)}
+    accumulate = {add: (1, 0, T * D)}
     self_attn = {"multi_head_attention.backward": (1, *mha_backward_hand(N=N, L=L, S=L, D=D, H=H,
                                                                          x_grad=(x_grad,) * 3, dropout=True))}
     return {
@@ -429,11 +430,12 @@ def costly_self_backward(result, name) -> dict[str, tuple[int, int, int]]:
 
 @pytest.mark.parametrize("x_grad", [True, False])
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
-def test_transformer_encoder_layer_training_step(x_grad, activation):
+def test_transformer_encoder_layer_training_step(x_grad, activation, backend):
     N, L, D, Hh, Ff = 2, 6, 8, 2, 16
     tel = nn.TransformerEncoderLayer(D, Hh, Ff, dropout=0.1, activation=activation, batch_first=True).train()
-    expected = encoder_layer_backward_hand(N=N, L=L, D=D, H=Hh, F=Ff, x_grad=x_grad)
     for device in ("cpu", "meta"):
+        expected = encoder_layer_backward_hand(N=N, L=L, D=D, H=Hh, F=Ff, x_grad=x_grad,
+                                               add=accumulate_op(backend, device))
         model = to_device(tel, device)
         x = torch.randn(N, L, D, device=device).requires_grad_(x_grad)
         with flopsight.Profiler(model) as prof:

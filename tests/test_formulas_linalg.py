@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from flopsight.formulas import REGISTRY, Cost
+from conftest import DISPATCH_MODE_BRANCH
 from helpers import layer_backward, meta, ops_on
 
 aten = torch.ops.aten
@@ -44,8 +45,13 @@ def kernel_cost(fn, args, op, devices=("cpu", "meta")):
     return seen[0]
 
 
-def case(name, fn, args, op, flops, devices=("cpu", "meta")):
-    return pytest.param(fn, args, op, flops, devices, id=name)
+def case(name, fn, args, op, flops, devices=("cpu", "meta"), marks=()):
+    return pytest.param(fn, args, op, flops, devices, id=name, marks=marks)
+
+
+#: counted with the vectors: the branch torch takes under a dispatch mode (a plain run, which
+#: the native backend sees, computes the values alone; see test_native.py)
+WITH_VECTORS = pytest.mark.python_backend(DISPATCH_MODE_BRANCH)
 
 
 CPU = ("cpu",)  # torch has no meta kernel for these (lstsq, geqrf): checked on CPU here
@@ -127,7 +133,7 @@ CASES = [
     # values only: 4*12*36 - 4/3*216 = 1728 - 288 (through the registry below: under a dispatch
     # mode torch treats every input as one that may need a gradient, so svdvals, eigvalsh
     # and matrix_norm(ord=2) run the kernel *with* the vectors, and that is what is counted)
-    case("svdvals", linalg.svdvals, lambda: (R(12, 6),), "aten._linalg_svd", 7776),
+    case("svdvals", linalg.svdvals, lambda: (R(12, 6),), "aten._linalg_svd", 7776, marks=WITH_VECTORS),
     # thin U, V: 14*12*36 + 8*216 = 6048 + 1728
     case("svd thin", lambda a: linalg.svd(a, full_matrices=False), lambda: (R(12, 6),), "aten._linalg_svd", 7776),
     # full U (12x12), V: 4*144*6 + 8*12*36 + 9*216 = 3456 + 3456 + 1944
@@ -137,14 +143,15 @@ CASES = [
     # torch.svd(some=True): thin
     case("torch.svd", torch.svd, lambda: (R(12, 6),), "aten._linalg_svd", 7776),
     # the spectral norm is the largest singular value (computed with the vectors, see svdvals)
-    case("matrix_norm ord=2", lambda a: linalg.matrix_norm(a, ord=2), lambda: (R(12, 6),), "aten._linalg_svd", 7776),
+    case("matrix_norm ord=2", lambda a: linalg.matrix_norm(a, ord=2), lambda: (R(12, 6),), "aten._linalg_svd", 7776,
+         marks=WITH_VECTORS),
     # -- eigensolvers ----------------------------------------------------------------------------
     # symmetric, with vectors: 9 * 216 (eigvalsh too: the vectors are computed, see svdvals)
     case("eigh", linalg.eigh, lambda: (SPD(6),), "aten._linalg_eigh", 1944),
-    case("eigvalsh", linalg.eigvalsh, lambda: (SPD(6),), "aten._linalg_eigh", 1944),
+    case("eigvalsh", linalg.eigvalsh, lambda: (SPD(6),), "aten._linalg_eigh", 1944, marks=WITH_VECTORS),
     # general: Schur form with Q, 25 * 216 (eigvals runs the same kernel)
     case("eig", linalg.eig, lambda: (SPD(6),), "aten.linalg_eig", 5400),
-    case("eigvals", linalg.eigvals, lambda: (SPD(6),), "aten.linalg_eig", 5400),
+    case("eigvals", linalg.eigvals, lambda: (SPD(6),), "aten.linalg_eig", 5400, marks=WITH_VECTORS),
     # -- least squares and pseudo-inverse -----------------------------------------------------
     # 12x6, 2 right-hand sides: QR 720 + Q^T B 4*12*2*6 - 2*2*36 = 432 + R solve 36*2 = 72
     case("lstsq", linalg.lstsq, lambda: (R(12, 6), R(12, 2)), "aten.linalg_lstsq", 720 + 432 + 72, CPU),

@@ -35,6 +35,9 @@ __all__ = [
     "node_sequence_nr",
     "accumulated_parameter",
     "op_schema",
+    "native_op",
+    "op_overload_names",
+    "tensor_address",
     "compiler_stance",
     "modes_disabled",
     "jagged_layout",
@@ -148,6 +151,27 @@ class EagerDispatchMode(TorchDispatchMode):
 def op_schema(op: OpOverload):
     """The ``FunctionSchema`` of an op overload: its arguments' names, types and defaults."""
     return op._schema
+
+
+def tensor_address(t: torch.Tensor) -> int:
+    """The address of ``t``'s TensorImpl: how C++ code (the native recorder) names a tensor."""
+    return t._cdata
+
+
+def op_overload_names(packet: OpOverloadPacket) -> list[str]:
+    """``"ns::name.overload"`` of each overload of an op packet (``"default"`` for the unnamed one)."""
+    qualname = packet._qualified_op_name
+    return [f"{qualname}.{overload}" for overload in packet.overloads()]
+
+
+def native_op(name: str, overload: str) -> OpOverload | None:
+    """The overload ``torch.ops.<ns>.<op>.<overload>`` of a C++ operator name such as
+    ``"aten::addmm"`` (None when torch.ops does not know it)."""
+    namespace, _, op = name.partition("::")
+    try:
+        return getattr(getattr(getattr(torch.ops, namespace), op), overload)
+    except (AttributeError, RuntimeError):
+        return None
 
 
 def active_dispatch_modes() -> list:

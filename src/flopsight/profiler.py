@@ -27,6 +27,7 @@ from .capture.build import build_result
 from .capture.gather import DEFAULT_GATHER_TIMEOUT, check_gather_timeout, gather_ranks
 from .capture.inputs import batch_size, describe_inputs, model_device, model_dtype
 from .capture.modules import ModuleCalls, describe
+from .capture.native import check_backend
 from .capture.optimizer import check_optimizer
 from .capture.parallel import check_parallel, detect_parallel
 from .capture.plan import CaptureOptions
@@ -172,6 +173,7 @@ def profile(
     registry: Registry | None = None,
     gather_timeout: float | None = DEFAULT_GATHER_TIMEOUT,
     memory: bool = False,
+    backend: str | None = None,
 ) -> ProfileResult:
     """Profile one call of ``model`` (its forward, ``generate``, or any method).
 
@@ -197,6 +199,10 @@ def profile(
         memory: also count memory (``result.memory``, ``result.module(path).memory``):
             activations saved for backward per module, peaks, parameters, gradients and
             optimizer state, from the tensors' storages (see :mod:`flopsight.result.memory`).
+        backend: which path counts: ``"native"`` (a C++ recorder, built on first use: the
+            same numbers at a fraction of the cost), ``"python"`` (a dispatch mode) or
+            ``"auto"`` (native where it can count, see ``result.metadata.backend``);
+            None: ``$FLOPSIGHT_BACKEND``, else ``"auto"``.
 
     The model is left as found: buffers (BatchNorm statistics), RNG state and training
     flags are restored, and every pass sees the same RNG state. Grad mode is the
@@ -209,6 +215,7 @@ def profile(
         gather_timeout = check_gather_timeout(gather_timeout)
     if not isinstance(memory, bool):
         raise TypeError(f"memory: expected a bool, got {type(memory).__name__}")
+    backend = check_backend(backend)
     name = method_name(model, mode, func_name)
     if timing not in TIMINGS:
         raise ValueError(f"timing: expected one of {', '.join(map(repr, TIMINGS))}, got {timing!r}")
@@ -245,7 +252,7 @@ def profile(
         rewind()
         # the whole call is the model's: ops between its module calls (generate()'s sampling) are the root's
         options = CaptureOptions(infos if count else time_infos, count=count, memory=memory, timeline=timeline,
-                                 outside_to_root=True, ignore=ignore)
+                                 outside_to_root=True, ignore=ignore, backend=backend)
         session = CaptureSession(options, registry=registry, clock=clock)
         session.start()
         try:
@@ -300,7 +307,7 @@ class Profiler:
     phase; ``optimizer`` may also be a wrapper with a ``step()`` of its own (a DeepSpeed ZeRO
     optimizer), whose whole step is then timed. ``result.iteration`` sums up the span. ``batch_size`` overrides the batch size
     read from the first dimension of each model call's first input. ``attention``,
-    ``gather_timeout`` (every rank's result gathered on rank 0) and ``memory`` as in
+    ``gather_timeout`` (every rank's result gathered on rank 0), ``memory`` and ``backend`` as in
     :func:`profile`. ``parallel`` gives sizes the run's own objects do not tell (e.g.
     ``{"tp": 4, "pp": 2}``); the world size, a DeviceMesh's named dimensions and a
     DeepSpeed engine's are detected (``result.metadata.parallel``).
@@ -334,11 +341,13 @@ class Profiler:
         gather_timeout: float | None = DEFAULT_GATHER_TIMEOUT,
         memory: bool = False,
         parallel: dict | None = None,
+        backend: str | None = None,
     ):
         self._parallel = check_parallel(parallel)
         if not isinstance(memory, bool):
             raise TypeError(f"memory: expected a bool, got {type(memory).__name__}")
         self._memory = memory
+        self._backend = check_backend(backend)
         self._gather_timeout = check_gather_timeout(gather_timeout) if gather_timeout is not None else None
         self._everything = model is None  # no model: count all the span runs, at the root
         self.model = nn.Module() if model is None else check_model(model)
@@ -374,7 +383,7 @@ class Profiler:
             self._infos = describe(self._target)
             clock = self._clock or default_clock(model_device(self._target))
             options = CaptureOptions(self._infos, memory=self._memory, outside_to_root=self._everything,
-                                     optimizer=self.optimizer, ignore=self._ignore)
+                                     optimizer=self.optimizer, ignore=self._ignore, backend=self._backend)
             session = CaptureSession(options, registry=self._registry, clock=clock)
             session.start()
             self._session = session

@@ -131,8 +131,8 @@ def inclusive_ops(result: ProfileResult, phase: str = "forward") -> dict[str, _T
     >>> import torch, flopsight
     >>> model = torch.nn.Sequential(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()))
     >>> ops = inclusive_ops(flopsight.profile(model, torch.ones(1, 4), warm_up=0))
-    >>> sorted(ops[""]), ops[""]["aten.addmm"][:2]
-    (['aten.addmm', 'aten.detach', 'aten.relu', 'aten.t'], [16, 36])
+    >>> {"aten.addmm", "aten.relu", "aten.t"} <= set(ops[""]), ops[""]["aten.addmm"][:2]
+    (True, [16, 36])
     """
     tallies: dict[str, _Tally] = {}
     for node in reversed(list(result.walk())):  # post-order: children first

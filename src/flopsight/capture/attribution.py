@@ -112,9 +112,15 @@ class Attribution:
         only once the call is known to be counted. Returns where it went, (module path,
         phase), or None when the call is not the profiled model's. (Runs for every op:
         arguments are positional.)"""
+        return self.place_at(current_autograd_node(), None, entry, t0, t1, payload, cost, nbytes)
+
+    def place_at(self, node, seq_after: int | None, entry, t0, t1, payload: tuple = (),
+                 cost: Stats | None = None, nbytes: int = 0) -> tuple[str, str] | None:
+        """:meth:`place` for a call that ran while autograd node ``node`` executed (None: none)
+        and left the thread's sequence counter at ``seq_after`` (None: read it now), with the
+        module stack and phase as they are now: an op recorded natively, charged later."""
         ctx = self.ctx
         stack = ctx.stack
-        node = current_autograd_node()
         top_id = -1
         if node is None or (stack and stack[-1].phase == "recompute"):
             self._seq_seen = None
@@ -133,7 +139,7 @@ class Attribution:
                 self._charge_whole_backward(whole, t0, t1)
                 return whole.path, "backward"
             path = self._backward_owner(node)
-            seq, before = autograd_sequence_nr(), self._seq_seen
+            seq, before = autograd_sequence_nr() if seq_after is None else seq_after, self._seq_seen
             self._seq_seen = seq
             if path is None:
                 return None
@@ -180,7 +186,7 @@ class Attribution:
             self._unsupported(entry.name, None)
             return ZERO_STATS
         try:
-            with function_modes_disabled():
+            with function_modes_disabled(), self.ctx.unrecorded():  # a formula's own ops are not the model's
                 return entry.cost(*payload)
         except Exception as e:  # a formula bug must not break the user's model
             self._unsupported(entry.name, e)

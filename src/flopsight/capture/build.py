@@ -91,6 +91,8 @@ def build_result(
     error = module_calls.error or (timed_calls.error if times is not counts else None)
     if error and not metadata.error:
         metadata = dataclasses.replace(metadata, error=error)
+    if counts.get(Counts) is not None:
+        metadata = dataclasses.replace(metadata, backend=counted.backend, backend_note=counted.backend_note)
     calls = _model_calls(module_calls, counted)
     spans = _spans(counts)
     if times is not counts:  # latencies from the timing pass, counts from the counting pass

@@ -17,6 +17,7 @@ only ever changed through its methods.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
 
@@ -74,6 +75,13 @@ class CaptureContext:
     params: Any = None
     #: what the session was asked for (a :class:`~.plan.CaptureOptions`)
     options: Any = None
+    #: called by every writer of ``stack``, ``phase``, ``suppressed`` and ``paused`` just
+    #: before it changes them: a source that charges ops later (the native recorder's)
+    #: charges what ran under the state that is ending
+    settle: Callable[[], None] = lambda: None
+    #: a context in which the ops that run are not recorded (the profiler's own: a formula
+    #: reading a mask's values), for a source that records below Python (the native recorder)
+    unrecorded: Callable[[], Any] = contextlib.nullcontext
     _sources: dict = field(default_factory=dict)
 
     @classmethod

@@ -27,7 +27,7 @@ from ..result.stats import Stats, ZERO_STATS
 from .context import CaptureContext
 from .events import OpEvent
 
-__all__ = ["CountingSource", "Counts"]
+__all__ = ["CountingSource", "Counts", "collect_counts"]
 
 _NO_KWARGS: dict = {}  # shared, never written to
 _event = tuple.__new__  # an OpEvent without the keyword-handling constructor: once per op
@@ -43,6 +43,17 @@ class Counts:
     bytes_moved: dict[tuple[str, str], dict[str, int]] = field(default_factory=dict)
     unsupported: dict[str, int] = field(default_factory=dict)
     tops: list[list[int]] = field(default_factory=list)
+    #: which path counted the ops: "python" (the dispatch mode) or "native" (the recorder),
+    #: and why not native when it was not
+    backend: str = "python"
+    backend_note: str | None = None
+
+
+def collect_counts(ctx: CaptureContext, backend: str, note: str | None = None) -> Counts:
+    """What the context's tally holds, as the counting source's part of a raw capture."""
+    tally = ctx.tally
+    return Counts(tally.resolve(ctx.clock.seconds, ctx.clock.scale), tally.bytes_moved(),
+                  dict(tally.unsupported), [list(t) for t in tally.tops], backend, note)
 
 
 class _CountingMode(EagerDispatchMode):
@@ -133,8 +144,9 @@ class CountingSource:
     """Installs the counting dispatch mode between ``start`` and ``stop``; while it runs,
     ``ctx.events.aside`` takes the mode off (for the calls counted whole)."""
 
-    def __init__(self, ctx: CaptureContext):
+    def __init__(self, ctx: CaptureContext, note: str | None = None):
         self._mode: _CountingMode | None = None
+        self._note = note  # why the native backend is not counting (None: it was not asked for)
 
     def start(self, ctx: CaptureContext) -> None:
         prime_modes()
@@ -149,10 +161,10 @@ class CountingSource:
             raise
         ctx.events.aside = self.aside
 
+    backend = "python"
+
     def collect(self, ctx: CaptureContext) -> Counts:
-        tally = ctx.tally
-        return Counts(tally.resolve(ctx.clock.seconds, ctx.clock.scale), tally.bytes_moved(),
-                      dict(tally.unsupported), [list(t) for t in tally.tops])
+        return collect_counts(ctx, self.backend, self._note)
 
     @contextlib.contextmanager
     def aside(self):

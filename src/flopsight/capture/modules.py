@@ -299,6 +299,7 @@ class ModuleTracker:
             paths = paths_of.get(id(module))
             if paths is None or ctx.paused:  # not a module of this model (or an ignored one)
                 return
+            ctx.settle()  # the stack is about to change: ops recorded so far ran under the old one
             h0 = now()
             top = stack[-1] if stack else None
             path = paths[0] if len(paths) == 1 else choose_path(paths, top.path if top else None)
@@ -324,9 +325,10 @@ class ModuleTracker:
 
         def post_hook(module, args, *kwargs_output):
             # (kwargs, output); torch's path for a forward that raised passes (output,) only
-            end = stamp()
             if id(module) not in paths_of or ctx.paused:
                 return
+            ctx.settle()  # before the end stamp: a host clock leaves its time out as overhead
+            end = stamp()
             h0 = now()
             ovh_end = overhead.seconds
             # Unwind to this module's frame: a child whose exception was caught by user

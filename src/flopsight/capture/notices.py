@@ -5,7 +5,7 @@ from __future__ import annotations
 import warnings
 
 __all__ = ["UnsupportedOpWarning", "UnprofiledForwardWarning", "warn_unsupported", "warn_formula_failed",
-           "warn_unprofiled_forward"]
+           "warn_unprofiled_forward", "warn_backward_elsewhere"]
 
 
 class UnsupportedOpWarning(UserWarning):
@@ -42,5 +42,15 @@ def warn_unprofiled_forward() -> None:
         "forward was not profiled), so they cannot be attributed to modules and their cost goes to the root. "
         "Start profiling before the forward pass.",
         UnprofiledForwardWarning,
+        stacklevel=4,
+    )
+
+
+def warn_backward_elsewhere() -> None:
+    warnings.warn(
+        "flopsight: gradients appeared but no backward pass ran on the profiled thread: a backward pass ran on "
+        "another thread, which is not counted (counting follows the thread that started profiling and the "
+        "autograd threads it starts). Call backward() on that thread, or profile there.",
+        UserWarning,
         stacklevel=4,
     )

@@ -23,12 +23,14 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from . import native
 from .autograd_functions import AutogradFunctions
 from .collectives import CollectivesSource
 from .counting import CountingSource
 from .functions import FunctionInterceptor
 from .module_rules import ModuleRules
 from .modules import ModuleInfo, ModuleTracker
+from .native.source import NativeCountingSource
 from .nvml import DeviceUsageSource
 from .optimizer import OptimizerSteps
 from .spans import SpanTimer
@@ -64,6 +66,8 @@ class CaptureOptions:
     outside_to_root: bool = False
     optimizer: Any = None
     ignore: Callable[[nn.Module], bool] = _never
+    #: which path counts: "auto", "native" or "python" (see :mod:`.native`)
+    backend: str = "python"
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,14 @@ class Row:
 
 def _counting(options: CaptureOptions, ctx) -> bool:
     return options.count
+
+
+def counting_source(ctx):
+    """The native counting source where the session's backend allows it, else the dispatch mode."""
+    recorder, reason = native.choose(ctx.options.backend, ctx)
+    if recorder is not None:
+        return NativeCountingSource(ctx, recorder)
+    return CountingSource(ctx, note=reason)
 
 
 def _gpu(ctx) -> DeviceUsageSource:
@@ -94,7 +106,8 @@ PLAN: tuple[Row, ...] = (
     Row("autograd functions", AutogradFunctions, _counting),
     Row("collectives", CollectivesSource, _counting),
     Row("functions", FunctionInterceptor, _counting),
-    Row("counting", CountingSource, _counting),
+    # after every source that watches ops: whether any does decides the backend
+    Row("counting", counting_source, _counting),
     Row("device usage", _gpu, lambda o, ctx: isinstance(ctx.clock, CudaEventClock)),
     Row("spans", SpanTimer),
 )

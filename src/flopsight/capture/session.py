@@ -78,6 +78,7 @@ class CaptureSession:
             raise
         self._host_origin = time.perf_counter()  # the span timer, started last, has just begun
         if sessions:
+            sessions[-1].ctx.settle()
             sessions[-1].ctx.paused = True
         sessions.append(self)
 
@@ -87,6 +88,7 @@ class CaptureSession:
         if self in sessions:
             sessions.remove(self)
             if sessions:
+                sessions[-1].ctx.settle()
                 sessions[-1].ctx.paused = False
         try:
             self._stop_sources()

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .context import CaptureContext
+from .notices import warn_backward_elsewhere
 
 __all__ = ["SpanTimer", "SpanTimes", "BACKWARD_ENTRY_POINTS"]
 
@@ -49,12 +50,17 @@ class SpanTimer:
         self.spans: list[tuple] = []
         self._open: dict[str, tuple] = {}  # kind -> (start stamp, overhead) of a span in progress
         self._outer_phase: list[str] = []  # the phase each open backward or step span interrupted
+        self._gradless: list = []  # parameters without a gradient when the span began
         ctx.events.forwards.append(self)
         if ctx.options.count:  # a timing pass times the forward calls only
             for function in BACKWARD_ENTRY_POINTS:
                 ctx.events.functions[function] = self.run_backward
 
     def start(self, ctx: CaptureContext) -> None:
+        # parameters without a gradient: one that gains one with no backward span here was
+        # given it by a backward pass on another thread, which nothing counts
+        if ctx.options.count and ctx.params is not None and torch.is_grad_enabled():
+            self._gradless = [p for p in ctx.params.tensors if p.requires_grad and p.grad is None]
         # started last (after every other source is installed) so the span is the user's code
         self.begin("iteration")
 
@@ -64,6 +70,9 @@ class SpanTimer:
         for kind in [k for k in self._open if k != "iteration"]:
             self.end(kind)
         self.end("iteration")
+        gradless, self._gradless = self._gradless, []
+        if gradless and not any(s[0] == "backward" for s in self.spans) and any(p.grad is not None for p in gradless):
+            warn_backward_elsewhere()
 
     def collect(self, ctx: CaptureContext) -> SpanTimes:
         origin = next(((start, overhead) for kind, start, _, overhead, _ in self.spans if kind == "iteration"),
@@ -72,9 +81,11 @@ class SpanTimer:
 
     # -- spans ---------------------------------------------------------------------------
     def begin(self, kind: str) -> None:
+        self._ctx.settle()  # ops recorded so far ran before the span
         self._open[kind] = (self._ctx.clock.stamp(), self._ctx.overhead.seconds)
 
     def end(self, kind: str) -> None:
+        self._ctx.settle()  # ops recorded so far ran inside the span
         opened = self._open.pop(kind, None)
         if kind in ("backward", "step"):
             self._ctx.last_phase = kind
@@ -96,10 +107,12 @@ class SpanTimer:
         self._leave()
 
     def _enter(self, phase: str) -> None:
+        self._ctx.settle()
         self._outer_phase.append(self._ctx.phase)
         self._ctx.phase = phase
 
     def _leave(self) -> None:
+        self._ctx.settle()
         self._ctx.phase = self._outer_phase.pop() if self._outer_phase else "forward"
 
     def run_backward(self, func, args, kwargs):

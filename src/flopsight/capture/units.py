@@ -46,6 +46,7 @@ def run_whole(ctx: CaptureContext, call, args: tuple, kwargs: dict) -> tuple:
     """Run a call counted whole: (its result, start and end stamps, and the range of sequence
     numbers of the autograd nodes it made). The ops it runs are not counted again."""
     stamp = ctx.clock.stamp
+    ctx.settle()
     ctx.suppressed += 1
     try:
         seq_start = autograd_sequence_nr()
@@ -54,6 +55,7 @@ def run_whole(ctx: CaptureContext, call, args: tuple, kwargs: dict) -> tuple:
         t1 = stamp()
         return out, t0, t1, seq_start, autograd_sequence_nr()
     finally:
+        ctx.settle()
         ctx.suppressed -= 1
 
 

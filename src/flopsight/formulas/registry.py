@@ -193,6 +193,8 @@ class Registry:
         self._functions: dict[type, Unit] = {}
         self._missing: list[str] = []
         self._resolved: dict[Any, Resolved] = {}
+        #: grows with every change of an op's formula (what caches of costs are keyed by)
+        self.version = 0
 
     # -- registration ---------------------------------------------------------------
     def _keys(self, ops: tuple[OpLike, ...], missing_ok: bool) -> list[OpOverloadPacket]:
@@ -244,6 +246,7 @@ class Registry:
             for key in keys:
                 self._ops[key] = fn
             self._resolved.clear()
+            self.version += 1
             return fn
 
         return deco
@@ -372,6 +375,7 @@ class Registry:
         """Forget the formula of ``op`` (it becomes unsupported again)."""
         self._ops.pop(op_key(op), None)
         self._resolved.clear()
+        self.version += 1
 
     def copy(self, *, units: bool = True) -> "Registry":
         """An independent registry with the same entries (without the units if ``units`` is

@@ -207,6 +207,11 @@ class Metadata:
     attention: str = "dense"  # see flopsight.formulas.attention.ATTENTION_CONVENTIONS
     timing: Timing = field(default_factory=Timing)
     error: str | None = None  # set when the profiled call raised
+    #: which path counted the ops: "native" (the C++ recorder) or "python" (the dispatch
+    #: mode); "" in old results and where nothing was counted
+    backend: str = ""
+    #: why the Python path counted although the native one was asked for (or was the default)
+    backend_note: str | None = None
 
     def __post_init__(self) -> None:
         if self.parallel is not None and not isinstance(self.parallel, Parallelism):

@@ -18,7 +18,7 @@ from typing import Callable
 
 from ..registry import Registry
 
-__all__ = ["ATTENTION_CONVENTIONS", "attention_registry", "effective_family"]
+__all__ = ["ATTENTION_CONVENTIONS", "attention_registry", "effective_family", "reads_values"]
 
 #: The values of the ``attention=`` option: how attention score products are counted, every
 #: entry (``"dense"``), or only the ones a causal mask, a window, a packed batch or a block
@@ -34,6 +34,14 @@ def effective_family(fn: Callable) -> Callable:
     """Decorator: ``fn`` takes ``effective=False``; the effective registry uses its variant."""
     _FAMILY.add(fn)
     return fn
+
+
+def reads_values(formula: Callable | None) -> bool:
+    """Whether ``formula`` is one of the attention family's (or its effective variant), whose
+    count may read tensor values: a mask's kept entries, a packed batch's offsets."""
+    if formula is None:
+        return False
+    return formula in _FAMILY or getattr(formula, "func", None) in _FAMILY
 
 
 def _effective(formula: Callable) -> Callable:

@@ -32,6 +32,7 @@ __all__ = [
     "no_band",
     "packed_entries",
     "read_values",
+    "values_read",
     "readable",
     "score_entries",
 ]
@@ -48,9 +49,20 @@ def readable(t: Any) -> bool:
     )
 
 
+_reads = [0]  # how many times formulas read values: a cost that did cannot be reused by shape
+
+
+def values_read() -> int:
+    """How many times a formula has read tensor values so far (see :func:`read_values`)."""
+    return _reads[0]
+
+
 def read_values(fn: Callable, *tensors: Any) -> Any:
     """``fn(*tensors)`` on the values, outside flopsight's counting modes (so reading is not
-    counted as the model's work), or None when a tensor has no readable values."""
+    counted as the model's work), or None when a tensor has no readable values. Every
+    formula that reads values does it through here: a cost that depends on values is not
+    reused for another call of the same shapes."""
+    _reads[0] += 1
     if not all(readable(t) for t in tensors):
         return None
     with modes_disabled(), torch.no_grad():

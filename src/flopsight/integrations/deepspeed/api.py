@@ -24,6 +24,7 @@ from torch import nn
 from ...analysis.report_figures import ParallelInfo
 from ...analysis.report_options import ReportOptions
 from ...capture.modules import describe
+from ...capture.native import check_backend
 from ...profiler import Profiler, as_args, as_kwargs, check_model, check_warm_up, profile
 from ...renderers.numbers import duration_to_string, macs_to_string, number_to_string, params_to_string
 from ...renderers.output import check_output_file, write
@@ -305,6 +306,7 @@ def get_model_profile(
     peak: Any = None,
     efficiency: bool = False,
     dtype: str | None = None,
+    backend: str | None = None,
 ):
     """Profile one forward (or ``generate``, or ``func_name``) call; returns (flops, macs, params).
 
@@ -319,10 +321,12 @@ def get_model_profile(
     the profiler's own measured time taken out). Keyword-only, for the printed report and
     off by default: ``ops`` (operator tables), ``collapse`` (identical repeated layers as one
     entry), ``detail_depth``, ``peak``, ``efficiency`` and ``dtype``, as in
-    :func:`~flopsight.renderers.text_renderer.render_text`.
+    :func:`~flopsight.renderers.text_renderer.render_text`. ``backend``: which path counts,
+    as in :func:`flopsight.profile`.
     """
     check_model(model)
     check_warm_up(warm_up)
+    backend = check_backend(backend)
     args, kwargs = as_args(args), as_kwargs(kwargs)
     if input_shape is not None:
         if args:  # DeepSpeed builds the input from input_shape and ignores args
@@ -342,6 +346,7 @@ def get_model_profile(
         result = profile(
             model, args, kwargs, warm_up=warm_up, mode=mode, func_name=func_name, ignore_modules=ignore_modules,
             attention=attention, timing=timing, gather_timeout=None,  # per rank, as DeepSpeed's
+            backend=backend,
         )
     finally:
         for m, flag in flags:

@@ -1,0 +1,115 @@
+"""Build and load the native recorder (``recorder.cpp``), once per torch, Python and platform.
+
+It is compiled from the installed source with the machine's C++ compiler through torch's
+extension tooling and ninja, never downloaded, into a user cache folder
+(``$FLOPSIGHT_CACHE``, else ``$XDG_CACHE_HOME/flopsight``, else ``~/.cache/flopsight``) under
+a name that carries torch's version, the Python tag, the platform and the source's hash: a
+build is reused only where it is valid (this API is outside torch's stable ABI). Loading a
+cached build takes a few hundredths of a second; a first build, a minute or so.
+
+When there is no compiler or the build fails, :func:`load` says so in one line, once per
+process, and returns None: the caller counts with the Python path.
+
+>>> cache_folder().name.startswith("torch-")
+True
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import sys
+import threading
+import warnings
+from pathlib import Path
+
+import torch
+
+__all__ = ["load", "cache_folder", "BuildFailed", "SOURCE"]
+
+SOURCE = Path(__file__).with_name("recorder.cpp")
+
+_lock = threading.Lock()
+_loaded: dict[str, object] = {}  # "module" -> the extension, "error" -> why it is not there
+
+
+class BuildFailed(RuntimeError):
+    """The native recorder could not be built or loaded here."""
+
+
+def cache_folder() -> Path:
+    """Where this torch, Python and platform's build lives."""
+    root = os.environ.get("FLOPSIGHT_CACHE")
+    if root:
+        base = Path(root)
+    else:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "flopsight"
+    source_hash = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:12]
+    tag = f"torch-{torch.__version__}-{sys.implementation.cache_tag}-{platform.machine()}-{source_hash}"
+    return base / "native" / tag.replace("+", "_")
+
+
+def _ninja_on_path() -> None:
+    """torch's tooling runs ``ninja`` from PATH: a pip-installed ninja is in the environment's
+    bin folder (or the ninja package's), which PATH lacks when the venv is not activated."""
+    folders = [str(Path(sys.executable).parent)]
+    try:
+        import ninja  # the pip package: its binary's folder
+
+        folders.append(ninja.BIN_DIR)
+    except (ImportError, AttributeError):
+        pass
+    path = os.environ.get("PATH", "")
+    missing = [f for f in folders if f not in path.split(os.pathsep)]
+    if missing:
+        os.environ["PATH"] = os.pathsep.join([path, *missing]) if path else os.pathsep.join(missing)
+
+
+def _build(quiet: bool):
+    from torch.utils import cpp_extension
+
+    folder = cache_folder()
+    folder.mkdir(parents=True, exist_ok=True)
+    _ninja_on_path()
+    name = "flopsight_native_" + folder.name.rsplit("-", 1)[-1]
+    if not quiet and not any(folder.glob(f"{name}*.so")) and not any(folder.glob(f"{name}*.pyd")):
+        print(f"flopsight: building the native counting backend into {folder} (once for this torch, "
+              "Python and platform; about half a minute)", file=sys.stderr)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's compiler-version notices
+        return cpp_extension.load(
+            name=name,
+            sources=[str(SOURCE)],
+            extra_cflags=["-O2", "-DNDEBUG"],  # RecordFunction's layout differs without NDEBUG
+            build_directory=str(folder),
+            verbose=False,
+        )
+
+
+def load(quiet: bool = False):
+    """The native recorder module, built on first use; None (after one line on stderr, unless
+    ``quiet``) when it cannot be built here. The outcome is kept for the process."""
+    with _lock:
+        if "module" in _loaded:
+            return _loaded["module"]
+        if "error" in _loaded:
+            return None
+        try:
+            module = _build(quiet)
+        except BaseException as e:  # no compiler, no ninja, a failed build: the Python path counts
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            reason = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+            _loaded["error"] = reason
+            if not quiet:
+                print(f"flopsight: the native backend is not available ({reason[:200]}); "
+                      "counting with the Python path", file=sys.stderr)
+            return None
+        _loaded["module"] = module
+        return module
+
+
+def failure() -> str | None:
+    """Why the native recorder is not available (None: it is, or no build was tried)."""
+    return _loaded.get("error")  # type: ignore[return-value]

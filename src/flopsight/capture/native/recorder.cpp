@@ -1,0 +1,617 @@
+// flopsight's native op recorder: a RecordFunction callback that records, for each aten op
+// a TorchDispatchMode would see, what the Python formulas need to cost it later.
+//
+// Which ops: RecordFunction fires for composite ops and for the ops they decompose into, and
+// for the ops a meta kernel or a wrapper tensor subclass runs inside an op. An op is recorded
+// only when it does not decompose before a dispatch mode would see it (it has no
+// CompositeImplicitAutograd kernel, or it has a kernel of its own for its inputs' device, as
+// silu_backward has for the CPU) and no op enclosing it on this thread was recorded. A
+// composite op with a formula of its own that decomposes into no recorded op that has one
+// (its kernel calls plain C++ functions, as max_pool1d's does on the CPU) is recorded whole.
+//
+// What: per op, its operator, a signature id (operator, input and output dtypes, shapes and
+// scalar or list arguments), the autograd node running it (sequence number; for
+// AccumulateGrad, the parameter), the sequence counter after it, and host stamps. The first
+// op of each signature hands Python its signature, which Python decodes into meta tensors and
+// arguments for the formulas: their cost serves every later op with the same signature.
+// No tensor is kept past its op (a reference held would change what torch does, e.g. let
+// AccumulateGrad no longer steal a gradient), except for the operators whose formulas read
+// values (named at start) and for values a signature cannot describe (nested or sparse
+// tensors): those ops keep their values until Python drains them.
+//
+// Built with -DNDEBUG: RecordFunction's layout differs without it.
+#include <ATen/SequenceNumber.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/record_function.h>
+#include <torch/csrc/autograd/functions/accumulate_grad.h>
+#include <torch/csrc/DynamicTypes.h>
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+namespace py = pybind11;
+
+namespace {
+
+struct Op {
+  std::string name;      // "aten::addmm"
+  std::string overload;  // "default" for the unnamed overload
+  std::string key;       // the name pointer's string, to check a cache hit
+  bool composite;        // has a CompositeImplicitAutograd kernel
+  bool keep_values;      // its formula reads values: every op keeps them
+  bool has_formula;      // the registry costs it (not free); a composite one is then a fallback
+  c10::optional<c10::OperatorHandle> handle;
+  // per device type: -1 not looked up, else whether it has a kernel of its own there (a
+  // composite op with one runs it instead of decomposing)
+  std::array<int8_t, static_cast<size_t>(c10::DeviceType::COMPILE_TIME_MAX_DEVICE_TYPES)> own_kernel;
+};
+
+constexpr int64_t kNoNode = INT64_MIN;
+
+struct Record {
+  int32_t op;
+  int32_t sig;
+  int64_t node_seq;  // INT64_MIN: no autograd node running; -1: AccumulateGrad
+  int64_t seq_after;
+  int64_t t0, t1;    // steady_clock nanoseconds
+  intptr_t accumulated;  // AccumulateGrad's variable (TensorImpl*), else 0
+};
+
+struct Values {
+  int32_t sig;
+  std::string key;
+  bool has_inputs, has_outputs;  // kept (else described by the key alone)
+  std::vector<c10::IValue> inputs, outputs;
+};
+
+// per thread: the ops entered and not yet exited
+struct Frame {
+  bool recorded = false;
+  bool fallback = false;      // a composite op recorded if nothing costed inside it is
+  bool costed = false;
+  uint64_t costed_before = 0;
+  int exceptions = 0;  // std::uncaught_exceptions() when it began
+  int32_t op = -1;
+  int64_t t0 = 0, node_seq = kNoNode;
+  intptr_t accumulated = 0;
+  bool cacheable = true;
+  bool keep = false;  // keep the values (see the top of this file)
+  std::string key;
+  std::vector<c10::IValue> inputs;
+};
+
+std::mutex g_lock;  // guards everything below that is not thread-local
+std::vector<Op> g_ops;
+std::unordered_map<const char*, int32_t> g_op_of;  // RecordFunction name pointer -> op
+// signatures live as long as the operator names they were learnt under (see configure):
+// a cost Python computed for one serves every later session
+std::unordered_map<std::string, int32_t> g_sigs;
+std::vector<std::string> g_sig_keys;  // signature id -> its key
+std::unordered_set<std::string> g_value_ops;  // "aten::name.overload" whose formulas read values
+std::unordered_set<std::string> g_formula_ops;  // "aten::name.overload" the registry costs (not free)
+int32_t g_next_one_off = 0;  // ops costed on their own values get ids -1, -2, ...
+std::vector<Record> g_records;
+std::vector<Values> g_values;
+std::atomic<bool> g_on{false};
+std::atomic<int64_t> g_generation{0};  // a new one per start: frames of an old session are ignored
+c10::optional<at::CallbackHandle> g_handle;
+
+thread_local std::vector<Frame> t_frames;
+thread_local size_t t_depth = 0;
+thread_local int t_recorded_depth = 0;
+thread_local uint64_t t_costed_total = 0;  // ops with a formula recorded on this thread
+thread_local int64_t t_generation = -1;
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+struct OpFlags {
+  int32_t id;  // -1: not a dispatcher op (a named range)
+  bool recorded, keep_values, fallback, costed;
+};
+
+// the device of an op's first tensor input; false: it has none
+bool device_of(c10::ArrayRef<const c10::IValue> inputs, c10::DeviceType& device) {
+  for (const auto& v : inputs) {
+    if (v.isTensor() && v.toTensor().defined()) {
+      device = v.toTensor().device().type();
+      return true;
+    }
+    if (v.isTensorList()) {
+      for (const auto& t : v.toTensorList()) {
+        const at::Tensor& tensor = t;
+        if (tensor.defined()) {
+          device = tensor.device().type();
+          return true;
+        }
+      }
+    }
+  }
+  return false;
+}
+
+// whether a composite op runs a kernel of its own on ``device`` instead of decomposing: a
+// backend kernel (or the backend's own autograd kernel) takes precedence over
+// CompositeImplicitAutograd
+bool runs_own_kernel(Op& op, c10::DeviceType device) {
+  auto& known = op.own_kernel[static_cast<size_t>(device)];
+  if (known < 0) {
+    auto backend = c10::computeDispatchKey(c10::nullopt, c10::kStrided, c10::Device(device));
+    auto autograd = c10::getAutogradKeyFromBackend(c10::toBackendComponent(backend));
+    known = op.handle && (op.handle->hasKernelForDispatchKey(backend) || op.handle->hasKernelForDispatchKey(autograd))
+                ? 1
+                : 0;
+  }
+  return known > 0;
+}
+
+OpFlags op_of(const at::RecordFunction& fn) {
+  const char* name = fn.name();
+  std::lock_guard<std::mutex> guard(g_lock);
+  int32_t id;
+  auto it = g_op_of.find(name);
+  if (it != g_op_of.end() && g_ops[it->second].key == name) {
+    id = it->second;
+  } else {
+    auto op_name = fn.operator_name();
+    if (!op_name) {
+      return OpFlags{-1, false, false, false, false};
+    }
+    Op op;
+    op.name = op_name->name;
+    op.overload = op_name->overload_name.empty() ? "default" : op_name->overload_name;
+    op.key = name;
+    op.handle = c10::Dispatcher::singleton().findOp(*op_name);
+    op.composite = op.handle && op.handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
+    op.keep_values = g_value_ops.count(op.name + "." + op.overload) > 0;
+    op.has_formula = g_formula_ops.count(op.name + "." + op.overload) > 0;
+    op.own_kernel.fill(-1);
+    id = static_cast<int32_t>(g_ops.size());
+    g_ops.push_back(std::move(op));
+    g_op_of[name] = id;
+  }
+  Op& op = g_ops[id];
+  // an op without tensor inputs reaches a dispatch mode whatever its kernels (its dispatch
+  // keys come from the mode alone)
+  c10::DeviceType device;
+  bool recorded = !op.composite || !device_of(fn.inputs(), device) || runs_own_kernel(op, device);
+  return OpFlags{id, recorded, op.keep_values, !recorded && op.has_formula, op.has_formula};
+}
+
+void append(std::string& key, const void* data, size_t n) {
+  key.append(static_cast<const char*>(data), n);
+}
+
+template <typename T>
+void append(std::string& key, T value) {
+  append(key, &value, sizeof(T));
+}
+
+// a Python number torch wrapped in a 0-dim CPU tensor (``x + 1``), read without dispatching
+c10::IValue wrapped_number(const at::Tensor& t) {
+  const void* data = t.const_data_ptr();
+  switch (t.scalar_type()) {
+    case c10::ScalarType::Double:
+      return c10::IValue(*static_cast<const double*>(data));
+    case c10::ScalarType::Long:
+      return c10::IValue(*static_cast<const int64_t*>(data));
+    case c10::ScalarType::Bool:
+      return c10::IValue(*static_cast<const bool*>(data));
+    case c10::ScalarType::ComplexDouble:
+      return c10::IValue(*static_cast<const c10::complex<double>*>(data));
+    default:
+      return c10::IValue(t);
+  }
+}
+
+bool describe(std::string& key, const c10::IValue& v);
+
+// the part of the signature one value contributes (decoded by source.py's _decode); false:
+// the value cannot be summarised ('X'), and its formula must see it
+bool describe(std::string& key, const c10::IValue& v) {
+  if (v.isTensor()) {
+    const at::Tensor& t = v.toTensor();
+    if (!t.defined()) {
+      key.push_back('u');
+      return true;
+    }
+    auto* impl = t.unsafeGetTensorImpl();
+    if (t.is_nested() || t.layout() != c10::kStrided || impl->has_symbolic_sizes_strides()) {
+      key.push_back('X');
+      return false;
+    }
+    if (impl->is_wrapped_number()) {  // a Python number, as a dispatch mode sees it
+      c10::IValue number = wrapped_number(t);
+      if (!number.isTensor()) return describe(key, number);
+    }
+    key.push_back('t');
+    append(key, static_cast<int8_t>(t.scalar_type()));
+    append(key, static_cast<int8_t>(t.device().type()));
+    append(key, static_cast<int8_t>(t.requires_grad()));
+    auto sizes = t.sizes();
+    auto strides = t.strides();  // a stride-0 (broadcast) dimension is read once
+    append(key, static_cast<int8_t>(sizes.size()));
+    append(key, sizes.data(), sizes.size() * sizeof(int64_t));
+    append(key, strides.data(), strides.size() * sizeof(int64_t));
+    return true;
+  }
+  if (v.isNone()) {
+    key.push_back('n');
+  } else if (v.isSymInt() || v.isSymFloat() || v.isSymBool()) {  // symbolic (tracing): concrete ints only
+    auto concrete = v.isSymInt() ? v.toSymInt().maybe_as_int() : c10::nullopt;
+    if (!concrete) {
+      key.push_back('X');
+      return false;
+    }
+    key.push_back('i');
+    append(key, *concrete);
+  } else if (v.isInt()) {
+    key.push_back('i');
+    append(key, v.toInt());
+  } else if (v.isDouble()) {
+    key.push_back('d');
+    append(key, v.toDouble());
+  } else if (v.isBool()) {
+    key.push_back('b');
+    append(key, v.toBool());
+  } else if (v.isString()) {
+    key.push_back('s');
+    key.append(v.toStringRef());
+    key.push_back('\0');
+  } else if (v.isIntList()) {
+    key.push_back('I');
+    auto list = v.toIntList();
+    append(key, static_cast<int32_t>(list.size()));
+    for (int64_t x : list) append(key, x);
+  } else if (v.isSymIntList()) {
+    auto list = v.toSymIntList();
+    key.push_back('I');
+    append(key, static_cast<int32_t>(list.size()));
+    for (const c10::SymInt& x : list) {
+      auto concrete = x.maybe_as_int();
+      if (!concrete) {
+        key.push_back('X');
+        return false;
+      }
+      append(key, *concrete);
+    }
+  } else if (v.isDoubleList()) {
+    key.push_back('D');
+    auto list = v.toDoubleList();
+    append(key, static_cast<int32_t>(list.size()));
+    for (double x : list) append(key, x);
+  } else if (v.isBoolList()) {
+    key.push_back('B');
+    auto list = v.toBoolList();
+    append(key, static_cast<int32_t>(list.size()));
+    for (bool x : list) append(key, x);
+  } else if (v.isTensorList() || v.isList()) {
+    key.push_back('L');
+    auto list = v.toListRef();
+    append(key, static_cast<int32_t>(list.size()));
+    bool ok = true;
+    for (const auto& x : list) ok = describe(key, x) && ok;
+    return ok;
+  } else if (v.isTuple()) {
+    key.push_back('T');
+    const auto& elements = v.toTupleRef().elements();
+    append(key, static_cast<int32_t>(elements.size()));
+    bool ok = true;
+    for (const auto& x : elements) ok = describe(key, x) && ok;
+    return ok;
+  } else if (v.isDevice()) {
+    key.push_back('v');
+    append(key, static_cast<int8_t>(v.toDevice().type()));
+  } else if (v.isScalar()) {  // complex
+    key.push_back('c');
+    auto c = v.toComplexDouble();
+    append(key, c.real());
+    append(key, c.imag());
+  } else if (v.isGenerator()) {  // no formula reads one
+    key.push_back('n');
+  } else {  // storages, objects: seen by the formula each time
+    key.push_back('X');
+    return false;
+  }
+  return true;
+}
+
+std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
+  if (t_generation != g_generation.load(std::memory_order_relaxed)) {  // a new session
+    t_generation = g_generation.load();
+    t_depth = 0;
+    t_recorded_depth = 0;
+  }
+  if (t_frames.size() <= t_depth) t_frames.resize(t_depth + 1);
+  Frame& frame = t_frames[t_depth++];
+  frame.recorded = false;
+  if (t_recorded_depth > 0 || !g_on.load(std::memory_order_relaxed)) {
+    return nullptr;
+  }
+  frame.fallback = false;
+  OpFlags flags = op_of(fn);
+  int32_t op = flags.id;
+  if (op < 0 || !(flags.recorded || flags.fallback)) {
+    return nullptr;
+  }
+  if (flags.recorded) {
+    frame.recorded = true;
+    ++t_recorded_depth;
+  } else {  // recorded at its exit if nothing costed inside it was
+    frame.fallback = true;
+    frame.costed_before = t_costed_total;
+  }
+  frame.costed = flags.costed;
+  frame.exceptions = std::uncaught_exceptions();
+  frame.op = op;
+  frame.node_seq = kNoNode;
+  frame.accumulated = 0;
+  auto node = torch::autograd::get_current_node();
+  if (node) {
+    uint64_t seq = node->sequence_nr();
+    frame.node_seq = static_cast<int64_t>(seq);
+    if (auto* acc = dynamic_cast<torch::autograd::AccumulateGrad*>(node.get())) {
+      frame.accumulated = reinterpret_cast<intptr_t>(acc->variable.unsafeGetTensorImpl());
+    }
+  }
+  frame.key.clear();
+  append(frame.key, op);
+  frame.cacheable = true;
+  auto inputs = fn.inputs();
+  append(frame.key, static_cast<int32_t>(inputs.size()));
+  for (const auto& v : inputs) {
+    frame.cacheable = describe(frame.key, v) && frame.cacheable;
+  }
+  frame.keep = flags.keep_values || !frame.cacheable;
+  if (frame.keep) frame.inputs.assign(inputs.begin(), inputs.end());
+  frame.t0 = now_ns();
+  return nullptr;
+}
+
+void on_exit(const at::RecordFunction& fn, at::ObserverContext*) {
+  int64_t t1 = now_ns();
+  if (t_depth == 0) return;  // entered before this session began
+  Frame& frame = t_frames[--t_depth];
+  if (frame.fallback) {
+    frame.fallback = false;
+    if (t_costed_total != frame.costed_before) {  // its parts were costed
+      frame.inputs.clear();
+      return;
+    }
+  } else if (frame.recorded) {
+    --t_recorded_depth;
+    frame.recorded = false;
+  } else {
+    return;
+  }
+  if (std::uncaught_exceptions() > frame.exceptions) {  // it raised: it did not run (as a
+    frame.inputs.clear();                              // dispatch mode, which charges after, sees it)
+    return;
+  }
+  if (frame.costed) ++t_costed_total;
+  const auto& outputs = fn.outputs();
+  bool cacheable = frame.cacheable;
+  append(frame.key, static_cast<int32_t>(outputs.size()));
+  for (const auto& v : outputs) {
+    cacheable = describe(frame.key, v) && cacheable;
+  }
+  bool keep = frame.keep || !cacheable;
+  int64_t seq_after = static_cast<int64_t>(at::sequence_number::peek());
+  std::lock_guard<std::mutex> guard(g_lock);
+  if (!g_on.load(std::memory_order_relaxed)) {
+    frame.inputs.clear();
+    return;
+  }
+  int32_t sig;
+  bool hand_over;  // Python sees this op's signature (and values, if kept)
+  if (cacheable && !keep) {
+    auto it = g_sigs.find(frame.key);
+    if (it == g_sigs.end()) {
+      sig = static_cast<int32_t>(g_sig_keys.size());
+      g_sigs.emplace(frame.key, sig);
+      g_sig_keys.push_back(frame.key);
+      hand_over = true;
+    } else {
+      sig = it->second;
+      hand_over = false;
+    }
+  } else {  // costed on its own values, every time
+    sig = -(++g_next_one_off);
+    hand_over = true;
+  }
+  if (hand_over) {
+    Values values{sig, frame.key, frame.keep, keep, {}, {}};
+    if (frame.keep) values.inputs = std::move(frame.inputs);
+    if (keep) values.outputs.assign(outputs.begin(), outputs.end());
+    g_values.push_back(std::move(values));
+  }
+  frame.inputs.clear();
+  g_records.push_back(Record{frame.op, sig, frame.node_seq, seq_after, frame.t0, t1, frame.accumulated});
+}
+
+// -- values to Python ------------------------------------------------------------------
+py::object to_python(const c10::IValue& v) {
+  if (v.isTensor()) {
+    const at::Tensor& t = v.toTensor();
+    if (!t.defined()) return py::none();
+    if (t.unsafeGetTensorImpl()->is_wrapped_number()) {
+      c10::IValue number = wrapped_number(t);
+      if (!number.isTensor()) return to_python(number);
+    }
+    return py::reinterpret_steal<py::object>(THPVariable_Wrap(t));
+  }
+  if (v.isNone()) return py::none();
+  if (v.isInt()) return py::int_(v.toInt());
+  if (v.isSymInt()) {
+    auto concrete = v.toSymInt().maybe_as_int();
+    return concrete ? py::object(py::int_(*concrete)) : py::object(py::none());
+  }
+  if (v.isSymFloat() || v.isSymBool()) return py::none();
+  if (v.isDouble()) return py::float_(v.toDouble());
+  if (v.isBool()) return py::bool_(v.toBool());
+  if (v.isString()) return py::str(v.toStringRef());
+  if (v.isIntList()) {
+    py::list out;
+    for (int64_t x : v.toIntList()) out.append(x);
+    return std::move(out);
+  }
+  if (v.isDoubleList()) {
+    py::list out;
+    for (double x : v.toDoubleList()) out.append(x);
+    return std::move(out);
+  }
+  if (v.isBoolList()) {
+    py::list out;
+    for (bool x : v.toBoolList()) out.append(x);
+    return std::move(out);
+  }
+  if (v.isList()) {
+    py::list out;
+    for (const auto& x : v.toListRef()) out.append(to_python(x));
+    return std::move(out);
+  }
+  if (v.isTuple()) {
+    py::list out;
+    for (const auto& x : v.toTupleRef().elements()) out.append(to_python(x));
+    return py::tuple(out);
+  }
+  if (v.isDevice()) {
+    return py::module_::import("torch").attr("device")(v.toDevice().str());
+  }
+  if (v.isScalar()) {
+    auto c = v.toComplexDouble();
+    return py::module_::import("builtins").attr("complex")(c.real(), c.imag());
+  }
+  return py::none();  // a generator or storage: no formula reads one
+}
+
+py::tuple as_tuple(const std::vector<c10::IValue>& values) {
+  py::tuple out(values.size());
+  for (size_t i = 0; i < values.size(); ++i) out[i] = to_python(values[i]);
+  return out;
+}
+
+// the operators whose formulas read values and those with formulas that cost: the op flags
+// depend on them, so the operator and signature tables start again
+void configure(const std::vector<std::string>& value_ops, const std::vector<std::string>& formula_ops) {
+  std::lock_guard<std::mutex> guard(g_lock);
+  TORCH_CHECK(!g_handle, "flopsight's native recorder is running");
+  g_value_ops = std::unordered_set<std::string>(value_ops.begin(), value_ops.end());
+  g_formula_ops = std::unordered_set<std::string>(formula_ops.begin(), formula_ops.end());
+  g_ops.clear();
+  g_op_of.clear();
+  g_sigs.clear();
+  g_sig_keys.clear();
+}
+
+void start() {
+  std::lock_guard<std::mutex> guard(g_lock);
+  TORCH_CHECK(!g_handle, "flopsight's native recorder is already running");
+  g_records.clear();
+  g_values.clear();
+  g_next_one_off = 0;
+  g_generation.fetch_add(1);
+  // thread-local, as a dispatch mode is: the autograd engine carries it into its threads
+  g_handle = at::addThreadLocalCallback(at::RecordFunctionCallback(on_enter, on_exit)
+                                            .needsInputs(true)
+                                            .needsOutputs(true)
+                                            .scopes({at::RecordScope::FUNCTION}));
+  g_on.store(true);
+}
+
+void stop() {
+  g_on.store(false);
+  c10::optional<at::CallbackHandle> handle;
+  {
+    std::lock_guard<std::mutex> guard(g_lock);
+    handle.swap(g_handle);
+  }
+  if (handle) at::removeCallback(*handle);
+}
+
+void set_recording(bool on) { g_on.store(on && g_handle.has_value()); }
+
+// (records, values, ops): each record as (op, sig, node sequence nr, sequence nr after,
+// t0 ns, t1 ns, accumulated TensorImpl address); values as (sig, inputs, outputs); the
+// operators first seen since the last drain as (id, name, overload)
+py::tuple drain(int32_t ops_known) {
+  std::vector<Record> records;
+  std::vector<Values> values;
+  std::vector<Op> ops;
+  {
+    std::lock_guard<std::mutex> guard(g_lock);
+    records.swap(g_records);
+    values.swap(g_values);
+    for (size_t i = static_cast<size_t>(ops_known); i < g_ops.size(); ++i) ops.push_back(g_ops[i]);
+  }
+  py::list out_records(records.size());
+  for (size_t i = 0; i < records.size(); ++i) {
+    const Record& r = records[i];
+    out_records[i] = py::make_tuple(r.op, r.sig, r.node_seq, r.seq_after, r.t0, r.t1, r.accumulated);
+  }
+  py::list out_values(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    const Values& v = values[i];
+    py::object inputs = py::none(), outputs = py::none();
+    if (v.has_inputs) inputs = as_tuple(v.inputs);
+    if (v.has_outputs) outputs = as_tuple(v.outputs);
+    out_values[i] = py::make_tuple(v.sig, py::bytes(v.key), inputs, outputs);
+  }
+  py::list out_ops(ops.size());
+  for (size_t i = 0; i < ops.size(); ++i) {
+    out_ops[i] = py::make_tuple(static_cast<int32_t>(ops_known + i), ops[i].name, ops[i].overload);
+  }
+  return py::make_tuple(out_records, out_values, out_ops);
+}
+
+py::bytes signature(int32_t sig) {
+  std::lock_guard<std::mutex> guard(g_lock);
+  TORCH_CHECK(sig >= 0 && static_cast<size_t>(sig) < g_sig_keys.size(), "no signature ", sig);
+  return py::bytes(g_sig_keys[sig]);
+}
+
+int64_t clock_ns() { return now_ns(); }
+
+// torch.dtype of each ScalarType index (None where there is none): signatures name dtypes by index
+py::list dtypes() {
+  py::list out;
+  for (int i = 0; i < static_cast<int>(c10::ScalarType::NumOptions); ++i) {
+    try {
+      out.append(py::reinterpret_borrow<py::object>(
+          reinterpret_cast<PyObject*>(torch::getTHPDtype(static_cast<c10::ScalarType>(i)))));
+    } catch (...) {
+      out.append(py::none());
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "flopsight's native op recorder (see recorder.cpp)";
+  m.def("configure", &configure, py::arg("value_ops"), py::arg("formula_ops"),
+        "Name the operators ('ns::name.overload') whose formulas read values (their ops keep them) "
+        "and those with formulas that cost (a composite one is recorded whole if none of its parts "
+        "is); forgets the operators and signatures learnt so far.");
+  m.def("start", &start, "Install the recorder on this thread (and the autograd threads it starts).");
+  m.def("signature", &signature, py::arg("sig"), "A signature's key.");
+  m.def("stop", &stop, "Remove the recorder.");
+  m.def("set_recording", &set_recording, "Record ops (True) or let them pass unrecorded (False).");
+  m.def("drain", &drain, py::arg("ops_known"), "Hand over and forget what was recorded so far.");
+  m.def("clock_ns", &clock_ns, "The recorder's clock (steady_clock) in nanoseconds.");
+  m.def("dtypes", &dtypes, "torch.dtype per ScalarType index.");
+}

@@ -1,0 +1,421 @@
+"""Capture source: the counting source on the native recorder (``recorder.cpp``).
+
+The recorder observes the ops a dispatch mode would see, in C++, and records each one's
+operator, signature, autograd node and stamps. The Python side charges them through the
+same attribution object and the same registry formulas as the dispatch-mode path, in
+batches: whenever the state that decides where a cost goes is about to change (a module
+call begins or ends, a phase, a call counted whole, a pause), the session calls
+``ctx.settle()``, and what was recorded under the old state is charged under it. So every
+op lands where the dispatch mode would have put it.
+
+A formula runs once per signature (operator, dtypes, shapes, scalar and list arguments), on
+meta tensors of the signature's shapes; later ops of that signature reuse the cost. The
+recorder keeps no tensor past its op, except for the operators whose formulas read tensor
+values (the attention family: masks, packed sequences' offsets) and for values a signature
+cannot describe (nested or sparse tensors): those ops are costed one by one on their values.
+A user formula that reads values through
+:func:`~flopsight.formulas.attention.entries.read_values` on an operator the recorder was not
+told about gets meta tensors (no values): it is warned about, and ``backend="python"`` counts it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import struct
+import warnings
+import weakref
+
+import torch
+
+from ..._torch_private import (
+    ACCUMULATE_GRAD_SEQUENCE_NR,
+    function_modes_disabled,
+    native_op,
+    op_overload_names,
+    op_schema,
+    tensor_address,
+)
+from ...formulas.attention import entries as attention_entries
+from ...formulas.attention.convention import reads_values
+from ...formulas.registry import ZERO
+from ...result.stats import ZERO_STATS, Stats
+from ..context import CaptureContext
+from ..counting import Counts, _EAGER, collect_counts
+from ..timing import HostClock
+from . import _in_use
+
+__all__ = ["NativeCountingSource", "NO_NODE"]
+
+NO_NODE = -(2**63)  # the recorder's node sequence number for an op outside the backward pass
+
+
+class _RecordedNode:
+    """What attribution reads of the autograd node an op ran in, as the recorder saw it."""
+
+    __slots__ = ("_seq", "variable")
+
+    def __init__(self, seq: int, variable):
+        self._seq, self.variable = seq, variable
+
+    def _sequence_nr(self) -> int:
+        return self._seq
+
+
+class _Failed:
+    """A resolved op whose formula failed on this signature: charging it reports the error
+    again (so every call is listed as unsupported, as the dispatch-mode path lists them)."""
+
+    __slots__ = ("name", "formula", "error")
+
+    def __init__(self, entry, error: Exception):
+        self.name, self.formula, self.error = entry.name, entry.formula, error
+
+    def cost(self, *payload):
+        raise self.error
+
+
+class _Op:
+    """A recorded operator: its registry entry and how the recorder's positional inputs
+    split into the schema's positional and keyword arguments."""
+
+    __slots__ = ("entry", "n_positional", "kw_names", "n_returns")
+
+    def __init__(self, entry, schema):
+        self.entry = entry
+        arguments = schema.arguments
+        self.n_positional = sum(not a.kwarg_only for a in arguments)
+        self.kw_names = [a.name for a in arguments if a.kwarg_only]
+        self.n_returns = len(schema.returns)
+
+    def call_values(self, inputs, outputs) -> tuple:
+        """(out, args, kwargs) as a dispatch mode would have seen them."""
+        n = self.n_positional
+        kwargs = dict(zip(self.kw_names, inputs[n:]))
+        out = outputs[0] if self.n_returns == 1 and len(outputs) == 1 else tuple(outputs)
+        return out, tuple(inputs[:n]), kwargs
+
+
+class _Tables:
+    """What this process has learnt from the recorder, kept across sessions: its operators
+    (id -> (name, overload)), the operator names it was configured with, and per registry
+    (formulas differ) each operator's entry and each signature's cost."""
+
+    def __init__(self) -> None:
+        self.names: tuple | None = None  # (value ops, costed ops) the recorder was configured with
+        self.ops: list[tuple[str, str]] = []
+        self.registries: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+    def configure(self, recorder, registry) -> "_RegistryTables":
+        """The recorder set up for ``registry`` (tables forgotten when its operator names change)."""
+        tables = self.registries.get(registry)
+        if tables is None or tables.version != registry.version:
+            tables = self.registries[registry] = _RegistryTables(registry)
+        if tables.names != self.names:
+            recorder.configure(*tables.names)
+            self.names = tables.names
+            self.ops.clear()
+            for other in self.registries.values():
+                other.forget()
+        return tables
+
+
+class _RegistryTables:
+    """One registry's entries per operator id and costs per signature (see :class:`_Tables`)."""
+
+    def __init__(self, registry) -> None:
+        self.version = registry.version
+        self.names = operator_names(registry)
+        self.ops: list[_Op | None] = []  # by operator id
+        self.costs: dict[int, tuple] = {}  # signature -> (entry, cost, bytes moved)
+
+    def forget(self) -> None:
+        self.ops.clear()
+        self.costs.clear()
+
+
+_TABLES = _Tables()
+
+
+class NativeCountingSource:
+    """Counts through the native recorder (``recorder``: the loaded extension); see the
+    module docstring. Used when the session's backend is native."""
+
+    backend = "native"
+
+    def __init__(self, ctx: CaptureContext, recorder):
+        self._ctx = ctx
+        self._rec = recorder
+        self._tables: _RegistryTables | None = None
+        self._values: dict[int, tuple] = {}  # signature -> (key, inputs, outputs) handed over
+        self._recording = False
+        self._running = False
+        self._by_address: dict | None = None
+        clock = ctx.clock
+        if isinstance(clock, HostClock):  # the recorder's stamps, moved onto the host clock
+            self._offset = time.perf_counter() - recorder.clock_ns() * 1e-9
+            self._stamp = None
+        else:  # a clock of its own (a test's fake clock, CUDA events): stamped as charged
+            self._offset = None
+            self._stamp = clock.stamp
+
+    def start(self, ctx: CaptureContext) -> None:
+        self._tables = _TABLES.configure(self._rec, ctx.registry)
+        _EAGER.acquire()
+        try:
+            self._rec.start()
+        except BaseException:
+            _EAGER.release()
+            raise
+        _in_use[0] += 1
+        self._running = self._recording = True
+        ctx.settle = self.settle
+        ctx.unrecorded = self.unrecorded
+        ctx.events.aside = self.aside
+
+    def stop(self, ctx: CaptureContext) -> None:
+        if not self._running:
+            return
+        self._running = False
+        try:
+            self._rec.stop()
+            self._recording = False
+            self.settle()
+        finally:
+            _in_use[0] -= 1
+            ctx.settle = _nothing
+            ctx.unrecorded = ctx.events.aside = contextlib.nullcontext
+            _EAGER.release()
+
+    def collect(self, ctx: CaptureContext) -> Counts:
+        if self._running:  # a snapshot while running: what ran so far
+            self.settle()
+        return collect_counts(ctx, self.backend)
+
+    @contextlib.contextmanager
+    def aside(self):
+        """Record nothing while a call counted whole runs (its ops are not counted again)."""
+        if not self._recording:
+            yield
+            return
+        self.settle()
+        self._set_recording(False)
+        try:
+            yield
+        finally:
+            self._set_recording(True)
+
+    @contextlib.contextmanager
+    def unrecorded(self):
+        """Record nothing while the profiler's own code runs torch ops."""
+        if not self._recording:
+            yield
+            return
+        self._set_recording(False)
+        try:
+            yield
+        finally:
+            self._set_recording(True)
+
+    def _set_recording(self, on: bool) -> None:
+        self._recording = on
+        self._rec.set_recording(on)
+
+    # -- charging -------------------------------------------------------------------------
+    def settle(self) -> None:
+        """Charge what was recorded so far, under the state it ran in (the current one)."""
+        rec = self._rec
+        was_recording = self._recording
+        if was_recording:  # formulas and charging run torch code that is not the model's
+            rec.set_recording(False)
+        try:
+            records, values, ops = rec.drain(len(_TABLES.ops))
+            _TABLES.ops.extend((name, overload) for _, name, overload in ops)
+            if records:
+                ctx = self._ctx
+                h0 = ctx.overhead.begin()
+                for sig, key, inputs, outputs in values:
+                    self._values[sig] = (key, inputs, outputs)
+                if not (ctx.suppressed or ctx.paused):
+                    self._charge(records)
+                self._values.clear()
+                ctx.overhead.end(h0)
+        finally:
+            if was_recording:
+                rec.set_recording(True)
+
+    def _op(self, op_id: int) -> _Op | None:
+        ops = self._tables.ops
+        while len(ops) <= op_id:
+            name, overload = _TABLES.ops[len(ops)]
+            op = native_op(name, overload)
+            ops.append(None if op is None else _Op(self._ctx.registry.resolve(op), op_schema(op)))
+        return ops[op_id]
+
+    def _charge(self, records: list) -> None:
+        place_at = self._ctx.attribution.place_at
+        costs, offset, stamp = self._tables.costs, self._offset, self._stamp
+        for op_id, sig, node_seq, seq_after, t0, t1, variable in records:
+            known = costs.get(sig)
+            if known is None:
+                known = self._cost(op_id, sig)
+            entry, cost, nbytes = known
+            if entry is None:
+                continue
+            if node_seq == NO_NODE:
+                node = None
+            else:
+                if node_seq == -1:
+                    node_seq = ACCUMULATE_GRAD_SEQUENCE_NR
+                node = _RecordedNode(node_seq, self._parameter(variable) if variable else None)
+            if offset is not None:
+                t0, t1 = t0 * 1e-9 + offset, t1 * 1e-9 + offset
+            else:
+                t0, t1 = stamp(), stamp()
+            place_at(node, seq_after, entry, t0, t1, (), cost, nbytes)
+
+    def _parameter(self, address: int):
+        """The model's parameter at TensorImpl ``address`` (the recorder knows an
+        AccumulateGrad node's variable by it; attribution looks parameters up by ``id``)."""
+        if self._by_address is None:
+            params = self._ctx.params
+            self._by_address = {tensor_address(p): p for p in params.tensors} if params is not None else {}
+        return self._by_address.get(address)
+
+    def _cost(self, op_id: int, sig: int) -> tuple:
+        """(entry, cost or None, bytes moved) of a signature, costed on meta tensors of its
+        shapes (cached), or on an op's own values (not cached: ``sig < 0``)."""
+        op = self._op(op_id)
+        if op is None:  # an operator torch.ops does not know: not counted
+            return None, None, 0
+        key, inputs, outputs = self._values.get(sig) or (self._rec.signature(sig), None, None)
+        if inputs is None or outputs is None:  # described by the signature: meta tensors of its shapes
+            described = _decode(key, _dtypes(self._rec))
+            inputs = described[0] if inputs is None else inputs
+            outputs = described[1] if outputs is None else outputs
+        entry = op.entry
+        out, args, kwargs = op.call_values(inputs, outputs)
+        io = entry.io
+        nbytes = io(out, args, kwargs) if io is not None else 0
+        if entry.formula is None:
+            cost: Stats | None = None  # listed as unsupported, each call, by the attribution
+        elif entry.formula is ZERO:
+            cost = ZERO_STATS
+        else:
+            reads = attention_entries.values_read()
+            try:
+                with function_modes_disabled():
+                    cost = entry.cost(out, args, kwargs)
+            except Exception as e:  # a formula bug must not break the user's model
+                entry, cost = _Failed(entry, e), None
+            if sig >= 0 and attention_entries.values_read() != reads:  # it wanted values it was not given
+                _warn_values(entry.name)
+        known = (entry, cost, nbytes)
+        if sig >= 0:
+            self._tables.costs[sig] = known
+        return known
+
+
+_DTYPES: list = []
+
+
+def _dtypes(recorder) -> list:
+    """torch.dtype by ScalarType index (signatures name dtypes by index)."""
+    if not _DTYPES:
+        _DTYPES.extend(recorder.dtypes())
+    return _DTYPES
+
+
+def operator_names(registry) -> tuple[list[str], list[str]]:
+    """``"ns::name.overload"`` of every operator whose formula reads tensor values (the
+    recorder keeps those ops' values), and of every operator with a formula that costs."""
+    reading, costed = [], []
+    for key, formula in registry.ops().items():
+        if formula is None or formula is ZERO or isinstance(key, str):
+            continue
+        names = op_overload_names(key)
+        costed.extend(names)
+        if reads_values(formula):
+            reading.extend(names)
+    return reading, costed
+
+
+_warned: set[str] = set()
+
+
+def _warn_values(name: str) -> None:
+    if name not in _warned:
+        _warned.add(name)
+        warnings.warn(f"flopsight: the formula for {name} reads tensor values, which the native backend "
+                      "does not keep for it: counted on shapes alone; use backend='python' to count it "
+                      "on values", RuntimeWarning, stacklevel=2)
+
+
+# -- signatures (recorder.cpp's describe) -------------------------------------------------
+_I32, _I64, _F64 = struct.Struct("<i"), struct.Struct("<q"), struct.Struct("<d")
+_META = torch.device("meta")
+
+
+def _decode(key: bytes, dtypes: list) -> tuple[tuple, tuple]:
+    """(inputs, outputs) of a signature, tensors as meta tensors of its shapes and dtypes."""
+    pos = 4  # the operator's id
+    inputs, outputs = [], []
+    for values in (inputs, outputs):
+        (n,) = _I32.unpack_from(key, pos)
+        pos += 4
+        for _ in range(n):
+            value, pos = _value(key, pos, dtypes)
+            values.append(value)
+    return tuple(inputs), tuple(outputs)
+
+
+def _value(key: bytes, pos: int, dtypes: list):
+    tag = key[pos:pos + 1]
+    pos += 1
+    if tag == b"t":
+        dtype, _device, requires_grad, ndim = struct.unpack_from("<bbbb", key, pos)
+        pos += 4
+        sizes = struct.unpack_from(f"<{ndim}q", key, pos)
+        strides = struct.unpack_from(f"<{ndim}q", key, pos + 8 * ndim)
+        pos += 16 * ndim
+        t = torch.empty_strided(sizes, strides, dtype=dtypes[dtype], device=_META)
+        if requires_grad:
+            t.requires_grad_(True)
+        return t, pos
+    if tag in (b"n", b"u", b"X"):
+        return None, pos
+    if tag == b"i":
+        return _I64.unpack_from(key, pos)[0], pos + 8
+    if tag == b"d":
+        return _F64.unpack_from(key, pos)[0], pos + 8
+    if tag == b"b":
+        return bool(key[pos]), pos + 1
+    if tag == b"s":
+        end = key.index(b"\0", pos)
+        return key[pos:end].decode(), end + 1
+    if tag in (b"I", b"D", b"B"):
+        (n,) = _I32.unpack_from(key, pos)
+        pos += 4
+        if tag == b"B":
+            return [bool(b) for b in key[pos:pos + n]], pos + n
+        values = struct.unpack_from(f"<{n}{'q' if tag == b'I' else 'd'}", key, pos)
+        return list(values), pos + 8 * n
+    if tag in (b"L", b"T"):
+        (n,) = _I32.unpack_from(key, pos)
+        pos += 4
+        items = []
+        for _ in range(n):
+            item, pos = _value(key, pos, dtypes)
+            items.append(item)
+        return (items if tag == b"L" else tuple(items)), pos
+    if tag == b"v":
+        return _META, pos + 1
+    if tag == b"c":
+        real, imag = struct.unpack_from("<dd", key, pos)
+        return complex(real, imag), pos + 16
+    raise ValueError(f"flopsight: unknown value tag {tag!r} in a native signature")
+
+
+def _nothing() -> None:
+    pass

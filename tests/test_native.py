@@ -1,0 +1,257 @@
+"""The native counting backend against the Python one: the same numbers, the same messages.
+
+Every test here runs once per backend (``backend`` fixture, see conftest.py); the comparisons
+also profile with the other backend explicitly.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+import flopsight
+from flopsight.capture.native.build import cache_folder, load
+
+NATIVE = load(quiet=True) is not None
+needs_native = pytest.mark.skipif(not NATIVE, reason="the native backend cannot be built here")
+
+
+def counts(result) -> dict:
+    """(path, phase) -> (MACs, FLOPs), and (path, phase, op) -> (calls, MACs, FLOPs, bytes
+    moved) of the ops that cost. Free ops are left out: a dispatch mode makes torch run some
+    of its own (it detaches the outputs autograd saves; its tensor-subclass branches reshape
+    and copy differently), which a plain run, what the native recorder sees, does not. For
+    the same reason the autograd engine adds two gradients of a tensor out of place under a
+    mode (``aten.add``) and in place in a plain run (``aten.add_``): one name here."""
+    out = {}
+    for path, m in result.modules.items():
+        for phase, stats in m.phases.items():
+            out[(path, phase)] = (stats.macs, stats.flops)
+        for phase, ops in m.ops.items():
+            for op, stats in ops.items():
+                if stats.macs or stats.flops:
+                    values = (stats.calls, stats.macs, stats.flops, m.bytes_moved.get(phase, {}).get(op, 0))
+                    key = (path, phase, "aten.add" if phase == "backward" and op == "aten.add_" else op)
+                    out[key] = tuple(a + b for a, b in zip(out.get(key, (0, 0, 0, 0)), values))
+    return out
+
+
+def both(run) -> tuple[dict, dict]:
+    """``run(backend)`` -> result, on each backend: (python counts, native counts)."""
+    python, native = run("python"), run("native")
+    assert python.metadata.backend == "python" and native.metadata.backend == "native"
+    return counts(python), counts(native)
+
+
+class Cells(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm, self.gru = nn.LSTMCell(8, 8), nn.GRUCell(8, 8)
+
+    def forward(self, x):
+        h = c = g = torch.zeros_like(x)
+        for _ in range(4):
+            h, c = self.lstm(x, (h, c))
+            g = self.gru(h, g)
+        return g
+
+
+class Checkpointed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.head = nn.Linear(8, 16)
+        self.block = nn.Sequential(nn.Linear(16, 16), nn.GELU(), nn.Linear(16, 16))
+        self.tail = nn.Linear(16, 2)
+
+    def forward(self, x):
+        return self.tail(checkpoint(self.block, self.head(x), use_reentrant=False))
+
+
+def lenet():
+    return nn.Sequential(nn.Conv2d(1, 6, 5), nn.Tanh(), nn.AvgPool2d(2), nn.Conv2d(6, 16, 5), nn.Tanh(),
+                         nn.MaxPool2d(2), nn.Flatten(), nn.Linear(256, 10))
+
+
+def bert():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                     intermediate_size=64)
+    return transformers.BertForSequenceClassification(config)
+
+
+TRAINING = [
+    pytest.param(lenet, lambda: torch.randn(2, 1, 28, 28), id="lenet"),
+    pytest.param(Cells, lambda: torch.randn(3, 8), id="lstm-gru-cells"),
+    pytest.param(Checkpointed, lambda: torch.randn(4, 8), id="checkpointed"),
+    pytest.param(bert, lambda: torch.randint(0, 100, (2, 12)), id="bert"),
+]
+
+
+@needs_native
+@pytest.mark.parametrize("make, inputs", TRAINING)
+def test_a_training_step_counts_the_same_on_both_backends(make, inputs):
+    """Forward, backward (charged to the forward's modules through sequence numbers), the
+    recompute of activation checkpointing and the optimizer step: equal per module, phase and op."""
+
+    def run(backend):
+        torch.manual_seed(0)
+        model, x = make(), inputs()
+        opt = torch.optim.AdamW(model.parameters())
+        with flopsight.Profiler(model, optimizer=opt, backend=backend) as prof:
+            out = model(x)
+            (out.logits if hasattr(out, "logits") else out).float().sum().backward()
+            opt.step()
+        return prof.result
+
+    python, native = both(run)
+    assert native == python
+
+
+@needs_native
+@pytest.mark.parametrize("make, inputs", TRAINING[:2] + TRAINING[3:])
+def test_a_forward_on_meta_counts_the_same_on_both_backends(make, inputs):
+    """Meta kernels written in Python run aten ops inside the op: counted once, not twice."""
+
+    def run(backend):
+        torch.manual_seed(0)
+        model = make().to("meta")
+        x = inputs().to("meta")
+        return flopsight.profile(model, x, warm_up=0, backend=backend)
+
+    python, native = both(run)
+    assert native == python and any(v[0] for v in native.values())
+
+
+@needs_native
+def test_a_wrapper_tensor_subclass_is_counted_once():
+    """A TwoTensor's op runs the op on each of its two tensors: the recorder sees all three."""
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    def run(backend):
+        model = nn.Linear(4, 3)
+        with torch.no_grad(), flopsight.Profiler(model, backend=backend) as prof:
+            model(TwoTensor(torch.randn(2, 4), torch.randn(2, 4)))
+        return prof.result
+
+    python, native = both(run)
+    assert native == python
+    # 2x4 @ 4x3 and the bias; reads 3 + 8 + 12 and writes 6 floats
+    assert native[("", "forward", "aten.addmm")] == (1, 2 * 4 * 3, 2 * 4 * 3 * 2 + 2 * 3, (3 + 8 + 12 + 6) * 4)
+
+
+@needs_native
+def test_a_compiled_model_is_counted_on_its_eager_twin():
+    def run(backend):
+        torch.manual_seed(0)
+        model = torch.compile(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)), backend="eager")
+        return flopsight.profile(model, torch.randn(3, 4), backend=backend)
+
+    python, native = both(run)
+    assert native == python and native[("0", "forward")][0] + native[("2", "forward")][0] == 3 * (4 * 8 + 8 * 2)
+
+
+@pytest.mark.parametrize("backend", ["python", pytest.param("native", marks=needs_native)])
+def test_a_backward_pass_on_another_thread_is_named(backend):
+    """Counting follows the thread that started profiling (and the autograd threads it
+    starts), on both backends: a backward() started on another thread is not counted, and
+    the profile says so."""
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    with pytest.warns(UserWarning, match="backward pass ran on another thread"):
+        with flopsight.Profiler(model, backend=backend) as prof:
+            loss = model(torch.randn(3, 4)).sum()
+            worker = threading.Thread(target=loss.backward)
+            worker.start()
+            worker.join()
+    assert prof.result.total.forward.macs == 3 * (4 * 8 + 8 * 2)
+    assert "backward" not in prof.result.module("0").phases
+
+
+# -- what a plain run computes, where a dispatch mode changes it ---------------------------------
+@needs_native
+def test_the_native_backend_counts_the_branch_a_plain_run_takes():
+    """Under a dispatch mode torch takes its tensor-subclass branches: svdvals computes the
+    singular vectors too (7,776 FLOPs for 12x6, see test_formulas_linalg.py). A plain run
+    computes the values alone, Golub-Reinsch without vectors: 4*m*n^2 - 4/3*n^3 =
+    4*12*36 - 4/3*216 = 1728 - 288 = 1440 FLOPs, which the native backend counts."""
+    a = torch.randn(12, 6, dtype=torch.float64)
+
+    def svd_flops(backend):
+        with flopsight.Profiler(backend=backend) as prof:
+            torch.linalg.svdvals(a)
+        return prof.result.module("").ops["forward"]["aten._linalg_svd"].flops
+
+    assert svd_flops("python") == 7776
+    assert svd_flops("native") == 1440
+
+
+# -- choosing a backend -------------------------------------------------------------------------
+def test_a_bad_backend_is_named_before_the_model_runs(monkeypatch):
+    model = nn.Linear(2, 2)
+    calls = []
+    model.register_forward_hook(lambda *a: calls.append(1))
+    with pytest.raises(ValueError, match="backend: expected one of 'auto', 'native', 'python', got 'c'"):
+        flopsight.profile(model, torch.ones(1, 2), backend="c")
+    with pytest.raises(ValueError, match="backend"):
+        flopsight.Profiler(model, backend="fast")
+    with pytest.raises(ValueError, match="backend"):
+        flopsight.get_model_profile(model, (1, 2), backend=1, print_profile=False)
+    monkeypatch.setenv("FLOPSIGHT_BACKEND", "turbo")
+    with pytest.raises(ValueError, match="FLOPSIGHT_BACKEND: expected one of 'auto', 'native', 'python', got 'turbo'"):
+        flopsight.profile(model, torch.ones(1, 2))
+    assert calls == []
+
+
+@needs_native
+def test_auto_counts_natively_where_it_can_and_says_why_not(monkeypatch):
+    monkeypatch.delenv("FLOPSIGHT_BACKEND", raising=False)
+    model, x = nn.Linear(2, 2), torch.ones(1, 2)
+    meta = flopsight.profile(model, x).metadata
+    assert (meta.backend, meta.backend_note) == ("native", None)
+    meta = flopsight.profile(model, x, memory=True).metadata
+    assert meta.backend == "python" and "memory tracking" in meta.backend_note
+    meta = flopsight.profile(model, x, clock=flopsight.FakeClock()).metadata
+    assert meta.backend == "python" and "fake clock" in meta.backend_note
+    assert flopsight.profile(model, x, backend="python").metadata.backend_note is None
+    monkeypatch.setenv("FLOPSIGHT_BACKEND", "python")
+    assert flopsight.profile(model, x).metadata.backend == "python"
+    # a profile nested in a running native one counts in Python (one recorder per process)
+    with flopsight.Profiler(model, backend="native") as outer:
+        inner = flopsight.profile(model, x, backend="native", warm_up=0)
+        model(x)
+    assert outer.result.metadata.backend == "native" and outer.result.total.forward.calls == 1
+    assert inner.metadata.backend == "python" and "already running" in inner.metadata.backend_note
+    assert inner.total.forward.macs == 4
+
+
+def test_without_a_compiler_one_line_says_so_and_python_counts(tmp_path):
+    """A fresh cache and no working compiler: the build fails, one line on stderr, the
+    Python path counts; asking for native explicitly is an error naming why."""
+    script = (
+        "import torch, flopsight\n"
+        "r = flopsight.profile(torch.nn.Linear(2, 2), torch.ones(1, 2))\n"
+        "print(r.metadata.backend, r.total.forward.macs)\n"
+        "try:\n"
+        "    flopsight.profile(torch.nn.Linear(2, 2), torch.ones(1, 2), backend='native')\n"
+        "except RuntimeError as e:\n"
+        "    print('error:', e)\n"
+    )
+    env = {**os.environ, "FLOPSIGHT_CACHE": str(tmp_path), "CXX": "/nonexistent/c++", "FLOPSIGHT_BACKEND": "auto"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout.splitlines()
+    assert out[0] == "python 4"
+    assert out[1].startswith("error: backend: 'native' was asked for, but the native recorder cannot be built here")
+    lines = [line for line in done.stderr.splitlines() if line.startswith("flopsight:")]
+    assert len(lines) == 1 and "the native backend is not available" in lines[0], done.stderr
+
+
+def test_the_build_is_cached_per_torch_python_and_platform():
+    folder = cache_folder().name
+    assert torch.__version__.replace("+", "_") in folder and sys.implementation.cache_tag in folder
