@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import shutil
 import sys
 import threading
 import warnings
@@ -73,7 +74,11 @@ def _build(quiet: bool):
     folder.mkdir(parents=True, exist_ok=True)
     _ninja_on_path()
     name = "flopsight_native_" + folder.name.rsplit("-", 1)[-1]
-    if not quiet and not any(folder.glob(f"{name}*.so")) and not any(folder.glob(f"{name}*.pyd")):
+    built = any(folder.glob(f"{name}*.so")) or any(folder.glob(f"{name}*.pyd"))
+    compiler = os.environ.get("CXX", "c++")  # what torch's tooling compiles with
+    if not built and shutil.which(compiler) is None:
+        raise BuildFailed(f"no C++ compiler: {compiler!r} is not on PATH")
+    if not quiet and not built:
         print(f"flopsight: building the native counting backend into {folder} (once for this torch, "
               "Python and platform; about half a minute)", file=sys.stderr)
     with warnings.catch_warnings():
