@@ -101,6 +101,7 @@ std::unordered_set<std::string> g_value_ops;  // "aten::name.overload" whose for
 std::unordered_set<std::string> g_formula_ops;  // "aten::name.overload" the registry costs (not free)
 int32_t g_next_one_off = 0;  // ops costed on their own values get ids -1, -2, ...
 std::vector<Record> g_records;
+int64_t g_pending = 0;  // g_records.size(), readable from Python without a call (pending_view)
 std::vector<Values> g_values;
 std::atomic<bool> g_on{false};
 std::atomic<int64_t> g_generation{0};  // a new one per start: frames of an old session are ignored
@@ -440,6 +441,7 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext*) {
   }
   frame.inputs.clear();
   g_records.push_back(Record{frame.op, sig, frame.node_seq, seq_after, frame.t0, t1, frame.accumulated});
+  g_pending = static_cast<int64_t>(g_records.size());
 }
 
 // -- values to Python ------------------------------------------------------------------
@@ -544,6 +546,19 @@ void stop() {
 
 void set_recording(bool on) { g_on.store(on && g_handle.has_value()); }
 
+// RecordFunction on this thread on or off; returns whether it was on. Off while a call counted
+// whole runs: its ops then skip RecordFunction altogether (boxing every op's arguments)
+bool set_thread_enabled(bool on) {
+  bool was = at::isRecordFunctionEnabled();
+  at::enableRecordFunction(on);
+  return was;
+}
+
+// the number of records not yet drained, as a one-element int64 buffer Python reads without a call
+py::memoryview pending_view() {
+  return py::memoryview::from_memory(&g_pending, sizeof(g_pending), /*readonly=*/true);
+}
+
 // (records, values, ops): each record as (op, sig, node sequence nr, sequence nr after,
 // t0 ns, t1 ns, accumulated TensorImpl address); values as (sig, inputs, outputs); the
 // operators first seen since the last drain as (id, name, overload)
@@ -555,6 +570,7 @@ py::tuple drain(int32_t ops_known) {
     std::lock_guard<std::mutex> guard(g_lock);
     records.swap(g_records);
     values.swap(g_values);
+    g_pending = 0;
     for (size_t i = static_cast<size_t>(ops_known); i < g_ops.size(); ++i) ops.push_back(g_ops[i]);
   }
   py::list out_records(records.size());
@@ -611,6 +627,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("signature", &signature, py::arg("sig"), "A signature's key.");
   m.def("stop", &stop, "Remove the recorder.");
   m.def("set_recording", &set_recording, "Record ops (True) or let them pass unrecorded (False).");
+  m.def("set_thread_enabled", &set_thread_enabled, py::arg("on"),
+        "RecordFunction on this thread on or off (returns whether it was on).");
+  m.def("pending_view", &pending_view, "The number of records not yet drained, as an int64 buffer.");
   m.def("drain", &drain, py::arg("ops_known"), "Hand over and forget what was recorded so far.");
   m.def("clock_ns", &clock_ns, "The recorder's clock (steady_clock) in nanoseconds.");
   m.def("dtypes", &dtypes, "torch.dtype per ScalarType index.");

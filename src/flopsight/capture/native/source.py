@@ -152,6 +152,7 @@ class NativeCountingSource:
         self._recording = False
         self._running = False
         self._by_address: dict | None = None
+        self._pending = recorder.pending_view().cast("q")  # records not yet charged
         clock = ctx.clock
         if isinstance(clock, HostClock):  # the recorder's stamps, moved onto the host clock
             self._offset = time.perf_counter() - recorder.clock_ns() * 1e-9
@@ -195,16 +196,14 @@ class NativeCountingSource:
 
     @contextlib.contextmanager
     def aside(self):
-        """Record nothing while a call counted whole runs (its ops are not counted again)."""
-        if not self._recording:
-            yield
-            return
+        """Record nothing while a call counted whole runs (its ops are not counted again):
+        RecordFunction is off on this thread meanwhile, so its ops run at full speed."""
         self.settle()
-        self._set_recording(False)
+        was = self._rec.set_thread_enabled(False)
         try:
             yield
         finally:
-            self._set_recording(True)
+            self._rec.set_thread_enabled(was)
 
     @contextlib.contextmanager
     def unrecorded(self):
@@ -225,6 +224,8 @@ class NativeCountingSource:
     # -- charging -------------------------------------------------------------------------
     def settle(self) -> None:
         """Charge what was recorded so far, under the state it ran in (the current one)."""
+        if not self._pending[0]:  # most module boundaries: nothing ran since the last one
+            return
         rec = self._rec
         was_recording = self._recording
         if was_recording:  # formulas and charging run torch code that is not the model's

@@ -1,0 +1,110 @@
+"""One counting pass against a plain forward: the model's forward while a profile runs.
+
+    python benchmarks/counting_pass.py                       # BERT-base, GPT-2, LeNet, cells
+    python benchmarks/counting_pass.py --models lenet --rounds 51 --threads 1
+
+Each round times a plain forward, then the same forward inside a running profile on each
+side (flopsight's native and Python backends, DeepSpeed's profiler): the profile is started
+before the timed call and stopped after it, so the figure is what counting costs the pass;
+what a profile costs on its own (start, stop, building the result) is
+``benchmarks/fixed_cost.py``'s. The table gives, per side, the median over rounds of its time
+over the plain forward's in the same round, and the spread (interquartile range).
+Everything runs under ``torch.no_grad()``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import statistics
+import time
+import warnings
+
+import torch
+
+import flopsight
+from overhead import build
+
+
+def sides(model):
+    """name -> (start, stop) around the timed forward."""
+    out = {}
+    for backend in ("native", "python"):
+        def start(backend=backend):
+            prof = flopsight.Profiler(model, backend=backend)
+            prof.start()
+            return prof
+
+        out[f"flopsight, {backend}"] = (start, lambda prof: prof.stop())
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from deepspeed.profiling.flops_profiler import FlopsProfiler
+            from deepspeed.utils import logger
+
+        logger.setLevel("ERROR")
+
+        def ds_start():
+            prof = FlopsProfiler(model)
+            prof.start_profile()
+            return prof
+
+        def ds_stop(prof):
+            prof.stop_profile()
+            prof.end_profile()
+
+        out["DeepSpeed"] = (ds_start, ds_stop)
+    except ImportError:
+        pass
+    return out
+
+
+def measure(name: str, rounds: int) -> dict[str, list[float]]:
+    model, args, kwargs = build(name)
+    runs = sides(model)
+    ratios: dict[str, list[float]] = {k: [] for k in runs}
+
+    def timed() -> float:
+        t0 = time.perf_counter()
+        model(*args, **kwargs)
+        return time.perf_counter() - t0
+
+    with torch.no_grad():
+        for start, stop in runs.values():  # warm every path (the native build, lazy imports)
+            prof = start()
+            timed()
+            stop(prof)
+        timed()
+        for _ in range(rounds):
+            for key, (start, stop) in runs.items():
+                plain = timed()
+                prof = start()
+                try:
+                    counted = timed()
+                finally:
+                    stop(prof)
+                ratios[key].append(counted / plain)
+    return ratios
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="bert-base,gpt2,lenet,cells")
+    parser.add_argument("--rounds", type=int, default=21)
+    parser.add_argument("--threads", type=int, default=None, help="intra-op threads (default: torch's)")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.rounds} interleaved rounds\n")
+    print("| model | side | pass / plain forward (median) | spread (IQR) |")
+    print("|---|---|---:|---:|")
+    for name in args.models.split(","):
+        for key, r in measure(name, args.rounds).items():
+            r = sorted(r)
+            q1, q3 = r[len(r) // 4], r[3 * len(r) // 4]
+            print(f"| {name} | {key} | {statistics.median(r):.2f}x | {q1:.2f}-{q3:.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
