@@ -226,25 +226,16 @@ class NativeCountingSource:
         """Charge what was recorded so far, under the state it ran in (the current one)."""
         if not self._pending[0]:  # most module boundaries: nothing ran since the last one
             return
-        rec = self._rec
-        was_recording = self._recording
-        if was_recording:  # formulas and charging run torch code that is not the model's
-            rec.set_recording(False)
-        try:
-            records, values, ops = rec.drain(len(_TABLES.ops))
-            _TABLES.ops.extend((name, overload) for _, name, overload in ops)
-            if records:
-                ctx = self._ctx
-                h0 = ctx.overhead.begin()
-                for sig, key, inputs, outputs in values:
-                    self._values[sig] = (key, inputs, outputs)
-                if not (ctx.suppressed or ctx.paused):
-                    self._charge(records)
-                self._values.clear()
-                ctx.overhead.end(h0)
-        finally:
-            if was_recording:
-                rec.set_recording(True)
+        ctx = self._ctx
+        h0 = ctx.overhead.begin()
+        records, values, ops = self._rec.drain(len(_TABLES.ops))
+        _TABLES.ops.extend((name, overload) for _, name, overload in ops)
+        for sig, key, inputs, outputs in values:
+            self._values[sig] = (key, inputs, outputs)
+        if not (ctx.suppressed or ctx.paused):
+            self._charge(records)
+        self._values.clear()
+        ctx.overhead.end(h0)
 
     def _op(self, op_id: int) -> _Op | None:
         ops = self._tables.ops
@@ -287,6 +278,10 @@ class NativeCountingSource:
     def _cost(self, op_id: int, sig: int) -> tuple:
         """(entry, cost or None, bytes moved) of a signature, costed on meta tensors of its
         shapes (cached), or on an op's own values (not cached: ``sig < 0``)."""
+        with self.unrecorded():  # the formulas' and the meta tensors' ops are not the model's
+            return self._costed(op_id, sig)
+
+    def _costed(self, op_id: int, sig: int) -> tuple:
         op = self._op(op_id)
         if op is None:  # an operator torch.ops does not know: not counted
             return None, None, 0
