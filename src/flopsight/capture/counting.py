@@ -27,7 +27,7 @@ from ..result.stats import Stats, ZERO_STATS
 from .context import CaptureContext
 from .events import OpEvent
 
-__all__ = ["CountingSource", "Counts", "collect_counts"]
+__all__ = ["CountingSource", "Counts", "collect_counts", "EAGER_STANCE"]
 
 _NO_KWARGS: dict = {}  # shared, never written to
 _event = tuple.__new__  # an OpEvent without the keyword-handling constructor: once per op
@@ -137,7 +137,8 @@ class _EagerStance:
             stance.__exit__(None, None, None)
 
 
-_EAGER = _EagerStance()
+#: the stance every counting source (this one, the native one) holds while it runs
+EAGER_STANCE = _EagerStance()
 
 
 class CountingSource:
@@ -152,12 +153,12 @@ class CountingSource:
         prime_modes()
         for hop in flex_attention_ops():  # higher-order ops run their aten ops under the mode
             allow_under_mode(hop, _CountingMode)
-        _EAGER.acquire()
+        EAGER_STANCE.acquire()
         try:
             self._mode = _CountingMode(ctx)
             self._mode.__enter__()
         except BaseException:
-            _EAGER.release()
+            EAGER_STANCE.release()
             raise
         ctx.events.aside = self.aside
 
@@ -189,4 +190,4 @@ class CountingSource:
         try:
             mode.__exit__(None, None, None)
         finally:
-            _EAGER.release()
+            EAGER_STANCE.release()

@@ -21,9 +21,8 @@ told about gets meta tensors (no values): it is warned about, and ``backend="pyt
 from __future__ import annotations
 
 import contextlib
-import time
-
 import struct
+import time
 import warnings
 import weakref
 
@@ -42,7 +41,7 @@ from ...formulas.attention.convention import reads_values
 from ...formulas.registry import ZERO
 from ...result.stats import ZERO_STATS, Stats
 from ..context import CaptureContext
-from ..counting import Counts, _EAGER, collect_counts
+from ..counting import EAGER_STANCE, Counts, collect_counts
 from ..timing import HostClock
 from . import _in_use
 
@@ -163,11 +162,11 @@ class NativeCountingSource:
 
     def start(self, ctx: CaptureContext) -> None:
         self._tables = _TABLES.configure(self._rec, ctx.registry)
-        _EAGER.acquire()
+        EAGER_STANCE.acquire()
         try:
             self._rec.start()
         except BaseException:
-            _EAGER.release()
+            EAGER_STANCE.release()
             raise
         _in_use[0] += 1
         self._running = self._recording = True
@@ -187,7 +186,7 @@ class NativeCountingSource:
             _in_use[0] -= 1
             ctx.settle = _nothing
             ctx.unrecorded = ctx.events.aside = contextlib.nullcontext
-            _EAGER.release()
+            EAGER_STANCE.release()
 
     def collect(self, ctx: CaptureContext) -> Counts:
         if self._running:  # a snapshot while running: what ran so far
