@@ -49,10 +49,14 @@ DISPATCH_MODE_BRANCH = (
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "python_backend(reason): counted on the Python backend only (the native one differs, for reason)")
+    config.addinivalue_line(
+        "markers", "any_backend: run once, whatever the backend (the test checks registration, not counts)")
 
 
 def pytest_generate_tests(metafunc):
     module = metafunc.module.__name__.rpartition(".")[2]
+    if metafunc.definition.get_closest_marker("any_backend") is not None:
+        return
     if "backend" in metafunc.fixturenames and (module.startswith("test_formulas_") or module in BOTH_BACKENDS):
         metafunc.parametrize("backend", ["python", "native"], indirect=True)
 

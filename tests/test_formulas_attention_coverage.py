@@ -13,6 +13,7 @@ import subprocess
 import sys
 import warnings
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -69,6 +70,7 @@ def test_varlen_backward_formula_with_shared_kv_heads():
     assert (cost.macs, cost.flops) == (8960, 19320 + 896)
 
 
+@pytest.mark.any_backend
 def test_varlen_ops_registered_when_imported_after_flopsight():
     code = ("import flopsight, torch, torch.nn.attention.varlen; "
             "from flopsight.formulas import REGISTRY; ops = torch.ops.torch_attn; "
