@@ -37,6 +37,7 @@ __all__ = [
     "op_schema",
     "native_op",
     "op_overload_names",
+    "builtin_aten_op",
     "tensor_address",
     "compiler_stance",
     "modes_disabled",
@@ -156,6 +157,18 @@ def op_schema(op: OpOverload):
 def tensor_address(t: torch.Tensor) -> int:
     """The address of ``t``'s TensorImpl: how C++ code (the native recorder) names a tensor."""
     return t._cdata
+
+
+def builtin_aten_op(function) -> OpOverloadPacket | None:
+    """The aten op a torch builtin function calls straight away (``torch.lstm_cell`` ->
+    ``aten::lstm_cell``), or None (a Python function, or no aten op of that name)."""
+    if not isinstance(function, type(torch.add)):
+        return None
+    try:
+        packet = getattr(torch.ops.aten, function.__name__)
+    except (AttributeError, RuntimeError):
+        return None
+    return packet if isinstance(packet, OpOverloadPacket) else None
 
 
 def op_overload_names(packet: OpOverloadPacket) -> list[str]:

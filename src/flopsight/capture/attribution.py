@@ -31,7 +31,7 @@ from ..result.stats import ZERO_STATS, Stats
 from .context import CaptureContext
 from .notices import warn_formula_failed, warn_unprofiled_forward, warn_unsupported
 
-__all__ = ["Attribution", "WholeCall"]
+__all__ = ["Attribution", "WholeCall", "whole_call_bytes"]
 
 
 class WholeCall:
@@ -213,6 +213,17 @@ class Attribution:
             cost = self.evaluate(unit.backward_entry, out, bound)
             # its backward reads the outputs' gradients and the inputs, writes the inputs' gradients
             self.expect_backward(seq_start, seq_end, where[0], unit.name, cost, written + 2 * read)
+        return where
+
+    def charge_whole_costed(self, node, seq_after: int | None, unit, t0, t1, cost: Stats | None,
+                            backward_cost: Stats, read: int, written: int, seq_start: int,
+                            seq_end: int) -> tuple[str, str] | None:
+        """:meth:`charge_whole` for a call whose costs are known (a unit the native recorder
+        recorded, costed once per signature): ``cost`` None charges it as failed (``unit``
+        then raises its error again)."""
+        where = self.place_at(node, seq_after, unit, t0, t1, (), cost, read + written)
+        if where is not None and unit.backward is not None and seq_end > seq_start:
+            self.expect_backward(seq_start, seq_end, where[0], unit.name, backward_cost, written + 2 * read)
         return where
 
     def expect_backward(self, seq_start: int, seq_end: int, path: str, name: str, cost: Stats,

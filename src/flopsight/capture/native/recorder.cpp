@@ -8,6 +8,9 @@
 // silu_backward has for the CPU) and no op enclosing it on this thread was recorded. A
 // composite op with a formula of its own that decomposes into no recorded op that has one
 // (its kernel calls plain C++ functions, as max_pool1d's does on the CPU) is recorded whole.
+// A unit (an operator Python counts whole from its arguments: an RNN cell, attention) is
+// recorded whole too, with RecordFunction off on its thread while it runs: its parts are
+// neither recorded nor pay RecordFunction's cost.
 //
 // What: per op, its operator, a signature id (operator, input and output dtypes, shapes and
 // scalar or list arguments), the autograd node running it (sequence number; for
@@ -50,6 +53,7 @@ struct Op {
   bool composite;        // has a CompositeImplicitAutograd kernel
   bool keep_values;      // its formula reads values: every op keeps them
   bool has_formula;      // the registry costs it (not free); a composite one is then a fallback
+  bool unit;             // counted whole from its arguments
   c10::optional<c10::OperatorHandle> handle;
   // per device type: -1 not looked up, else whether it has a kernel of its own there (a
   // composite op with one runs it instead of decomposing)
@@ -62,7 +66,7 @@ struct Record {
   int32_t op;
   int32_t sig;
   int64_t node_seq;  // INT64_MIN: no autograd node running; -1: AccumulateGrad
-  int64_t seq_after;
+  int64_t seq_before, seq_after;  // the thread's sequence counter around it
   int64_t t0, t1;    // steady_clock nanoseconds
   intptr_t accumulated;  // AccumulateGrad's variable (TensorImpl*), else 0
 };
@@ -81,6 +85,9 @@ struct Frame {
   bool costed = false;
   uint64_t costed_before = 0;
   int exceptions = 0;  // std::uncaught_exceptions() when it began
+  bool unit = false;
+  bool rf_was_enabled = true;  // a unit turns RecordFunction off on its thread: the state to restore
+  int64_t seq_before = 0;
   int32_t op = -1;
   int64_t t0 = 0, node_seq = kNoNode;
   intptr_t accumulated = 0;
@@ -99,6 +106,7 @@ std::unordered_map<std::string, int32_t> g_sigs;
 std::vector<std::string> g_sig_keys;  // signature id -> its key
 std::unordered_set<std::string> g_value_ops;  // "aten::name.overload" whose formulas read values
 std::unordered_set<std::string> g_formula_ops;  // "aten::name.overload" the registry costs (not free)
+std::unordered_set<std::string> g_unit_ops;  // "aten::name.overload" counted whole
 int32_t g_next_one_off = 0;  // ops costed on their own values get ids -1, -2, ...
 std::vector<Record> g_records;
 int64_t g_pending = 0;  // g_records.size(), readable from Python without a call (pending_view)
@@ -121,7 +129,7 @@ int64_t now_ns() {
 
 struct OpFlags {
   int32_t id;  // -1: not a dispatcher op (a named range)
-  bool recorded, keep_values, fallback, costed;
+  bool recorded, keep_values, fallback, costed, unit;
 };
 
 // the device of an op's first tensor input; false: it has none
@@ -169,7 +177,7 @@ OpFlags op_of(const at::RecordFunction& fn) {
   } else {
     auto op_name = fn.operator_name();
     if (!op_name) {
-      return OpFlags{-1, false, false, false, false};
+      return OpFlags{-1, false, false, false, false, false};
     }
     Op op;
     op.name = op_name->name;
@@ -179,6 +187,7 @@ OpFlags op_of(const at::RecordFunction& fn) {
     op.composite = op.handle && op.handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
     op.keep_values = g_value_ops.count(op.name + "." + op.overload) > 0;
     op.has_formula = g_formula_ops.count(op.name + "." + op.overload) > 0;
+    op.unit = g_unit_ops.count(op.name + "." + op.overload) > 0;
     op.own_kernel.fill(-1);
     id = static_cast<int32_t>(g_ops.size());
     g_ops.push_back(std::move(op));
@@ -188,8 +197,8 @@ OpFlags op_of(const at::RecordFunction& fn) {
   // an op without tensor inputs reaches a dispatch mode whatever its kernels (its dispatch
   // keys come from the mode alone)
   c10::DeviceType device;
-  bool recorded = !op.composite || !device_of(fn.inputs(), device) || runs_own_kernel(op, device);
-  return OpFlags{id, recorded, op.keep_values, !recorded && op.has_formula, op.has_formula};
+  bool recorded = op.unit || !op.composite || !device_of(fn.inputs(), device) || runs_own_kernel(op, device);
+  return OpFlags{id, recorded, op.keep_values, !recorded && op.has_formula, op.has_formula, op.unit};
 }
 
 void append(std::string& key, const void* data, size_t n) {
@@ -356,6 +365,8 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
     frame.costed_before = t_costed_total;
   }
   frame.costed = flags.costed;
+  frame.unit = flags.unit;
+  frame.seq_before = static_cast<int64_t>(at::sequence_number::peek());
   frame.exceptions = std::uncaught_exceptions();
   frame.op = op;
   frame.node_seq = kNoNode;
@@ -378,6 +389,10 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   }
   frame.keep = flags.keep_values || !frame.cacheable;
   if (frame.keep) frame.inputs.assign(inputs.begin(), inputs.end());
+  if (frame.unit) {  // its parts run without RecordFunction (its own end still runs)
+    frame.rf_was_enabled = at::isRecordFunctionEnabled();
+    at::enableRecordFunction(false);
+  }
   frame.t0 = now_ns();
   return nullptr;
 }
@@ -386,6 +401,10 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext*) {
   int64_t t1 = now_ns();
   if (t_depth == 0) return;  // entered before this session began
   Frame& frame = t_frames[--t_depth];
+  if (frame.unit) {
+    frame.unit = false;
+    at::enableRecordFunction(frame.rf_was_enabled);
+  }
   if (frame.fallback) {
     frame.fallback = false;
     if (t_costed_total != frame.costed_before) {  // its parts were costed
@@ -440,7 +459,8 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext*) {
     g_values.push_back(std::move(values));
   }
   frame.inputs.clear();
-  g_records.push_back(Record{frame.op, sig, frame.node_seq, seq_after, frame.t0, t1, frame.accumulated});
+  g_records.push_back(
+      Record{frame.op, sig, frame.node_seq, frame.seq_before, seq_after, frame.t0, t1, frame.accumulated});
   g_pending = static_cast<int64_t>(g_records.size());
 }
 
@@ -508,11 +528,13 @@ py::tuple as_tuple(const std::vector<c10::IValue>& values) {
 
 // the operators whose formulas read values and those with formulas that cost: the op flags
 // depend on them, so the operator and signature tables start again
-void configure(const std::vector<std::string>& value_ops, const std::vector<std::string>& formula_ops) {
+void configure(const std::vector<std::string>& value_ops, const std::vector<std::string>& formula_ops,
+               const std::vector<std::string>& unit_ops) {
   std::lock_guard<std::mutex> guard(g_lock);
   TORCH_CHECK(!g_handle, "flopsight's native recorder is running");
   g_value_ops = std::unordered_set<std::string>(value_ops.begin(), value_ops.end());
   g_formula_ops = std::unordered_set<std::string>(formula_ops.begin(), formula_ops.end());
+  g_unit_ops = std::unordered_set<std::string>(unit_ops.begin(), unit_ops.end());
   g_ops.clear();
   g_op_of.clear();
   g_sigs.clear();
@@ -559,8 +581,8 @@ py::memoryview pending_view() {
   return py::memoryview::from_memory(&g_pending, sizeof(g_pending), /*readonly=*/true);
 }
 
-// (records, values, ops): each record as (op, sig, node sequence nr, sequence nr after,
-// t0 ns, t1 ns, accumulated TensorImpl address); values as (sig, inputs, outputs); the
+// (records, values, ops): each record as (op, sig, node sequence nr, sequence nr before and
+// after, t0 ns, t1 ns, accumulated TensorImpl address); values as (sig, inputs, outputs); the
 // operators first seen since the last drain as (id, name, overload)
 py::tuple drain(int32_t ops_known) {
   std::vector<Record> records;
@@ -576,7 +598,7 @@ py::tuple drain(int32_t ops_known) {
   py::list out_records(records.size());
   for (size_t i = 0; i < records.size(); ++i) {
     const Record& r = records[i];
-    out_records[i] = py::make_tuple(r.op, r.sig, r.node_seq, r.seq_after, r.t0, r.t1, r.accumulated);
+    out_records[i] = py::make_tuple(r.op, r.sig, r.node_seq, r.seq_before, r.seq_after, r.t0, r.t1, r.accumulated);
   }
   py::list out_values(values.size());
   for (size_t i = 0; i < values.size(); ++i) {
@@ -619,10 +641,10 @@ py::list dtypes() {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "flopsight's native op recorder (see recorder.cpp)";
-  m.def("configure", &configure, py::arg("value_ops"), py::arg("formula_ops"),
-        "Name the operators ('ns::name.overload') whose formulas read values (their ops keep them) "
-        "and those with formulas that cost (a composite one is recorded whole if none of its parts "
-        "is); forgets the operators and signatures learnt so far.");
+  m.def("configure", &configure, py::arg("value_ops"), py::arg("formula_ops"), py::arg("unit_ops"),
+        "Name the operators ('ns::name.overload') whose formulas read values (their ops keep them), "
+        "those with formulas that cost (a composite one is recorded whole if none of its parts "
+        "is) and those counted whole (units); forgets the operators and signatures learnt so far.");
   m.def("start", &start, "Install the recorder on this thread (and the autograd threads it starts).");
   m.def("signature", &signature, py::arg("sig"), "A signature's key.");
   m.def("stop", &stop, "Remove the recorder.");

@@ -30,6 +30,7 @@ import torch
 
 from ..._torch_private import (
     ACCUMULATE_GRAD_SEQUENCE_NR,
+    builtin_aten_op,
     function_modes_disabled,
     native_op,
     op_overload_names,
@@ -40,6 +41,7 @@ from ...formulas.attention import entries as attention_entries
 from ...formulas.attention.convention import reads_values
 from ...formulas.registry import ZERO
 from ...result.stats import ZERO_STATS, Stats
+from ..attribution import whole_call_bytes
 from ..context import CaptureContext
 from ..counting import EAGER_STANCE, Counts, collect_counts
 from ..timing import HostClock
@@ -63,26 +65,28 @@ class _RecordedNode:
 
 
 class _Failed:
-    """A resolved op whose formula failed on this signature: charging it reports the error
-    again (so every call is listed as unsupported, as the dispatch-mode path lists them)."""
+    """A resolved op (or unit) whose formula failed on this signature: charging it reports
+    the error again (so every call is listed as unsupported, as the dispatch-mode path lists
+    them)."""
 
-    __slots__ = ("name", "formula", "error")
+    __slots__ = ("name", "formula", "error", "backward")
 
     def __init__(self, entry, error: Exception):
         self.name, self.formula, self.error = entry.name, entry.formula, error
+        self.backward = getattr(entry, "backward", None)
 
     def cost(self, *payload):
         raise self.error
 
 
 class _Op:
-    """A recorded operator: its registry entry and how the recorder's positional inputs
-    split into the schema's positional and keyword arguments."""
+    """A recorded operator: its registry entry (or, for a unit, its :class:`Unit`) and how
+    the recorder's positional inputs split into the schema's positional and keyword arguments."""
 
-    __slots__ = ("entry", "n_positional", "kw_names", "n_returns")
+    __slots__ = ("entry", "unit", "n_positional", "kw_names", "n_returns")
 
-    def __init__(self, entry, schema):
-        self.entry = entry
+    def __init__(self, entry, schema, unit=None):
+        self.entry, self.unit = entry, unit
         arguments = schema.arguments
         self.n_positional = sum(not a.kwarg_only for a in arguments)
         self.kw_names = [a.name for a in arguments if a.kwarg_only]
@@ -111,9 +115,9 @@ class _Tables:
         tables = self.registries.get(registry)
         if tables is None or tables.version != registry.version:
             tables = self.registries[registry] = _RegistryTables(registry)
-        if tables.names != self.names:
-            recorder.configure(*tables.names)
-            self.names = tables.names
+        if tables.names[:3] != self.names:
+            recorder.configure(*tables.names[:3])
+            self.names = tables.names[:3]
             self.ops.clear()
             for other in self.registries.values():
                 other.forget()
@@ -125,7 +129,7 @@ class _RegistryTables:
 
     def __init__(self, registry) -> None:
         self.version = registry.version
-        self.names = operator_names(registry)
+        self.names = operator_names(registry)  # (value ops, costed ops, unit ops, unit by name)
         self.ops: list[_Op | None] = []  # by operator id
         self.costs: dict[int, tuple] = {}  # signature -> (entry, cost, bytes moved)
 
@@ -146,6 +150,13 @@ class NativeCountingSource:
     def __init__(self, ctx: CaptureContext, recorder):
         self._ctx = ctx
         self._rec = recorder
+        # the units that are aten ops are recorded whole here, unless a tensor subclass takes
+        # the call over at the torch-function level (a nested tensor's or CausalBias's own
+        # attention): then the unit's Python handler counts it, as on the Python path
+        functions = ctx.events.functions
+        for function in ctx.registry.units():
+            if builtin_aten_op(function) is not None and function in functions:
+                functions[function] = _recorded_unless_subclassed(functions[function])
         self._tables: _RegistryTables | None = None
         self._values: dict[int, tuple] = {}  # signature -> (key, inputs, outputs) handed over
         self._recording = False
@@ -238,20 +249,23 @@ class NativeCountingSource:
 
     def _op(self, op_id: int) -> _Op | None:
         ops = self._tables.ops
+        units = self._tables.names[3]
         while len(ops) <= op_id:
             name, overload = _TABLES.ops[len(ops)]
             op = native_op(name, overload)
-            ops.append(None if op is None else _Op(self._ctx.registry.resolve(op), op_schema(op)))
+            ops.append(None if op is None else
+                       _Op(self._ctx.registry.resolve(op), op_schema(op), units.get(f"{name}.{overload}")))
         return ops[op_id]
 
     def _charge(self, records: list) -> None:
-        place_at = self._ctx.attribution.place_at
+        attribution = self._ctx.attribution
+        place_at = attribution.place_at
         costs, offset, stamp = self._tables.costs, self._offset, self._stamp
-        for op_id, sig, node_seq, seq_after, t0, t1, variable in records:
+        for op_id, sig, node_seq, seq_before, seq_after, t0, t1, variable in records:
             known = costs.get(sig)
             if known is None:
                 known = self._cost(op_id, sig)
-            entry, cost, nbytes = known
+            entry, cost, nbytes = known[:3]
             if entry is None:
                 continue
             if node_seq == NO_NODE:
@@ -264,7 +278,11 @@ class NativeCountingSource:
                 t0, t1 = t0 * 1e-9 + offset, t1 * 1e-9 + offset
             else:
                 t0, t1 = stamp(), stamp()
-            place_at(node, seq_after, entry, t0, t1, (), cost, nbytes)
+            if len(known) == 3:
+                place_at(node, seq_after, entry, t0, t1, (), cost, nbytes)
+            else:  # a unit: (unit, cost, read, backward cost, written)
+                attribution.charge_whole_costed(node, seq_after, entry, t0, t1, cost, known[3], nbytes, known[4],
+                                                seq_before, seq_after)
 
     def _parameter(self, address: int):
         """The model's parameter at TensorImpl ``address`` (the recorder knows an
@@ -289,8 +307,10 @@ class NativeCountingSource:
             described = _decode(key, _dtypes(self._rec))
             inputs = described[0] if inputs is None else inputs
             outputs = described[1] if outputs is None else outputs
-        entry = op.entry
         out, args, kwargs = op.call_values(inputs, outputs)
+        if op.unit is not None:
+            return self._cost_unit(op.unit, out, args, kwargs, sig)
+        entry = op.entry
         io = entry.io
         nbytes = io(out, args, kwargs) if io is not None else 0
         if entry.formula is None:
@@ -312,6 +332,41 @@ class NativeCountingSource:
         return known
 
 
+    def _cost_unit(self, unit, out, args, kwargs, sig: int) -> tuple:
+        """(unit, cost or None, bytes read, backward cost, bytes written) of a unit's call."""
+        bound = unit.bind(args, kwargs)  # None if no schema fits: its formula then fails
+        read, written = whole_call_bytes(out, bound)
+        try:
+            with function_modes_disabled():
+                cost = unit.cost(out, bound)
+            entry = unit
+        except Exception as e:  # a formula bug must not break the user's model
+            entry, cost = _Failed(unit, e), None
+        backward = ZERO_STATS
+        if unit.backward is not None:
+            backward = self._ctx.attribution.evaluate(unit.backward_entry, out, bound)
+        known = (entry, cost, read, backward, written)
+        if sig >= 0:
+            self._tables.costs[sig] = known
+        return known
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+def _recorded_unless_subclassed(handler):
+    """A unit's function handler that lets a call on plain tensors run (the recorder counts
+    its aten op whole) and hands any other call to ``handler``."""
+
+    def route(func, args, kwargs):
+        for value in (*args, *kwargs.values()):
+            if isinstance(value, torch.Tensor) and type(value) not in _PLAIN:
+                return handler(func, args, kwargs)
+        return func(*args, **kwargs)
+
+    return route
+
+
 _DTYPES: list = []
 
 
@@ -322,9 +377,11 @@ def _dtypes(recorder) -> list:
     return _DTYPES
 
 
-def operator_names(registry) -> tuple[list[str], list[str]]:
+def operator_names(registry) -> tuple:
     """``"ns::name.overload"`` of every operator whose formula reads tensor values (the
-    recorder keeps those ops' values), and of every operator with a formula that costs."""
+    recorder keeps those ops' values), of every operator with a formula that costs, and of
+    every operator a unit counts whole (a builtin such as ``torch.lstm_cell``); and unit by
+    operator name."""
     reading, costed = [], []
     for key, formula in registry.ops().items():
         if formula is None or formula is ZERO or isinstance(key, str):
@@ -333,7 +390,22 @@ def operator_names(registry) -> tuple[list[str], list[str]]:
         costed.extend(names)
         if reads_values(formula):
             reading.extend(names)
-    return reading, costed
+    units: dict = {}
+    for function, unit in registry.units().items():
+        packet = builtin_aten_op(function)
+        if packet is not None:
+            names = op_overload_names(packet)
+            units.update(dict.fromkeys(names, unit))
+            if reads_values(unit.formula) or reads_values(unit.backward):
+                reading.extend(names)
+            else:  # a PackedSequence's batch sizes are shape information its formula reads
+                reading.extend(n for n in names if _takes_batch_sizes(packet, n))
+    return reading, costed, sorted(units), units
+
+
+def _takes_batch_sizes(packet, name: str) -> bool:
+    overload = getattr(packet, name.rpartition(".")[2])
+    return any(a.name == "batch_sizes" for a in op_schema(overload).arguments)
 
 
 _warned: set[str] = set()
