@@ -145,6 +145,8 @@ class CountingSource:
     """Installs the counting dispatch mode between ``start`` and ``stop``; while it runs,
     ``ctx.events.aside`` takes the mode off (for the calls counted whole)."""
 
+    backend = "python"
+
     def __init__(self, ctx: CaptureContext, note: str | None = None):
         self._mode: _CountingMode | None = None
         self._note = note  # why the native backend is not counting (None: it was not asked for)
@@ -161,8 +163,6 @@ class CountingSource:
             EAGER_STANCE.release()
             raise
         ctx.events.aside = self.aside
-
-    backend = "python"
 
     def collect(self, ctx: CaptureContext) -> Counts:
         return collect_counts(ctx, self.backend, self._note)
