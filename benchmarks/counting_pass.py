@@ -15,16 +15,14 @@ Everything runs under ``torch.no_grad()``.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import statistics
 import time
-import warnings
 
 import torch
 
 import flopsight
 from overhead import build
+from pairing import load_deepspeed
 
 
 def sides(model):
@@ -37,13 +35,9 @@ def sides(model):
             return prof
 
         out[f"flopsight, {backend}"] = (start, lambda prof: prof.stop())
-    try:
-        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            from deepspeed.profiling.flops_profiler import FlopsProfiler
-            from deepspeed.utils import logger
-
-        logger.setLevel("ERROR")
+    ds = load_deepspeed()
+    if ds is not None:
+        FlopsProfiler = ds[1]
 
         def ds_start():
             prof = FlopsProfiler(model)
@@ -55,8 +49,6 @@ def sides(model):
             prof.end_profile()
 
         out["DeepSpeed"] = (ds_start, ds_stop)
-    except ImportError:
-        pass
     return out
 
 

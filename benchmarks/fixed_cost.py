@@ -16,16 +16,13 @@ forward's, and the spread (interquartile range):
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import statistics
-import warnings
 
 import torch
 from torch import nn
 
 import flopsight
-from pairing import paired_rounds
+from pairing import load_deepspeed, paired_rounds
 
 
 def variants(model, x):
@@ -42,10 +39,9 @@ def variants(model, x):
 
     out = {"flopsight Profiler, native": flopsight_pass("native"),
            "flopsight Profiler, python": flopsight_pass("python")}
-    try:
-        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            from deepspeed.profiling.flops_profiler import FlopsProfiler
+    ds = load_deepspeed()
+    if ds is not None:
+        FlopsProfiler = ds[1]
 
         def deepspeed():
             prof = FlopsProfiler(model)
@@ -57,8 +53,6 @@ def variants(model, x):
             return flops
 
         out["DeepSpeed FlopsProfiler"] = deepspeed
-    except ImportError:
-        pass
     return plain, out
 
 

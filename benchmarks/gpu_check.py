@@ -511,16 +511,14 @@ def measure_latency(ctx: Ctx) -> dict[str, dict]:
 
 
 # -- overhead ----------------------------------------------------------------------------
-def measure_overhead(ctx: Ctx) -> dict:
-    """BERT-large bf16 training step (forward, backward, AdamW step), paired rounds of a
-    plain step and one inside ``flopsight.Profiler(model, optimizer=opt)`` (the result built
-    at the ``with``'s exit included), host wall time with the device drained."""
+def bert_training_step(ctx: Ctx, large: bool = False):
+    """(model, optimizer, step): a BERT (large or base) bf16 model for sequence
+    classification on the device and ``step()``, one forward, backward and AdamW step."""
     import torch
-    import flopsight
 
     torch.manual_seed(0)
     batch, seq = (2, 16) if ctx.quick else (8, 128)
-    model, inputs = build_bert(ctx.quick, batch, seq, large=True, head=True)
+    model, inputs = build_bert(ctx.quick, batch, seq, large=large, head=True)
     model = model.to(ctx.device, torch.bfloat16).train()
     inputs = _to(inputs, ctx.device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
@@ -529,6 +527,17 @@ def measure_overhead(ctx: Ctx) -> dict:
         opt.zero_grad(set_to_none=True)
         model(**inputs).loss.backward()
         opt.step()
+
+    return model, opt, step
+
+
+def measure_overhead(ctx: Ctx) -> dict:
+    """BERT-large bf16 training step (forward, backward, AdamW step), paired rounds of a
+    plain step and one inside ``flopsight.Profiler(model, optimizer=opt)`` (the result built
+    at the ``with``'s exit included), host wall time with the device drained."""
+    import flopsight
+
+    model, opt, step = bert_training_step(ctx, large=True)
 
     def profiled():
         with flopsight.Profiler(model, optimizer=opt):
@@ -658,22 +667,11 @@ def measure_nvml(ctx: Ctx) -> dict:
 def measure_efficiency(ctx: Ctx) -> dict:
     """A BERT-base bf16 training step inside a Profiler: the recorded device name, the
     peak-table entry it maps to, and the step's MFU (flopsight.analysis.efficiency)."""
-    import torch
     import flopsight
     from flopsight.analysis.efficiency import efficiency
     from flopsight.hardware import detect_peak
 
-    torch.manual_seed(0)
-    model, inputs = build_bert(ctx.quick, 8 if not ctx.quick else 2, 128 if not ctx.quick else 16, head=True)
-    model = model.to(ctx.device, torch.bfloat16).train()
-    inputs = _to(inputs, ctx.device)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        model(**inputs).loss.backward()
-        opt.step()
-
+    model, opt, step = bert_training_step(ctx)
     step()
     with flopsight.Profiler(model, optimizer=opt) as prof:
         step()

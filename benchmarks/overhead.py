@@ -27,17 +27,14 @@ Everything runs under ``torch.no_grad()``.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import statistics
-import warnings
 
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import flopsight
-from pairing import paired_rounds
+from pairing import load_deepspeed, paired_rounds
 
 
 def build(name: str):
@@ -127,14 +124,9 @@ def variants(model, args, kwargs):
         "torch FlopCounterMode pass": torch_counter,
         "floor: empty function + dispatch modes": empty_modes,
     }
-    try:
-        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            from deepspeed.profiling.flops_profiler import FlopsProfiler
-            from deepspeed.profiling.flops_profiler import get_model_profile as ds_get_model_profile
-            from deepspeed.utils import logger as ds_logger
-
-        ds_logger.setLevel("ERROR")
+    ds = load_deepspeed()
+    if ds is not None:
+        ds_get_model_profile, FlopsProfiler = ds
 
         def ds_pass():
             prof = FlopsProfiler(model)
@@ -150,8 +142,6 @@ def variants(model, args, kwargs):
 
         out["DeepSpeed one profiled pass"] = ds_pass
         out["DeepSpeed get_model_profile(warm_up=1)"] = ds_gmp
-    except ImportError:
-        pass
     return out
 
 

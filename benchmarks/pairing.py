@@ -1,5 +1,6 @@
-"""Paired timing, shared by the benchmarks: every variant runs right after a plain call of its
-own, so slow drift of the machine cancels in the ratio of the two.
+"""What the benchmarks share: paired timing (every variant runs right after a plain call of its
+own, so slow drift of the machine cancels in the ratio of the two), and DeepSpeed's profiler,
+loaded quietly when it is installed.
 
 >>> calls = []
 >>> rounds = paired_rounds(lambda: calls.append("p"), {"v": lambda: calls.append("v")}, rounds=2)
@@ -9,10 +10,13 @@ own, so slow drift of the machine cancels in the ratio of the two.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import time
+import warnings
 from typing import Callable
 
-__all__ = ["paired_rounds"]
+__all__ = ["paired_rounds", "quiet", "load_deepspeed"]
 
 
 def paired_rounds(plain: Callable[[], object], runs: dict[str, Callable[[], object]], rounds: int) -> dict[str, dict]:
@@ -30,3 +34,24 @@ def paired_rounds(plain: Callable[[], object], runs: dict[str, Callable[[], obje
             out[key]["time"].append(t2 - t1)
             out[key]["result"].append(result)
     return out
+
+
+@contextlib.contextmanager
+def quiet():
+    """Swallow prints and warnings (DeepSpeed's and flopsight's) while timing."""
+    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+def load_deepspeed():
+    """DeepSpeed's (get_model_profile, FlopsProfiler), or None when it is not importable."""
+    try:
+        with quiet():
+            from deepspeed.profiling.flops_profiler import FlopsProfiler, get_model_profile
+            from deepspeed.utils import logger
+    except Exception as exc:  # ImportError, or a broken install raising anything else
+        print(f"note: DeepSpeed not importable ({type(exc).__name__}: {exc}); its columns are skipped\n")
+        return None
+    logger.setLevel("ERROR")
+    return get_model_profile, FlopsProfiler

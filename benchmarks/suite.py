@@ -26,15 +26,12 @@ legitimately differ where a counter misses or miscounts ops.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 import os
 import platform
 import statistics
 import sys
 import time
-import warnings
 from typing import Callable
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")  # DeepSpeed otherwise probes for (and warns about) a GPU
@@ -46,30 +43,9 @@ import flopsight
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from models import MODELS, build  # noqa: E402
-from pairing import paired_rounds  # noqa: E402
+from pairing import load_deepspeed, paired_rounds, quiet  # noqa: E402
 
 VARIANTS = ["fs gmp", "ds gmp", "fs pass", "ds pass", "torch pass"]
-
-
-@contextlib.contextmanager
-def quiet():
-    """Swallow prints and warnings (DeepSpeed's and flopsight's) while timing."""
-    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
-
-
-def load_deepspeed():
-    """DeepSpeed's (get_model_profile, FlopsProfiler), or None when it is not importable."""
-    try:
-        with quiet():
-            from deepspeed.profiling.flops_profiler import FlopsProfiler, get_model_profile
-            from deepspeed.utils import logger
-    except Exception as exc:  # ImportError, or a broken install raising anything else
-        print(f"note: DeepSpeed not importable ({type(exc).__name__}: {exc}); its columns are skipped\n")
-        return None
-    logger.setLevel("ERROR")
-    return get_model_profile, FlopsProfiler
 
 
 def variants(model, args, kwargs, ds) -> dict[str, Callable[[], object]]:

@@ -186,7 +186,7 @@ class Attribution:
             self._unsupported(entry.name, None)
             return ZERO_STATS
         try:
-            with function_modes_disabled(), self.ctx.unrecorded():  # a formula's own ops are not the model's
+            with function_modes_disabled():
                 return entry.cost(*payload)
         except Exception as e:  # a formula bug must not break the user's model
             self._unsupported(entry.name, e)
@@ -208,11 +208,12 @@ class Attribution:
         its backward formula (if any) once the backward pass runs those nodes. Returns where
         it went (see :meth:`place`)."""
         read, written = whole_call_bytes(out, bound)
-        where = self.place(unit, t0, t1, (out, bound), None, read + written)
-        if where is not None and unit.backward is not None and seq_end > seq_start:  # a backward will run
-            cost = self.evaluate(unit.backward_entry, out, bound)
-            # its backward reads the outputs' gradients and the inputs, writes the inputs' gradients
-            self.expect_backward(seq_start, seq_end, where[0], unit.name, cost, written + 2 * read)
+        with self.ctx.unrecorded():  # its formulas' own ops (reading a mask's values) are not the model's
+            where = self.place(unit, t0, t1, (out, bound), None, read + written)
+            if where is not None and unit.backward is not None and seq_end > seq_start:  # a backward will run
+                cost = self.evaluate(unit.backward_entry, out, bound)
+                # its backward reads the outputs' gradients and the inputs, writes the inputs' gradients
+                self.expect_backward(seq_start, seq_end, where[0], unit.name, cost, written + 2 * read)
         return where
 
     def charge_whole_costed(self, node, seq_after: int | None, unit, t0, t1, cost: Stats | None,

@@ -81,7 +81,6 @@ class SpanTimer:
 
     # -- spans ---------------------------------------------------------------------------
     def begin(self, kind: str) -> None:
-        self._ctx.settle()  # ops recorded so far ran before the span
         self._open[kind] = (self._ctx.clock.stamp(), self._ctx.overhead.seconds)
 
     def end(self, kind: str) -> None:
@@ -106,13 +105,12 @@ class SpanTimer:
         self.end("step")
         self._leave()
 
-    def _enter(self, phase: str) -> None:
+    def _enter(self, phase: str) -> None:  # always before begin(): ops recorded so far ran before the span
         self._ctx.settle()
         self._outer_phase.append(self._ctx.phase)
         self._ctx.phase = phase
 
-    def _leave(self) -> None:
-        self._ctx.settle()
+    def _leave(self) -> None:  # always after end(), which settled
         self._ctx.phase = self._outer_phase.pop() if self._outer_phase else "forward"
 
     def run_backward(self, func, args, kwargs):

@@ -17,6 +17,9 @@ from __future__ import annotations
 
 import os
 
+from ..timing import FakeClock, HostClock
+from .build import failure, load
+
 __all__ = ["BACKENDS", "check_backend", "choose"]
 
 BACKENDS = ("auto", "native", "python")
@@ -42,8 +45,6 @@ def choose(backend: str, ctx) -> tuple[object | None, str | None]:
     session asked for ``backend`` with context ``ctx`` (its sources already subscribed)."""
     if backend == "python":
         return None, None
-    from ..timing import FakeClock, HostClock
-
     if ctx.events.claims:
         return None, "collectives under torch.distributed are timed op by op in Python"
     if ctx.events.ops:
@@ -52,8 +53,6 @@ def choose(backend: str, ctx) -> tuple[object | None, str | None]:
         return None, f"ops are timed on the {ctx.clock.name} clock"
     if _in_use[0]:
         return None, "a native session is already running (profiles nested in it count in Python)"
-    from .build import failure, load
-
     recorder = load(quiet=False)
     if recorder is None:
         if backend == "native":

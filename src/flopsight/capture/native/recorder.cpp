@@ -485,22 +485,7 @@ py::object to_python(const c10::IValue& v) {
   if (v.isDouble()) return py::float_(v.toDouble());
   if (v.isBool()) return py::bool_(v.toBool());
   if (v.isString()) return py::str(v.toStringRef());
-  if (v.isIntList()) {
-    py::list out;
-    for (int64_t x : v.toIntList()) out.append(x);
-    return std::move(out);
-  }
-  if (v.isDoubleList()) {
-    py::list out;
-    for (double x : v.toDoubleList()) out.append(x);
-    return std::move(out);
-  }
-  if (v.isBoolList()) {
-    py::list out;
-    for (bool x : v.toBoolList()) out.append(x);
-    return std::move(out);
-  }
-  if (v.isList()) {
+  if (v.isList()) {  // int, float, bool and tensor lists alike, element by element
     py::list out;
     for (const auto& x : v.toListRef()) out.append(to_python(x));
     return std::move(out);

@@ -106,7 +106,7 @@ class _Tables:
     (formulas differ) each operator's entry and each signature's cost."""
 
     def __init__(self) -> None:
-        self.names: tuple | None = None  # (value ops, costed ops) the recorder was configured with
+        self.names: tuple | None = None  # (value ops, costed ops, unit ops) the recorder was configured with
         self.ops: list[tuple[str, str]] = []
         self.registries: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
@@ -115,9 +115,9 @@ class _Tables:
         tables = self.registries.get(registry)
         if tables is None or tables.version != registry.version:
             tables = self.registries[registry] = _RegistryTables(registry)
-        if tables.names[:3] != self.names:
-            recorder.configure(*tables.names[:3])
-            self.names = tables.names[:3]
+        if tables.names != self.names:
+            recorder.configure(*tables.names)
+            self.names = tables.names
             self.ops.clear()
             for other in self.registries.values():
                 other.forget()
@@ -129,7 +129,7 @@ class _RegistryTables:
 
     def __init__(self, registry) -> None:
         self.version = registry.version
-        self.names = operator_names(registry)  # (value ops, costed ops, unit ops, unit by name)
+        self.names, self.units = operator_names(registry)
         self.ops: list[_Op | None] = []  # by operator id
         self.costs: dict[int, tuple] = {}  # signature -> (entry, cost, bytes moved)
 
@@ -249,7 +249,7 @@ class NativeCountingSource:
 
     def _op(self, op_id: int) -> _Op | None:
         ops = self._tables.ops
-        units = self._tables.names[3]
+        units = self._tables.units
         while len(ops) <= op_id:
             name, overload = _TABLES.ops[len(ops)]
             op = native_op(name, overload)
@@ -377,11 +377,11 @@ def _dtypes(recorder) -> list:
     return _DTYPES
 
 
-def operator_names(registry) -> tuple:
-    """``"ns::name.overload"`` of every operator whose formula reads tensor values (the
-    recorder keeps those ops' values), of every operator with a formula that costs, and of
-    every operator a unit counts whole (a builtin such as ``torch.lstm_cell``); and unit by
-    operator name."""
+def operator_names(registry) -> tuple[tuple, dict]:
+    """What the recorder is configured with: ``"ns::name.overload"`` of every operator whose
+    formula reads tensor values (the recorder keeps those ops' values), of every operator
+    with a formula that costs, and of every operator a unit counts whole (a builtin such as
+    ``torch.lstm_cell``); and the unit of each of the last by name."""
     reading, costed = [], []
     for key, formula in registry.ops().items():
         if formula is None or formula is ZERO or isinstance(key, str):
@@ -400,7 +400,7 @@ def operator_names(registry) -> tuple:
                 reading.extend(names)
             else:  # a PackedSequence's batch sizes are shape information its formula reads
                 reading.extend(n for n in names if _takes_batch_sizes(packet, n))
-    return reading, costed, sorted(units), units
+    return (reading, costed, sorted(units)), units
 
 
 def _takes_batch_sizes(packet, name: str) -> bool:
