@@ -129,6 +129,62 @@ def test_a_forward_on_meta_counts_the_same_on_both_backends(make, inputs):
     assert native == python and any(v[0] for v in native.values())
 
 
+class Tricky(nn.Module):
+    """Module calls the native hooks must replay as Python's hooks see them: one norm at two
+    paths, a child whose exception the parent catches (the child never ends), a call made on
+    another thread and a recursive call."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 8)
+        self.b.norm = self.a.norm = nn.LayerNorm(8)
+        self.fails = nn.Linear(3, 3)
+
+    def forward(self, x, depth=1):
+        x = self.a.norm(self.a(x))
+        try:
+            self.fails(x)  # 8 features into a 3-feature layer: raises
+        except RuntimeError:
+            pass
+        out = []
+        worker = threading.Thread(target=lambda: out.append(self.b(x)))
+        worker.start()
+        worker.join()
+        x = self.b.norm(out[0])
+        return self(x, depth - 1) if depth else x
+
+
+@needs_native
+def test_the_native_module_hooks_see_the_calls_python_sees():
+    """The C++ module hooks replay the same calls (shared paths, abandoned children, threads,
+    recursion, a profile nested inside, which pauses the outer one) with the same counts, and
+    the Python hooks are not what is installed."""
+    from torch.nn.modules import module as torch_module
+
+    recorder = load(quiet=True)
+
+    def run(backend):
+        torch.manual_seed(0)
+        model = Tricky()
+        with flopsight.Profiler(model, backend=backend) as prof:
+            model(torch.randn(2, 8))
+            hooks = list(torch_module._global_forward_pre_hooks.values())
+            inner = flopsight.get_model_profile(model.a, args=[torch.randn(2, 8)], print_profile=False, as_string=False)
+            model(torch.randn(2, 8))
+        assert (recorder.module_pre in hooks) == (backend == "native")
+        assert inner[1] == 64 * 2  # the nested profile's MACs: 8x8 per row, 2 rows; the outer one saw none of them
+        return prof.result
+
+    python, native = run("python"), run("native")
+    assert native.metadata.backend == "native"
+    calls = {path: {phase: s.calls for phase, s in m.phases.items()} for path, m in python.modules.items()}
+    assert {path: {phase: s.calls for phase, s in m.phases.items()} for path, m in native.modules.items()} == calls
+    # the shared norm, called from the root twice per level (2 levels, 2 profiled forwards),
+    # goes to its first path; the layer called on another thread once per level
+    assert (calls["a.norm"]["forward"], calls["b"]["forward"], calls["fails"]["forward"]) == (8, 4, 4)
+    assert counts(native) == counts(python)
+
+
 @needs_native
 def test_a_wrapper_tensor_subclass_is_counted_once():
     """A TwoTensor's op runs the op on each of its two tensors: the recorder sees all three."""

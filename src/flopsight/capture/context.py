@@ -82,6 +82,12 @@ class CaptureContext:
     #: a context in which the ops that run are not recorded (the profiler's own: a formula
     #: reading a mask's values), for a source that records below Python (the native recorder)
     unrecorded: Callable[[], Any] = contextlib.nullcontext
+    #: ``replay_call(kind, index, recompute, seq, stamp, overhead)``: a module call the native
+    #: hooks recorded, replayed onto the stack in order with the ops (see ``ModuleTracker``);
+    #: None while the module calls are tracked in Python
+    replay_call: Callable[..., None] | None = None
+    #: told when ``paused`` changes (the native hooks then ignore or see the model's calls)
+    pause_hooks: Callable[[bool], None] = lambda paused: None
     _sources: dict = field(default_factory=dict)
 
     @classmethod
@@ -95,6 +101,12 @@ class CaptureContext:
         """This session's source of class ``kind`` (None when the plan has none): for the
         sources that drive another one (the optimizer hooks open the span timer's spans)."""
         return self._sources.get(kind)
+
+    def set_paused(self, paused: bool) -> None:
+        """Record nothing (a profile nested inside this one starts) or record again."""
+        self.settle()
+        self.paused = paused
+        self.pause_hooks(paused)
 
     def release(self) -> None:
         """The session is over: drop what ties its objects to each other (the sources, their

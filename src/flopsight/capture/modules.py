@@ -235,10 +235,20 @@ class ModuleTracker:
         # A scripted or traced root refuses hooks of its own (the global hooks still see its
         # calls): its inputs are recorded from the global pre-hook instead
         self._root_is_script = is_scripted(self._root)
+        self._native = None  # the native recorder, while its C++ hooks track the calls
 
     def start(self, ctx) -> None:
         pre, post = self._make_hooks(ctx)
+        recorder = _native_recorder(ctx)
         try:
+            if recorder is not None:  # the hooks in C++; Python sees the calls it must (top-level ones)
+                modules = list({id(info.module): info.module for info in ctx.options.infos.values()
+                                if id(info.module) in self._paths}.values())
+                recorder.track_modules(modules, pre, post)
+                self._native = recorder
+                ctx.replay_call = self._replayer(ctx, modules)
+                ctx.pause_hooks = recorder.pause_modules
+                pre, post = recorder.module_pre, recorder.module_post
             self._handles.append(register_module_forward_pre_hook(pre))
             # keyword arguments only for listeners that read them (module rules)
             self._handles.append(register_module_forward_hook(post, always_call=True,
@@ -253,6 +263,11 @@ class ModuleTracker:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
+        if self._native is not None:
+            self._native.untrack_modules()
+            self._native = None
+            ctx.replay_call = None
+            ctx.pause_hooks = lambda paused: None
 
     def collect(self, ctx) -> ModuleCalls:
         """Each call's span in seconds (the profiler's overhead left out) and, per (path,
@@ -287,6 +302,39 @@ class ModuleTracker:
                 ctx.stack[-1].batch_size = batch_size(args, kwargs)
 
         return record_inputs
+
+    def _replayer(self, ctx, modules: list):
+        """``replay(kind, index, recompute, seq, stamp, overhead)``: a call of ``modules[index]``
+        that the C++ hooks recorded entering (``kind`` -1) or leaving (-2), replayed in order
+        with the ops around it when they are charged (``ctx.settle``), as the Python hooks
+        would have seen it: ``recompute``, whether a backward node was running; ``seq``, the
+        autograd sequence counter then; ``stamp``, its time on the session's clock;
+        ``overhead``, the profiler's own seconds until then."""
+        stack, log, paths_of = ctx.stack, ctx.calls, self._paths
+        paths_of_index = [paths_of[id(m)] for m in modules]
+
+        def replay(kind: int, index: int, recompute: int, seq: int, stamp: float, overhead: float) -> None:
+            module = modules[index]
+            if kind == -1:
+                top = stack[-1]  # never empty: a top-level call goes to the Python hook
+                paths = paths_of_index[index]
+                path = paths[0] if len(paths) == 1 else choose_path(paths, top.path)
+                rec = CallRecord(len(log), path, "recompute" if recompute else ctx.phase, module, top.index, None)
+                rec.seq_start = seq
+                rec.ovh_start = overhead
+                rec.start = stamp
+                log.append(rec)
+                stack.append(rec)
+                return
+            while stack and stack[-1].module is not module:
+                stack.pop()
+            if stack:
+                rec = stack.pop()
+                rec.seq_end = seq
+                rec.end = stamp
+                rec.ovh_end = overhead
+
+        return replay
 
     def _make_hooks(self, ctx):
         stack, log, paths_of, top_calls = ctx.stack, ctx.calls, self._paths, self.top_calls
@@ -357,6 +405,18 @@ class ModuleTracker:
             overhead_end(h0)
 
         return pre_hook, post_hook
+
+
+def _native_recorder(ctx):
+    """The native recorder where its C++ hooks can track this session's module calls (it
+    counts the session's ops, stamps on the host clock, and no source listens to each
+    call), else None."""
+    from .native.source import NativeCountingSource  # the capture package imports this module
+
+    source = ctx.get(NativeCountingSource)
+    if source is None or ctx.events.modules or not source.host_stamps:
+        return None
+    return source.recorder
 
 
 _NOTE_PREFIX = "flopsight: raised in module"

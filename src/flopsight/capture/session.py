@@ -78,8 +78,7 @@ class CaptureSession:
             raise
         self._host_origin = time.perf_counter()  # the span timer, started last, has just begun
         if sessions:
-            sessions[-1].ctx.settle()
-            sessions[-1].ctx.paused = True
+            sessions[-1].ctx.set_paused(True)
         sessions.append(self)
 
     def stop(self) -> RawCapture:
@@ -88,8 +87,7 @@ class CaptureSession:
         if self in sessions:
             sessions.remove(self)
             if sessions:
-                sessions[-1].ctx.settle()
-                sessions[-1].ctx.paused = False
+                sessions[-1].ctx.set_paused(False)
         try:
             self._stop_sources()
             self.ctx.clock.finish()

@@ -22,6 +22,10 @@
 // values (named at start) and for values a signature cannot describe (nested or sparse
 // tensors): those ops keep their values until Python drains them.
 //
+// Module boundaries: the two global module hooks are C++ functions too (see "module
+// boundaries" below): a call of a module of the model becomes an enter and an exit record in
+// the same stream, so Python replays the module stack in order with the ops.
+//
 // Built with -DNDEBUG: RecordFunction's layout differs without it.
 #include <ATen/SequenceNumber.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -464,6 +468,101 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext*) {
   g_pending = static_cast<int64_t>(g_records.size());
 }
 
+// -- module boundaries -------------------------------------------------------------------
+// torch's two process-wide module hooks (a forward pre-hook and an always-called forward
+// hook), in C++: a call of a module of the profiled model goes into the record stream as an
+// enter or exit record (op kEnter or kExit, sig the module's index, node_seq 1 for a forward
+// that runs while the backward pass executes a node: a recompute), so Python replays the
+// module stack in order with the ops when it charges them, and no Python runs per call.
+// The calls Python must see as they happen go to the Python hooks instead: a top-level call
+// (a forward begins or ends), and a call while an exception is being handled (the forward
+// may have raised). Both sides unwind the stack the same way: to the module's own frame.
+constexpr int32_t kEnter = -1, kExit = -2;
+
+struct ModuleHooks {
+  bool active = false;
+  bool paused = false;  // a profile nested inside this one is running
+  std::unordered_map<PyObject*, int32_t> index;  // module -> its index (Python keeps them alive)
+  std::vector<PyObject*> stack;  // the modules entered and not exited, as Python's stack has them
+  py::object pre, post;  // the Python hooks, for the calls above
+};
+ModuleHooks g_modules;  // used with the GIL held only
+
+bool handling_exception() {
+  PyObject *type = nullptr, *value = nullptr, *traceback = nullptr;
+  PyErr_GetExcInfo(&type, &value, &traceback);
+  bool handling = value != nullptr && value != Py_None;
+  Py_XDECREF(type);
+  Py_XDECREF(value);
+  Py_XDECREF(traceback);
+  return handling;
+}
+
+void record_boundary(int32_t kind, int32_t module, int64_t recompute) {
+  int64_t t = now_ns();
+  int64_t seq = static_cast<int64_t>(at::sequence_number::peek());
+  std::lock_guard<std::mutex> guard(g_lock);
+  g_records.push_back(Record{kind, module, recompute, seq, seq, t, t, 0});
+  g_pending = static_cast<int64_t>(g_records.size());
+}
+
+// the global forward pre-hook: hook(module, args)
+PyObject* module_pre(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  ModuleHooks& h = g_modules;
+  if (!h.active || h.paused || nargs < 1) Py_RETURN_NONE;
+  auto it = h.index.find(args[0]);
+  if (it == h.index.end()) Py_RETURN_NONE;
+  bool top = h.stack.empty();
+  h.stack.push_back(args[0]);
+  if (top || handling_exception()) return PyObject_Vectorcall(h.pre.ptr(), args, nargs, nullptr);
+  record_boundary(kEnter, it->second, torch::autograd::get_current_node() ? 1 : 0);
+  Py_RETURN_NONE;
+}
+
+// the global always-called forward hook: hook(module, args, output)
+PyObject* module_post(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  ModuleHooks& h = g_modules;
+  if (!h.active || h.paused || nargs < 1) Py_RETURN_NONE;
+  auto it = h.index.find(args[0]);
+  if (it == h.index.end()) Py_RETURN_NONE;
+  auto& stack = h.stack;
+  while (!stack.empty() && stack.back() != args[0]) stack.pop_back();  // abandoned children
+  bool found = !stack.empty();
+  if (found) stack.pop_back();
+  if (!found || stack.empty() || handling_exception()) {
+    return PyObject_Vectorcall(h.post.ptr(), args, nargs, nullptr);
+  }
+  record_boundary(kExit, it->second, 0);
+  Py_RETURN_NONE;
+}
+
+PyMethodDef g_pre_def = {"module_pre", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(module_pre)),
+                         METH_FASTCALL, "The global forward pre-hook (see track_modules)."};
+PyMethodDef g_post_def = {"module_post", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(module_post)),
+                          METH_FASTCALL, "The global always-called forward hook (see track_modules)."};
+
+void track_modules(const py::list& modules, py::object pre, py::object post) {
+  ModuleHooks& h = g_modules;
+  h.index.clear();
+  h.stack.clear();
+  for (size_t i = 0; i < modules.size(); ++i) h.index.emplace(modules[i].ptr(), static_cast<int32_t>(i));
+  h.pre = std::move(pre);
+  h.post = std::move(post);
+  h.paused = false;
+  h.active = true;
+}
+
+void untrack_modules() {
+  ModuleHooks& h = g_modules;
+  h.active = false;
+  h.index.clear();
+  h.stack.clear();
+  h.pre = py::object();
+  h.post = py::object();
+}
+
+void pause_modules(bool paused) { g_modules.paused = paused; }
+
 // -- values to Python ------------------------------------------------------------------
 py::object to_python(const c10::IValue& v) {
   if (v.isTensor()) {
@@ -640,4 +739,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("drain", &drain, py::arg("ops_known"), "Hand over and forget what was recorded so far.");
   m.def("clock_ns", &clock_ns, "The recorder's clock (steady_clock) in nanoseconds.");
   m.def("dtypes", &dtypes, "torch.dtype per ScalarType index.");
+  m.def("track_modules", &track_modules, py::arg("modules"), py::arg("pre"), py::arg("post"),
+        "Record the calls of these modules (index = position) through module_pre and module_post; "
+        "the calls Python must see at once go to the Python hooks pre and post.");
+  m.def("untrack_modules", &untrack_modules, "Stop recording module calls and forget the modules.");
+  m.def("pause_modules", &pause_modules, py::arg("paused"), "Ignore module calls (a nested profile runs).");
+  m.add_object("module_pre", py::reinterpret_steal<py::object>(PyCFunction_New(&g_pre_def, nullptr)));
+  m.add_object("module_post", py::reinterpret_steal<py::object>(PyCFunction_New(&g_post_def, nullptr)));
 }

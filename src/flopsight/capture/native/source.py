@@ -171,6 +171,16 @@ class NativeCountingSource:
             self._offset = None
             self._stamp = clock.stamp
 
+    @property
+    def recorder(self):
+        """The loaded extension (the module tracker installs its C++ hooks)."""
+        return self._rec
+
+    @property
+    def host_stamps(self) -> bool:
+        """Whether the recorder's stamps are moved onto the session's clock (a host clock)."""
+        return self._offset is not None
+
     def start(self, ctx: CaptureContext) -> None:
         self._tables = _TABLES.configure(self._rec, ctx.registry)
         EAGER_STANCE.acquire()
@@ -237,13 +247,13 @@ class NativeCountingSource:
         if not self._pending[0]:  # most module boundaries: nothing ran since the last one
             return
         ctx = self._ctx
+        overhead = ctx.overhead.seconds  # the profiler's own time until now: the same at every boundary since the last settle
         h0 = ctx.overhead.begin()
         records, values, ops = self._rec.drain(len(_TABLES.ops))
         _TABLES.ops.extend((name, overload) for _, name, overload in ops)
         for sig, key, inputs, outputs in values:
             self._values[sig] = (key, inputs, outputs)
-        if not (ctx.suppressed or ctx.paused):
-            self._charge(records)
+        self._charge(records, not (ctx.suppressed or ctx.paused), overhead)
         self._values.clear()
         ctx.overhead.end(h0)
 
@@ -257,11 +267,18 @@ class NativeCountingSource:
                        _Op(self._ctx.registry.resolve(op), op_schema(op), units.get(f"{name}.{overload}")))
         return ops[op_id]
 
-    def _charge(self, records: list) -> None:
+    def _charge(self, records: list, counting: bool, overhead: float) -> None:
+        """Charge the op records (when ``counting``) and replay the module calls among them."""
         attribution = self._ctx.attribution
         place_at = attribution.place_at
+        replay_call = self._ctx.replay_call
         costs, offset, stamp = self._tables.costs, self._offset, self._stamp
         for op_id, sig, node_seq, seq_before, seq_after, t0, t1, variable in records:
+            if op_id < 0:  # a module call entered or left (recorder.cpp's kEnter, kExit)
+                replay_call(op_id, sig, node_seq, seq_before, t0 * 1e-9 + offset, overhead)
+                continue
+            if not counting:
+                continue
             known = costs.get(sig)
             if known is None:
                 known = self._cost(op_id, sig)
