@@ -10,6 +10,7 @@ attributed per call to the path that called it.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import weakref
 from dataclasses import dataclass, field
@@ -21,7 +22,9 @@ from .._torch_private import autograd_sequence_nr, current_autograd_node
 from ..result.records import LayerSizes
 from .inputs import batch_size
 from .params import param_numel
+from .native.build import loaded
 from .scripted import is_scripted, type_name
+from .timing import HostClock
 
 __all__ = ["ModuleInfo", "describe", "layer_sizes", "ModuleTracker", "ModuleCalls", "CallRecord"]
 
@@ -236,16 +239,19 @@ class ModuleTracker:
         # calls): its inputs are recorded from the global pre-hook instead
         self._root_is_script = is_scripted(self._root)
         self._native = None  # the native recorder, while its C++ hooks track the calls
+        self._settling = None  # what replays them: the counting source's settle, or a CallRecords
 
     def start(self, ctx) -> None:
         pre, post = self._make_hooks(ctx)
-        recorder = _native_recorder(ctx)
+        recorder, settling = _native_recorder(ctx)
         try:
             if recorder is not None:  # the hooks in C++; Python sees the calls it must (top-level ones)
                 modules = list({id(info.module): info.module for info in ctx.options.infos.values()
                                 if id(info.module) in self._paths}.values())
-                recorder.track_modules(modules, pre, post)
+                settling.__enter__()
+                self._settling = settling
                 self._native = recorder
+                recorder.track_modules(modules, pre, post)
                 ctx.replay_call = self._replayer(ctx, modules)
                 ctx.pause_hooks = recorder.pause_modules
                 pre, post = recorder.module_pre, recorder.module_post
@@ -264,10 +270,13 @@ class ModuleTracker:
             handle.remove()
         self._handles.clear()
         if self._native is not None:
-            self._native.untrack_modules()
-            self._native = None
-            ctx.replay_call = None
-            ctx.pause_hooks = lambda paused: None
+            try:
+                self._settling.__exit__(None, None, None)  # the calls recorded last, replayed
+            finally:
+                self._native.untrack_modules()
+                self._native = self._settling = None
+                ctx.replay_call = None
+                ctx.pause_hooks = lambda paused: None
 
     def collect(self, ctx) -> ModuleCalls:
         """Each call's span in seconds (the profiler's overhead left out) and, per (path,
@@ -408,15 +417,22 @@ class ModuleTracker:
 
 
 def _native_recorder(ctx):
-    """The native recorder where its C++ hooks can track this session's module calls (it
-    counts the session's ops, stamps on the host clock, and no source listens to each
-    call), else None."""
-    from .native.source import NativeCountingSource  # the capture package imports this module
+    """(the native recorder, a context that settles the calls it records) where its C++ hooks
+    can track this session's module calls, else (None, None): stamps on the host clock, no
+    source listening to each call, and either the recorder counting the session's ops or a
+    timing session the recorder is free for."""
+    from .native import _in_use, source  # the native package imports the capture modules
 
-    source = ctx.get(NativeCountingSource)
-    if source is None or ctx.events.modules or not source.host_stamps:
-        return None
-    return source.recorder
+    if ctx.events.modules:
+        return None, None
+    counting = ctx.get(source.NativeCountingSource)
+    if counting is not None:
+        return (counting.recorder, contextlib.nullcontext()) if counting.host_stamps else (None, None)
+    options = ctx.options
+    if options.count or options.backend == "python" or not isinstance(ctx.clock, HostClock) or _in_use[0]:
+        return None, None
+    recorder = loaded()  # a timing pass never builds it (the counting pass before it did)
+    return (recorder, source.CallRecords(ctx, recorder)) if recorder is not None else (None, None)
 
 
 _NOTE_PREFIX = "flopsight: raised in module"

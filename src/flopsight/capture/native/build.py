@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["load", "cache_folder", "BuildFailed", "SOURCE"]
+__all__ = ["load", "loaded", "cache_folder", "BuildFailed", "SOURCE"]
 
 SOURCE = Path(__file__).with_name("recorder.cpp")
 
@@ -113,6 +113,11 @@ def load(quiet: bool = False):
             return None
         _loaded["module"] = module
         return module
+
+
+def loaded():
+    """The native recorder module if this process has loaded it already (never builds), else None."""
+    return _loaded.get("module")
 
 
 def failure() -> str | None:

@@ -47,7 +47,7 @@ from ..counting import EAGER_STANCE, Counts, collect_counts
 from ..timing import HostClock
 from . import _in_use
 
-__all__ = ["NativeCountingSource", "NO_NODE"]
+__all__ = ["NativeCountingSource", "CallRecords", "NO_NODE"]
 
 NO_NODE = -(2**63)  # the recorder's node sequence number for an op outside the backward pass
 
@@ -366,6 +366,40 @@ class NativeCountingSource:
         if sig >= 0:
             self._tables.costs[sig] = known
         return known
+
+
+class CallRecords:
+    """A timing session's module calls through the recorder's C++ hooks (no op is recorded):
+    installed as ``ctx.settle``, it replays the calls recorded so far onto the module stack."""
+
+    def __init__(self, ctx: CaptureContext, recorder):
+        self._ctx, self._rec = ctx, recorder
+        self._pending = recorder.pending_view().cast("q")
+        self._offset = time.perf_counter() - recorder.clock_ns() * 1e-9
+
+    def __enter__(self) -> "CallRecords":
+        _in_use[0] += 1
+        self._ctx.settle = self.settle
+        return self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            self.settle()
+        finally:
+            self._ctx.settle = _nothing
+            _in_use[0] -= 1
+
+    def settle(self) -> None:
+        if not self._pending[0]:
+            return
+        ctx = self._ctx
+        overhead = ctx.overhead.seconds
+        h0 = ctx.overhead.begin()
+        replay_call, offset = ctx.replay_call, self._offset
+        # ops_known past every operator: none is handed over (a counting drain still gets them)
+        for kind, index, recompute, seq, _, t, _, _ in self._rec.drain(2**31 - 1)[0]:
+            replay_call(kind, index, recompute, seq, t * 1e-9 + offset, overhead)
+        ctx.overhead.end(h0)
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
