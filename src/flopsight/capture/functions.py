@@ -2,17 +2,21 @@
 
 Sources subscribe a handler per function to ``ctx.events.functions`` (units, the backward
 entry points); everything else passes straight through. One mode, one table: it is looked
-up for every torch call, and installed only when some source subscribed.
+up for every torch call, and installed only when some source subscribed. In a native session
+the lookup runs in C (the recorder's ``function_mode_hook``), which also lets through the
+calls of the units the recorder counts whole when they are on plain tensors.
 """
 
 from __future__ import annotations
 
+import types
 from typing import Callable
 
 from torch.overrides import TorchFunctionMode
 
 from .._torch_private import active_function_modes
 from .context import CaptureContext
+from .native.source import NativeCountingSource
 
 __all__ = ["FunctionInterceptor"]
 
@@ -48,6 +52,10 @@ class FunctionInterceptor:
     def start(self, ctx: CaptureContext) -> None:
         if self._handlers:
             self._mode = _InterceptMode(self._handlers)
+            native = ctx.get(NativeCountingSource)
+            if native is not None:  # the same routing in C, and the units it records whole let through
+                hook = native.recorder.function_mode_hook(self._handlers, set(native.passthrough))
+                self._mode.__torch_function__ = types.MethodType(hook, self._mode)
             self._mode.__enter__()
 
     def stop(self, ctx: CaptureContext) -> None:

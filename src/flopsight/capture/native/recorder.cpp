@@ -563,6 +563,64 @@ void untrack_modules() {
 
 void pause_modules(bool paused) { g_modules.paused = paused; }
 
+// -- the function mode's __torch_function__ ------------------------------------------------
+// A native session's TorchFunctionMode still sees every torch-level call (the backward entry
+// points and the units written in Python need it); its __torch_function__ is this C function,
+// bound to the mode: (mode, func, types, args[, kwargs]). m_self is (handlers, passthrough):
+// a call with no handler runs as it is; one of a unit the recorder counts whole (passthrough)
+// on plain tensors too; any other goes to handler(func, args, kwargs).
+bool plain_tensors(PyObject* values) {  // a tuple or a dict's values: no tensor subclass among them
+  auto plain = [](PyObject* v) { return THPVariable_CheckExact(v) || !THPVariable_Check(v); };
+  if (PyTuple_Check(values)) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(values); ++i) {
+      if (!plain(PyTuple_GET_ITEM(values, i))) return false;
+    }
+    return true;
+  }
+  PyObject *key, *value;
+  Py_ssize_t pos = 0;
+  while (PyDict_Next(values, &pos, &key, &value)) {
+    if (!plain(value)) return false;
+  }
+  return true;
+}
+
+PyObject* intercept(PyObject* self, PyObject* const* a, Py_ssize_t n) {
+  if (n < 4 || !PyTuple_Check(a[3])) {
+    PyErr_SetString(PyExc_TypeError, "__torch_function__(func, types, args, kwargs=None)");
+    return nullptr;
+  }
+  PyObject* func = a[1];
+  PyObject* args = a[3];
+  PyObject* kwargs = n > 4 && a[4] != Py_None ? a[4] : nullptr;
+  if (kwargs && !PyDict_Check(kwargs)) kwargs = nullptr;
+  PyObject* handler = PyDict_GetItemWithError(PyTuple_GET_ITEM(self, 0), func);  // borrowed
+  if (handler == nullptr) {
+    if (PyErr_Occurred()) {
+      if (!PyErr_ExceptionMatches(PyExc_TypeError)) return nullptr;
+      PyErr_Clear();  // an unhashable callable has no handler
+    }
+    return PyObject_Call(func, args, kwargs);
+  }
+  int through = PySet_Contains(PyTuple_GET_ITEM(self, 1), func);
+  if (through < 0) return nullptr;
+  if (through && plain_tensors(args) && (kwargs == nullptr || plain_tensors(kwargs))) {
+    return PyObject_Call(func, args, kwargs);
+  }
+  py::object keywords = kwargs ? py::reinterpret_borrow<py::object>(kwargs) : py::dict();
+  return PyObject_CallFunctionObjArgs(handler, func, args, keywords.ptr(), nullptr);
+}
+
+PyMethodDef g_intercept_def = {"__torch_function__",
+                               reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(intercept)),
+                               METH_FASTCALL, "A function mode's __torch_function__ (see function_mode_hook)."};
+
+// the C function above for one mode's handlers, to be bound to the mode
+py::object function_mode_hook(py::dict handlers, py::set passthrough) {
+  py::tuple self = py::make_tuple(handlers, passthrough);
+  return py::reinterpret_steal<py::object>(PyCFunction_New(&g_intercept_def, self.ptr()));
+}
+
 // -- values to Python ------------------------------------------------------------------
 py::object to_python(const c10::IValue& v) {
   if (v.isTensor()) {
@@ -744,6 +802,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "the calls Python must see at once go to the Python hooks pre and post.");
   m.def("untrack_modules", &untrack_modules, "Stop recording module calls and forget the modules.");
   m.def("pause_modules", &pause_modules, py::arg("paused"), "Ignore module calls (a nested profile runs).");
+  m.def("function_mode_hook", &function_mode_hook, py::arg("handlers"), py::arg("passthrough"),
+        "A __torch_function__ in C for a function mode (bind it to the mode): calls with no handler "
+        "run as they are, as do calls of the passthrough functions on plain tensors; the others go to "
+        "handler(func, args, kwargs).");
   m.add_object("module_pre", py::reinterpret_steal<py::object>(PyCFunction_New(&g_pre_def, nullptr)));
   m.add_object("module_post", py::reinterpret_steal<py::object>(PyCFunction_New(&g_post_def, nullptr)));
 }

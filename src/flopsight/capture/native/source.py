@@ -150,13 +150,11 @@ class NativeCountingSource:
     def __init__(self, ctx: CaptureContext, recorder):
         self._ctx = ctx
         self._rec = recorder
-        # the units that are aten ops are recorded whole here, unless a tensor subclass takes
-        # the call over at the torch-function level (a nested tensor's or CausalBias's own
-        # attention): then the unit's Python handler counts it, as on the Python path
-        functions = ctx.events.functions
-        for function in ctx.registry.units():
-            if builtin_aten_op(function) is not None and function in functions:
-                functions[function] = _recorded_unless_subclassed(functions[function])
+        #: the units that are aten ops: recorded whole here, so the function mode lets their calls
+        #: on plain tensors run as they are; a call on a tensor subclass that takes it over at
+        #: the torch-function level (a nested tensor's or CausalBias's own attention) still goes
+        #: to the unit's Python handler, which counts it as on the Python path
+        self.passthrough = _aten_units(ctx.registry)
         self._tables: _RegistryTables | None = None
         self._values: dict[int, tuple] = {}  # signature -> (key, inputs, outputs) handed over
         self._recording = False
@@ -402,20 +400,16 @@ class CallRecords:
         ctx.overhead.end(h0)
 
 
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
+_ATEN_UNITS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # registry -> (version, functions)
 
 
-def _recorded_unless_subclassed(handler):
-    """A unit's function handler that lets a call on plain tensors run (the recorder counts
-    its aten op whole) and hands any other call to ``handler``."""
-
-    def route(func, args, kwargs):
-        for value in (*args, *kwargs.values()):
-            if isinstance(value, torch.Tensor) and type(value) not in _PLAIN:
-                return handler(func, args, kwargs)
-        return func(*args, **kwargs)
-
-    return route
+def _aten_units(registry) -> frozenset:
+    """The registry's units that are builtin aten ops (``torch.lstm_cell``...), per version."""
+    known = _ATEN_UNITS.get(registry)
+    if known is None or known[0] != registry.version:
+        known = _ATEN_UNITS[registry] = (registry.version, frozenset(
+            f for f in registry.units() if builtin_aten_op(f) is not None))
+    return known[1]
 
 
 _DTYPES: list = []
