@@ -2,6 +2,7 @@
 
     python benchmarks/counting_pass.py                       # BERT-base, GPT-2, LeNet, cells
     python benchmarks/counting_pass.py --models lenet --rounds 51 --threads 1
+    python benchmarks/counting_pass.py --breakdown     # also what each part of the native side costs
 
 Each round times a plain forward, then the same forward inside a running profile on each
 side (flopsight's native and Python backends, DeepSpeed's profiler): the profile is started
@@ -15,17 +16,43 @@ Everything runs under ``torch.no_grad()``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import time
 
 import torch
 
 import flopsight
+from flopsight.capture.functions import FunctionInterceptor
+from flopsight.capture.modules import ModuleTracker
 from overhead import build
 from pairing import load_deepspeed
 
 
-def sides(model):
+#: --breakdown: the native side with a part of the profile taken away (its counts are then
+#: wrong; only its cost is of interest): the function mode, the module hooks, or both
+WITHOUT = {
+    "native, no function mode": ("functions",),
+    "native, no module hooks": ("modules",),
+    "native, neither": ("functions", "modules"),
+}
+
+
+@contextlib.contextmanager
+def without(parts: tuple[str, ...]):
+    """The sources named by ``parts`` start nothing while this runs."""
+    classes = {"functions": FunctionInterceptor, "modules": ModuleTracker}
+    saved = {name: classes[name].start for name in parts}
+    for name in parts:
+        classes[name].start = lambda self, ctx: None
+    try:
+        yield
+    finally:
+        for name, start in saved.items():
+            classes[name].start = start
+
+
+def sides(model, breakdown: bool = False):
     """name -> (start, stop) around the timed forward."""
     out = {}
     for backend in ("native", "python"):
@@ -35,6 +62,14 @@ def sides(model):
             return prof
 
         out[f"flopsight, {backend}"] = (start, lambda prof: prof.stop())
+    for name, parts in WITHOUT.items() if breakdown else ():
+        def start_without(parts=parts):
+            with without(parts):
+                prof = flopsight.Profiler(model, backend="native")
+                prof.start()
+            return prof
+
+        out[f"flopsight, {name}"] = (start_without, lambda prof: prof.stop())
     ds = load_deepspeed()
     if ds is not None:
         FlopsProfiler = ds[1]
@@ -52,9 +87,9 @@ def sides(model):
     return out
 
 
-def measure(name: str, rounds: int) -> dict[str, list[float]]:
+def measure(name: str, rounds: int, breakdown: bool = False) -> dict[str, list[float]]:
     model, args, kwargs = build(name)
-    runs = sides(model)
+    runs = sides(model, breakdown)
     ratios: dict[str, list[float]] = {k: [] for k in runs}
 
     def timed() -> float:
@@ -85,6 +120,8 @@ def main(argv=None) -> None:
     parser.add_argument("--models", default="bert-base,gpt2,lenet,cells")
     parser.add_argument("--rounds", type=int, default=21)
     parser.add_argument("--threads", type=int, default=None, help="intra-op threads (default: torch's)")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="also the native side without its function mode, its module hooks, or both")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -92,7 +129,7 @@ def main(argv=None) -> None:
     print("| model | side | pass / plain forward (median) | spread (IQR) |")
     print("|---|---|---:|---:|")
     for name in args.models.split(","):
-        for key, r in measure(name, args.rounds).items():
+        for key, r in measure(name, args.rounds, args.breakdown).items():
             r = sorted(r)
             q1, q3 = r[len(r) // 4], r[3 * len(r) // 4]
             print(f"| {name} | {key} | {statistics.median(r):.2f}x | {q1:.2f}-{q3:.2f} |", flush=True)

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import threading
+import warnings
 
 import pytest
 import torch
@@ -186,6 +187,34 @@ def test_the_native_module_hooks_see_the_calls_python_sees():
 
 
 @needs_native
+@pytest.mark.parametrize("name", ["python", "native"])
+def test_a_timing_pass_after_a_native_count_tracks_modules_in_cpp(name):
+    """profile(warm_up=1) counts in one pass and times the next: after a native count the
+    timing pass tracks the calls with the C++ hooks too, and times every module."""
+    from torch.nn.modules import module as torch_module
+
+    hooks_seen = []
+
+    class Probe(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+
+        def forward(self, x):
+            hooks_seen.append(list(torch_module._global_forward_pre_hooks.values()))
+            return self.inner(x)
+
+    result = flopsight.profile(Probe(), torch.randn(2, 4), warm_up=1, backend=name)
+    counting, timing = hooks_seen
+    recorder = load(quiet=True)
+    assert (recorder.module_pre in counting, recorder.module_pre in timing) == ((name == "native",) * 2)
+    assert result.metadata.timing.method == "separate-pass"
+    for path in ("", "inner", "inner.0", "inner.1"):
+        forward = result.modules[path].phases["forward"]
+        assert forward.calls == 1 and forward.latency > 0, path
+
+
+@needs_native
 def test_a_wrapper_tensor_subclass_is_counted_once():
     """A TwoTensor's op runs the op on each of its two tensors: the recorder sees all three."""
     from torch.testing._internal.two_tensor import TwoTensor
@@ -204,10 +233,15 @@ def test_a_wrapper_tensor_subclass_is_counted_once():
 
 @needs_native
 def test_a_compiled_model_is_counted_on_its_eager_twin():
+    """Timed through the compiled wrapper with Python module hooks, which dynamo traces (it
+    would break its graph at the C ones, and warn)."""
+
     def run(backend):
         torch.manual_seed(0)
         model = torch.compile(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)), backend="eager")
-        return flopsight.profile(model, torch.randn(3, 4), backend=backend)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            return flopsight.profile(model, torch.randn(3, 4), backend=backend)
 
     python, native = both(run)
     assert native == python and native[("0", "forward")][0] + native[("2", "forward")][0] == 3 * (4 * 8 + 8 * 2)

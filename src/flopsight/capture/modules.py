@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from torch import nn
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
-from .._torch_private import autograd_sequence_nr, current_autograd_node
+from .._torch_private import autograd_sequence_nr, current_autograd_node, original_module
 from ..result.records import LayerSizes
 from .inputs import batch_size
 from .params import param_numel
@@ -423,7 +423,9 @@ def _native_recorder(ctx):
     timing session the recorder is free for."""
     from .native import _in_use, source  # the native package imports the capture modules
 
-    if ctx.events.modules:
+    # dynamo traces the module hooks of the calls inside a compiled region: Python ones it
+    # follows, a C one would break its graph at every call (and warn)
+    if ctx.events.modules or any(original_module(i.module) is not i.module for i in ctx.options.infos.values()):
         return None, None
     counting = ctx.get(source.NativeCountingSource)
     if counting is not None:

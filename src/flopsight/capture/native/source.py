@@ -245,7 +245,8 @@ class NativeCountingSource:
         if not self._pending[0]:  # most module boundaries: nothing ran since the last one
             return
         ctx = self._ctx
-        overhead = ctx.overhead.seconds  # the profiler's own time until now: the same at every boundary since the last settle
+        # the profiler's own time until now: what it was at every module boundary since the last settle
+        overhead = ctx.overhead.seconds
         h0 = ctx.overhead.begin()
         records, values, ops = self._rec.drain(len(_TABLES.ops))
         _TABLES.ops.extend((name, overload) for _, name, overload in ops)
