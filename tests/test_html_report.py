@@ -162,10 +162,13 @@ def test_derived_block_of_a_training_step(training):
 
 def test_derived_rank_figures(training):
     """A gathered result (two ranks' results on rank 0) carries each rank's figures."""
-    gathered = dataclasses.replace(training, ranks=(training, None))
+    gathered = dataclasses.replace(training, ranks=(training, None, training), rank_notes={2: "failed: E"})
     d = derived(gathered)["ranks"]
-    assert d["world"] == 2 and d["missing"] == [1]
+    assert d["world"] == 3 and d["missing"] == [1] and d["failed"] == {"2": "E"}
     assert d["per_rank"][0]["latency"] == training.iteration.latency and d["per_rank"][1] is None
+    # one rank completed its profile: no spread over ranks to show
+    assert d["iteration"] is None and d["modules"] == {}
+    d = derived(dataclasses.replace(training, ranks=(training, training)))["ranks"]
     assert d["modules"]["0"]["forward"]["max"] == training.module("0").forward.latency
 
 

@@ -1,4 +1,5 @@
-"""Many ranks, one result: every rank's profile gathered on rank 0, a missing rank named."""
+"""Many ranks, one result: every rank's profile gathered on rank 0; a missing, failed or
+non-profiling rank named and left out of the figures over ranks."""
 
 from __future__ import annotations
 
@@ -25,18 +26,20 @@ def run(tmp_path_factory):
 
 def test_rank_0_holds_every_ranks_result_the_others_none(run):
     held = json.loads((run / "ranks0.json").read_text())
-    assert (held["both"], held["one_missing"]) == (2, 2)
-    assert json.loads((run / "ranks1.json").read_text()) == {"both": 0}
+    assert (held["both"], held["one_missing"], held["failed_in_span"], held["profile_failed"]) == (2, 2, 2, 2)
+    assert json.loads((run / "ranks1.json").read_text()) == {"both": 0, "failed_in_span": 0}
     result = flopsight.load(run / "both.json")
     # Linear(8, 16) + Linear(16, 4): 8*16 + 16*4 = 192 MACs per row; rank r ran 2 + r rows
     assert [r.total.forward.macs for r in result.ranks] == [2 * 192, 3 * 192]
     assert [r.metadata.rank for r in result.ranks] == [0, 1] and result.missing_ranks == []
+    assert result.rank_notes == {}
     figures = rank_figures(result)
-    assert figures.world == 2 and figures.iteration is not None
+    assert figures.world == 2 and figures.healthy == 2 and figures.iteration is not None
     assert {(m.path, m.phase) for m in figures.modules} >= {("", "forward"), ("0", "forward"), ("2", "forward")}
+    assert "straggler (slowest rank):" in (run / "both.txt").read_text()
 
 
-def test_a_rank_that_never_reaches_the_step_is_named_not_waited_for(run):
+def test_a_rank_that_started_but_sent_nothing_is_named_not_waited_for(run):
     result = flopsight.load(run / "one_missing.json")
     assert result.ranks[0] is not None and result.ranks[1] is None and result.missing_ranks == [1]
     report = (run / "one_missing.txt").read_text()
@@ -44,6 +47,39 @@ def test_a_rank_that_never_reaches_the_step_is_named_not_waited_for(run):
     assert "ranks missing (no result within gather_timeout):" in report
     # while waiting, rank 0 said for whom (the worker lowers the 5 s before the warning to 0)
     assert "rank 0 is waiting for the results of rank(s) 1" in json.loads((run / "ranks0.json").read_text())["warned"]
+
+
+def test_a_rank_that_raised_in_its_span_is_failed_and_left_out_of_the_figures(run):
+    result = flopsight.load(run / "failed_in_span.json")
+    # rank 1 fed 5 features to Linear(8, 16), the layer at path "0"
+    assert result.rank_notes == {1: "failed: RuntimeError raised in module '0' (Linear)"}
+    assert result.missing_ranks == []
+    figures = rank_figures(result)
+    assert figures.failed == {1: "RuntimeError raised in module '0' (Linear)"} and figures.healthy == 1
+    # one healthy rank: nothing to compare it with
+    assert figures.iteration is None and figures.modules == [] and figures.straggler_excess == 0.0
+    report = (run / "failed_in_span.txt").read_text()
+    assert "rank 1 failed:" in report and "RuntimeError raised in module '0' (Linear)" in report
+    assert "straggler" not in report and "Per-rank Profile" not in report and "1 of 2" in report
+
+
+def test_a_rank_whose_profile_raised_tells_rank_0_at_once(run):
+    result = flopsight.load(run / "profile_failed.json")
+    # rank 1's last layer, Linear(15, 4) at path "2", got 16 features
+    assert result.ranks[1] is None and result.missing_ranks == []
+    assert result.rank_notes == {1: "failed: RuntimeError raised in module '2' (Linear)"}
+    # rank 0 did not wait out the default gather_timeout (60 s) for it
+    assert json.loads((run / "ranks0.json").read_text())["profile_failed_s"] < 30
+
+
+def test_a_rank_that_never_profiles_costs_rank_0_about_two_seconds(run):
+    result = flopsight.load(run / "rank0_only.json")
+    assert result.rank_notes == {1: "not profiling"} and result.missing_ranks == []
+    assert rank_figures(result).not_profiling == [1]
+    report = (run / "rank0_only.txt").read_text()
+    assert "ranks not profiling (never started a profile):" in report and "straggler" not in report
+    # the default gather_timeout is 60 s; a rank that never started a profile is waited for 2
+    assert json.loads((run / "ranks0.json").read_text())["rank0_only_s"] < 30
 
 
 def test_spread_and_straggler_over_ranks():
@@ -55,7 +91,7 @@ def test_spread_and_straggler_over_ranks():
 
 def test_outside_torch_distributed_there_is_nothing_to_gather():
     result = flopsight.profile(torch.nn.Linear(2, 2), torch.ones(1, 2), warm_up=0)
-    assert gather_ranks(result) == [] and result.ranks == () and rank_figures(result) is None
+    assert gather_ranks(result) == ([], {}) and result.ranks == () and rank_figures(result) is None
     assert "ranks reporting" not in flopsight.renderers.text_renderer.render_text(result)
 
 

@@ -24,7 +24,7 @@ from torch import nn
 from ._torch_private import original_module
 from ._version import __version__
 from .capture.build import build_result
-from .capture.gather import DEFAULT_GATHER_TIMEOUT, check_gather_timeout, gather_ranks
+from .capture.gather import DEFAULT_GATHER_TIMEOUT, announce, check_gather_timeout, gather_ranks, publish_failure
 from .capture.inputs import batch_size, describe_inputs, model_device, model_dtype
 from .capture.modules import ModuleCalls, describe
 from .capture.native import check_backend
@@ -268,6 +268,7 @@ def profile(
         rewind()
         time_call(*args, **kwargs)
 
+    announce()  # under torch.distributed: rank 0 waits for the ranks that profile
     try:
         if separate:
             # doubles as the first warm-up; the timing pass's timeline is the result's
@@ -279,6 +280,10 @@ def profile(
             for _ in range(warm_up):
                 plain()
             counts = times = captured(count=True)
+    except BaseException as e:
+        if gather_timeout is not None:
+            publish_failure(e)  # rank 0 learns what failed here instead of waiting for it
+        raise
     finally:
         state.restore()
 
@@ -292,8 +297,8 @@ def with_ranks(result: ProfileResult, gather_timeout: float | None) -> ProfileRe
     """``result`` with every rank's result on rank 0 (see :mod:`flopsight.capture.gather`)."""
     if gather_timeout is None:
         return result
-    ranks = gather_ranks(result, gather_timeout)
-    return dataclasses.replace(result, ranks=tuple(ranks)) if ranks else result
+    ranks, notes = gather_ranks(result, gather_timeout)
+    return dataclasses.replace(result, ranks=tuple(ranks), rank_notes=notes) if ranks else result
 
 
 # -- Profiler ------------------------------------------------------------------------------
@@ -385,6 +390,7 @@ class Profiler:
             options = CaptureOptions(self._infos, memory=self._memory, outside_to_root=self._everything,
                                      optimizer=self.optimizer, ignore=self._ignore, backend=self._backend)
             session = CaptureSession(options, registry=self._registry, clock=clock)
+            announce()  # under torch.distributed: rank 0 waits for the ranks that profile
             session.start()
             self._session = session
         return self

@@ -71,6 +71,8 @@ def _ranks(result: ProfileResult) -> dict[str, Any] | None:
     return {
         "world": figures.world,
         "missing": figures.missing,
+        "failed": {str(rank): what for rank, what in figures.failed.items()},
+        "not_profiling": figures.not_profiling,
         "iteration": figures.iteration._asdict() if figures.iteration is not None else None,
         "straggler_excess": figures.straggler_excess,
         "per_rank": per_rank,

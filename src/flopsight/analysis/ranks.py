@@ -1,4 +1,4 @@
-"""Figures over the ranks of a torch.distributed run: spread, slowest rank, missing ranks.
+"""Figures over the ranks of a torch.distributed run: spread, slowest rank, missing and failed ranks.
 
 >>> from flopsight.analysis.ranks import spread
 >>> spread([0.1, 0.3, 0.2])
@@ -7,7 +7,7 @@ Spread(min=0.1, mean=0.20000000000000004, max=0.3, slowest=1)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from ..result.profile_result import ProfileResult
@@ -43,15 +43,23 @@ class ModuleSpread:
 
 @dataclass(frozen=True)
 class RankFigures:
-    """``world`` ranks, those ``missing``, the iteration's wall time over the ranks and how
-    far the slowest one is above the mean (percent), and per module (down to ``depth``) and
-    phase the latency over the ranks."""
+    """``world`` ranks; those ``missing`` (no result in time), ``failed`` (rank -> what raised,
+    where) and ``not_profiling``; over the ranks that completed their profile (``healthy``),
+    the iteration's wall time, how far the slowest one is above the mean (percent), and per
+    module (down to ``depth``) and phase the latency. With fewer than two healthy ranks there
+    is nothing to compare: no iteration spread, no straggler, no modules."""
 
     world: int
     missing: list[int]
     iteration: Spread | None
     straggler_excess: float
     modules: list[ModuleSpread]
+    failed: dict[int, str] = field(default_factory=dict)
+    not_profiling: list[int] = field(default_factory=list)
+
+    @property
+    def healthy(self) -> int:
+        return self.world - len(self.missing) - len(self.failed) - len(self.not_profiling)
 
 
 def rank_figures(result: ProfileResult, depth: int = 1) -> RankFigures | None:
@@ -59,18 +67,28 @@ def rank_figures(result: ProfileResult, depth: int = 1) -> RankFigures | None:
     ranks = result.ranks
     if not ranks:
         return None
-    iteration = spread([r.iteration.latency if r is not None else None for r in ranks])
-    excess = 100 * (iteration.max - iteration.mean) / iteration.mean if iteration and iteration.mean else 0.0
-    modules = []
-    for node in result.walk(depth):
-        for phase in ("forward", "backward"):
-            values = []
-            for r in ranks:
-                if r is None or node.name not in r.modules:
-                    values.append(None)
-                else:
-                    values.append(r.module(node.name).inclusive[phase].latency)
-            s = spread(values)
-            if s is not None and s.max > 0:
-                modules.append(ModuleSpread(node.name, node.type_name, phase, s))
-    return RankFigures(len(ranks), result.missing_ranks, iteration, excess, modules)
+    notes = result.rank_notes
+    failed = {r: note.removeprefix("failed: ") for r, note in sorted(notes.items()) if note.startswith("failed")}
+    not_profiling = sorted(r for r, note in notes.items() if note == "not profiling")
+    # a rank whose profiled call raised is no measure of the others: left out of the spreads
+    healthy = [r if r is not None and i not in notes and not r.metadata.error else None for i, r in enumerate(ranks)]
+    for i, r in enumerate(ranks):
+        if r is not None and r.metadata.error and i not in failed:
+            failed[i] = r.metadata.error
+    iteration, excess, modules = None, 0.0, []
+    if sum(r is not None for r in healthy) >= 2:
+        iteration = spread([r.iteration.latency if r is not None else None for r in healthy])
+        excess = 100 * (iteration.max - iteration.mean) / iteration.mean if iteration and iteration.mean else 0.0
+        for node in result.walk(depth):
+            for phase in ("forward", "backward"):
+                values = []
+                for r in healthy:
+                    if r is None or node.name not in r.modules:
+                        values.append(None)
+                    else:
+                        values.append(r.module(node.name).inclusive[phase].latency)
+                s = spread(values)
+                if s is not None and s.max > 0:
+                    modules.append(ModuleSpread(node.name, node.type_name, phase, s))
+    return RankFigures(len(ranks), result.missing_ranks, iteration, excess, modules, dict(sorted(failed.items())),
+                       not_profiling)

@@ -2,13 +2,20 @@
 
 Under ``torch.distributed`` each rank publishes its result (as the JSON it saves) in the
 default process group's key-value store and rank 0 reads them back, waiting at most
-``timeout`` seconds: a rank that raised or never reached the profiled step is missing
-(``None``), and nothing can hang on it. Profiles are matched across ranks by their order:
-the n-th profile a rank gathers is the n-th of every other rank (the same program runs
-on every rank).
+``timeout`` seconds: a rank that never reached the profiled step is missing (``None``), and
+nothing can hang on it. Profiles are matched across ranks by their order: the n-th profile a
+rank gathers is the n-th of every other rank (the same program runs on every rank).
+
+Each rank says when a profile starts (:func:`announce`, a count per rank in the store): rank 0
+waits the whole ``timeout`` only for the ranks that started the profile it gathers, and about
+:data:`UNANNOUNCED_WAIT` seconds for the others (profiling on rank 0 only, as DeepSpeed's docs
+do, costs rank 0 no more). Profiles still match by order, so a program that profiles on every
+rank should not also profile on rank 0 alone in between. A rank whose profiled call raised
+sends what it knows of the failure (:func:`publish_failure`), so rank 0 does not wait for it
+either; a rank whose result says its profiled span raised is noted as failed.
 
 >>> gather_ranks(object(), timeout=1.0)   # outside torch.distributed: nothing to gather
-[]
+([], {})
 """
 
 from __future__ import annotations
@@ -22,13 +29,21 @@ from typing import Any
 import torch
 
 from .._torch_private import default_store
+from .modules import failure_text
 
-__all__ = ["gather_ranks", "check_gather_timeout", "DEFAULT_GATHER_TIMEOUT"]
+__all__ = ["gather_ranks", "announce", "publish_failure", "check_gather_timeout",
+           "DEFAULT_GATHER_TIMEOUT", "UNANNOUNCED_WAIT"]
 
 #: seconds rank 0 waits for the other ranks' results
 DEFAULT_GATHER_TIMEOUT = 60.0
 
+#: seconds rank 0 waits for a rank that has not said it profiles (its first profile may
+#: start a little later than rank 0's)
+UNANNOUNCED_WAIT = 2.0
+
 _count = 0  # profiles gathered by this process so far: the key of the next one
+_announces = 0  # profiles this process announced (see announce)
+_ANNOUNCE = "flopsight/profiling/rank"
 _WARN_AFTER = 5.0  # seconds of waiting before rank 0 says what it is waiting for
 
 
@@ -39,31 +54,83 @@ def check_gather_timeout(timeout: Any) -> float:
     return float(timeout)
 
 
-def gather_ranks(result, timeout: float = DEFAULT_GATHER_TIMEOUT) -> list:
-    """On rank 0: every rank's result (index = rank; ``None`` for a rank that did not send
-    one within ``timeout`` seconds), ``result`` at index 0. On other ranks, and in one
-    process: ``[]`` (the others only publish theirs)."""
-    global _count
+def _store_and_rank():
+    """(the default process group's store, this rank, the world size), or None outside
+    torch.distributed."""
     dist = torch.distributed
     if not (dist.is_available() and dist.is_initialized()):
-        return []
+        return None
     store = default_store()
     if store is None:
-        return []
+        return None
+    return store, dist.get_rank(), dist.get_world_size()
+
+
+def announce() -> None:
+    """Say that a profile starts on this rank (it will gather): rank 0 waits for the ranks
+    that did. A count in the store, per rank: its n-th profile was announced when the count
+    reached n."""
+    global _announces
+    found = _store_and_rank()
+    if found is None:
+        return
+    store, rank, _ = found
+    _announces += 1
+    store.add(f"{_ANNOUNCE}{rank}", 1)
+
+
+def _announced_up_to(n: int) -> None:
+    """A profile that gathers without having started here (a result built by hand) still
+    counts as announced."""
+    global _announces
+    found = _store_and_rank()
+    if found is not None and _announces < n:
+        found[0].add(f"{_ANNOUNCE}{found[1]}", n - _announces)
+        _announces = n
+
+
+def publish_failure(exc: BaseException) -> None:
+    """This rank's profiled call raised ``exc``: tell rank 0 instead of a result (on rank 0
+    itself, and outside torch.distributed, nothing to do)."""
+    global _count
+    found = _store_and_rank()
+    if found is None or found[1] == 0:
+        return
+    store, rank, _ = found
     _count += 1
+    _announced_up_to(_count)
+    store.set(f"flopsight/profile{_count}/rank{rank}", json.dumps({"failed": failure_text(exc)}))
+
+
+def gather_ranks(result, timeout: float = DEFAULT_GATHER_TIMEOUT) -> tuple[list, dict[int, str]]:
+    """On rank 0: (every rank's result, index = rank, ``None`` for a rank that sent none, and
+    ``result`` at index 0; why a rank has no usable result, by rank: ``"failed: ..."`` or
+    ``"not profiling"``). On other ranks, and in one process: ``([], {})`` (the others only
+    publish theirs)."""
+    global _count
+    found = _store_and_rank()
+    if found is None:
+        return [], {}
+    store, rank, world = found
+    _count += 1
+    _announced_up_to(_count)
     prefix = f"flopsight/profile{_count}/rank"
-    rank, world = dist.get_rank(), dist.get_world_size()
     if rank != 0:
         store.set(f"{prefix}{rank}", json.dumps(result.to_dict()))
-        return []
+        return [], {}
     from ..result.profile_result import ProfileResult
 
     results: list = [result] + [None] * (world - 1)
+    notes: dict[int, str] = {}
     started = time.monotonic()
     deadline = started + timeout
     warn_at = started + min(_WARN_AFTER, timeout)
     for r in range(1, world):
         key = f"{prefix}{r}"
+        if not store.check([key]) and not _started(store, f"{_ANNOUNCE}{r}", _count,
+                                                   min(UNANNOUNCED_WAIT, deadline - time.monotonic())):
+            notes[r] = "not profiling"
+            continue
         while not _arrived(store, key, min(warn_at, deadline) - time.monotonic()):
             now = time.monotonic()
             if now >= deadline:
@@ -78,9 +145,26 @@ def gather_ranks(result, timeout: float = DEFAULT_GATHER_TIMEOUT) -> list:
                     stacklevel=3,
                 )
         else:
-            results[r] = ProfileResult.from_dict(json.loads(store.get(key)))
+            data = json.loads(store.get(key))
             store.delete_key(key)
-    return results
+            if "failed" in data:
+                notes[r] = f"failed: {data['failed']}"
+                continue
+            results[r] = ProfileResult.from_dict(data)
+            if results[r].metadata.error:
+                notes[r] = f"failed: {results[r].metadata.error}"
+    return results, notes
+
+
+def _started(store, key: str, n: int, seconds: float) -> bool:
+    """Whether the rank counting its profiles under ``key`` has started its ``n``-th, waiting
+    up to ``seconds`` for it (a rank's first profile may start a little after rank 0's)."""
+    give_up = time.monotonic() + seconds
+    while store.add(key, 0) < n:
+        if time.monotonic() >= give_up:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def _arrived(store, key: str, seconds: float) -> bool:

@@ -452,5 +452,19 @@ def _note_error(record: CallRecord, exc: BaseException, root: bool) -> str | Non
         else:  # Python 3.10: the attribute add_note would set
             exc.__notes__ = [*notes, note]
     if root:
-        return f"{type(exc).__name__} raised in module {record.path or '<root>'!r}"
+        return failure_text(exc)
     return None
+
+
+def failure_text(exc: BaseException) -> str:
+    """What raised and where, read off the note :func:`_note_error` put on the exception (the
+    innermost module's): ``"RuntimeError raised in module 'fc' (Linear)"``; the exception's
+    type alone if no module of a profiled model raised it.
+
+    >>> failure_text(ValueError("x"))
+    'ValueError'
+    """
+    prefix = _NOTE_PREFIX + " "
+    where = next((str(n)[len(prefix):] for n in getattr(exc, "__notes__", None) or () if str(n).startswith(prefix)),
+                 None)
+    return f"{type(exc).__name__} raised in module {where}" if where else type(exc).__name__

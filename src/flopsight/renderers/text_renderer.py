@@ -257,7 +257,11 @@ class _Text:
 
     def _ranks(self, f: RankFigures) -> None:
         """The ranks of a torch.distributed run, gathered on rank 0."""
-        self.kv("ranks reporting: ", f"{f.world - len(f.missing)} of {f.world}")
+        self.kv("ranks reporting: ", f"{f.healthy} of {f.world}")
+        for rank, what in f.failed.items():
+            self.kv(f"rank {rank} failed: ", f"{what} (left out of the figures over ranks)")
+        if f.not_profiling:
+            self.kv("ranks not profiling (never started a profile): ", ", ".join(map(str, f.not_profiling)))
         if f.missing:
             self.kv("ranks missing (no result within gather_timeout): ", ", ".join(map(str, f.missing)))
         it = f.iteration

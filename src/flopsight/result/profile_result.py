@@ -86,6 +86,9 @@ class ProfileResult:
     #: on rank 0 of a torch.distributed run: every rank's result (index = rank; None for a
     #: rank that sent none in time); empty in one process and on the other ranks
     ranks: tuple["ProfileResult | None", ...] = ()
+    #: on rank 0: why a rank has no usable result, by rank: ``"failed: <what raised, where>"``
+    #: (it raised inside its profiled span) or ``"not profiling"`` (it never started a profile)
+    rank_notes: dict[int, str] = field(default_factory=dict)
     #: memory of the whole span (None when memory was not tracked): see :attr:`memory`
     memory: MemoryTotals | None = None
     #: a CUDA run's GPU utilisation (NVML) and allocator peak; None elsewhere
@@ -153,8 +156,9 @@ class ProfileResult:
 
     @property
     def missing_ranks(self) -> list[int]:
-        """Ranks whose result did not arrive (rank 0 of a torch.distributed run)."""
-        return [i for i, r in enumerate(self.ranks) if r is None]
+        """Ranks whose result did not arrive in time, for no reason they gave (rank 0 of a
+        torch.distributed run); see :attr:`rank_notes` for the ranks that failed or never profiled."""
+        return [i for i, r in enumerate(self.ranks) if r is None and i not in self.rank_notes]
 
     def collectives(self, phase: str | None = None) -> list[Collective]:
         """The collectives this rank issued (one record per module, phase, kind and group
@@ -213,6 +217,7 @@ class ProfileResult:
             "modules": [s.to_dict() for s in self.modules.values()],
             "collectives": [c.to_dict() for c in self.comms],
             "ranks": [r.to_dict() if r is not None else None for r in self.ranks],
+            "rank_notes": {str(rank): note for rank, note in sorted(self.rank_notes.items())},
             "memory": self.memory.to_dict() if self.memory is not None else None,
             "device_usage": self.device_usage.to_dict() if self.device_usage is not None else None,
             # derived from the modules' ops (read back from them, not from here): for readers
@@ -236,6 +241,7 @@ class ProfileResult:
             calls=[ModelCall(c["path"], Stats(**c["stats"]), c.get("batch_size")) for c in data.get("calls", [])],
             comms=tuple(Collective.from_dict(c) for c in data.get("collectives", [])),
             ranks=tuple(cls.from_dict(r) if r is not None else None for r in data.get("ranks", [])),
+            rank_notes={int(rank): str(note) for rank, note in (data.get("rank_notes") or {}).items()},
             memory=MemoryTotals.from_dict(data["memory"]) if data.get("memory") else None,
             device_usage=DeviceUsage.from_dict(data["device_usage"]) if data.get("device_usage") else None,
             timeline=Timeline.from_dict(data["timeline"], list(modules)) if data.get("timeline") else None,

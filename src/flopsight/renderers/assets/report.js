@@ -299,13 +299,18 @@
     if (!ranks) return;
     const box = $("rank-bars");
     const it = ranks.iteration;
+    const failed = Object.keys(ranks.failed || {});
+    const notProfiling = ranks.not_profiling || [];
     box.append(el("h3", { text: `Ranks: ${ranks.world}` + (ranks.missing.length ? `, missing ${ranks.missing.join(", ")}` : "") +
+      (failed.length ? `, failed ${failed.join(", ")}` : "") + (notProfiling.length ? `, not profiling ${notProfiling.join(", ")}` : "") +
       (it ? ` \u00b7 iteration min / mean / max ${fmt.duration(it.min)} / ${fmt.duration(it.mean)} / ${fmt.duration(it.max)}` +
         ` \u00b7 slowest rank ${it.slowest}, ${fmt.pct(ranks.straggler_excess)} above the mean` : "") }));
     const longest = Math.max(0, ...ranks.per_rank.filter(Boolean).map((r) => r.latency));
     ranks.per_rank.forEach((r, rank) => {
       const row = el("div", { cls: "rankrow" + (it && it.slowest === rank ? " slowest" : "") }, el("span", { cls: "label", text: `rank ${rank}` }));
-      if (!r) row.append(el("span", { cls: "empty", text: "no result" }), el("span"));
+      const failure = (ranks.failed || {})[String(rank)];
+      if (failure) row.append(el("span", { cls: "empty", text: `failed: ${failure}` }), el("span"));
+      else if (!r) row.append(el("span", { cls: "empty", text: notProfiling.includes(rank) ? "not profiling" : "no result" }), el("span"));
       else row.append(r.anatomy ? stackBar(r.anatomy, longest) : el("div", { cls: "bar", style: { width: `${share(r.latency, longest)}%` } }),
         el("span", { cls: "num", text: fmt.duration(r.latency) }));
       box.append(row);
