@@ -189,3 +189,67 @@ def test_profiler_refuses_a_compiled_model_instead_of_deoptimizing_it():
         flopsight.Profiler(compiled)
     with pytest.raises(ValueError, match="profile model._orig_mod here"):
         flopsight.FlopsProfiler(compiled).start_profile()
+
+
+SHOWN_ONCE = r'''
+import sys, warnings
+import torch, torch._dynamo  # torch's own first import of dynamo makes Python forget what it showed: done first
+import flopsight
+from torch import nn
+
+
+class Old(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(2, 2)
+
+    def forward(self, x):
+        warnings.warn("Old.forward is deprecated", FutureWarning)
+        return self.fc(x)
+
+
+model, x = Old(), torch.ones(1, 2)
+model(x)
+flopsight.profile(model, x, warm_up=2)
+with flopsight.Profiler(model):
+    model(x)
+flopsight.get_model_profile(model, args=[x], print_profile=False)
+flopsight.profile(torch.compile(model, backend="eager"), x)
+'''
+
+
+def test_a_warning_the_model_issues_every_call_is_still_shown_once():
+    """Python shows a warning once per place by default; profiling must not make it forget
+    (entering warnings.catch_warnings, or a subprocess, does), or every pass prints it again."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", SHOWN_ONCE], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stderr.count("FutureWarning: Old.forward is deprecated") == 1, proc.stderr[-3000:]
+
+
+def _native_built() -> bool:
+    from flopsight.capture.native.build import load
+
+    return load(quiet=True) is not None
+
+
+@pytest.mark.parametrize("backend", ["python", pytest.param("native", marks=pytest.mark.skipif(
+    "not _native_built()", reason="the native backend cannot be built here"))])
+def test_a_compiled_submodule_runs_the_hooks_without_dynamo_tracing_them(backend):
+    """Inside a compiled region dynamo traces the global module hooks: flopsight's must not
+    make it warn about (and break its graph at) the clock and autograd reads in them."""
+    import warnings
+
+    model = nn.Sequential(nn.Linear(2, 3), nn.ReLU())
+    model[0] = torch.compile(model[0], backend="eager")
+    x = torch.ones(1, 2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = flopsight.profile(model, x, backend=backend)
+        with flopsight.Profiler(model, backend=backend) as prof:
+            model(x)
+    traced = [str(w.message) for w in caught if "Dynamo does not know how to trace" in str(w.message)]
+    assert traced == []
+    assert result.total.forward.macs == prof.result.total.forward.macs == 2 * 3  # Linear(2, 3), one row

@@ -6,15 +6,13 @@
 512
 """
 
-import warnings as _warnings
-
+from ._quiet import ignoring as _ignoring
 from ._version import __version__
 
-with _warnings.catch_warnings():
-    # torch warns "Failed to initialize NumPy" while it imports when numpy is not installed;
-    # flopsight needs no numpy, so on a torch-only install (`make demo`) that is noise before
-    # the report. Only that message is hidden, and only here; torch is imported first here.
-    _warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
+# torch warns "Failed to initialize NumPy" while it imports when numpy is not installed;
+# flopsight needs no numpy, so on a torch-only install (`make demo`) that is noise before
+# the report. Only that message is hidden, and only here; torch is imported first here.
+with _ignoring("Failed to initialize NumPy", UserWarning):
     import torch as _torch  # noqa: F401
 
 from .analysis.diff import diff

@@ -6,12 +6,13 @@ these is a one-file change. Nothing in this module patches torch.
 
 from __future__ import annotations
 
-import warnings
 
 import torch
 import torch.nn.modules.module as _module_mod
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+from ._quiet import ignoring
 
 #: Types of ``torch.ops.<ns>.<op>.<overload>`` and ``torch.ops.<ns>.<op>``.
 OpOverload = torch._ops.OpOverload
@@ -63,9 +64,7 @@ def prime_modes() -> None:
     """
     global _primed
     if not _primed:
-        with warnings.catch_warnings():
-            # torch's import notes a missing NumPy, which flopsight does not use
-            warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+        with ignoring("Failed to initialize NumPy"):  # torch's import notes a missing NumPy, which flopsight does not use
             import torch._dynamo  # noqa: F401
 
         _primed = True

@@ -13,14 +13,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import platform
-import warnings
 from typing import Any, Callable, Iterable
 
 import torch
 from torch import nn
 
+from ._quiet import ignoring
 from ._torch_private import original_module
 from ._version import __version__
 from .capture.build import build_result
@@ -256,9 +257,9 @@ def profile(
         session = CaptureSession(options, registry=registry, clock=clock)
         session.start()
         try:
-            with warnings.catch_warnings():
-                if compiled:  # torch notes that global hooks also fire for the compiled wrapper: intended
-                    warnings.filterwarnings("ignore", message=r"Using `torch.compile\(module\)` when there are global hooks")
+            # torch notes that global hooks also fire for the compiled wrapper: intended
+            with ignoring(r"Using `torch.compile\(module\)` when there are global hooks") if compiled \
+                    else contextlib.nullcontext():
                 (count_call if count else time_call)(*args, **kwargs)
         finally:
             raw = session.stop()

@@ -15,6 +15,7 @@ import sys
 import weakref
 from dataclasses import dataclass, field
 
+import torch
 from torch import nn
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
@@ -244,6 +245,10 @@ class ModuleTracker:
     def start(self, ctx) -> None:
         pre, post = self._make_hooks(ctx)
         recorder, settling = _native_recorder(ctx)
+        if recorder is None and _compiled_inside(ctx.options.infos):
+            # dynamo traces the module hooks of the calls inside a compiled region: it would
+            # break its graph at each clock read in them, and warn; disabled, they run as they are
+            pre, post = torch.compiler.disable(pre), torch.compiler.disable(post)
         try:
             if recorder is not None:  # the hooks in C++; Python sees the calls it must (top-level ones)
                 modules = list({id(info.module): info.module for info in ctx.options.infos.values()
@@ -423,9 +428,9 @@ def _native_recorder(ctx):
     timing session the recorder is free for."""
     from .native import _in_use, source  # the native package imports the capture modules
 
-    # dynamo traces the module hooks of the calls inside a compiled region: Python ones it
-    # follows, a C one would break its graph at every call (and warn)
-    if ctx.events.modules or any(original_module(i.module) is not i.module for i in ctx.options.infos.values()):
+    # dynamo traces the module hooks of the calls inside a compiled region: a C one would
+    # break its graph at every call, and warn
+    if ctx.events.modules or _compiled_inside(ctx.options.infos):
         return None, None
     counting = ctx.get(source.NativeCountingSource)
     if counting is not None:
@@ -435,6 +440,11 @@ def _native_recorder(ctx):
         return None, None
     recorder = loaded()  # a timing pass never builds it (the counting pass before it did)
     return (recorder, source.CallRecords(ctx, recorder)) if recorder is not None else (None, None)
+
+
+def _compiled_inside(infos: dict) -> bool:
+    """Whether any module of the profiled tree is a ``torch.compile``d one."""
+    return any(original_module(info.module) is not info.module for info in infos.values())
 
 
 _NOTE_PREFIX = "flopsight: raised in module"

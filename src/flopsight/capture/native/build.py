@@ -16,16 +16,19 @@ True
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import importlib.util
 import os
 import platform
 import shutil
 import sys
 import threading
-import warnings
 from pathlib import Path
 
 import torch
+
+from ..._quiet import ignoring
 
 __all__ = ["load", "loaded", "cache_folder", "BuildFailed", "SOURCE"]
 
@@ -74,15 +77,21 @@ def _build(quiet: bool):
     folder.mkdir(parents=True, exist_ok=True)
     _ninja_on_path()
     name = "flopsight_native_" + folder.name.rsplit("-", 1)[-1]
-    built = any(folder.glob(f"{name}*.so")) or any(folder.glob(f"{name}*.pyd"))
+    library = next((p for suffix in (".so", ".pyd") for p in folder.glob(f"{name}*{suffix}")), None)
+    built = library is not None
+    if built:
+        # the folder's name carries the source's hash: a library there is this source's build.
+        # Loaded directly: torch's tooling would run ninja and the compiler to check it (slower,
+        # and each of its subprocesses makes Python forget which warnings it already showed)
+        with contextlib.suppress(ImportError, OSError):  # a build cut short: torch's tooling redoes it
+            return _import(name, library)
     compiler = os.environ.get("CXX", "c++")  # what torch's tooling compiles with
     if not built and shutil.which(compiler) is None:
         raise BuildFailed(f"no C++ compiler: {compiler!r} is not on PATH")
     if not quiet and not built:
         print(f"flopsight: building the native counting backend into {folder} (once for this torch, "
               "Python and platform; about half a minute)", file=sys.stderr)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch's compiler-version notices
+    with ignoring():  # torch's compiler-version notices
         return cpp_extension.load(
             name=name,
             sources=[str(SOURCE)],
@@ -90,6 +99,15 @@ def _build(quiet: bool):
             build_directory=str(folder),
             verbose=False,
         )
+
+
+def _import(name: str, library: Path):
+    spec = importlib.util.spec_from_file_location(name, library)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {library}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def load(quiet: bool = False):
