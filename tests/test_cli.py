@@ -20,7 +20,7 @@ import flopsight
 from flopsight.cli import build as cli_build, zoo
 from flopsight.cli import main
 
-HEADER = "\n" + " flopsight ".center(78, "-") + "\n"
+HEADER = "\n" + " DeepSpeed Flops Profiler ".center(78, "-") + "\n"
 TINY_LLAMA = dict(model_type="llama", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, vocab_size=64, max_position_embeddings=64)
 

@@ -79,9 +79,10 @@ def test_summary_layout_matches_deepspeed_line_format():
     model = JSC_Tiny()
     text = report_of(lambda out: flopsight.get_model_profile(model, input_shape=(4, 16), output_file=out))
     lines = text.splitlines()
-    # same lines in the same order, the title naming us
-    start = sample.index("Profile Summary at step 1:")
-    for theirs, mine in zip(sample[start : start + 8], lines[2:10]):
+    # the same banner and lines in the same order; flopsight names itself on one line of its own
+    banner = sample.index("Profile Summary at step 1:") - 1
+    assert lines[1] == sample[banner]
+    for theirs, mine in zip(sample[banner + 1 : banner + 9], lines[3:11]):
         assert mine == theirs
     def summary_labels(text_lines, unit):
         start = next(i for i, line in enumerate(text_lines) if line.startswith(f"params per {unit}"))
@@ -96,7 +97,9 @@ def test_summary_layout_matches_deepspeed_line_format():
     # the label column is 70 wide, then two spaces, then the value padded to 8
     params_line = next(line for line in lines if line.startswith("params per"))
     assert params_line == "params per GPU:".ljust(70) + "  " + "117".ljust(8)
-    assert lines[1] == " flopsight ".center(78, "-")
+    # DeepSpeed's banner word for word, flopsight named on the line after it
+    assert lines[1] == "-------------------------- DeepSpeed Flops Profiler --------------------------"
+    assert lines[2].startswith("(flopsight: ")
     assert lines[-1] == "-" * 78
 
 

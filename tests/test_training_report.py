@@ -194,10 +194,11 @@ def test_bwd_figures_are_measured_not_estimated(fake_clock):
 def test_detailed_tree_shows_each_modules_backward(fake_clock):
     result = profiled_step()
     text = render_text(result)
+    # DeepSpeed's field-order line word for word, then the fields a measured backward adds
     assert (
         "params, percentage of total params, MACs, percentage of total MACs, fwd latency, percentage of total fwd "
-        "latency, fwd FLOPS, bwd MACs, percentage of total bwd MACs, bwd latency, percentage of total bwd latency, "
-        "bwd FLOPS\n" in text
+        "latency, fwd FLOPS\nthen, with the backward measured (flopsight): bwd MACs, percentage of total bwd MACs, "
+        "bwd latency, percentage of total bwd latency, bwd FLOPS\n" in text
     )
     total = sum(BWD_MACS.values())
     for name, macs in BWD_MACS.items():
@@ -218,9 +219,9 @@ def test_aggregated_profile_adds_bwd_rows(fake_clock):
     fc = result.module("fc2").backward.latency + result.module("fc3").backward.latency + result.module(
         "fc1"
     ).backward.latency
-    assert text.splitlines()[0] == (
-        "Top 2 modules in terms of params, MACs, fwd latency, bwd MACs or bwd latency at different model depths:"
-    )
+    # DeepSpeed's header word for word, then flopsight's note of the two rows it adds per depth
+    assert text.splitlines()[0] == "Top 2 modules in terms of params, MACs or fwd latency at different model depths:"
+    assert text.splitlines()[1].startswith("(flopsight: with the backward measured")
     assert f"    bwd MACs    - {{'Linear': '{macs_to_string(sum(BWD_MACS.values()))}', 'ReLU': '0 MACs'}}" in text
     assert f"    bwd latency - {{'Linear': '{duration_to_string(fc)}'" in text
 

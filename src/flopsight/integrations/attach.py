@@ -31,7 +31,8 @@ results (``handle.result.ranks``) and prints.
 ...             print("step 1 done, nothing printed yet")  # doctest: +ELLIPSIS
 step 1 done, nothing printed yet
 <BLANKLINE>
---------------------------------- flopsight ----------------------------------
+-------------------------- DeepSpeed Flops Profiler --------------------------
+(flopsight: the DeepSpeed Flops Profiler's report, counted at the aten-operator level)
 Profile Summary at step 2:
 ...
 >>> handle.done, handle.result.iteration.backward.macs   # 8 rows * 4 inputs * 2 outputs: grad of the weight

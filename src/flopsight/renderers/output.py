@@ -21,7 +21,7 @@ target alike:
 >>> result = flopsight.profile(torch.nn.Linear(4, 2), torch.ones(1, 4), clock=flopsight.FakeClock())
 >>> text = write(result, detailed=False)  # doctest: +ELLIPSIS
 <BLANKLINE>
---------------------------------- flopsight ----------------------------------
+-------------------------- DeepSpeed Flops Profiler --------------------------
 ...
 >>> stream = io.StringIO()
 >>> write(result, stream, "csv") == stream.getvalue() == result.render("csv")

@@ -26,7 +26,7 @@ file only words and lays it out.
 >>> model = torch.nn.Sequential(torch.nn.Linear(16, 5))
 >>> result = flopsight.profile(model, torch.ones(8, 16), clock=flopsight.FakeClock())
 >>> print(render_text(result).splitlines()[1])
---------------------------------- flopsight ----------------------------------
+-------------------------- DeepSpeed Flops Profiler --------------------------
 """
 
 from __future__ import annotations
@@ -76,6 +76,9 @@ RULE = "-" * 78
 _PHASE_LABELS = {"forward": "fwd latency", "backward": "bwd latency"}
 _PHASE_SHORT = {"forward": "fwd", "backward": "bwd"}
 _LINE = "{:<70}  {:<8}"
+#: DeepSpeed's banner, word for word (parsers look for it); flopsight names itself after it
+_BANNER = "-------------------------- DeepSpeed Flops Profiler --------------------------"
+_NAMED = "(flopsight: the DeepSpeed Flops Profiler's report, counted at the aten-operator level)"
 _NOTATIONS = """Notations:
 data parallel size (dp_size), model parallel size(mp_size),
 number of parameters (params), number of multiply-accumulate operations(MACs),
@@ -122,8 +125,7 @@ class _Text:
     def summary(self, report: Report) -> None:
         u = self.unit
         f: SummaryFigures = report.summary
-        self.add("", " flopsight ".center(78, "-"), f"Profile Summary at step {report.options.profile_step}:",
-                 _NOTATIONS)
+        self.add("", _BANNER, _NAMED, f"Profile Summary at step {report.options.profile_step}:", _NOTATIONS)
         parallel = f.parallel
         if parallel:
             self.kv("world size: ", parallel.world_size)
@@ -346,15 +348,14 @@ class _Text:
 
     # -- aggregated -----------------------------------------------------------------------
     def aggregated(self, a: AggregatedProfile) -> None:
+        # DeepSpeed's header word for word; a measured backward adds two lines to each depth
+        self.add(f"Top {a.top_modules} modules in terms of params, MACs or fwd latency at different model depths:")
         if a.backward is None:
-            self.add(f"Top {a.top_modules} modules in terms of params, MACs or fwd latency at different model depths:")
             for d in a.forward:
                 self.add(f"depth {d.depth}:", *self._depth_lines(d))
             return
-        self.add(
-            f"Top {a.top_modules} modules in terms of params, MACs, fwd latency, bwd MACs or bwd latency "
-            "at different model depths:"
-        )
+        self.add("(flopsight: with the backward measured, each depth also lists its top modules by bwd MACs "
+                 "and bwd latency)")
         for d, b in zip(a.forward, a.backward):
             self.add(
                 f"depth {d.depth}:",
@@ -452,28 +453,24 @@ class _Text:
     def detailed(self, tree: ModuleTree) -> None:
         u = self.unit
         how = ", ".join(tree.timing)
-        order = (
+        order = [
             "params, percentage of total params, MACs, percentage of total MACs, fwd latency, "
             "percentage of total fwd latency, fwd FLOPS"
-        )
-        latency_note = (
-            "3. Latencies are measured at each module's forward call and exclude the profiler's own overhead"
-            + (f" ({how})." if how else ".")
-        )
-        notes = []
+        ]
+        # DeepSpeed's three notes word for word; flopsight's own after them
+        notes = [
+            "4. flopsight measures each latency at the module's call and leaves the profiler's own overhead out"
+            + (f" ({how})" if how else "")
+            + ": the top module's fwd latency is the forward's, not less than it."
+        ]
         if tree.training:
-            order += (
-                ", bwd MACs, percentage of total bwd MACs, bwd latency, percentage of total bwd latency, bwd FLOPS"
-            )
-            latency_note = (
-                "3. fwd latencies are measured at each module's forward call, bwd latencies are the time of the "
-                "backward operators attributed to the module; both exclude the profiler's own overhead"
-                + (f" ({how})." if how else ".")
-            )
+            order.append("then, with the backward measured (flopsight): bwd MACs, percentage of total bwd MACs, "
+                         "bwd latency, percentage of total bwd latency, bwd FLOPS")
             notes.append(
-                "4. A module's bwd figures are the measured backward of what its forward computed (gradient "
-                "accumulation into its parameters included); frozen parameters and inputs that need no gradient "
-                "cost no backward. The optimizer step is not attributed to modules (see the summary)."
+                "5. bwd latencies are the time of the backward operators attributed to the module. A module's bwd "
+                "figures are the measured backward of what its forward computed (gradient accumulation into its "
+                "parameters included); frozen parameters and inputs that need no gradient cost no backward. The "
+                "optimizer step is not attributed to modules (see the summary)."
             )
         if tree.collapse:
             notes.append(
@@ -491,14 +488,15 @@ class _Text:
             "",
             f"------------------------------ Detailed Profile per {u} ------------------------------",
             "Each module profile is listed after its name in the following order: ",
-            order,
+            *order,
             "",
             "Note: 1. A module can have torch.nn.module or torch.nn.functional to compute logits (e.g. "
             "CrossEntropyLoss). They are not counted as submodules, thus not to be printed out. However they "
             "make up the difference between a parent's MACs (or latency) and the sum of its submodules'.",
             "2. Number of floating-point operations is a theoretical estimation, thus FLOPS computed using that "
             "could be larger than the maximum system throughput.",
-            latency_note,
+            "3. The fwd latency listed in the top module's profile is directly captured at the module forward "
+            "function in PyTorch, thus it's less than the fwd latency shown above which is captured in DeepSpeed.",
             *notes,
             "",
             *self.tree_lines(tree),
