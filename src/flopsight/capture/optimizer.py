@@ -136,8 +136,13 @@ class OptimizerSteps:
                               register_optimizer_step_post_hook(ends).remove]
         else:  # a wrapper: its own step is the step, the inner optimizer's hooks never match it
             wrapper = self._optimizer
+            # a DeepSpeed engine's step() before the gradient-accumulation boundary only counts
+            # the micro-step: the update, the step, is the one at the boundary
+            boundary = getattr(wrapper, "is_gradient_accumulation_boundary", None)
 
             def step(call, args, kwargs):
+                if callable(boundary) and not boundary():
+                    return call(*args, **kwargs)
                 args, kwargs = begins(wrapper, args, kwargs, bound=True) or (args, kwargs)
                 try:
                     return call(*args, **kwargs)
