@@ -355,6 +355,18 @@ def test_browser_per_rank_figures(browser, tmp_path, training):
 
 
 @browser_test
+def test_browser_names_failed_and_non_profiling_ranks(browser, tmp_path, training):
+    gathered = dataclasses.replace(training, ranks=(training, None, None, training),
+                                   rank_notes={1: "failed: RuntimeError raised in module '0' (Linear)",
+                                               2: "not profiling"})
+    page = _open(browser, tmp_path, "failed_ranks", gathered)
+    assert page.problems() == []
+    bars = _text(page, "rank-bars")
+    assert "failed 1" in bars and "not profiling 2" in bars
+    assert "failed: RuntimeError raised in module '0' (Linear)" in bars and "not profiling" in bars
+
+
+@browser_test
 def test_browser_table_is_virtualised(browser, tmp_path):
     """A few thousand modules: only the rows in view exist in the page."""
     model = nn.Sequential(*[nn.Sequential(*[nn.Linear(4, 4) for _ in range(20)]) for _ in range(100)])
