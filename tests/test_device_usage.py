@@ -33,13 +33,15 @@ def test_from_samples_summarises_by_hand():
     assert (u.memory_total, u.allocator_peak, u.device) == (80 * gb, 512, "cuda:1")
     empty = DeviceUsage.from_samples("cuda:0", [], allocator_peak=None)
     assert (empty.samples, empty.utilization_mean, empty.memory_used_max) == (0, None, None)
+    assert empty.nvml_unavailable == "no NVML sample during the span" and u.nvml_unavailable is None
 
 
-def test_no_gpu_means_no_usage_and_no_lines():
+def test_no_gpu_means_no_usage_and_a_line_that_says_so():
     result = _cpu_result()
     assert result.device_usage is None
-    text = render_text(result)
-    assert "GPU utilization" not in text and "caching allocator" not in text
+    lines = [" ".join(line.split()) for line in render_text(result).splitlines()]
+    assert "GPU utilization (NVML): n/a (no CUDA device)" in lines
+    assert not any("caching allocator" in line for line in lines)
     source = DeviceUsageSource(torch.device("cpu"))
     source.start(None)
     source.stop(None)
@@ -64,9 +66,14 @@ def test_usage_is_reported_and_saved():
     assert "GPU memory used (NVML, whole device, all processes): max 6 GB of 80 GB" in lines
     assert "memory, caching allocator peak while profiling per GPU: 3 MB" in lines
     assert ProfileResult.from_dict(result.to_dict()).device_usage == usage
-    # only the allocator known (no NVML): its line alone
-    text = render_text(dataclasses.replace(result, device_usage=DeviceUsage("cuda:0", allocator_peak=1024)))
-    assert "GPU utilization" not in text and "caching allocator peak" in text
+    # only the allocator known (no NVML): its line, and why there is no utilisation
+    cuda = dataclasses.replace(result.metadata, device="cuda:0", device_type="cuda")
+    without = DeviceUsage.from_samples("cuda:0", [], allocator_peak=1024, nvml_unavailable="nvidia-ml-py not installed")
+    lines = [" ".join(line.split()) for line in
+             render_text(dataclasses.replace(result, metadata=cuda, device_usage=without)).splitlines()]
+    assert "GPU utilization (NVML): n/a (nvidia-ml-py not installed)" in lines
+    assert "memory, caching allocator peak while profiling per GPU: 1.02 KB" in lines
+    assert ProfileResult.from_dict(dataclasses.replace(result, device_usage=without).to_dict()).device_usage == without
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

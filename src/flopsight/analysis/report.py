@@ -440,6 +440,16 @@ class Report:
         return self.result.device_usage
 
     @cached_property
+    def gpu_usage_unavailable(self) -> str | None:
+        """Why the report has no GPU utilisation figures (None when it has them)."""
+        usage = self.result.device_usage
+        if usage is not None and usage.samples:
+            return None
+        if self.result.metadata.device_type != "cuda":
+            return "no CUDA device"
+        return usage.nvml_unavailable if usage is not None and usage.nvml_unavailable else "not measured"
+
+    @cached_property
     def efficiency(self) -> EfficiencySection | None:
         """Against ``peak``, when ``peak`` or ``efficiency`` is asked for."""
         options = self.options

@@ -19,12 +19,13 @@ import torch
 
 from ..result.device_usage import DeviceUsage
 
-__all__ = ["DeviceUsageSource", "open_nvml"]
+__all__ = ["DeviceUsageSource", "open_nvml", "nvml_unavailable"]
 
 
 def open_nvml(device: torch.device):
     """(pynvml, the NVML handle of ``device``), or None where NVML cannot be used: the
-    ``nvidia-ml-py`` package is not installed, or its library or driver is not there."""
+    ``nvidia-ml-py`` package is not installed, or its library or driver is not there
+    (:func:`nvml_unavailable` says which)."""
     try:
         import pynvml
     except ImportError:
@@ -41,6 +42,15 @@ def open_nvml(device: torch.device):
     except Exception:
         pynvml.nvmlShutdown()
         return None
+
+
+def nvml_unavailable() -> str:
+    """Why :func:`open_nvml` gave nothing, in the report's words."""
+    try:
+        import pynvml  # noqa: F401
+    except ImportError:
+        return "nvidia-ml-py not installed"
+    return "NVML's library or driver not found"
 
 
 class DeviceUsageSource:
@@ -86,7 +96,8 @@ class DeviceUsageSource:
                 pass
             pynvml.nvmlShutdown()
             self._nvml = self._thread = None
-        self.usage = DeviceUsage.from_samples(str(self.device), self._samples, total, allocator_peak)
+        self.usage = DeviceUsage.from_samples(str(self.device), self._samples, total, allocator_peak,
+                                              None if self._samples else nvml_unavailable())
 
     def collect(self, ctx) -> DeviceUsage | None:
         return self.usage

@@ -168,6 +168,8 @@ class _Text:
             self._memory(report.memory)
         if report.device_usage is not None:
             self._device_usage(report.device_usage)
+        if report.gpu_usage_unavailable is not None:  # the figure is not available: said, not left out
+            self.kv("GPU utilization (NVML): ", f"n/a ({report.gpu_usage_unavailable})")
         for c in f.communication:
             # new lines of their own after DeepSpeed's (its log parsers never see them change)
             self.kv(

@@ -4,7 +4,8 @@ NVML (``nvidia-ml-py``, the ``gpu`` extra) is sampled on a background thread dur
 profiled span: ``utilization`` is NVML's own figure, the share of its last sample period
 (1/6 s to 1 s, by device) in which a kernel ran, so a span shorter than that period gets a
 coarse reading; ``memory_used`` is the whole device's, every process included. Without
-NVML these figures are None and the report leaves their lines out: nothing is estimated.
+NVML these figures are None, ``nvml_unavailable`` says why, and the report says "n/a" with
+that reason: nothing is estimated.
 
 ``allocator_peak`` is torch's caching allocator's peak during the span above what it held
 when the span began: the cross-check of the peak flopsight counts from the tensors'
@@ -35,14 +36,17 @@ class DeviceUsage:
     memory_used_max: int | None = None
     memory_total: int | None = None
     allocator_peak: int | None = None
+    #: why there are no NVML figures (``"nvidia-ml-py not installed"``...), None when sampled
+    nvml_unavailable: str | None = None
 
     @classmethod
     def from_samples(cls, device: str, samples, memory_total: int | None = None,
-                     allocator_peak: int | None = None) -> "DeviceUsage":
+                     allocator_peak: int | None = None, nvml_unavailable: str | None = None) -> "DeviceUsage":
         """From NVML samples, each (utilization %, device memory used in bytes)."""
         samples = list(samples)
         if not samples:
-            return cls(device, memory_total=memory_total, allocator_peak=allocator_peak)
+            return cls(device, memory_total=memory_total, allocator_peak=allocator_peak,
+                       nvml_unavailable=nvml_unavailable or "no NVML sample during the span")
         utils = [u for u, _ in samples]
         return cls(device, len(samples), round(sum(utils) / len(utils), 1), max(utils),
                    max(m for _, m in samples), memory_total, allocator_peak)
