@@ -68,27 +68,24 @@ def rank_figures(result: ProfileResult, depth: int = 1) -> RankFigures | None:
     if not ranks:
         return None
     notes = result.rank_notes
-    failed = {r: note.removeprefix("failed: ") for r, note in sorted(notes.items()) if note.startswith("failed")}
-    not_profiling = sorted(r for r, note in notes.items() if note == "not profiling")
-    # a rank whose profiled call raised is no measure of the others: left out of the spreads
-    healthy = [r if r is not None and i not in notes and not r.metadata.error else None for i, r in enumerate(ranks)]
-    for i, r in enumerate(ranks):
-        if r is not None and r.metadata.error and i not in failed:
+    failed: dict[int, str] = {}
+    for i, r in enumerate(ranks):  # noted by the gather, or a result that says its span raised
+        note = notes.get(i, "")
+        if note.startswith("failed: "):
+            failed[i] = note.removeprefix("failed: ")
+        elif r is not None and r.metadata.error:
             failed[i] = r.metadata.error
+    not_profiling = sorted(i for i, note in notes.items() if note == "not profiling")
+    # a rank whose profiled call raised is no measure of the others: left out of the spreads
+    healthy = [r if i not in failed and i not in notes else None for i, r in enumerate(ranks)]
     iteration, excess, modules = None, 0.0, []
     if sum(r is not None for r in healthy) >= 2:
         iteration = spread([r.iteration.latency if r is not None else None for r in healthy])
-        excess = 100 * (iteration.max - iteration.mean) / iteration.mean if iteration and iteration.mean else 0.0
+        excess = 100 * (iteration.max - iteration.mean) / iteration.mean if iteration.mean else 0.0
         for node in result.walk(depth):
             for phase in ("forward", "backward"):
-                values = []
-                for r in healthy:
-                    if r is None or node.name not in r.modules:
-                        values.append(None)
-                    else:
-                        values.append(r.module(node.name).inclusive[phase].latency)
-                s = spread(values)
+                s = spread([r.module(node.name).inclusive[phase].latency if r is not None and node.name in r.modules
+                            else None for r in healthy])
                 if s is not None and s.max > 0:
                     modules.append(ModuleSpread(node.name, node.type_name, phase, s))
-    return RankFigures(len(ranks), result.missing_ranks, iteration, excess, modules, dict(sorted(failed.items())),
-                       not_profiling)
+    return RankFigures(len(ranks), result.missing_ranks, iteration, excess, modules, failed, not_profiling)

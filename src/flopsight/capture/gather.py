@@ -79,27 +79,26 @@ def announce() -> None:
     store.add(f"{_ANNOUNCE}{rank}", 1)
 
 
-def _announced_up_to(n: int) -> None:
-    """A profile that gathers without having started here (a result built by hand) still
-    counts as announced."""
-    global _announces
-    found = _store_and_rank()
-    if found is not None and _announces < n:
-        found[0].add(f"{_ANNOUNCE}{found[1]}", n - _announces)
-        _announces = n
+def _next_profile(store, rank: int) -> int:
+    """The number of the profile this rank gathers now. One that gathers without having
+    started here (a result built by hand) still counts as announced."""
+    global _count, _announces
+    _count += 1
+    if _announces < _count:
+        store.add(f"{_ANNOUNCE}{rank}", _count - _announces)
+        _announces = _count
+    return _count
 
 
 def publish_failure(exc: BaseException) -> None:
     """This rank's profiled call raised ``exc``: tell rank 0 instead of a result (on rank 0
     itself, and outside torch.distributed, nothing to do)."""
-    global _count
     found = _store_and_rank()
     if found is None or found[1] == 0:
         return
     store, rank, _ = found
-    _count += 1
-    _announced_up_to(_count)
-    store.set(f"flopsight/profile{_count}/rank{rank}", json.dumps({"failed": failure_text(exc)}))
+    n = _next_profile(store, rank)
+    store.set(f"flopsight/profile{n}/rank{rank}", json.dumps({"failed": failure_text(exc)}))
 
 
 def gather_ranks(result, timeout: float = DEFAULT_GATHER_TIMEOUT) -> tuple[list, dict[int, str]]:
@@ -107,14 +106,12 @@ def gather_ranks(result, timeout: float = DEFAULT_GATHER_TIMEOUT) -> tuple[list,
     ``result`` at index 0; why a rank has no usable result, by rank: ``"failed: ..."`` or
     ``"not profiling"``). On other ranks, and in one process: ``([], {})`` (the others only
     publish theirs)."""
-    global _count
     found = _store_and_rank()
     if found is None:
         return [], {}
     store, rank, world = found
-    _count += 1
-    _announced_up_to(_count)
-    prefix = f"flopsight/profile{_count}/rank"
+    n = _next_profile(store, rank)
+    prefix = f"flopsight/profile{n}/rank"
     if rank != 0:
         store.set(f"{prefix}{rank}", json.dumps(result.to_dict()))
         return [], {}
@@ -127,7 +124,7 @@ def gather_ranks(result, timeout: float = DEFAULT_GATHER_TIMEOUT) -> tuple[list,
     warn_at = started + min(_WARN_AFTER, timeout)
     for r in range(1, world):
         key = f"{prefix}{r}"
-        if not store.check([key]) and not _started(store, f"{_ANNOUNCE}{r}", _count,
+        if not store.check([key]) and not _started(store, f"{_ANNOUNCE}{r}", n,
                                                    min(UNANNOUNCED_WAIT, deadline - time.monotonic())):
             notes[r] = "not profiling"
             continue

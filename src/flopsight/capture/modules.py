@@ -244,10 +244,12 @@ class ModuleTracker:
 
     def start(self, ctx) -> None:
         pre, post = self._make_hooks(ctx)
-        recorder, settling = _native_recorder(ctx)
-        if recorder is None and _compiled_inside(ctx.options.infos):
+        compiled = _compiled_inside(ctx.options.infos)
+        recorder, settling = (None, None) if compiled else _native_recorder(ctx)
+        if compiled:
             # dynamo traces the module hooks of the calls inside a compiled region: it would
-            # break its graph at each clock read in them, and warn; disabled, they run as they are
+            # break its graph at a C hook, and at each clock read in a Python one, and warn;
+            # so Python hooks, disabled for dynamo: they run as they are
             pre, post = torch.compiler.disable(pre), torch.compiler.disable(post)
         try:
             if recorder is not None:  # the hooks in C++; Python sees the calls it must (top-level ones)
@@ -425,12 +427,10 @@ def _native_recorder(ctx):
     """(the native recorder, a context that settles the calls it records) where its C++ hooks
     can track this session's module calls, else (None, None): stamps on the host clock, no
     source listening to each call, and either the recorder counting the session's ops or a
-    timing session the recorder is free for."""
+    timing session the recorder is free for (the caller rules out compiled modules)."""
     from .native import _in_use, source  # the native package imports the capture modules
 
-    # dynamo traces the module hooks of the calls inside a compiled region: a C one would
-    # break its graph at every call, and warn
-    if ctx.events.modules or _compiled_inside(ctx.options.infos):
+    if ctx.events.modules:
         return None, None
     counting = ctx.get(source.NativeCountingSource)
     if counting is not None:

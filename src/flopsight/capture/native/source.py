@@ -163,7 +163,7 @@ class NativeCountingSource:
         self._pending = recorder.pending_view().cast("q")  # records not yet charged
         clock = ctx.clock
         if isinstance(clock, HostClock):  # the recorder's stamps, moved onto the host clock
-            self._offset = time.perf_counter() - recorder.clock_ns() * 1e-9
+            self._offset = host_offset(recorder)
             self._stamp = None
         else:  # a clock of its own (a test's fake clock, CUDA events): stamped as charged
             self._offset = None
@@ -367,6 +367,11 @@ class NativeCountingSource:
         return known
 
 
+def host_offset(recorder) -> float:
+    """Seconds to add to a recorder stamp (ns * 1e-9) to put it on the host clock."""
+    return time.perf_counter() - recorder.clock_ns() * 1e-9
+
+
 class CallRecords:
     """A timing session's module calls through the recorder's C++ hooks (no op is recorded):
     installed as ``ctx.settle``, it replays the calls recorded so far onto the module stack."""
@@ -374,7 +379,7 @@ class CallRecords:
     def __init__(self, ctx: CaptureContext, recorder):
         self._ctx, self._rec = ctx, recorder
         self._pending = recorder.pending_view().cast("q")
-        self._offset = time.perf_counter() - recorder.clock_ns() * 1e-9
+        self._offset = host_offset(recorder)
 
     def __enter__(self) -> "CallRecords":
         _in_use[0] += 1
