@@ -1,104 +1,159 @@
-"""Why is ZeRO-3 slower? LeNet on 2 CPU ranks, ZeRO stages 0 to 3, measured step by step.
+"""Why is ZeRO-3 slower? The DeepSpeed user's LeNet on 2 CPU ranks, ZeRO stages 0 to 3, several steps each.
 
     DS_ACCELERATOR=cpu deepspeed --num_gpus 2 examples/zero_stages.py
-    DS_ACCELERATOR=cpu deepspeed --num_gpus 2 examples/zero_stages.py --batch-size 32 --json out.json
+    DS_ACCELERATOR=cpu deepspeed --num_gpus 2 examples/zero_stages.py --steps 12 --json out.json
 
-For each stage, every rank trains LeNet (the model of the DeepSpeed user's report in
-``../shared/seeds``) for a few steps and profiles the last ones with
-``flopsight.Profiler(engine.module, optimizer=engine, memory=True)``: forward, backward and
-the whole ``engine.step()``. Rank 0 gathers the ranks' results and prints, for the step of
-median wall time, its anatomy, the communication by kind, and memory per rank.
+The model is the seed user's own ``Net`` (``../shared/seeds/sample-output-lenet-dp2-with-user-questions.txt``:
+62.01 K params, 5.21 MMACs per forward at batch 8). An engine per stage trains in turns, a
+step of each at a time, so that a busy spell of the machine slows all four alike: a few
+warm-up steps, then ``--steps`` steps each profiled on its own with
+``flopsight.Profiler(engine.module, optimizer=engine, memory=True)``. ``flopsight.combine_steps``
+makes one result per stage: the step of median wall time, with every step's figures in
+``result.samples``. Rank 0
+gathers the ranks' results, prints each stage's median step (its anatomy, communication and
+memory per rank), then answers the user's three questions in prose: why ZeRO-3 is slower and
+by how much (``flopsight.diff``'s verdict, only what the spreads make significant), how much
+of the step is communication, and GPU usage.
 """
 
 import argparse
 import json
 import os
+import statistics
 import warnings
 
 import deepspeed
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 import flopsight
-from flopsight.renderers.numbers import bytes_to_string, duration_to_string
+from flopsight.analysis.diff.verdict import step_difference
+from flopsight.analysis.report import Report
+from flopsight.renderers.diff_renderer import verdict_text
+from flopsight.renderers.numbers import bytes_to_string, duration_to_string, macs_to_string, params_to_string
 
 
-class LeNet(nn.Module):
+class Net(nn.Module):
+    """The seed user's model, module for module: conv1, pool, conv2, fc1, fc2, fc3 (PyTorch's
+    CIFAR-10 tutorial network, 3x32x32 inputs)."""
+
     def __init__(self):
         super().__init__()
-        self.features = nn.Sequential(
-            nn.Conv2d(1, 6, 5, padding=2), nn.Tanh(), nn.AvgPool2d(2),
-            nn.Conv2d(6, 16, 5), nn.Tanh(), nn.AvgPool2d(2),
-        )  # fmt: skip
-        self.classifier = nn.Sequential(
-            nn.Flatten(), nn.Linear(16 * 5 * 5, 120), nn.Tanh(), nn.Linear(120, 84), nn.Tanh(), nn.Linear(84, 10)
-        )
+        self.conv1 = nn.Conv2d(3, 6, 5)
+        self.pool = nn.MaxPool2d(2, 2)
+        self.conv2 = nn.Conv2d(6, 16, 5)
+        self.fc1 = nn.Linear(16 * 5 * 5, 120)
+        self.fc2 = nn.Linear(120, 84)
+        self.fc3 = nn.Linear(84, 10)
 
     def forward(self, x):
-        return self.classifier(self.features(x))
+        x = self.pool(F.relu(self.conv1(x)))
+        x = self.pool(F.relu(self.conv2(x)))
+        x = torch.flatten(x, 1)
+        x = F.relu(self.fc1(x))
+        x = F.relu(self.fc2(x))
+        return self.fc3(x)
 
 
-def profile_stage(stage: int, batch_size: int, steps: int, profiled: int):
-    """Train ``steps`` steps under ZeRO ``stage``, the last ``profiled`` of them profiled on
-    every rank; rank 0 keeps the one of median wall time (two ranks share few cores here:
-    single steps vary a lot)."""
-    torch.manual_seed(0)
-    config = {
-        "train_micro_batch_size_per_gpu": batch_size,
-        "optimizer": {"type": "Adam", "params": {"lr": 1e-3, "torch_adam": True}},
-        "zero_optimization": {"stage": stage},
-    }
-    engine, _, _, _ = deepspeed.initialize(model=LeNet(), config=config)
+def train_stages(batch_size: int, warm_up: int, steps: int) -> dict:
+    """An engine per ZeRO stage, trained in turns (a step of each, ``steps`` times) so a
+    busy spell of the machine slows every stage alike; each step profiled on every rank on
+    its own, after ``warm_up`` unprofiled ones. Rank 0's results hold every rank's."""
+    engines = {}
+    for stage in range(4):
+        torch.manual_seed(0)
+        config = {
+            "train_micro_batch_size_per_gpu": batch_size,
+            "optimizer": {"type": "Adam", "params": {"lr": 1e-3, "torch_adam": True}},
+            "zero_optimization": {"stage": stage},
+        }
+        engines[stage], _, _, _ = deepspeed.initialize(model=Net(), config=config)
     loss_fn = nn.CrossEntropyLoss()
-    results = []
-    for step in range(steps):
-        x, y = torch.randn(batch_size, 1, 28, 28), torch.randint(0, 10, (batch_size,))
-        profiling = step >= steps - profiled
-        prof = flopsight.Profiler(engine.module, optimizer=engine, memory=True).start() if profiling else None
+
+    def train_step(engine):
+        x, y = torch.randn(batch_size, 3, 32, 32), torch.randint(0, 10, (batch_size,))
         engine.backward(loss_fn(engine(x), y))
         engine.step()
-        if prof is not None:
-            results.append(prof.stop())
-    results.sort(key=lambda r: r.iteration.latency)
-    return results[len(results) // 2]
+
+    measured = {stage: [] for stage in engines}
+    for step in range(warm_up + steps):
+        for stage, engine in engines.items():
+            if step < warm_up:
+                train_step(engine)
+                continue
+            with flopsight.Profiler(engine.module, optimizer=engine, memory=True) as prof:
+                train_step(engine)
+            measured[stage].append(prof.result)
+    # one result per stage: its median step, with every step's figures in result.samples
+    return {stage: flopsight.combine_steps(results) for stage, results in measured.items()}
 
 
 def summary(stage: int, result) -> dict:
-    """The figures printed for one stage (rank 0's result, which holds every rank's)."""
+    """The figures printed for one stage: its median step (rank 0's, which holds every rank's)."""
     it = result.iteration
-    a = it.anatomy
+    spread = result.samples.spread("wall")
     comm = {}
     for c in result.collectives():
-        k = comm.setdefault(c.kind, {"count": 0, "bytes": 0, "seconds": 0.0})
+        k = comm.setdefault(c.kind, {"count": 0, "bytes": 0, "seconds": 0.0, "exposed": 0.0})
         k["count"] += c.count
         k["bytes"] += c.bytes
         k["seconds"] += c.latency
+        k["exposed"] += c.exposed
     ranks = [r.memory for r in result.ranks] if result.ranks else [result.memory]
+    a = it.anatomy
     return {
         "stage": stage,
+        "steps": result.samples.count,
         "step_seconds": it.latency,
-        "anatomy": {"forward": a.forward, "backward": a.backward, "step": a.step,
+        "step_spread": {"median": spread.median, "low": spread.low, "high": spread.high, "kind": spread.kind},
+        "anatomy": {"forward": a.forward, "backward": a.backward, "step": a.step, "framework": a.framework,
                     "communication_exposed": a.communication, "other": a.other},
         "communication_overlapped": it.communication.overlapped,
+        # conv2's backward: its ops' time, median over the steps (ZeRO's hook work is framework)
+        "conv2_backward": statistics.median(result.samples.module("conv2", "backward")),
         "communication": comm,
         "memory_per_rank": [m.to_dict() if m is not None else None for m in ranks],
     }
 
 
+#: a stage is slower than another only when significantly slower and by at least this factor:
+#: on a loaded 2-core machine, differences of a few tens of percent come and go between runs
+SLOWER = 1.5
+
+
+def ranking(results: dict) -> list[list[int]]:
+    """The stages, fastest first, in tiers (each in stage order): a stage starts a new tier
+    when its step is significantly slower than the tier's fastest, and by at least
+    :data:`SLOWER` times its median."""
+    medians = {s: r.samples.spread("wall").median for s, r in results.items()}
+    tiers: list[list[int]] = []
+    for stage in sorted(results, key=medians.get):
+        fastest = tiers[-1][0] if tiers else None
+        if fastest is None or (medians[stage] >= SLOWER * medians[fastest]
+                               and step_difference(results[fastest].samples, results[stage].samples).significant):
+            tiers.append([stage])
+        else:
+            tiers[-1].append(stage)
+    return tiers
+
+
 def print_table(rows: list[dict]) -> None:
-    ms = lambda s: duration_to_string(s)  # noqa: E731
-    print("\n| ZeRO stage | step | fwd | bwd | optimizer step | comm waited for | other | comm hidden |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    ms = duration_to_string
+    print("\n| ZeRO stage | step (median of N, spread) | fwd | bwd | optimizer | framework and hooks | "
+          "comm waited for | other | comm hidden |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        a = r["anatomy"]
-        print(f"| {r['stage']} | {ms(r['step_seconds'])} | {ms(a['forward'])} | {ms(a['backward'])} | "
-              f"{ms(a['step'])} | {ms(a['communication_exposed'])} | {ms(a['other'])} | "
-              f"{ms(r['communication_overlapped'])} |")
-    print("\n| ZeRO stage | collective | calls | bytes per rank | time |")
-    print("|---:|---|---:|---:|---:|")
+        a, s = r["anatomy"], r["step_spread"]
+        print(f"| {r['stage']} | {ms(r['step_seconds'])} of {r['steps']}, {ms(s['low'])} to {ms(s['high'])} | "
+              f"{ms(a['forward'])} | {ms(a['backward'])} | {ms(a['step'])} | {ms(a['framework'])} | "
+              f"{ms(a['communication_exposed'])} | {ms(a['other'])} | {ms(r['communication_overlapped'])} |")
+    print("\n| ZeRO stage | collective | calls | bytes per rank | time in flight | waited for |")
+    print("|---:|---|---:|---:|---:|---:|")
     for r in rows:
         for kind, c in r["communication"].items():
-            print(f"| {r['stage']} | {kind} | {c['count']} | {bytes_to_string(c['bytes'])} | {ms(c['seconds'])} |")
+            print(f"| {r['stage']} | {kind} | {c['count']} | {bytes_to_string(c['bytes'])} | {ms(c['seconds'])} | "
+                  f"{ms(c['exposed'])} |")
     print("\n| ZeRO stage | rank | params | grads | optimizer state | activations | peak |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
@@ -111,26 +166,73 @@ def print_table(rows: list[dict]) -> None:
                   f"{bytes_to_string(m['peak'])} |")
 
 
+def answers(results: dict) -> dict:
+    """The seed user's three questions, answered from the measurements."""
+    tiers = ranking(results)
+    order = " < ".join(" ≈ ".join(f"ZeRO-{s}" for s in sorted(tier)) for tier in tiers)
+    d = flopsight.diff(results[0], results[3])
+    v = d.verdict
+    why = verdict_text(v, "ZeRO-0", "ZeRO-3")
+    comm = []
+    for stage, r in results.items():
+        it = r.iteration
+        comm.append(f"ZeRO-{stage}: {duration_to_string(it.anatomy.communication)} of its "
+                    f"{duration_to_string(it.latency)} step waited for communication "
+                    f"({100 * it.anatomy.communication / it.latency:.0f}%), "
+                    f"{duration_to_string(it.communication.overlapped)} more hidden behind compute")
+    peaks = []
+    for stage, r in results.items():
+        p = Report(r).peak_buffer
+        if p is not None:
+            b = p.buffer
+            peaks.append(f"ZeRO-{stage}'s {bytes_to_string(r.memory.peak)} peak is one {bytes_to_string(b.bytes)} "
+                         f"buffer ({b.op} in the {b.phase} of {b.module or 'the model'}): DeepSpeed's bucket buffer "
+                         f"(reduce_bucket_size or allgather_bucket_size elements), not the model's; the rest of the "
+                         f"peak is {bytes_to_string(p.rest)}")
+    unavailable = Report(results[0]).gpu_usage_unavailable
+    usage = results[0].device_usage
+    gpu = f"not available: {unavailable}" if unavailable else \
+        f"mean {usage.utilization_mean:g} %, max {usage.utilization_max} % (NVML)"
+    return {"ranking": order, "largest_cause": v.largest_cause, "why": why, "communication": comm,
+            "memory_peaks": peaks, "gpu_usage": gpu}
+
+
+def print_answers(a: dict) -> None:
+    print(f"\nStep time, fastest first (≈: less than {SLOWER:g}x apart or within the noise): {a['ranking']}")
+    print(f"\n1. Why is ZeRO-3 slower? {a['why']}.")
+    if a["largest_cause"] is not None:
+        print(f"   The largest cause: {a['largest_cause']}.")
+    print("\n2. How much of the step is communication?")
+    for line in a["communication"]:
+        print(f"   {line}.")
+    print(f"\n3. GPU usage: {a['gpu_usage']}.")
+    if a["memory_peaks"]:
+        print("\nMemory peaks:")
+        for line in a["memory_peaks"]:
+            print(f"   {line}.")
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--local_rank", type=int, default=0, help=argparse.SUPPRESS)  # set by the launcher
     parser.add_argument("--batch-size", type=int, default=8, help="samples per rank (default: %(default)s)")
-    parser.add_argument("--steps", type=int, default=8, help="steps per stage (default: %(default)s)")
-    parser.add_argument("--profiled", type=int, default=5,
-                        help="the last steps profiled, the median one printed (default: %(default)s)")
+    parser.add_argument("--warm-up", type=int, default=2, help="unprofiled steps first (default: %(default)s)")
+    parser.add_argument("--steps", type=int, default=16, help="profiled steps per stage (default: %(default)s)")
     parser.add_argument("--json", help="also write the figures to this file (rank 0)")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore", category=FutureWarning)  # torch's deprecation notes on c10d calls
-    rows = []
-    for stage in range(4):
-        result = profile_stage(stage, args.batch_size, args.steps, min(args.profiled, args.steps))
-        if torch.distributed.get_rank() == 0:
-            rows.append(summary(stage, result))
+    results = train_stages(args.batch_size, args.warm_up, args.steps)
     if torch.distributed.get_rank() == 0:
+        rows = [summary(stage, r) for stage, r in results.items()]
+        total = results[0].total
+        print(f"\nNet: {params_to_string(total.params)} params, {macs_to_string(total.forward.macs)} per forward "
+              f"at batch {args.batch_size} per rank; {rows[0]['steps']} steps per stage")
         print_table(rows)
+        found = answers(results)
+        print_answers(found)
         if args.json:
             with open(args.json, "w") as f:
-                json.dump(rows, f, indent=1)
+                json.dump({"stages": rows, "answers": found}, f, indent=1)
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()
 

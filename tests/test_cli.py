@@ -388,6 +388,18 @@ def test_train_mode_measures_forward_backward_and_step(capsys, tmp_path):
     assert result.module("").step.flops > 0  # AdamW's update, its own phase
 
 
+@pytest.mark.parametrize("mode", ["forward", "train"])
+def test_repeat_measures_several_calls_or_steps(capsys, tmp_path, mode):
+    needs_transformers()
+    out = tmp_path / "r.json"
+    path = config_file(tmp_path, architectures=["LlamaForCausalLM"])
+    code, text, err = run(capsys, "profile", path, "--mode", mode, "--seq-len", "8", "--repeat", "3", "-o", str(out))
+    assert code == 0, err
+    result = flopsight.load(out)
+    assert result.samples.count == 3 and result.samples.unit == ("step" if mode == "train" else "pass")
+    assert result.total.forward.macs == llama_macs(8, 32, 4, 2, 64, 2, 64)  # one call's, not three
+
+
 def test_generate_mode_profiles_prefill_and_decode(capsys, tmp_path):
     needs_transformers()
     out = tmp_path / "r.json"

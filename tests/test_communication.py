@@ -198,6 +198,13 @@ def test_in_flight_credits_each_collective_with_the_ops_run_during_it():
     assert (start, end, round(overlapped, 9)) == (1.0, 4.0, 1.2)
 
 
+def _with_op_time(data: dict, **seconds_by_phase: float) -> None:
+    """Give the root module one compute op per phase taking the given seconds."""
+    (root,) = [m for m in data["modules"] if m["name"] == ""]
+    root["ops"] = {phase: {"aten.mm": {"macs": 0, "flops": 0, "latency": t, "calls": 1}}
+                   for phase, t in seconds_by_phase.items()}
+
+
 def test_anatomy_splits_the_exposed_time_over_the_phases():
     result = flopsight.profile(torch.nn.Linear(4, 2), torch.ones(1, 4), warm_up=0)
     data = result.to_dict()
@@ -208,11 +215,17 @@ def test_anatomy_splits_the_exposed_time_over_the_phases():
                      "communication": [4.0], "communication_overlapped": [1.0]}
     data["collectives"] = [Collective("all_reduce", "", "backward", 1, 8, 3.0, 2, 2.0, 1.0).to_dict(),
                            Collective("all_gather", "", "step", 1, 8, 1.0, 2, 1.0, 0.0).to_dict()]
+    # the ops computed 1.5 s of the forward, 0.5 s of the backward, nothing in the step
+    _with_op_time(data, forward=1.5, backward=0.5)
     it = flopsight.ProfileResult.from_dict(data).iteration
     assert (it.communication.exposed, it.communication.overlapped) == (3.0, 1.0)
-    # fwd 2; bwd 3 - 2 = 1; step 1 - 1 = 0; exposed 3; other 10 - 2 - 1 - 0 - 3 = 4
+    # waited: fwd 0, bwd min(2, 3 - 0.5) = 2, step min(1, 1 - 0) = 1
+    # compute: fwd 1.5, bwd min(0.5, 3 - 2) = 0.5, step 0
+    # framework: fwd 2 - 1.5 = 0.5, bwd 3 - 2 - 0.5 = 0.5, step 1 - 1 - 0 = 0 -> 1
+    # other: 10 - 6 outside the phases, none of the exposure left for it (3 - 3) -> 4
     a = it.anatomy
-    assert (a.forward, a.backward, a.step, a.communication, a.other) == (2.0, 1.0, 0.0, 3.0, 4.0)
+    assert (a.forward, a.backward, a.step, a.framework, a.communication, a.other) == (1.5, 0.5, 0.0, 1.0, 3.0, 4.0)
+    assert a.total == 10.0
 
 
 def test_anatomy_caps_what_a_phase_waited_at_its_wall_time_and_still_adds_up():
@@ -223,7 +236,22 @@ def test_anatomy_caps_what_a_phase_waited_at_its_wall_time_and_still_adds_up():
     data["spans"] = {"iteration": [6.0], "forward": [1.0], "backward": [2.0], "step": [1.0],
                      "communication": [3.0], "communication_overlapped": [0.5]}
     data["collectives"] = [Collective("all_gather", "", "step", 2, 8, 2.0, 2, 1.5, 0.5).to_dict()]
+    # ops: all of the forward, 1.5 s of the backward (its other 0.5 s hooks and Python)
+    _with_op_time(data, forward=1.0, backward=1.5)
     a = flopsight.ProfileResult.from_dict(data).iteration.anatomy
     # exposed 3 - 0.5 = 2.5: 1 in the step, 1.5 outside (of the 6 - 4 = 2 s there)
-    assert (a.forward, a.backward, a.step, a.communication, a.other) == (1.0, 2.0, 0.0, 2.5, 0.5)
+    assert (a.forward, a.backward, a.step, a.framework, a.communication, a.other) == (1.0, 1.5, 0.0, 0.5, 2.5, 0.5)
     assert a.total == 6.0
+
+
+def test_anatomy_counts_recompute_ops_as_backward_compute_and_leaves_collective_ops_out():
+    result = flopsight.profile(torch.nn.Linear(4, 2), torch.ones(1, 4), warm_up=0)
+    data = result.to_dict()
+    data["spans"] = {"iteration": [4.0], "forward": [1.0], "backward": [2.0]}
+    _with_op_time(data, forward=0.25, backward=0.5, recompute=0.75)
+    (root,) = [m for m in data["modules"] if m["name"] == ""]
+    # a collective's op (its wait) is communication, never compute
+    root["ops"]["backward"]["c10d.allreduce_"] = {"macs": 0, "flops": 0, "latency": 0.5, "calls": 1}
+    a = flopsight.ProfileResult.from_dict(data).iteration.anatomy
+    # bwd compute 0.5 + 0.75 = 1.25 of its 2 s, framework 0.75 + (1 - 0.25) = 1.5, other 4 - 3 = 1
+    assert (a.forward, a.backward, a.framework, a.other) == (0.25, 1.25, 1.5, 1.0)

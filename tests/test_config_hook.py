@@ -394,3 +394,29 @@ def test_two_process_gloo_run_every_rank_profiles_rank_0_gathers_and_prints(tmp_
     assert value(text, "batch size per GPU") == "4"  # rank 0's
     assert "ops not counted" not in text  # DDP's gradient allreduce is communication, not compute
     assert value(text, "measured bwd MACs per GPU") == flopsight.macs_to_string(4 * 16 * 4 * 2 + 4 * 8 * 16)
+
+
+def test_attach_profiles_several_steps_from_the_configs_own_steps_key():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    opt = torch.optim.Adam(model.parameters())
+    config = {"flops_profiler": {"enabled": True, "profile_step": 2, "steps": 3, "detailed": False,
+                                 "output_file": os.devnull}}
+    with flopsight.attach(model, opt, config) as handle:
+        for _ in range(6):
+            model(torch.ones(4, 8)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+    r = handle.result
+    assert handle.done and r.samples.count == 3 and r.iteration.step.calls == 1
+    assert r.memory is not None  # memory is counted unless the block says "memory": false
+    assert not r.samples.first_step
+
+
+def test_the_configs_own_keys_are_checked():
+    from flopsight.integrations.deepspeed.config import parse_config
+
+    assert parse_config({"enabled": True}).steps == 1 and parse_config({"enabled": True}).memory is True
+    assert parse_config({"enabled": True, "steps": 4, "memory": False}).memory is False
+    with pytest.raises(TypeError, match=r"\['steps'\]: expected a positive int"):
+        parse_config({"enabled": True, "steps": 0})

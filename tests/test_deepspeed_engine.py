@@ -91,7 +91,10 @@ def test_bf16_with_two_micro_batches_measures_the_whole_step(run):
     (reduce,) = r.collectives("backward")
     assert (reduce.kind, reduce.count, reduce.bytes) == ("all_reduce", 2, 2 * 676 * 2)  # bf16 gradients, twice
     report = (run / "zero2_bf16_accumulate2" / "report.txt").read_text()
-    assert value(report, "micro-batches (figures below are totals over all of them)") == "2"
+    assert value(report, "micro-batches per step (DeepSpeed's lines show one of them)") == "2"
+    # DeepSpeed's line keeps its meaning, one micro-batch's forward; the step's is flopsight's own
+    assert value(report, "fwd MACs per GPU") == "2.56 KMACs"  # FWD_MACS
+    assert value(report, "measured fwd MACs per GPU, all micro-batches") == "5.12 KMACs"
     assert report.count("Profile Summary") == 1  # printed once, at the end of the profiled step
     # engine.step() ran twice, but only the one at the accumulation boundary updated the model
     assert it.step.calls == 1 and "optimizer steps" not in report
@@ -114,6 +117,23 @@ def test_install_with_memory_reports_each_ranks_zero3_shards(run):
         assert m.params == 676 * 4 // 2 and m.optimizer_state == 2 * 1352 + 4
         assert m.activations > 0 and m.peak > 0
     assert "memory, params per GPU:" in (run / "zero3_memory" / "report.txt").read_text()
+
+
+def test_the_blocks_steps_key_profiles_several_steps_each_on_its_own(run):
+    r = result(run, "zero3_steps3")
+    # steps 2, 3 and 4 on every rank: one step's counts, every step's times
+    assert r.samples.count == 3 and r.samples.unit == "step"
+    assert (r.total.params, r.total.forward.macs, r.total.backward.macs) == (PARAMS, FWD_MACS, BWD_MACS)
+    assert r.iteration.step.calls == 1 and r.memory is None  # "memory": false in the block
+    assert [x.samples.count for x in r.ranks] == [3, 3]
+    report = (run / "zero3_steps3" / "report.txt").read_text()
+    assert "Profile Summary at step 5:" in report  # printed after the last, as the engine counts
+    assert "step time over 3 steps (median, min-max):" in report
+
+
+def test_memory_is_counted_by_default_in_the_engine(run):
+    assert result(run, "zero2").memory is not None
+    assert "memory, peak allocated while profiling per GPU:" in (run / "zero2" / "report.txt").read_text()
 
 
 @pytest.mark.parametrize("name", ["attach_engine", "attach_zero_optimizer"])
@@ -190,21 +210,32 @@ def test_the_zero_stages_example_runs_as_written(tmp_path):
            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
     launcher = Path(sys.executable).with_name("deepspeed")
     proc = subprocess.run([str(launcher), "--num_gpus", "2", "--master_port", str(free_port()),
-                           str(ROOT / "examples" / "zero_stages.py"), "--steps", "2", "--profiled", "1", "--json", str(out)],
+                           str(ROOT / "examples" / "zero_stages.py"), "--warm-up", "1", "--steps", "3", "--json", str(out)],
                           capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    rows = json.loads(out.read_text())
-    assert [r["stage"] for r in rows] == [0, 1, 2, 3]
-    lenet = 6 * 25 + 6 + 16 * 6 * 25 + 16 + 400 * 120 + 120 + 120 * 84 + 84 + 84 * 10 + 10  # 61,706 params
+    found = json.loads(out.read_text())
+    rows, answers = found["stages"], found["answers"]
+    assert [r["stage"] for r in rows] == [0, 1, 2, 3] and all(r["steps"] == 3 for r in rows)
+    # the seed user's Net: conv1 3->6 5x5, conv2 6->16 5x5, fc1 400->120, fc2 120->84, fc3 84->10
+    net = 3 * 6 * 25 + 6 + 6 * 16 * 25 + 16 + 400 * 120 + 120 + 120 * 84 + 84 + 84 * 10 + 10  # 62,006 params
     for r in rows:
         a = r["anatomy"]
         assert abs(sum(a.values()) - r["step_seconds"]) < 1e-6  # the anatomy adds up to the step
+        assert a["framework"] > 0  # hooks and Python between ops are not compute
         assert [m["activations"] > 0 for m in r["memory_per_rank"]] == [True, True]
     # each rank holds every fp32 parameter up to ZeRO-2, half of them under ZeRO-3
-    assert rows[0]["memory_per_rank"][0]["params"] == 4 * lenet
-    assert rows[3]["memory_per_rank"][0]["params"] < 4 * lenet
+    assert rows[0]["memory_per_rank"][0]["params"] == 4 * net
+    assert rows[3]["memory_per_rank"][0]["params"] < 4 * net
     # Adam's two states: all of them on each rank without ZeRO, one rank's half from ZeRO-1 on
     assert rows[1]["memory_per_rank"][0]["optimizer_state"] < rows[0]["memory_per_rank"][0]["optimizer_state"]
-    # gradients are all-reduced up to ZeRO-2 and reduce-scattered under ZeRO-3
+    # gradients are all-reduced up to ZeRO-2 and reduce-scattered under ZeRO-3, whose 10
+    # parameter tensors are gathered one by one
     assert "all_reduce" in rows[0]["communication"] and "reduce_scatter" in rows[3]["communication"]
-    assert "| ZeRO stage | step | fwd | bwd |" in proc.stdout
+    assert rows[3]["communication"]["all_gather"]["count"] == 10
+    # conv2's backward under ZeRO-3 is its ops' time, not ZeRO's hooks: within 2x of ZeRO-0's
+    assert rows[3]["conv2_backward"] < 2 * rows[0]["conv2_backward"]
+    assert "| ZeRO stage | step (median of N, spread) |" in proc.stdout
+    # the three questions, answered in prose
+    assert "1. Why is ZeRO-3 slower? ZeRO-3's step is" in proc.stdout and "2. How much of the step" in proc.stdout
+    assert answers["gpu_usage"] == "not available: no CUDA device"
+    assert "DeepSpeed's bucket buffer" in " ".join(answers["memory_peaks"])

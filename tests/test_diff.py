@@ -407,7 +407,9 @@ def test_json_shape(base):
     d = flopsight.diff(base, grown)
     data = json.loads(d.render("json", gates=d.evaluate(["flops>+1%"])))
     assert data["flopsight_diff"] == 1
-    assert set(data) == {"flopsight_diff", "a", "b", "notes", "units", "total", "modules", "summary", "gates"}
+    assert set(data) == {"flopsight_diff", "a", "b", "notes", "units", "total", "modules", "summary", "gates",
+                         "verdict"}
+    assert data["verdict"] is None  # one call a side: no verdict
     assert data["a"]["forward_calls"] == 1 and data["a"]["memory_tracked"] is False
     assert data["total"]["metrics"]["flops"] == {"a": 840, "b": 912, "delta": 72, "relative": 72 / 840}
     assert data["total"]["metrics"]["memory"] == {"a": None, "b": None, "delta": None, "relative": None}

@@ -147,6 +147,17 @@ def test_logs_measured_figures_of_the_chosen_step_and_writes_the_report(tmp_path
     assert_nothing_left(trainer)
 
 
+def test_several_steps_are_each_measured_and_the_metrics_are_one_steps(tmp_path):
+    callback = FlopsightCallback(profile_step=2, output=None, steps=2)
+    trainer_for(tmp_path, [callback], max_steps=4).train()
+    r = callback.result
+    assert r.samples.count == 2 and not r.samples.first_step
+    assert (r.iteration.forward.calls, r.iteration.step.calls) == (1, 1)
+    # one step's tokens per second: BATCH * SEQ tokens over the (median) step's wall time
+    expected = BATCH * SEQ / r.iteration.latency
+    assert abs(callback.metrics["flopsight/tokens_per_second"] - expected) < 1e-6 * expected
+
+
 def test_training_is_unchanged_by_profiling(tmp_path):
     plain = trainer_for(tmp_path / "plain")
     plain.train()

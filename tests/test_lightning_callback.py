@@ -164,6 +164,23 @@ def test_only_the_chosen_step_is_profiled(tmp_path):
     assert callback.path is None and not list(tmp_path.rglob("*.html"))
 
 
+def test_several_steps_each_measured_with_one_steps_counts(tmp_path):
+    callback = FlopsightCallback(profile_step=2, output=None, steps=3)
+    fit(tmp_path, [callback], max_steps=6)
+    r = callback.result
+    # steps 2, 3 and 4 (batches with 3, 4 and 5 rows): one of them is the result, every one a sample
+    assert r.samples.count == 3 and r.samples.unit == "step" and not r.samples.first_step
+    assert (r.iteration.forward.calls, r.iteration.step.calls) == (1, 1) and r.iteration.samples in (3, 4, 5)
+    assert callback.metrics[PREFIX + "device/batches"] == 1
+
+
+def test_profiling_the_first_step_says_so(tmp_path):
+    callback = FlopsightCallback(profile_step=0, output=None)
+    fit(tmp_path, [callback], max_steps=2)
+    assert callback.result.samples.first_step
+    assert "the first profiled step was the first the process ran" in callback.result.render()
+
+
 def test_accumulated_step_covers_every_micro_batch(tmp_path):
     callback = FlopsightCallback(profile_step=1, output="profile.json")
     trainer, _ = fit(tmp_path, [callback], accumulate_grad_batches=2)

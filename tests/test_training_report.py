@@ -122,7 +122,7 @@ def test_training_lines_are_deepspeeds_word_for_word_then_the_measured_ones(fake
     theirs = [l[:70].rstrip() for l in sample[start : sample.index("", start)]]
     mine = [l[:70].rstrip() for l in lines]
     assert len(theirs) == 18 and mine[: len(theirs)] == theirs
-    assert all(l.startswith(("measured ", "step anatomy", "GPU utilization", "op coverage")) for l in mine[len(theirs):]), mine[len(theirs):]
+    assert all(l.startswith(("measured ", "step anatomy", "GPU utilization", "op coverage", "noise:", "note:")) for l in mine[len(theirs):]), mine[len(theirs):]
     assert_aligned(text)
     assert "iter latency (sum of fwd, bwd and step latency)" in text  # DeepSpeed's notation, and its definition
 
@@ -296,13 +296,13 @@ def test_forward_only_report_ignores_the_world_size():
 
 
 # -- gradient accumulation ------------------------------------------------------------------------
-def test_gradient_accumulation_figures_cover_all_micro_batches(fake_clock):
+def test_gradient_accumulation_keeps_deepspeeds_lines_to_one_micro_batch_and_measures_all(fake_clock):
     one = profiled_step(micro_batches=1)
     four = profiled_step(micro_batches=4)
     text = render_text(four)
     it1, it4 = one.iteration, four.iteration
     assert it4.micro_batches == 4 and it4.samples == 4 * B
-    assert value(text, "micro-batches (figures below are totals over all of them)") == "4"
+    assert value(text, "micro-batches per step (DeepSpeed's lines show one of them)") == "4"
     assert value(text, "batch size per GPU") == str(B)
     # forward and backward: 4x one micro-batch (the loss scaling included), plus, in the
     # backward of micro-batches 2..4, one add per trainable parameter element to
@@ -312,11 +312,17 @@ def test_gradient_accumulation_figures_cover_all_micro_batches(fake_clock):
     assert it4.backward.flops == 4 * it1.backward.flops + accumulate
     assert it4.backward.macs == 4 * sum(BWD_MACS.values())
     assert it4.step.flops == it1.step.flops and it4.step.calls == 1
-    assert value(text, "fwd flops per GPU") == number_to_string(4 * it1.forward.flops)
+    # DeepSpeed's lines keep DeepSpeed's meaning, one micro-batch's forward (the step's over 4);
+    # the step's totals are on flopsight's own lines
+    assert value(text, "fwd flops per GPU") == number_to_string(it1.forward.flops)
+    assert value(text, "fwd MACs per GPU") == macs_to_string(FWD_MACS)
+    assert value(text, "measured fwd MACs per GPU, all micro-batches") == macs_to_string(4 * FWD_MACS)
+    assert value(text, "measured fwd flops per GPU, all micro-batches") == number_to_string(4 * it1.forward.flops)
     assert value(text, "measured bwd flops per GPU") == number_to_string(4 * it1.backward.flops + accumulate)
     # over the same span: four forwards, four backward passes, one step, one wall time
     assert len(four.spans["forward"]) == len(four.spans["backward"]) == 4 and len(four.spans["step"]) == 1
-    assert value(text, "bwd latency") == duration_to_string(sum(four.spans["backward"]))
+    assert value(text, "bwd latency") == duration_to_string(sum(four.spans["backward"]) / 4)
+    assert value(text, "measured bwd latency, all micro-batches") == duration_to_string(sum(four.spans["backward"]))
     assert it4.latency >= sum(four.spans["forward"]) + sum(four.spans["backward"]) + four.spans["step"][0]
     iter_flops = 4 * (it1.forward.flops + it1.backward.flops) + accumulate + it1.step.flops
     assert value(text, "measured iter flops per GPU") == number_to_string(iter_flops)

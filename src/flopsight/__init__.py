@@ -27,6 +27,7 @@ from .result.communication import Collective
 from .result.metadata import Metadata, Timing
 from .result.profile_result import SCHEMA_VERSION, Coverage, ModelCall, ModuleStats, ProfileResult, load
 from .result.stats import Stats
+from .result.steps import combine_steps
 from .result.tree import ModuleNode, Phases
 from .renderers.numbers import (
     bytes_to_string,
@@ -121,6 +122,7 @@ __all__ = [
     "Metadata",
     "Timing",
     "load",
+    "combine_steps",
     "diff",
     "SCHEMA_VERSION",
     "Cost",

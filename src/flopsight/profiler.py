@@ -33,6 +33,7 @@ from .capture.optimizer import check_optimizer
 from .capture.parallel import check_parallel, detect_parallel
 from .capture.plan import CaptureOptions
 from .capture.session import CaptureSession
+from .capture.spans import SpanTimes
 from .capture.state import ModelState
 from .capture.timing import Clock, default_clock
 from .formulas import REGISTRY
@@ -40,6 +41,7 @@ from .formulas.attention import ATTENTION_CONVENTIONS, attention_registry
 from .formulas.registry import Registry
 from .result.metadata import Metadata, Timing
 from .result.profile_result import ProfileResult
+from .result.steps import combine_steps
 
 __all__ = ["profile", "Profiler", "MODES", "TIMINGS"]
 
@@ -60,6 +62,13 @@ def check_warm_up(warm_up: Any) -> int:
     if isinstance(warm_up, bool) or not isinstance(warm_up, int) or warm_up < 0:
         raise ValueError(f"warm_up: expected a non-negative int, got {warm_up!r}")
     return warm_up
+
+
+def check_count(value: Any, arg: str) -> int:
+    """``value`` if it is a positive int (``repeat``, ``steps``), else ValueError naming ``arg``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{arg}: expected a positive int (how many to profile), got {value!r}")
+    return value
 
 
 def method_name(model: nn.Module, mode: str, func_name: str | None) -> str:
@@ -165,6 +174,7 @@ def profile(
     kwargs: dict | None = None,
     *,
     warm_up: int = 1,
+    repeat: int = 1,
     mode: str = "forward",
     func_name: str | None = None,
     ignore_modules: Iterable[type] | None = None,
@@ -181,7 +191,9 @@ def profile(
     Args:
         model: the module to profile.
         args, kwargs: what the method is called with (a single tensor is accepted as args).
-        warm_up: un-measured calls before the measured one.
+        warm_up: un-measured calls before the measured ones.
+        repeat: how many calls are timed: latencies are their medians, each call's figures
+            are kept in ``result.samples`` (counts come from one call: they do not vary).
         mode: ``"forward"`` or ``"generate"``.
         func_name: profile this method instead (overrides ``mode``).
         ignore_modules: module types not broken down; their cost goes to their parent.
@@ -212,6 +224,7 @@ def profile(
     check_model(model)
     args, kwargs = as_args(args), as_kwargs(kwargs)
     warm_up = check_warm_up(warm_up)
+    repeat = check_count(repeat, "repeat")
     if gather_timeout is not None:
         gather_timeout = check_gather_timeout(gather_timeout)
     if not isinstance(memory, bool):
@@ -272,15 +285,15 @@ def profile(
     announce()  # under torch.distributed: rank 0 waits for the ranks that profile
     try:
         if separate:
-            # doubles as the first warm-up; the timing pass's timeline is the result's
+            # doubles as the first warm-up; the timing passes' timelines are the result's
             counts = captured(count=True, timeline=False)
             for _ in range(warm_up - 1):
                 plain()
-            times = captured(count=False)
+            times = [captured(count=False) for _ in range(repeat)]
         else:
             for _ in range(warm_up):
                 plain()
-            counts = times = captured(count=True)
+            times = [captured(count=True) for _ in range(repeat)]
     except BaseException as e:
         if gather_timeout is not None:
             publish_failure(e)  # rank 0 learns what failed here instead of waiting for it
@@ -290,8 +303,20 @@ def profile(
 
     meta = run_metadata(target, args, kwargs, mode=mode, method=name, warm_up=warm_up, attention=attention,
                         timing=_timing(clock, separate, compiled), parallel=detect_parallel(target))
-    result = build_result(infos, counts, times if separate else None, ignored=ignore, metadata=meta)
-    return with_ranks(result, gather_timeout)
+    timed = [build_result(infos, counts if separate else t, t if separate else None, ignored=ignore, metadata=meta)
+             for t in times]
+    # no warm-up: the first timed call may be the model's first (lazy initialisation, caches)
+    return with_ranks(combine_steps(timed, "pass", first_step=warm_up == 0), gather_timeout)
+
+
+def _nothing_stepped(optimizer: Any) -> bool:
+    """Whether ``optimizer`` has not stepped yet in this process (a torch optimizer keeps no
+    state before its first step; a DeepSpeed engine counts ``global_steps``); False when
+    unknown."""
+    if isinstance(optimizer, torch.optim.Optimizer):
+        return not optimizer.state
+    steps = getattr(optimizer, "global_steps", None)
+    return steps == 0 if isinstance(steps, int) else False
 
 
 def with_ranks(result: ProfileResult, gather_timeout: float | None) -> ProfileResult:
@@ -332,6 +357,18 @@ class Profiler:
     Counting and timing happen in the same pass, so latencies have the profiler's own
     measured overhead subtracted (on CPU). Starting twice or stopping when not started
     is harmless.
+
+    Several steps: call :meth:`step` at the end of each; every step is measured on its own,
+    ``result.samples`` keeps each one's figures and the result's times are medians (counts
+    are one step's). With ``steps=N`` the profiler stops by itself after the N-th:
+
+    >>> model = torch.nn.Linear(4, 2)
+    >>> prof = flopsight.Profiler(model, steps=3).start()
+    >>> for _ in range(5):
+    ...     _ = model(torch.ones(1, 4))
+    ...     prof.step()
+    >>> prof.running, prof.result.samples.count, prof.result.total.forward.macs
+    (False, 3, 8)
     """
 
     def __init__(
@@ -348,8 +385,10 @@ class Profiler:
         memory: bool = False,
         parallel: dict | None = None,
         backend: str | None = None,
+        steps: int | None = None,
     ):
         self._parallel = check_parallel(parallel)
+        self._steps = check_count(steps, "steps") if steps is not None else None
         if not isinstance(memory, bool):
             raise TypeError(f"memory: expected a bool, got {type(memory).__name__}")
         self._memory = memory
@@ -379,6 +418,8 @@ class Profiler:
         self._session: CaptureSession | None = None
         self._infos = None
         self._result: ProfileResult | None = None
+        self._measured: list[ProfileResult] = []  # the steps ended so far
+        self._first_step = False
 
     @property
     def running(self) -> bool:
@@ -387,21 +428,49 @@ class Profiler:
     def start(self) -> "Profiler":
         if self._session is None:
             self._infos = describe(self._target)
-            clock = self._clock or default_clock(model_device(self._target))
-            options = CaptureOptions(self._infos, memory=self._memory, outside_to_root=self._everything,
-                                     optimizer=self.optimizer, ignore=self._ignore, backend=self._backend)
-            session = CaptureSession(options, registry=self._registry, clock=clock)
+            self._measured = []
+            self._first_step = _nothing_stepped(self.optimizer)
             announce()  # under torch.distributed: rank 0 waits for the ranks that profile
-            session.start()
-            self._session = session
+            self._open()
         return self
 
+    def _open(self) -> None:
+        clock = self._clock or default_clock(model_device(self._target))
+        options = CaptureOptions(self._infos, memory=self._memory, outside_to_root=self._everything,
+                                 optimizer=self.optimizer, ignore=self._ignore, backend=self._backend)
+        session = CaptureSession(options, registry=self._registry, clock=clock)
+        session.start()
+        self._session = session
+
+    def step(self) -> None:
+        """End one step (call it after each ``optimizer.step()``): it is measured on its own
+        and the next one begins; after ``steps`` steps the profiler stops (no-op when not
+        running)."""
+        session, self._session = self._session, None
+        if session is None:
+            return
+        self._measured.append(self._build(session, session.stop()))
+        if self._steps is not None and len(self._measured) >= self._steps:
+            self._finish()
+        else:
+            self._open()
+
     def stop(self) -> ProfileResult | None:
-        """Stop and build the result (returns the last result if not running)."""
+        """Stop and build the result (returns the last result if not running). What ran
+        since the last :meth:`step` is a step of its own if it ran the model or an
+        optimizer step, or if it is the only one."""
         session, self._session = self._session, None
         if session is None:
             return self._result
-        self._result = with_ranks(self._build(session, session.stop()), self._gather_timeout)
+        raw = session.stop()
+        calls, spans = raw.get(ModuleCalls), raw.get(SpanTimes)
+        if not self._measured or (calls is not None and calls.top_calls) or (spans and spans.seconds().get("step")):
+            self._measured.append(self._build(session, raw))
+        return self._finish()
+
+    def _finish(self) -> ProfileResult:
+        measured, self._measured = self._measured, []
+        self._result = with_ranks(combine_steps(measured, "step", first_step=self._first_step), self._gather_timeout)
         return self._result
 
     def snapshot(self) -> ProfileResult:

@@ -48,25 +48,31 @@ CONFIGS = {
                                "gradient_accumulation_steps": 2},
     "checkpointed": {"zero_optimization": {"stage": 0}},
     "zero3_memory": {"zero_optimization": {"stage": 3}},  # with install(memory=True)
+    # the block's own keys (DeepSpeed ignores them): steps 2, 3 and 4 profiled, memory off
+    "zero3_steps3": {"zero_optimization": {"stage": 3}, "_block": {"steps": 3, "memory": False}, "_train": 5},
 }
 
 for name, extra in CONFIGS.items():
+    extra = dict(extra)
+    block_keys, train_steps = extra.pop("_block", {}), extra.pop("_train", 3)
     if name == "zero3_memory":
         flopsight.deepspeed.install(memory=True)
+    elif name == "zero3_steps3":
+        flopsight.deepspeed.install()  # the block's own keys decide again
     torch.manual_seed(0)
     accumulate = extra.get("gradient_accumulation_steps", 1)
     config = {
         "train_micro_batch_size_per_gpu": 4,
         "optimizer": {"type": "Adam", "params": {"lr": 1e-3, "torch_adam": True}},
         "flops_profiler": {"enabled": True, "profile_step": 2, "detailed": False,
-                           "output_file": f"{out}/{name}/report.txt", "unknown_key": 1},
+                           "output_file": f"{out}/{name}/report.txt", "unknown_key": 1, **block_keys},
         **extra,
     }
     if name == "checkpointed":
         deepspeed.checkpointing.configure(None, deepspeed_config=config)
     engine, _, _, _ = deepspeed.initialize(model=MLP(checkpointed=name == "checkpointed"), config=config)
     dtype = torch.bfloat16 if "bf16" in extra else torch.float32
-    for step in range(3):
+    for step in range(train_steps):
         for _ in range(accumulate):
             loss = engine(torch.randn(4, 16, dtype=dtype)).float().pow(2).mean()
             engine.backward(loss)

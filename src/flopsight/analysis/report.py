@@ -20,13 +20,14 @@ records; they compute nothing.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from functools import cached_property
 
 from ..result.communication import Collective
 from ..result.device_usage import DeviceUsage
 from ..result.iteration import IterationStats
-from ..result.memory import MemoryTotals, ModuleMemory
+from ..result.memory import Buffer, MemoryTotals, ModuleMemory
 from ..result.profile_result import ProfileResult
 from ..result.stats import Stats
 from .aggregate import (
@@ -43,6 +44,7 @@ from .aggregate import (
 from .collapse import View, child_views, root_view, signatures, subtree_sizes, walk_views
 from .derived import derived
 from .efficiency import Efficiency, efficiency
+from .noise import NoiseFigures, noise_figures
 from .ranks import RankFigures, rank_figures
 from .report_figures import (
     ModuleFigures,
@@ -118,6 +120,27 @@ def aggregated_profile(result: ProfileResult, options: ReportOptions) -> Aggrega
     forward = tuple(by_depth_and_type(result, depth=depth, top=top))
     backward = tuple(by_depth_and_type(result, depth=depth, top=top, phase="backward")) if is_training(result) else None
     return AggregatedProfile(top, forward, backward)
+
+
+def one_micro_batch(result: ProfileResult, micro_batches: int) -> ProfileResult:
+    """``result`` with each module's forward, backward and recompute (and their ops) over
+    ``micro_batches``: counts exactly where they divide, latencies the mean.
+
+    >>> import torch, flopsight
+    >>> r = flopsight.profile(torch.nn.Linear(4, 2), torch.ones(1, 4), clock=flopsight.FakeClock())
+    >>> one_micro_batch(r, 2).total.forward.macs  # 8 MACs over 2
+    4
+    """
+    def each(s: Stats) -> Stats:
+        return Stats(*(v // micro_batches if isinstance(v, int) and v % micro_batches == 0 else v / micro_batches
+                       for v in s[:3]), s.calls)
+
+    per = ("forward", "backward", "recompute")
+    modules = {path: m._replace(phases={ph: each(s) if ph in per else s for ph, s in m.phases.items()},
+                                ops={ph: {n: each(s) for n, s in ops.items()} if ph in per else ops
+                                     for ph, ops in m.ops.items()})
+               for path, m in result.modules.items()}
+    return dataclasses.replace(result, modules=modules)
 
 
 # -- the module tree ----------------------------------------------------------------------------
@@ -394,6 +417,16 @@ def operator_rows(result: ProfileResult) -> tuple[OperatorRow, ...]:
     return tuple(rows)
 
 
+@dataclass(frozen=True)
+class PeakBuffer:
+    """A memory peak that one buffer makes up most of: the ``buffer``, the ``rest`` of the
+    peak, and ``zero_stage`` when DeepSpeed ZeRO ran (whose bucket buffers are such)."""
+
+    buffer: Buffer
+    rest: int
+    zero_stage: int | None
+
+
 # -- the whole report -------------------------------------------------------------------------
 class Report:
     """Every section of a report of ``result`` as ``options`` ask for it (None: not shown),
@@ -435,9 +468,25 @@ class Report:
     def memory(self) -> MemoryTotals | None:
         return self.result.memory
 
+    @cached_property
+    def peak_buffer(self) -> PeakBuffer | None:
+        """The one buffer that makes up most of the memory peak and outweighs the model's
+        parameters, gradients, optimizer state and activations together (None when none does)."""
+        m = self.result.memory
+        if m is None or m.largest_buffer is None or 2 * m.largest_buffer.bytes < m.peak \
+                or m.largest_buffer.bytes <= m.params + m.grads + m.optimizer_state + m.activations:
+            return None
+        zero = (self.result.metadata.parallel or {}).get("zero_stage")
+        return PeakBuffer(m.largest_buffer, max(m.peak - m.largest_buffer.bytes, 0), zero or None)
+
     @property
     def device_usage(self) -> DeviceUsage | None:
         return self.result.device_usage
+
+    @cached_property
+    def noise(self) -> NoiseFigures | None:
+        """The spread of the step (or pass) time, and whether the first step was profiled."""
+        return noise_figures(self.result)
 
     @cached_property
     def gpu_usage_unavailable(self) -> str | None:
@@ -463,12 +512,20 @@ class Report:
         return transformer_check(self.result) if self.efficiency is not None else None
 
     @cached_property
+    def per_micro_batch(self) -> ProfileResult:
+        """The result as DeepSpeed's per-module lines mean it, one micro-batch's: with
+        gradient accumulation every module's forward and backward over the micro-batches."""
+        it = self.result.iteration if self.training else None
+        return one_micro_batch(self.result, it.micro_batches) if it is not None and it.micro_batches > 1 \
+            else self.result
+
+    @cached_property
     def aggregated(self) -> AggregatedProfile:
-        return aggregated_profile(self.result, self.options)
+        return aggregated_profile(self.per_micro_batch, self.options)
 
     @cached_property
     def tree(self) -> ModuleTree | None:
-        return module_tree(self.result, self.options) if self.options.detailed else None
+        return module_tree(self.per_micro_batch, self.options) if self.options.detailed else None
 
     @cached_property
     def operators(self) -> OperatorProfile | None:

@@ -102,9 +102,12 @@ class TrainingFigures:
     """A training report's figures: DeepSpeed's engine lines with DeepSpeed's definitions,
     then the measured ones.
 
-    DeepSpeed's (``ds_*``): its backward is ``bwd_factor = 2 + recompute_fwd_factor`` times
-    the forward's FLOPs, its iter latency the sum of the fwd, bwd and step latencies, its
-    samples/second ``batch size per GPU * world size / iter latency``. Measured:
+    DeepSpeed's (``ds_*``): of one micro-batch (with gradient accumulation, the mean of the
+    step's: DeepSpeed profiles one micro-batch's forward), its backward is ``bwd_factor = 2 +
+    recompute_fwd_factor`` times the forward's FLOPs, its ``ds_bwd_latency`` one micro-batch's
+    backward, its iter latency the sum of the fwd, bwd and step latencies, its
+    samples/second ``batch size per GPU * world size / iter latency``. Measured, over the
+    whole step:
     ``backward``, ``recompute`` (None when activation checkpointing re-ran nothing; then
     ``model_flops_per_second`` is None too) and ``step`` as counted; ``iter_flops`` is every
     phase's FLOPs, ``iter_latency`` the wall time of the whole profiled span;
@@ -113,6 +116,7 @@ class TrainingFigures:
     """
 
     bwd_factor: float
+    ds_bwd_latency: float
     ds_bwd_flops_per_second: float
     ds_fwd_bwd_flops_per_second: float
     ds_iter_latency: float
@@ -195,6 +199,7 @@ class AnatomyFigures:
     forward: AnatomyPart
     backward: AnatomyPart
     step: AnatomyPart
+    framework: AnatomyPart
     communication: AnatomyPart
     other: AnatomyPart
     overlapped: float | None
@@ -203,9 +208,9 @@ class AnatomyFigures:
 def anatomy_figures(anatomy: StepAnatomy, communication: CommunicationTime) -> AnatomyFigures:
     """The step anatomy's parts with their shares of the whole step.
 
-    >>> a = anatomy_figures(StepAnatomy(1.0, 2.0, 0.5, 0.25, 0.25), CommunicationTime(0.25, 0.0))
-    >>> a.backward, a.overlapped
-    (AnatomyPart(seconds=2.0, share=50.0), 0.0)
+    >>> a = anatomy_figures(StepAnatomy(1.0, 2.0, 0.5, 0.25, 0.25, 0.0), CommunicationTime(0.25, 0.0))
+    >>> a.backward, a.framework, a.overlapped
+    (AnatomyPart(seconds=2.0, share=50.0), AnatomyPart(seconds=0.25, share=6.25), 0.0)
     """
     total = anatomy.total
 
@@ -213,7 +218,7 @@ def anatomy_figures(anatomy: StepAnatomy, communication: CommunicationTime) -> A
         return AnatomyPart(seconds, share(seconds, total))
 
     return AnatomyFigures(part(anatomy.forward), part(anatomy.backward), part(anatomy.step),
-                          part(anatomy.communication), part(anatomy.other),
+                          part(anatomy.framework), part(anatomy.communication), part(anatomy.other),
                           communication.overlapped if communication.total else None)
 
 
@@ -241,6 +246,9 @@ class SummaryFigures:
     fwd_flops_per_second: float
     training: TrainingFigures | None
     generation: GenerationFigures | None
+    #: with gradient accumulation: the forward of the whole step (``fwd`` is one micro-batch's,
+    #: DeepSpeed's meaning); None otherwise
+    fwd_step: Stats | None
     communication: list[CommunicationFigures]  # empty without collectives
     unsupported_ops: list[tuple[str, int]]
     error: str | None
@@ -260,6 +268,8 @@ def training_figures(
     it = it if it is not None else result.iteration
     fwd = result.total.forward
     bwd, rec, step = it.backward, it.recompute, it.step
+    per = max(it.micro_batches, 1)  # DeepSpeed's lines: one micro-batch's forward and backward
+    ds_fwd, ds_bwd = _mean([fwd], per), _mean([bwd], per)
     recomputed = "recompute" in result.phases
     iter_flops = fwd.flops + bwd.flops + rec.flops + step.flops
     if recomputed:
@@ -272,13 +282,14 @@ def training_figures(
         model_rate = None
     samples = rate(it.samples * parallel.dp_size, it.latency) if it.samples else None
     factor = 2 + recompute_fwd_factor
-    ds_iter = fwd.latency + bwd.latency + step.latency
+    ds_iter = ds_fwd.latency + ds_bwd.latency + step.latency
     return TrainingFigures(
         bwd_factor=factor,
-        ds_bwd_flops_per_second=rate(factor * fwd.flops, bwd.latency),
-        ds_fwd_bwd_flops_per_second=rate((factor + 1) * fwd.flops, fwd.latency + bwd.latency),
+        ds_bwd_latency=ds_bwd.latency,
+        ds_bwd_flops_per_second=rate(factor * ds_fwd.flops, ds_bwd.latency),
+        ds_fwd_bwd_flops_per_second=rate((factor + 1) * ds_fwd.flops, ds_fwd.latency + ds_bwd.latency),
         ds_iter_latency=ds_iter,
-        ds_flops_per_second=rate((factor + 1) * fwd.flops, ds_iter),
+        ds_flops_per_second=rate((factor + 1) * ds_fwd.flops, ds_iter),
         ds_samples_per_second=rate(batch_size * parallel.world_size, ds_iter) if batch_size is not None else None,
         backward=bwd,
         recompute=rec if recomputed else None,
@@ -325,7 +336,10 @@ def summary_figures(
         if batch is None and it is not None and it.samples and it.micro_batches:
             batch, measured = it.samples / it.micro_batches, True
     total = result.total
-    fwd = total.forward
+    fwd = step_fwd = total.forward
+    per = it.micro_batches if it is not None and it.micro_batches > 1 else 1
+    if per > 1:  # DeepSpeed's lines: one micro-batch's forward (the mean of the step's)
+        fwd = _mean([step_fwd], per)
     return SummaryFigures(
         training_report=training,
         parallel=header,
@@ -340,6 +354,7 @@ def summary_figures(
         fwd_flops_per_second=rate(fwd.flops, fwd.latency),
         training=training_figures(result, header, batch, recompute_fwd_factor, it) if training else None,
         generation=generation_figures(result),
+        fwd_step=Stats(step_fwd.macs, step_fwd.flops, step_fwd.latency, step_fwd.calls) if per > 1 else None,
         communication=communication_figures(result.collectives()),
         anatomy=anatomy_figures(it.anatomy, it.communication) if it is not None and it.anatomy is not None else None,
         unsupported_ops=sorted(result.unsupported_ops.items()),

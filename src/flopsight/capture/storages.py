@@ -73,6 +73,7 @@ class MemorySource:
         self.peaks: dict[tuple[str, str], int] = {}  # (path, phase) -> peak bytes over its calls
         self.phase_peaks: dict[str, int] = {}
         self.live = 0
+        self.largest: tuple = (0, "", "", "")  # (bytes, op, path, phase) of the largest storage allocated
         self._saved: set = set()
         #: storage key -> (bytes, weak reference calling back when it is freed) of the
         #: storages allocated while profiling and alive
@@ -106,6 +107,7 @@ class MemorySource:
             "activations": sum(self.activations.values()),
             "peak": max(self.phase_peaks.values(), default=0),
             "phase_peaks": dict(self.phase_peaks),
+            "largest_buffer": dict(zip(("bytes", "op", "module", "phase"), self.largest)) if self.largest[0] else None,
         })
 
     def _gradient_bytes(self) -> int:
@@ -128,19 +130,19 @@ class MemorySource:
     # -- live bytes -----------------------------------------------------------------------
     def _op(self, event: OpEvent) -> None:
         if event.path is not None:  # the model's op: its new storages
-            self.outputs(event.out, event.path, event.phase)
+            self.outputs(event.out, event.path, event.phase, event.entry)
 
-    def outputs(self, out, path: str, phase: str) -> None:
-        """An op charged to ``path`` and ``phase`` returned ``out`` (a tensor, or a tuple or
-        list of them)."""
+    def outputs(self, out, path: str, phase: str, entry=None) -> None:
+        """An op (``entry``, its registry entry) charged to ``path`` and ``phase`` returned
+        ``out`` (a tensor, or a tuple or list of them)."""
         if isinstance(out, torch.Tensor):
-            self._allocated(out, path, phase)
+            self._allocated(out, path, phase, entry)
         elif isinstance(out, (tuple, list)):
             for t in out:
                 if isinstance(t, torch.Tensor):
-                    self._allocated(t, path, phase)
+                    self._allocated(t, path, phase, entry)
 
-    def _allocated(self, t: torch.Tensor, path: str, phase: str) -> None:
+    def _allocated(self, t: torch.Tensor, path: str, phase: str, entry=None) -> None:
         if t._base is not None:  # a view: its storage is its base's, seen (or not ours) already
             return
         key = storage_key(t)
@@ -149,6 +151,8 @@ class MemorySource:
         storage = t.untyped_storage()
         nbytes = storage.nbytes()
         self._tracked[key] = (nbytes, weakref.ref(storage, partial(self._freed, key)))
+        if nbytes > self.largest[0]:
+            self.largest = (nbytes, getattr(entry, "name", None) or "an op", path, phase)
         self.live += nbytes
         live = self.live
         if self._call_max and live > self._call_max[-1][1]:

@@ -137,6 +137,9 @@ def add_options(p: argparse.ArgumentParser, version: str) -> None:
                      help="cpu, cuda[:N] or meta (default: cpu, or meta when the parameters would not fit in memory)")
     run.add_argument("--warm-up", type=non_negative_int,
                      help="unmeasured calls (steps) before the measured one (default: 1; 0 on the meta device)")
+    run.add_argument("--repeat", type=positive_int, default=1,
+                     help="measured calls (steps under --mode train): times are their medians, with their spread "
+                          "(default: %(default)s)")
     run.add_argument("--attention", choices=ATTENTION_CONVENTIONS, default="dense",
                      help="dense: every attention score (DeepSpeed's count); effective: only those masks keep")
     report = p.add_argument_group("report")
@@ -222,7 +225,7 @@ def render(args: argparse.Namespace, result: Any, label: str, warm_up: int) -> s
 def run_mode(args: argparse.Namespace, model: torch.nn.Module, call_args: tuple, call_kwargs: dict, warm_up: int,
              progress: Progress) -> Any:
     """Profile the model as ``--mode`` says."""
-    common = dict(warm_up=warm_up, attention=args.attention, progress=progress)
+    common = dict(warm_up=warm_up, attention=args.attention, progress=progress, repeat=args.repeat)
     if args.mode == "train":
         return run_train(model, call_args, call_kwargs, **common)
     if args.mode == "generate":
@@ -243,7 +246,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
                     device, on_meta = pick_device(args, target, progress)
                     model, call_args, call_kwargs = build(args, target, device, on_meta, progress)
             warm_up = args.warm_up if args.warm_up is not None else (0 if device == "meta" else 1)
-            total = calls_per_run(args.mode, warm_up, args.max_new_tokens)
+            total = calls_per_run(args.mode, warm_up, args.max_new_tokens, args.repeat)
             on_meta_device = meta_masks() if device == "meta" else contextlib.nullcontext()
             with progress.stage("profile", total=total), on_meta_device, quiet_transformers():
                 result = run_mode(args, model, call_args, call_kwargs, warm_up, progress)

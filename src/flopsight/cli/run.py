@@ -43,23 +43,26 @@ def calls_counted(model: nn.Module, progress: Progress | None) -> Iterator[None]
         handle.remove()
 
 
-def calls_per_run(mode: str, warm_up: int, max_new_tokens: int = 1) -> int:
+def calls_per_run(mode: str, warm_up: int, max_new_tokens: int = 1, repeat: int = 1) -> int:
     """How many times the model is called: :func:`flopsight.profile` runs ``warm_up``
-    calls and one measured call (its counting pass doubles as the first warm-up), each
-    ``max_new_tokens`` model calls under ``generate()``; a training run is ``warm_up`` + 1 steps.
+    calls and ``repeat`` measured ones (its counting pass doubles as the first warm-up, and
+    is the measured call when ``warm_up`` is 0), each ``max_new_tokens`` model calls under
+    ``generate()``; a training run is ``warm_up`` + ``repeat`` steps.
 
     >>> calls_per_run("forward", 0), calls_per_run("forward", 2), calls_per_run("generate", 1, 8)
     (1, 3, 16)
+    >>> calls_per_run("forward", 1, repeat=5), calls_per_run("train", 1, repeat=5)
+    (6, 6)
     """
-    return (warm_up + 1) * (max_new_tokens if mode == "generate" else 1)
+    return (warm_up + repeat) * (max_new_tokens if mode == "generate" else 1)
 
 
 def run_forward(model: nn.Module, args: tuple, kwargs: dict, *, warm_up: int, attention: str = "dense",
-                progress: Progress | None = None) -> ProfileResult:
-    """One inference forward, profiled (eval mode, no autograd)."""
+                progress: Progress | None = None, repeat: int = 1) -> ProfileResult:
+    """``repeat`` inference forwards, profiled (eval mode, no autograd)."""
     model.eval()
     with torch.no_grad(), calls_counted(model, progress):
-        return profile(model, args, kwargs, warm_up=warm_up, attention=attention)
+        return profile(model, args, kwargs, warm_up=warm_up, attention=attention, repeat=repeat)
 
 
 def generation_options(model: nn.Module, max_new_tokens: int) -> dict:
@@ -77,12 +80,12 @@ def generation_options(model: nn.Module, max_new_tokens: int) -> dict:
 
 
 def run_generate(model: nn.Module, args: tuple, kwargs: dict, *, warm_up: int, max_new_tokens: int,
-                 attention: str = "dense", progress: Progress | None = None) -> ProfileResult:
-    """One ``generate()`` call of ``max_new_tokens`` tokens, profiled (prefill and decode)."""
+                 attention: str = "dense", progress: Progress | None = None, repeat: int = 1) -> ProfileResult:
+    """``repeat`` ``generate()`` calls of ``max_new_tokens`` tokens, profiled (prefill and decode)."""
     model.eval()
     kwargs = {**kwargs, **generation_options(model, max_new_tokens)}
     with torch.no_grad(), calls_counted(model, progress):
-        return profile(model, args, kwargs, warm_up=warm_up, mode="generate", attention=attention)
+        return profile(model, args, kwargs, warm_up=warm_up, mode="generate", attention=attention, repeat=repeat)
 
 
 def _forward_parameters(model: nn.Module) -> Mapping[str, inspect.Parameter]:
@@ -141,9 +144,10 @@ def loss_of(output: Any) -> torch.Tensor:
 
 
 def run_train(model: nn.Module, args: tuple, kwargs: dict, *, warm_up: int, attention: str = "dense",
-              progress: Progress | None = None) -> ProfileResult:
-    """``warm_up`` training steps, then one profiled: forward, ``backward()`` of the loss
-    and an AdamW step, under :class:`flopsight.Profiler` (the optimizer's step is its own phase)."""
+              progress: Progress | None = None, repeat: int = 1) -> ProfileResult:
+    """``warm_up`` training steps, then ``repeat`` profiled: forward, ``backward()`` of the
+    loss and an AdamW step, under :class:`flopsight.Profiler` (the optimizer's step is its
+    own phase; each step measured on its own, times their medians)."""
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
 
@@ -155,6 +159,8 @@ def run_train(model: nn.Module, args: tuple, kwargs: dict, *, warm_up: int, atte
     with calls_counted(model, progress):
         for _ in range(warm_up):
             step()
-        with Profiler(model, optimizer=optimizer, attention=attention) as prof:
-            step()
+        with Profiler(model, optimizer=optimizer, attention=attention, steps=repeat) as prof:
+            for _ in range(repeat):
+                step()
+                prof.step()
     return prof.result

@@ -56,6 +56,7 @@ from ..capture.parallel import engine_parallel
 from ..profiler import Profiler, check_model
 from ..renderers.output import check_output_file, write
 from ..result.profile_result import ProfileResult
+from ..result.steps import as_first_step
 from .deepspeed.api import engine_parallel_info
 from .deepspeed.config import FlopsProfilerConfig, parse_config
 
@@ -92,7 +93,8 @@ class AttachedProfiler:
             # built now so a bad model or batch_size fails at attach, not at step N; a
             # wrapper's (ZeRO's, the engine's) whole step() and backward() are measured
             self._profiler = Profiler(model, batch_size=batch_size, optimizer=None if torch_optimizer else optimizer,
-                                      parallel=engine_parallel(optimizer) if _is_engine(optimizer) else None)
+                                      parallel=engine_parallel(optimizer) if _is_engine(optimizer) else None,
+                                      memory=config.memory)
             if torch_optimizer:
                 self._removers.append(optimizer.register_step_post_hook(self._after_step).remove)
             else:  # a wrapper has no step hooks: count its steps around its own step()
@@ -132,20 +134,29 @@ class AttachedProfiler:
         self._profiler.start()  # every rank profiles; rank 0 gathers and prints
 
     def _after_step(self, optimizer, args, kwargs) -> None:
-        self._stepped(lambda: _finish_after_this_step(self))
+        self._stepped(lambda action: _after_this_step(self, action))
 
     def _wrapped_step(self, step, args, kwargs):
         out = step(*args, **kwargs)
-        self._stepped(self._finish)  # no hook dict is being iterated here: finish at once
+        self._stepped(lambda action: action())  # no hook dict is being iterated here: at once
         return out
 
-    def _stepped(self, finish) -> None:
-        """A step ended: start profiling before step ``profile_step``, ``finish`` after it."""
+    def _stepped(self, run) -> None:
+        """A step ended: start profiling before step ``profile_step``, begin the next
+        profiled step after each but the last of ``steps``, finish after the last (each
+        action through ``run``)."""
         self.steps += 1
-        if self.steps == self.config.profile_step - 1:
+        first, last = self.config.profile_step, self.config.profile_step + self.config.steps - 1
+        if self.steps == first - 1:
             self._start()
-        elif self.steps == self.config.profile_step:
-            finish()
+        elif first <= self.steps < last:
+            run(self._next_step)
+        elif self.steps == last:
+            run(self._finish)
+
+    def _next_step(self) -> None:
+        if self._profiler.running:
+            self._profiler.step()
 
     def _finish(self) -> None:
         if self._done:
@@ -154,6 +165,8 @@ class AttachedProfiler:
         try:
             if self._profiler.running:
                 self.result = self._profiler.stop()
+                if self.config.profile_step == 1:  # the first step after attach: named as such
+                    self.result = as_first_step(self.result)
                 if _rank() != 0:
                     return
                 self.report = write(self.result, self.config.output_file, **_report_options(self.config, self._parallel))
@@ -173,8 +186,7 @@ class AttachedProfiler:
         """Remove everything still installed; warns if step ``profile_step`` never came."""
         if not self.attached:
             return
-        if self in _pending:
-            _pending.remove(self)
+        _pending[:] = [(h, a) for h, a in _pending if h is not self]
         self._detach()
         if not self._done:
             ran = f"{self.steps} step{'' if self.steps == 1 else 's'} ran"
@@ -197,28 +209,29 @@ class AttachedProfiler:
 # So the handles whose step this is are finished from one global post hook, registered
 # during the step (from their optimizer's own post hook) and thereby the last to run:
 # removing it, the profilers' hooks and the handles' own hooks from there is safe.
-_pending: list[AttachedProfiler] = []
+_pending: list[tuple[AttachedProfiler, Any]] = []
 _finisher = None
 
 
-def _finish_after_this_step(handle: AttachedProfiler) -> None:
+def _after_this_step(handle: AttachedProfiler, action) -> None:
+    """Run ``action`` (the handle's next step or finish) once this step's hooks have run."""
     global _finisher
-    _pending.append(handle)
+    _pending.append((handle, action))
     if _finisher is None:
-        _finisher = register_optimizer_step_post_hook(_finish_pending)
+        _finisher = register_optimizer_step_post_hook(_run_pending)
 
 
-def _finish_pending(optimizer, args, kwargs) -> None:
+def _run_pending(optimizer, args, kwargs) -> None:
     global _finisher
-    handles = _pending[:]
+    actions = _pending[:]
     _pending.clear()
     if _finisher is not None:
         _finisher.remove()
         _finisher = None
     error = None
-    for handle in handles:
+    for _, action in actions:
         try:
-            handle._finish()
+            action()
         except Exception as e:  # finish (and detach) every handle, then raise the first error
             error = error or e
     if error is not None:
@@ -246,7 +259,10 @@ def attach(
             attached; a config without the block is off too), ``profile_step`` (1),
             ``module_depth`` (-1), ``top_modules`` (1), ``detailed`` (True), ``output_file``
             (None: stdout), ``recompute_fwd_factor`` (0: DeepSpeed's lines estimate the
-            backward as ``2 + recompute_fwd_factor`` times the forward).
+            backward as ``2 + recompute_fwd_factor`` times the forward); flopsight's own keys,
+            which DeepSpeed ignores: ``steps`` (1: how many steps are profiled from
+            ``profile_step`` on; the report's times are their medians with their spread)
+            and ``memory`` (True: memory is counted too).
         batch_size: samples per forward call, when the first dimension of the model's
             first input is not the batch.
 

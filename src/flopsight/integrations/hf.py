@@ -41,10 +41,11 @@ from ..analysis.efficiency import efficiency
 from ..capture.gather import DEFAULT_GATHER_TIMEOUT, check_gather_timeout
 from ..capture.optimizer import wrap_method
 from ..hardware import check_peak
-from ..profiler import Profiler, check_attention, with_ranks
+from ..profiler import Profiler, check_attention, check_count, with_ranks
 from ..renderers import EXTENSIONS
 from ..renderers.output import write
 from ..result.profile_result import ProfileResult
+from ..result.steps import as_first_step
 from .trainer_metrics import check_bool, check_dtype, named, step_figures
 
 __all__ = ["FlopsightCallback", "step_metrics", "PREFIX", "LOGGED"]
@@ -198,6 +199,9 @@ class FlopsightCallback(TrainerCallback):
         memory: also measure memory (logged as ``flopsight/memory_peak_bytes``).
         gather_timeout: seconds rank 0 waits for each other rank's result (None: no
             gathering); attention, batch_size: as in :class:`flopsight.Profiler`.
+        steps: how many steps are profiled, from ``profile_step`` on: each is measured on
+            its own, the result's times are their medians and ``result.samples`` keeps
+            every step's (counts and logged metrics are one step's).
 
     After the step, ``result`` holds this rank's :class:`~flopsight.ProfileResult` (on rank
     0 with every rank's in ``result.ranks``), ``metrics`` what was logged and ``written``
@@ -217,8 +221,10 @@ class FlopsightCallback(TrainerCallback):
         gather_timeout: float | None = DEFAULT_GATHER_TIMEOUT,
         attention: str = "dense",
         batch_size: int | None = None,
+        steps: int = 1,
     ):
         self.profile_step = _check_profile_step(profile_step)
+        self.steps = check_count(steps, "steps")
         self.outputs = _check_output(output)
         self.peak = check_peak(peak)
         self.dtype = check_dtype(dtype)
@@ -254,8 +260,10 @@ class FlopsightCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         # called after optimizer.step(), the scheduler's step and zero_grad, global_step counted
-        if self._step is not None and state.global_step >= self.profile_step:
+        if self._step is not None and state.global_step >= self.profile_step + self.steps - 1:
             self._end(args, state, control)
+        elif self._step is not None and state.global_step >= self.profile_step:
+            self._step.profiler.step()  # one of the profiled steps ended: the next one begins
 
     def on_train_end(self, args, state, control, **kwargs):
         self._abort()
@@ -319,9 +327,12 @@ class FlopsightCallback(TrainerCallback):
         finally:
             step.remove()
         self._done = True
+        if self.profile_step == 1:  # the run's first step: its one-time costs are in it
+            result = as_first_step(result)
         self.result = result = with_ranks(result, self.gather_timeout)
         dtype = self.dtype or _mixed_precision_dtype(args)
-        self.metrics = step_metrics(result, tokens=step.tokens, peak=self.peak, dtype=dtype)
+        tokens = step.tokens // max(result.samples.count, 1) if result.samples is not None else step.tokens
+        self.metrics = step_metrics(result, tokens=tokens, peak=self.peak, dtype=dtype)
         self._log(step.trainer, state, control)
         self.written = self._write(result, args) if state.is_world_process_zero else []
 

@@ -48,9 +48,10 @@ except ImportError as error:  # the core needs torch alone; this module needs Li
 from ..analysis.efficiency import Efficiency, efficiency
 from ..capture.gather import DEFAULT_GATHER_TIMEOUT, check_gather_timeout
 from ..hardware import Peak, lookup_peak, resolve_peak
-from ..profiler import Profiler, with_ranks
+from ..profiler import Profiler, check_count, with_ranks
 from ..renderers.output import check_output_file, write
 from ..result.profile_result import ProfileResult
+from ..result.steps import as_first_step
 from .trainer_metrics import check_bool, check_dtype, named, step_figures
 
 __all__ = ["FlopsightCallback", "METRICS", "PREFIX", "step_metrics", "global_metrics"]
@@ -208,6 +209,9 @@ class FlopsightCallback(Callback):
             batch size flopsight reads from the model's calls.
         gather_timeout: seconds rank 0 waits for each rank's result (``result.ranks``);
             None: no gathering.
+        steps: how many steps are profiled, from ``profile_step`` on: each is measured on
+            its own, the result's times are their medians and ``result.samples`` keeps
+            every step's (counts and logged metrics are one step's).
 
     After the step: ``result`` (this rank's :class:`~flopsight.ProfileResult`),
     ``metrics`` (what was logged, full names), ``path`` (the report, rank 0).
@@ -223,9 +227,12 @@ class FlopsightCallback(Callback):
         memory: bool = False,
         batch_size_fn: Callable[[Any], int] | None = None,
         gather_timeout: float | None = DEFAULT_GATHER_TIMEOUT,
+        steps: int = 1,
     ):
         super().__init__()
         self.profile_step = _check_step(profile_step)
+        self.steps = check_count(steps, "steps")
+        self._current = self.profile_step  # the global_step of the step being profiled
         self.output = _check_output(output)
         self.peak = _check_peak(peak)
         self.dtype = check_dtype(dtype)
@@ -270,8 +277,12 @@ class FlopsightCallback(Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         # The optimizer step (and, on an accumulation window's first batch, zero_grad) runs
         # between the two hooks; global_step moves on in the batch that steps.
-        if self.profiling and trainer.global_step != self.profile_step:
-            self._finish(trainer, pl_module)
+        if self.profiling and trainer.global_step != self._current:
+            if trainer.global_step >= self.profile_step + self.steps:
+                self._finish(trainer, pl_module)
+            else:  # one of the profiled steps ended: the next one begins
+                self._profiler.step()
+                self._current = trainer.global_step
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         self._abandon()
@@ -294,6 +305,7 @@ class FlopsightCallback(Callback):
         # gathered here only after a step that completed: a failed step must not wait on ranks
         self._profiler = Profiler(pl_module, memory=self.memory, gather_timeout=None)
         self._batches = self._samples = 0
+        self._current = self.profile_step
         self._profiler.start()
 
     def _abandon(self) -> None:
@@ -307,14 +319,18 @@ class FlopsightCallback(Callback):
     def _finish(self, trainer, pl_module) -> None:
         profiler, self._profiler = self._profiler, None
         result = profiler.stop()
+        if self.profile_step == 0:  # the run's first step: its one-time costs are in it
+            result = as_first_step(result)
         if self.gather_timeout is not None:
             result = with_ranks(result, self.gather_timeout)
         self.result, self.step = result, self.profile_step
-        samples = self._samples if self.batch_size_fn is not None else result.iteration.samples
+        # per step: the counts and times are one step's (the median one's)
+        batches, counted = self._batches // self.steps, self._samples // self.steps
+        samples = counted if self.batch_size_fn is not None else result.iteration.samples
         eff = efficiency(result, self._peak, dtype=self.dtype or precision_dtype(trainer.precision))
-        metrics = step_metrics(result, eff, self._batches, samples)
+        metrics = step_metrics(result, eff, batches, samples)
         if trainer.is_global_zero:
-            metrics.update(global_metrics(result, self._batches, self._samples or None))
+            metrics.update(global_metrics(result, batches, counted or None))
         self.metrics = {PREFIX + name: value for name, value in metrics.items()}
         _log(trainer, pl_module, self.metrics)
         if trainer.is_global_zero and self.output is not None:

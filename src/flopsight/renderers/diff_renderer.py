@@ -22,6 +22,7 @@ import math
 from typing import Sequence
 
 from ..analysis.diff import DIFF_FORMATS, METRICS, Caveat, Change, Gate, GateResult, ModuleDiff, ProfileDiff, metric_kind
+from ..analysis.diff.verdict import Cause, CollectiveChange, Verdict
 from .numbers import bytes_to_string, duration_to_string, number_to_string
 
 __all__ = ["render_diff", "render_diff_text", "render_diff_markdown", "gate_message", "caveat_note", "format_value",
@@ -152,6 +153,52 @@ def caveat_note(caveat: Caveat) -> str:
     raise ValueError(f"caveat: unknown kind {caveat.kind!r}")
 
 
+def _signed(seconds: float) -> str:
+    return ("+" if seconds >= 0 else "-") + duration_to_string(abs(seconds))
+
+
+def _calls(k: CollectiveChange) -> str:
+    """``10 calls vs 1, 124 KB each``, or ``2 calls of 124 KB vs 1 of 8 B`` when their sizes differ."""
+    (na, nb), (ba, bb) = k.calls, k.bytes_per_call
+    if ba == bb or not na or not nb:
+        return f"{na} calls vs {nb}, {bytes_to_string(bb or ba)} each"
+    return f"{na} calls of {bytes_to_string(ba)} vs {nb} of {bytes_to_string(bb)}"
+
+
+def _cause_text(c: Cause) -> str:
+    d = c.difference.delta
+    if c.part == "communication":
+        # the median steps' calls of each kind that changed (their exposed times overlap: the
+        # part's figure is what the rank waited for in all)
+        kinds = [f"{k.kind}: {_calls(k)}" for k in c.collectives
+                 if k.calls[0] != k.calls[1] or k.bytes_per_call[0] != k.bytes_per_call[1]]
+        return f"{_signed(d)} exposed communication" + (f" ({'; '.join(kinds[:3])})" if kinds else "")
+    if c.part == "framework":
+        return f"{_signed(d)} framework and hooks (module and autograd hooks, parameter management, Python between ops)"
+    if c.part == "other":
+        return f"{_signed(d)} other (data loading, loss, idle)"
+    label = "compute" if c.part == "compute" else "in the modules"
+    moved = [f"{m.path} ({m.type_name}) {_signed(m.delta)}" for m in c.modules if m.delta]
+    return f"{_signed(d)} {label}" + (f" (most in {', '.join(moved)})" if moved else "")
+
+
+def verdict_text(v: Verdict, a: str = "A", b: str = "B") -> str:
+    """The verdict in one sentence: how much slower or faster b's step is, with its noise,
+    and the parts that moved beyond theirs, largest first."""
+    s = v.step
+    units = "passes" if v.unit == "pass" else f"{v.unit}s"
+    way = "slower" if s.delta >= 0 else "faster"
+    head = (f"{b}'s {v.unit} is {duration_to_string(abs(s.delta))} {way} than {a}'s "
+            f"(±{duration_to_string(s.noise)}, {v.samples[0]} vs {v.samples[1]} {units})")
+    if not s.significant:
+        return head + ": within the noise, not significant"
+    parts = [_cause_text(c) for c in v.causes]
+    if v.unchanged:
+        names = list(v.unchanged)
+        parts.append((", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else names[0]) + " unchanged")
+    return head + (": " + ", ".join(parts) if parts else "")
+
+
 def render_diff(d: ProfileDiff, fmt: str = "text", *, all_modules: bool = False,
                 gates: Sequence[GateResult] = ()) -> str:
     """``d`` as ``"text"``, ``"md"`` (Markdown tables for a pull request) or ``"json"``
@@ -246,6 +293,8 @@ def render_diff_text(d: ProfileDiff, rows: list[ModuleDiff], all_modules: bool, 
     """The text format: totals, then the ``rows`` table, then the gates."""
     out = [f"flopsight diff: {d.a.label} -> {d.b.label}"]
     out += [f"note: {n}" for n in d.notes]
+    if d.verdict is not None:
+        out += ["", "Verdict: " + verdict_text(d.verdict, d.a.label, d.b.label)]
     out += ["", "Model totals", *_table(["metric", "a", "b", "change", "%", "noise"], _total_lines(d), 1)]
     out += ["", f"Modules: {_summary(d, all_modules)}"]
     if rows:
@@ -271,6 +320,8 @@ def render_diff_markdown(d: ProfileDiff, rows: list[ModuleDiff], all_modules: bo
     """The ``md`` format: the text format's tables in Markdown, for a pull request."""
     out = [f"### flopsight diff: `{_md(d.a.label)}` → `{_md(d.b.label)}`", ""]
     out += [f"> {_md(n)}" for n in d.notes] + ([""] if d.notes else [])
+    if d.verdict is not None:
+        out += [f"**Verdict**: {_md(verdict_text(d.verdict, d.a.label, d.b.label))}", ""]
     out += _md_table(["metric", "a", "b", "change", "%", "noise"], [[_md(c) for c in r] for r in _total_lines(d)], 1)
     out += ["", f"**Modules**: {_summary(d, all_modules)}", ""]
     if rows:

@@ -84,11 +84,16 @@ def render(subject: Any, fmt: str = "text", **options: Any) -> str:
         return subject
     # the diff's types and renderer only when a diff is written: most runs never load them
     from ..analysis.diff import Caveat, GateResult, ProfileDiff
+    from ..analysis.diff.verdict import Verdict
 
     if isinstance(subject, ProfileDiff):
         from .diff_renderer import render_diff
 
         return render_diff(subject, fmt, **options)
+    if isinstance(subject, Verdict):
+        from .diff_renderer import verdict_text
+
+        return verdict_text(subject, **options)
     if isinstance(subject, (GateResult, Caveat)):
         if fmt != "text" or options:
             raise ValueError(f"fmt: a gate's outcome or a diff's caveat is one line of text: expected 'text' and no "

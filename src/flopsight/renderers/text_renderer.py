@@ -34,6 +34,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..analysis.aggregate import DepthSummary
+from ..analysis.noise import NoiseFigures
 from ..analysis.ranks import RankFigures
 from ..analysis.report import (
     AggregatedProfile,
@@ -41,6 +42,7 @@ from ..analysis.report import (
     OperatorEntry,
     OperatorProfile,
     OperatorShare,
+    PeakBuffer,
     Report,
     TreeAlias,
     TreeEnd,
@@ -133,13 +135,6 @@ class _Text:
             self.kv("model parallel size: ", parallel.mp_size)
             if f.batch_size is not None:
                 self.kv(f"batch size per {u}: ", _count(f.batch_size) if f.batch_size_measured else f.batch_size)
-        if f.training_report:
-            # Gradient accumulation (several forwards and backwards per step) or a span of
-            # several steps: every figure below is a total over the whole span.
-            if f.micro_batches > 1:
-                self.kv("micro-batches (figures below are totals over all of them): ", f.micro_batches)
-            if f.optimizer_steps > 1:
-                self.kv("optimizer steps (figures below are totals over all of them): ", f.optimizer_steps)
         self.kv(f"params per {u}: ", params_to_string(f.params))
         self.kv(f"params of model = params per {u} * mp_size: ", params_to_string(f.params_of_model))
         self.kv(f"fwd MACs per {u}: ", macs_to_string(f.fwd.macs))
@@ -154,7 +149,7 @@ class _Text:
             # nothing runs on meta: its "latencies" are torch's and the profiler's Python time
             self.kv("note: ", "profiled on the meta device: latencies and FLOPS are not the hardware's")
         if f.training is not None:
-            self._training(f.training)
+            self._training(f.training, f)
         if f.generation is not None:
             self._generation(f.generation, batch_printed=parallel is not None and parallel.batch_size is not None)
         if f.anatomy is not None:
@@ -166,6 +161,8 @@ class _Text:
             self._ranks(report.ranks)
         if report.memory is not None:
             self._memory(report.memory)
+            if report.peak_buffer is not None:
+                self._peak_buffer(report.peak_buffer)
         if report.device_usage is not None:
             self._device_usage(report.device_usage)
         if report.gpu_usage_unavailable is not None:  # the figure is not available: said, not left out
@@ -186,15 +183,37 @@ class _Text:
         if f.unsupported_ops:
             listed = ", ".join(f"{name} x{calls}" for name, calls in f.unsupported_ops)
             self.kv("ops not counted (no formula): ", listed)
+        if report.noise is not None:
+            self._noise(report.noise)
         if f.error:
             self.kv("profile incomplete: ", f.error)
 
-    def _training(self, t: TrainingFigures) -> None:
+    def _noise(self, n: NoiseFigures) -> None:
+        """The time's spread over the steps, and whether it can tell a difference."""
+        s, unit = n.spread, n.unit
+        units = "passes" if unit == "pass" else f"{unit}s"
+        if s is not None:
+            self.kv(f"{n.figure} over {n.count} {units} (median, {s.kind}): ",
+                    f"{duration_to_string(s.median)} ({duration_to_string(s.low)} to {duration_to_string(s.high)})")
+        if s is None:
+            arg = "steps" if unit == "step" else "repeat"
+            self.kv("noise: ", f"{n.figure} is one sample (1 {unit}): its noise is unknown; profile several "
+                               f"({arg}=N) to tell which differences are significant")
+        elif n.noisy:
+            self.kv("noise: ", f"{n.figure} varies ±{100 * s.relative:.1f}% over {n.count} {units}; "
+                               "differences smaller than this are not significant")
+        if n.first_step:
+            what = ("the first profiled step was the first the process ran" if unit == "step"
+                    else "no warm-up call ran before the timed ones (warm_up=0)")
+            self.kv("note: ", f"{what}: its time includes one-time costs (allocations, lazy initialisation, "
+                              "caches); profile a later one")
+
+    def _training(self, t: TrainingFigures, f: SummaryFigures) -> None:
         """DeepSpeed's engine lines word for word, with its definitions (the backward
         estimated from the forward, iter latency the sum of fwd, bwd and step), so its log
         parsers read them unchanged; then what was measured, on lines of their own."""
         bwd, rec, step, k = t.backward, t.recompute, t.step, f"{t.bwd_factor:g}"
-        self.kv("bwd latency: ", duration_to_string(bwd.latency))
+        self.kv("bwd latency: ", duration_to_string(t.ds_bwd_latency))
         self.kv(f"bwd FLOPS per GPU = {k} * fwd flops per GPU / bwd latency: ",
                 flops_to_string(t.ds_bwd_flops_per_second))
         self.kv(f"fwd+bwd FLOPS per GPU = {t.bwd_factor + 1:g} * fwd flops per GPU / (fwd+bwd latency): ",
@@ -205,6 +224,17 @@ class _Text:
                 flops_to_string(t.ds_flops_per_second))
         if t.ds_samples_per_second is not None:
             self.kv("samples/second: ", round(t.ds_samples_per_second, DEFAULT_PRECISION))
+        # Gradient accumulation (several forwards and backwards per step): DeepSpeed's lines
+        # above are one micro-batch's, as in DeepSpeed's own report; the measured lines the step's.
+        if f.micro_batches > 1:
+            self.kv("micro-batches per step (DeepSpeed's lines show one of them): ", f.micro_batches)
+        if f.optimizer_steps > 1:
+            self.kv("optimizer steps (measured lines: totals over all of them): ", f.optimizer_steps)
+        if f.fwd_step is not None:  # gradient accumulation: the whole step's forward too
+            self.kv("measured fwd MACs per GPU, all micro-batches: ", macs_to_string(f.fwd_step.macs))
+            self.kv("measured fwd flops per GPU, all micro-batches: ", number_to_string(f.fwd_step.flops))
+            self.kv("measured fwd latency, all micro-batches: ", duration_to_string(f.fwd_step.latency))
+            self.kv("measured bwd latency, all micro-batches: ", duration_to_string(bwd.latency))
         self.kv("measured bwd MACs per GPU: ", macs_to_string(bwd.macs))
         self.kv("measured bwd flops per GPU: ", number_to_string(bwd.flops))
         if rec is not None:
@@ -247,6 +277,15 @@ class _Text:
         phases = ", ".join(f"{_PHASE_SHORT.get(p, p)} {bytes_to_string(b)}" for p, b in m.phase_peaks.items())
         self.kv("memory, peak allocated while profiling per GPU: ",
                 bytes_to_string(m.peak) + (f" ({phases})" if phases else ""))
+
+    def _peak_buffer(self, p: PeakBuffer) -> None:
+        """What makes the peak: one buffer, and whose it is when DeepSpeed ZeRO ran."""
+        b = p.buffer
+        where = f"{b.op} in the {_PHASE_SHORT.get(b.phase, b.phase)} of {b.module or 'the model'}"
+        whose = (f"; under ZeRO-{p.zero_stage} it is DeepSpeed's bucket buffer (reduce_bucket_size or "
+                 "allgather_bucket_size elements), not the model's" if p.zero_stage else "")
+        self.kv("memory, peak's largest buffer per GPU: ",
+                f"{bytes_to_string(b.bytes)} ({where}), the rest of the peak {bytes_to_string(p.rest)}{whose}")
 
     def _device_usage(self, u: DeviceUsage) -> None:
         """The GPU as NVML and the caching allocator saw it (lines left out where unknown)."""
@@ -295,7 +334,8 @@ class _Text:
 
         self.kv("step anatomy, fwd compute: ", part(a.forward))
         self.kv("step anatomy, bwd compute: ", part(a.backward))
-        self.kv("step anatomy, optimizer step: ", part(a.step))
+        self.kv("step anatomy, optimizer step compute: ", part(a.step))
+        self.kv("step anatomy, framework and hooks (outside ops and collectives): ", part(a.framework))
         self.kv("step anatomy, communication waited for (exposed): ", part(a.communication))
         self.kv("step anatomy, other (data loading, loss, idle): ", part(a.other))
         if a.overlapped is not None:

@@ -47,21 +47,33 @@ class CommunicationTime:
 
 @dataclass(frozen=True)
 class StepAnatomy:
-    """Where one rank's iteration wall time went; the parts add up to ``total``:
-    forward, backward (recompute included) and optimizer-step compute, communication the
-    rank waited for (exposed), and the rest (data loading, the loss, idle time between).
-    Communication hidden behind compute is in the compute parts (see
-    :class:`CommunicationTime`)."""
+    """Where one rank's iteration wall time went; the parts add up to ``total``
+    (``docs/conventions/timing.md``):
+
+    - ``forward``, ``backward`` (recompute included), ``step``: compute, the time inside the
+      counted ops of each phase (collectives left out);
+    - ``framework``: the rest of the phases' wall time that was neither compute nor waiting
+      for communication: module and autograd hooks, ZeRO's or FSDP's parameter management
+      outside ops and collectives, Python between ops;
+    - ``communication``: collectives the rank waited for (exposed);
+    - ``other``: the time outside the phases (data loading, the loss, idle).
+
+    Communication hidden behind compute is not a part (see :class:`CommunicationTime`).
+
+    >>> StepAnatomy(forward=1.0, backward=2.0, step=0.5, framework=0.25, communication=0.25, other=0.0).total
+    4.0
+    """
 
     forward: float
     backward: float
     step: float
+    framework: float
     communication: float
     other: float
 
     @property
     def total(self) -> float:
-        return self.forward + self.backward + self.step + self.communication + self.other
+        return self.forward + self.backward + self.step + self.framework + self.communication + self.other
 
 
 @dataclass
@@ -139,35 +151,41 @@ def _communication_time(result: Profile) -> CommunicationTime:
 
 
 def _anatomy(result: Profile, latency: float, communication: CommunicationTime) -> StepAnatomy:
-    """Each phase's wall time less the communication waited for in it (its collectives'
-    exposed time, at most the phase's wall time less its compute ops' time), that communication plus what the merged
-    flights were exposed outside the phases (at most the time outside them), and the rest of
-    the span: the five add up to its wall time."""
+    """Each phase's wall time split into what it waited for communication (its collectives'
+    exposed time, at most the phase's wall time less its compute ops' time), its compute
+    (its ops' time, at most what is left) and framework time (the rest); communication
+    exposed outside the phases (at most the time outside them); and the rest of the span.
+    The six add up to its wall time."""
     exposed_by_phase: dict[str, float] = {}
     for c in result.collectives():
-        exposed_by_phase[c.phase] = exposed_by_phase.get(c.phase, 0.0) + c.exposed
+        phase = "backward" if c.phase == "recompute" else c.phase
+        exposed_by_phase[phase] = exposed_by_phase.get(phase, 0.0) + c.exposed
     walls = {p: sum(result.spans.get(p, [])) for p in ("forward", "backward", "step")}
     # a collective's flight can run past its phase's end (the other rank is late), so the
     # waiting charged to a phase is at most its wall time less the compute ops run in it
     computed = _compute_time(result)
     waited = {p: min(exposed_by_phase.get(p, 0.0), max(walls[p] - computed.get(p, 0.0), 0.0)) for p in walls}
+    compute = {p: min(computed.get(p, 0.0), walls[p] - waited[p]) for p in walls}
     outside = max(latency - sum(walls.values()), 0.0)
     waited_outside = min(max(communication.exposed - sum(waited.values()), 0.0), outside)
     return StepAnatomy(
-        forward=walls["forward"] - waited["forward"],
-        backward=walls["backward"] - waited["backward"],
-        step=walls["step"] - waited["step"],
+        forward=compute["forward"],
+        backward=compute["backward"],
+        step=compute["step"],
+        framework=sum(walls[p] - waited[p] - compute[p] for p in walls),
         communication=sum(waited.values()) + waited_outside,
         other=outside - waited_outside,
     )
 
 
 def _compute_time(result: Profile) -> dict[str, float]:
-    """Per phase, the host time of the ops that ran in it, collectives and their waits left out."""
+    """Per phase, the host time of the ops that ran in it, collectives and their waits left
+    out (recompute runs inside the backward: its ops are the backward's)."""
     out: dict[str, float] = {}
     for stats in result.modules.values():
         for phase, ops in stats.ops.items():
             t = sum(s.latency for name, s in ops.items() if not name.startswith(_COLLECTIVE_NAMESPACES))
+            phase = "backward" if phase == "recompute" else phase
             out[phase] = out.get(phase, 0.0) + t
     return out
 

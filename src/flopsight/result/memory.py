@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["ModuleMemory", "MemoryTotals"]
+__all__ = ["ModuleMemory", "MemoryTotals", "Buffer"]
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,18 @@ class ModuleMemory:
 
 
 @dataclass(frozen=True)
+class Buffer:
+    """One storage allocated while profiling: its ``bytes``, the ``op`` it was first seen from and
+    the ``module`` and ``phase`` it was charged to (the largest of a span explains a peak far
+    above the model's own sizes: a framework's bucket buffer)."""
+
+    bytes: int
+    op: str
+    module: str
+    phase: str
+
+
+@dataclass(frozen=True)
 class MemoryTotals:
     """The whole span: the model's parameters, their gradients and the optimizer's state as
     they stand at the end (each rank's own shards under ZeRO and FSDP), the activations
@@ -42,10 +54,14 @@ class MemoryTotals:
     activations: int = 0
     peak: int = 0
     phase_peaks: dict[str, int] = field(default_factory=dict)
+    #: the largest storage allocated while profiling (None when none was, or in older files)
+    largest_buffer: Buffer | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "MemoryTotals":
+        d = dict(d)
+        d["largest_buffer"] = Buffer(**d["largest_buffer"]) if d.get("largest_buffer") else None
         return cls(**d)

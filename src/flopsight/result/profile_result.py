@@ -35,6 +35,7 @@ from .memory import MemoryTotals
 from .metadata import Metadata
 from .records import ModelCall, ModuleStats
 from .reporting import reporter
+from .samples import StepSamples
 from .stats import ZERO_STATS, Stats
 from .timeline import Timeline
 from .tree import PHASES, ModuleNode, build_tree
@@ -96,6 +97,10 @@ class ProfileResult:
     #: when each module call, span and collective ran (:mod:`flopsight.result.timeline`); None in
     #: files saved before it was recorded
     timeline: Timeline | None = None
+    #: every time figure step by step (or pass by pass) where several were profiled, with
+    #: ``first_step`` (:mod:`flopsight.result.samples`); the result's latencies are medians.
+    #: None in files saved before it was recorded
+    samples: StepSamples | None = None
 
     def __post_init__(self) -> None:
         if "" not in self.modules:
@@ -224,6 +229,7 @@ class ProfileResult:
             # of the file that do not recompute it
             "coverage": dataclasses.asdict(self.coverage),
             "timeline": self.timeline.to_dict(list(self.modules)) if self.timeline is not None else None,
+            "samples": self.samples.to_dict() if self.samples is not None else None,
         }
 
     @classmethod
@@ -245,6 +251,7 @@ class ProfileResult:
             memory=MemoryTotals.from_dict(data["memory"]) if data.get("memory") else None,
             device_usage=DeviceUsage.from_dict(data["device_usage"]) if data.get("device_usage") else None,
             timeline=Timeline.from_dict(data["timeline"], list(modules)) if data.get("timeline") else None,
+            samples=StepSamples.from_dict(data["samples"]) if data.get("samples") else None,
         )
 
     def render(self, fmt: str = "text", **options: Any) -> str:

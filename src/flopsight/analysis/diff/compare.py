@@ -16,6 +16,7 @@ written by :mod:`flopsight.renderers.diff_renderer`.
 from __future__ import annotations
 
 import difflib
+import itertools
 import math
 import os
 import statistics
@@ -24,6 +25,7 @@ from typing import Any, Iterable, NamedTuple, Sequence
 
 from ...result.profile_result import ProfileResult, load
 from ...result.reporting import reporter
+from .verdict import Verdict, verdict
 from ...result.tree import PHASES, ModuleNode
 from .gates import Gate, GateResult, check_alpha, evaluate_gate, parse_gates
 from .metrics import METRICS, TIME_METRICS, metric_kind
@@ -105,6 +107,9 @@ class Side:
     backward_passes: int
     memory_tracked: bool
     samples: dict[str, list[float]] = field(default_factory=dict)
+    #: per module path, its per-call latency samples by time metric (profiles of several
+    #: steps or passes: one sample each); empty otherwise
+    module_samples: dict[str, dict[str, list[float]]] = field(default_factory=dict)
 
 
 # -- building the diff ------------------------------------------------------------------
@@ -121,7 +126,7 @@ def diff(a: ProfileResult | str | os.PathLike, b: ProfileResult | str | os.PathL
     paths = _merged_paths(ra, rb)
     total = _row("", ra, rb, sa, sb, model=True)
     modules = {p: _row(p, ra, rb, sa, sb) for p in paths if p}
-    return ProfileDiff(sa, sb, total, modules, _caveats(ra, rb, sa, sb))
+    return ProfileDiff(sa, sb, total, modules, _caveats(ra, rb, sa, sb), verdict(ra, rb))
 
 
 def _as_result(value: Any, arg: str) -> tuple[ProfileResult, str]:
@@ -142,10 +147,35 @@ def _as_result(value: Any, arg: str) -> tuple[ProfileResult, str]:
 def _side(result: ProfileResult, label: str) -> Side:
     forward = list(result.spans.get("forward", ()))
     backward = list(result.spans.get("backward", ()))
-    samples = {"fwd_latency": forward, "bwd_latency": backward, "latency": _iteration_samples(forward, backward)}
     meta = result.metadata
+    steps = result.samples
+    if steps is None or steps.count < 2:
+        samples = {"fwd_latency": forward, "bwd_latency": backward, "latency": _iteration_samples(forward, backward)}
+        return Side(label, meta.model, meta.device, meta.dtype, len(forward), len(backward),
+                    result.memory is not None, samples)
+    # several steps (or passes): one sample per step, per call of the step
+    per = _per_call(len(forward), len(backward))
+    fwd = per(steps.figures.get("forward") or steps.figures["wall"], "fwd_latency")
+    bwd = per(steps.figures.get("backward", ()), "bwd_latency")
+    samples = {"fwd_latency": fwd, "bwd_latency": bwd, "latency": [f + b for f, b in zip(fwd, bwd)] if bwd else fwd}
+    modules = {}
+    for path, phases in steps.modules.items():
+        f = per(phases.get("forward", ()), "fwd_latency")
+        b = per([x + y for x, y in itertools.zip_longest(phases.get("backward", ()), phases.get("recompute", ()),
+                                                          fillvalue=0.0)], "bwd_latency")
+        modules[path] = {"fwd_latency": f, "bwd_latency": b,
+                         "latency": [x + y for x, y in zip(f, b)] if b else f}
     return Side(label, meta.model, meta.device, meta.dtype, len(forward), len(backward),
-                result.memory is not None, samples)
+                result.memory is not None, samples, modules)
+
+
+def _per_call(forward_calls: int, backward_passes: int):
+    """Divide a step's time by its forward calls (fwd) or backward passes (bwd)."""
+    def per(values, metric: str) -> list[float]:
+        n = max(backward_passes if metric == "bwd_latency" else forward_calls, 1)
+        return [v / n for v in values]
+
+    return per
 
 
 def _iteration_samples(forward: list[float], backward: list[float]) -> list[float]:
@@ -283,6 +313,8 @@ class ProfileDiff:
     total: ModuleDiff
     modules: dict[str, ModuleDiff]
     caveats: tuple[Caveat, ...] = ()
+    #: why b's step (or pass) time differs from a's (None without samples on both sides)
+    verdict: Verdict | None = None
 
     @property
     def notes(self) -> list[str]:
@@ -332,9 +364,12 @@ class ProfileDiff:
 
     def _evaluate(self, gate: Gate, alpha: float) -> GateResult:
         change = self.module(gate.path or "").metrics[gate.metric]
-        # per-call samples exist for the model's latencies only: a module keeps one total per profile
-        calls = (self.a.samples.get(gate.metric, []), self.b.samples.get(gate.metric, [])) if gate.path is None \
-            else ([], [])
+        # a module has samples where several steps were profiled on both sides (one per step);
+        # else one total per profile, compared as it is
+        if gate.path is None:
+            calls = (self.a.samples.get(gate.metric, []), self.b.samples.get(gate.metric, []))
+        else:
+            calls = tuple(side.module_samples.get(gate.path, {}).get(gate.metric, []) for side in (self.a, self.b))
         return evaluate_gate(gate, change.a, change.b, alpha, calls)
 
     # -- output ----------------------------------------------------------------------------
@@ -370,6 +405,8 @@ class ProfileDiff:
             "summary": {"modules": len(self.modules), "changed": len(self.changed), "added": len(self.added),
                         "removed": len(self.removed)},
             "gates": [g.to_dict() for g in gates],
+            "verdict": {**self.verdict.to_dict(), "text": reporter().render(self.verdict, a=self.a.label, b=self.b.label)}
+            if self.verdict is not None else None,
         }
 
     def render(self, fmt: str = "text", *, all_modules: bool = False, gates: Sequence[GateResult] = ()) -> str:

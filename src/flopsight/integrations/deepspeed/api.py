@@ -25,7 +25,7 @@ from ...analysis.report_figures import ParallelInfo
 from ...analysis.report_options import ReportOptions
 from ...capture.modules import describe
 from ...capture.native import check_backend
-from ...profiler import Profiler, as_args, as_kwargs, check_model, check_warm_up, profile
+from ...profiler import Profiler, as_args, as_kwargs, check_count, check_model, check_warm_up, profile
 from ...renderers.numbers import duration_to_string, macs_to_string, number_to_string, params_to_string
 from ...renderers.output import check_output_file, write
 from ...renderers.text_renderer import render_aggregated
@@ -307,6 +307,7 @@ def get_model_profile(
     efficiency: bool = False,
     dtype: str | None = None,
     backend: str | None = None,
+    repeat: int = 1,
 ):
     """Profile one forward (or ``generate``, or ``func_name``) call; returns (flops, macs, params).
 
@@ -322,10 +323,12 @@ def get_model_profile(
     off by default: ``ops`` (operator tables), ``collapse`` (identical repeated layers as one
     entry), ``detail_depth``, ``peak``, ``efficiency`` and ``dtype``, as in
     :func:`~flopsight.renderers.text_renderer.render_text`. ``backend``: which path counts,
-    as in :func:`flopsight.profile`.
+    as in :func:`flopsight.profile`. ``repeat``: how many calls are timed (the latencies are
+    their medians, the report gives their spread), as in :func:`flopsight.profile`.
     """
     check_model(model)
     check_warm_up(warm_up)
+    check_count(repeat, "repeat")
     backend = check_backend(backend)
     args, kwargs = as_args(args), as_kwargs(kwargs)
     if input_shape is not None:
@@ -346,7 +349,7 @@ def get_model_profile(
         result = profile(
             model, args, kwargs, warm_up=warm_up, mode=mode, func_name=func_name, ignore_modules=ignore_modules,
             attention=attention, timing=timing, gather_timeout=None,  # per rank, as DeepSpeed's
-            backend=backend,
+            backend=backend, repeat=repeat,
         )
     finally:
         for m, flag in flags:

@@ -22,7 +22,10 @@ class FlopsProfilerConfig:
     """DeepSpeed's ``flops_profiler`` block, with DeepSpeed's defaults.
 
     ``recompute_fwd_factor`` is accepted so DeepSpeed configs load unchanged, and not used:
-    flopsight measures the forward that activation checkpointing re-runs.
+    flopsight measures the forward that activation checkpointing re-runs. Two keys are
+    flopsight's own (DeepSpeed ignores keys it does not know): ``steps``, how many steps are
+    profiled from ``profile_step`` on (the report's times are their medians, with their
+    spread), and ``memory``, whether memory is counted too (on unless set to false).
     """
 
     enabled: bool = False
@@ -32,6 +35,8 @@ class FlopsProfilerConfig:
     detailed: bool = True
     output_file: str | None = None
     recompute_fwd_factor: float = 0.0
+    steps: int = 1
+    memory: bool = True
 
 
 def _is_int(value: Any) -> bool:
@@ -50,6 +55,8 @@ _CHECKS = {
         "a non-negative number",
         lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0,
     ),
+    "steps": ("a positive int (flopsight's key: steps profiled from profile_step on)", lambda v: _is_int(v) and v >= 1),
+    "memory": ("a bool (flopsight's key: count memory too)", lambda v: isinstance(v, bool)),
 }
 
 

@@ -30,9 +30,9 @@ from torch import nn
 from ...capture.gather import DEFAULT_GATHER_TIMEOUT
 from ...capture.optimizer import wrap_method
 from ...capture.parallel import engine_parallel
-from ...profiler import Profiler
+from ...profiler import Profiler, check_count
 from .api import FlopsProfiler
-from .config import parse_config
+from .config import FlopsProfilerConfig, parse_config
 
 __all__ = ["install", "uninstall", "installed", "EngineProfiler"]
 
@@ -49,16 +49,22 @@ def _engine_modules() -> list:
 
 
 #: what install() was asked for, read by each EngineProfiler when its engine builds it
-_OPTIONS = {"memory": False}
+#: (None: what the engine's flops_profiler block says, else its default)
+_OPTIONS: dict[str, Any] = {"memory": None, "steps": None}
 
 
-def install(*, memory: bool = False) -> None:
+def install(*, memory: bool | None = None, steps: int | None = None) -> None:
     """Make every DeepSpeed engine created from now on profile with flopsight (calling it
-    again only changes the options). ``memory=True`` also counts memory, as
-    :class:`flopsight.Profiler` does (``result.memory``, and the report's memory lines)."""
-    if not isinstance(memory, bool):
-        raise TypeError(f"memory: expected a bool, got {type(memory).__name__}")
-    _OPTIONS["memory"] = memory
+    again only changes the options). ``memory``: also count memory, as
+    :class:`flopsight.Profiler` does (``result.memory``, and the report's memory lines);
+    ``steps``: how many steps are profiled from ``profile_step`` on (the report's times are
+    their medians, with their spread). None: the ``flops_profiler`` block's own ``memory``
+    and ``steps`` keys (which DeepSpeed ignores), else memory on and one step."""
+    if memory is not None and not isinstance(memory, bool):
+        raise TypeError(f"memory: expected a bool or None, got {type(memory).__name__}")
+    if steps is not None:
+        check_count(steps, "steps")
+    _OPTIONS.update(memory=memory, steps=steps)
     if _REPLACED:
         return
     for module in _engine_modules():
@@ -68,7 +74,7 @@ def install(*, memory: bool = False) -> None:
 
 def uninstall() -> None:
     """Put DeepSpeed's own profiler back (engines already built keep the one they have)."""
-    _OPTIONS["memory"] = False
+    _OPTIONS.update(memory=None, steps=None)
     while _REPLACED:
         module, name, original = _REPLACED.pop()
         setattr(module, name, original)
@@ -92,12 +98,15 @@ class EngineProfiler(FlopsProfiler):
 
     def __init__(self, model: nn.Module, ds_engine: Any = None, recompute_fwd_factor: float = 0.0):
         super().__init__(model, ds_engine, recompute_fwd_factor)
-        self._memory = _OPTIONS["memory"]
         self._steps_at_start: int | None = None
         self._hook = None
         block = _config_block(ds_engine)
-        if block is not None:
-            parse_config({"flops_profiler": block})  # warns about keys DeepSpeed ignores
+        # warns about keys DeepSpeed ignores; its defaults without a block
+        config = parse_config({"flops_profiler": block}) if block is not None else FlopsProfilerConfig()
+        self._memory = config.memory if _OPTIONS["memory"] is None else _OPTIONS["memory"]
+        self._steps = config.steps if _OPTIONS["steps"] is None else _OPTIONS["steps"]
+        self._steps_done = 0
+        self._unwrap_steps = None  # the wrapper that ends each of several profiled steps
         self._unwrap_step = None
         if isinstance(ds_engine, nn.Module):
             # DeepSpeed starts its profiler from a hook of the model, inside the model's call,
@@ -113,7 +122,66 @@ class EngineProfiler(FlopsProfiler):
             if engine.global_rank == 0:
                 self.start_profile()
             elif self._profiler is None or not self._profiler.running:
-                self._follow(engine)
+                if self._steps > 1:
+                    self._start_steps(engine)
+                else:
+                    self._follow(engine)
+
+    # -- several steps: each one measured on its own --------------------------------------
+    def _start_steps(self, engine, ignore_list=None) -> None:
+        """Profile ``steps`` steps from this one on, every rank alike: a wrapper of
+        ``engine.step()``, outside the profiler's own, ends each step when the engine has
+        counted it, and after the last stops (rank 0 gathers the ranks and prints)."""
+        self._steps_done = 0
+        self._result = None
+        self._profiler = Profiler(self.model, optimizer=engine, ignore_modules=ignore_list,
+                                  gather_timeout=DEFAULT_GATHER_TIMEOUT, parallel=engine_parallel(engine),
+                                  memory=self._memory).start()
+        self.started = True
+        self._register()
+        self._wrap_steps()
+
+    def _wrap_steps(self) -> None:
+        self._unwrap_steps = wrap_method(self.ds_engine, "step", self._one_of_the_steps)
+
+    def _unwrap(self) -> None:
+        unwrap, self._unwrap_steps = self._unwrap_steps, None
+        if unwrap is not None:
+            unwrap()
+
+    def _one_of_the_steps(self, call, args, kwargs):
+        engine = self.ds_engine
+        before = engine.global_steps
+        try:
+            out = call(*args, **kwargs)
+        except BaseException:
+            self._end_steps(report=False)  # a failed step leaves nothing installed
+            raise
+        if engine.global_steps != before:  # the update ran: one profiled step is over
+            self._steps_done += 1
+            if self._steps_done < self._steps:
+                # the next step's capture installs its own step wrapper: keep this one outside it
+                self._unwrap()
+                self._profiler.step()
+                self._wrap_steps()
+            else:
+                self._end_steps(report=engine.global_rank == 0)
+        return out
+
+    def _end_steps(self, report: bool) -> None:
+        self._unwrap()
+        try:
+            if self._profiler is not None and self._profiler.running:
+                self._result = self._profiler.stop()
+            if report and self._result is not None:
+                engine = self.ds_engine
+                FlopsProfiler.print_model_profile(
+                    self, profile_step=engine.global_steps, module_depth=engine.flops_profiler_module_depth(),
+                    top_modules=engine.flops_profiler_top_modules(), detailed=engine.flops_profiler_detailed(),
+                    output_file=engine.flops_profiler_output_file())
+        finally:
+            FlopsProfiler.end_profile(self)
+            self._remove_hook()
 
     def _follow(self, engine) -> None:
         """On a rank DeepSpeed does not profile: measure the step too, and stop (publishing
@@ -161,6 +229,8 @@ class EngineProfiler(FlopsProfiler):
             return super().start_profile(ignore_list)
         if self._profiler is not None and self._profiler.running:
             return  # a later micro-batch of the step being profiled
+        if self._steps > 1:
+            return self._start_steps(self.ds_engine, ignore_list)
         self._steps_at_start = self.ds_engine.global_steps
         self._result = None
         # every rank measures the step (see _follow): rank 0 gathers them into result.ranks
@@ -171,20 +241,24 @@ class EngineProfiler(FlopsProfiler):
         self._register()
 
     def stop_profile(self) -> None:
-        if self._step_done():
+        if self._step_done() and not self._several():
             super().stop_profile()
 
     def print_model_profile(self, profile_step: int = 1, module_depth: int = -1, top_modules: int = 1,
                             detailed: bool = True, output_file: str | None = None) -> None:
-        if not self._step_done():
-            return  # engine.step() of a micro-batch before the boundary: the step goes on
+        if not self._step_done() or self._several():
+            return  # a micro-batch before the boundary, or more steps to profile: it goes on
         super().stop_profile()
         super().print_model_profile(profile_step, module_depth, top_modules, detailed, output_file)
 
     def end_profile(self) -> None:
-        if self._step_done():
+        if self._step_done() and not self._several():
             super().end_profile()
             self._remove_hook()  # the profiled step is over: nothing stays installed
+
+    def _several(self) -> bool:
+        """Several steps are being profiled (their wrapper ends and prints them)."""
+        return self.ds_engine is not None and self._steps > 1
 
 
 def _config_block(engine: Any):

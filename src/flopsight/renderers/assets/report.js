@@ -273,7 +273,7 @@
   }
 
   // ---------------------------------------------------------------- step anatomy and ranks
-  const ANATOMY_PARTS = ["forward", "backward", "step", "communication", "other"];
+  const ANATOMY_PARTS = ["forward", "backward", "step", "framework", "communication", "other"];
   function stackBar(anatomy, scaleTotal) {
     const total = ANATOMY_PARTS.reduce((s, k) => s + (anatomy[k] || 0), 0);
     const bar = el("div", { cls: "stack" });
