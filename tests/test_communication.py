@@ -255,3 +255,20 @@ def test_anatomy_counts_recompute_ops_as_backward_compute_and_leaves_collective_
     a = flopsight.ProfileResult.from_dict(data).iteration.anatomy
     # bwd compute 0.5 + 0.75 = 1.25 of its 2 s, framework 0.75 + (1 - 0.25) = 1.5, other 4 - 3 = 1
     assert (a.forward, a.backward, a.framework, a.other) == (0.25, 1.25, 1.5, 1.0)
+
+
+def test_a_modules_op_time_leaves_its_collectives_and_hooks_out():
+    from flopsight.analysis.report import module_rows
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 2))
+    data = flopsight.profile(model, torch.ones(1, 4), warm_up=0).to_dict()
+    for m in data["modules"]:
+        m["ops"] = {}
+        if m["name"] == "0":  # the Linear: 0.25 s of compute and 0.5 s waiting in a collective
+            m["ops"] = {"forward": {"aten.addmm": {"macs": 8, "flops": 18, "latency": 0.25, "calls": 1},
+                                    "c10d.allreduce_": {"macs": 0, "flops": 0, "latency": 0.5, "calls": 1}}}
+        if m["name"] == "":  # the root's own: a view, 0.125 s
+            m["ops"] = {"forward": {"aten.view": {"macs": 0, "flops": 0, "latency": 0.125, "calls": 1}}}
+    rows = {r.path: r for r in module_rows(flopsight.ProfileResult.from_dict(data)) if r.phase == "forward"}
+    # the Linear: 0.25 (its collective is communication); the root: its own 0.125 + the Linear's 0.25
+    assert (rows["0"].op_latency, rows[""].op_latency) == (0.25, 0.375)

@@ -5,16 +5,13 @@ CPU ranks started by DeepSpeed's launcher (tests/multirank/deepspeed_worker.py).
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import flopsight
-from multirank.launch import free_port
+from multirank.launch import deepspeed_launch
 
 deepspeed = pytest.importorskip("deepspeed")
 
@@ -32,12 +29,7 @@ BWD_MACS = 2 * 4 * 4 * 32 + 4 * 16 * 32  # 3072
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     out = tmp_path_factory.mktemp("engine")
-    launcher = Path(sys.executable).with_name("deepspeed")
-    env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([str(launcher), "--num_gpus", "2", "--master_port", str(free_port()), str(WORKER), str(out)],
-                          capture_output=True, text=True, env=env, timeout=600, cwd=out)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    deepspeed_launch(WORKER, str(out), cwd=out)
     return out
 
 
@@ -147,8 +139,12 @@ def test_attach_takes_the_engine_or_its_zero_optimizer(run, name):
     assert r.step.latency > 0 and [c.kind for c in r.collectives("step")] == ["all_reduce", "all_gather"]
     report = (run / name / "report.txt").read_text()
     assert "Profile Summary at step 2:" in report  # attach counts steps from 1, as its docs say
-    if name == "attach_engine":  # the engine's parallel sizes
+    if name == "attach_engine":  # the engine's parallel sizes; two steps, each on its own
         assert value(report, "world size") == "2" and value(report, "batch size per GPU") == "4"
+        assert r.samples.count == 2 and r.iteration.step.calls == 1
+        assert all(r.samples.figures["step"]) and "step time over 2 steps (median, min-max):" in report
+    else:
+        assert r.samples.count == 1
 
 
 def test_nothing_is_left_installed_on_any_rank(run):
@@ -206,13 +202,8 @@ def test_unknown_keys_in_the_engines_block_warn(run):
 def test_the_zero_stages_example_runs_as_written(tmp_path):
     # examples/zero_stages.py, with the command docs/distributed.md gives, on fewer steps
     out = tmp_path / "stages.json"
-    env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
-    launcher = Path(sys.executable).with_name("deepspeed")
-    proc = subprocess.run([str(launcher), "--num_gpus", "2", "--master_port", str(free_port()),
-                           str(ROOT / "examples" / "zero_stages.py"), "--warm-up", "1", "--steps", "3", "--json", str(out)],
-                          capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = deepspeed_launch(ROOT / "examples" / "zero_stages.py", "--warm-up", "1", "--steps", "3", "--json", str(out),
+                            cwd=tmp_path)
     found = json.loads(out.read_text())
     rows, answers = found["stages"], found["answers"]
     assert [r["stage"] for r in rows] == [0, 1, 2, 3] and all(r["steps"] == 3 for r in rows)

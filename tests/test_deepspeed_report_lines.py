@@ -8,19 +8,15 @@ lines come after DeepSpeed's, or inside its sections where the listed reasons sa
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("deepspeed")
 
-from multirank.launch import free_port  # noqa: E402
+from multirank.launch import deepspeed_launch  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 WORKER = Path(__file__).parent / "multirank" / "ds_compare_worker.py"
 RUNS = [(stage, ga) for stage in range(4) for ga in (1, 2)]
 LABEL = 70  # DeepSpeed's label column
@@ -55,12 +51,7 @@ OWN = [
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory):
     out = tmp_path_factory.mktemp("compare")
-    launcher = Path(sys.executable).with_name("deepspeed")
-    env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([str(launcher), "--num_gpus", "2", "--master_port", str(free_port()), str(WORKER), str(out)],
-                          capture_output=True, text=True, env=env, timeout=600, cwd=out)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    deepspeed_launch(WORKER, str(out), cwd=out)
     return {run: ((out / "deepspeed" / f"{run[0]}_{run[1]}.txt").read_text().splitlines(),
                   (out / "flopsight" / f"{run[0]}_{run[1]}.txt").read_text().splitlines()) for run in RUNS}
 

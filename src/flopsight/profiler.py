@@ -474,7 +474,8 @@ class Profiler:
         return self._result
 
     def snapshot(self) -> ProfileResult:
-        """The result so far, while still running (module calls in progress are left out)."""
+        """The result so far, while still running (module calls in progress are left out;
+        of the current step only, after :meth:`step`)."""
         if self._session is None:
             return self.result
         return self._build(self._session, self._session.snapshot())

@@ -90,14 +90,16 @@ for name in ("attach_engine", "attach_zero_optimizer"):
     config = {"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 2},
               "optimizer": {"type": "Adam", "params": {"lr": 1e-3, "torch_adam": True}}}
     engine, optimizer, _, _ = deepspeed.initialize(model=MLP(), config=config)
+    # on the engine's own step(): steps 2 and 3 each profiled on their own (the block's "steps")
     block = {"flops_profiler": {"enabled": True, "profile_step": 2, "detailed": False,
-                                "output_file": f"{out}/{name}/report.txt"}}
+                                "output_file": f"{out}/{name}/report.txt",
+                                **({"steps": 2} if name == "attach_engine" else {})}}
     if name == "attach_engine":
         handle = flopsight.attach(engine, config=block)
     else:
         handle = flopsight.attach(engine.module, optimizer, block)
     with handle:
-        for step in range(3):
+        for step in range(4):
             engine.backward(engine(torch.randn(4, 16)).pow(2).mean())
             engine.step()
     if engine.global_rank == 0:

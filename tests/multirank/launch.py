@@ -34,6 +34,20 @@ def torchrun(script: Path, *args: str, nproc: int = 2, timeout: float = 180) -> 
     return proc
 
 
+def deepspeed_launch(script: Path, *args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    """``DS_ACCELERATOR=cpu deepspeed --num_gpus 2 script args...`` in ``cwd``, with flopsight's
+    sources on the path; raises with the output if the run fails."""
+    launcher = Path(sys.executable).with_name("deepspeed")
+    env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([str(launcher), "--num_gpus", "2", "--master_port", str(free_port()), str(script), *args],
+                          capture_output=True, text=True, env=env, timeout=timeout, cwd=cwd)
+    if proc.returncode != 0:
+        raise AssertionError(f"deepspeed {script.name} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n"
+                             f"{proc.stderr[-4000:]}")
+    return proc
+
+
 def ranks_of(tmp_path_factory, script: Path, name: str):
     """Run ``script OUT`` on 2 ranks once; return ``result(scenario)``: the list of both
     ranks' results the script saved as ``OUT/<scenario>.rank<r>.json`` (skips the test

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
+from ..result.iteration import COLLECTIVE_NAMESPACES
 from ..result.profile_result import ProfileResult
 from ..result.stats import Stats, make_stats
 
@@ -103,6 +104,28 @@ def inclusive_bytes(result: ProfileResult) -> dict[str, dict[str, int]]:
         for child in node.children:
             for phase, b in inclusive[child].items():
                 acc[phase] = acc.get(phase, 0) + b
+        inclusive[node.name] = acc
+    return inclusive
+
+
+def inclusive_op_time(result: ProfileResult) -> dict[str, dict[str, float]]:
+    """Module path -> phase -> seconds inside the ops of the module and its submodules,
+    collectives left out: a module's time less this is its hooks, the framework's code and
+    Python between its ops, and the collectives it waited for (docs/conventions/timing.md).
+
+    >>> import torch, flopsight
+    >>> r = flopsight.profile(torch.nn.Linear(4, 2), torch.ones(1, 4), clock=flopsight.FakeClock(), warm_up=0)
+    >>> t = inclusive_op_time(r)[""]["forward"]
+    >>> 0 < t <= r.total.forward.latency
+    True
+    """
+    inclusive: dict[str, dict[str, float]] = {}
+    for node in reversed(list(result.walk())):  # post-order: children first
+        acc = {phase: sum(s.latency for name, s in ops.items() if not name.startswith(COLLECTIVE_NAMESPACES))
+               for phase, ops in node.record.ops.items()}
+        for child in node.children:
+            for phase, t in inclusive[child].items():
+                acc[phase] = acc.get(phase, 0.0) + t
         inclusive[node.name] = acc
     return inclusive
 

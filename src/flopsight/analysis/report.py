@@ -36,6 +36,7 @@ from .aggregate import (
     by_depth_and_type,
     has_bytes,
     inclusive_bytes,
+    inclusive_op_time,
     inclusive_ops,
     merge_ops,
     model_ops,
@@ -384,13 +385,17 @@ class ModuleRow:
     own: Stats
     bytes_moved: int
     memory: ModuleMemory | None
+    #: seconds inside its (and its submodules') ops, collectives left out: the rest of its
+    #: latency is hooks, framework code, Python between ops and communication
+    op_latency: float = 0.0
 
 
 def module_rows(result: ProfileResult) -> tuple[ModuleRow, ...]:
     """One row per module (pre-order) and phase it ran in."""
-    moved = inclusive_bytes(result)
+    moved, op_time = inclusive_bytes(result), inclusive_op_time(result)
     return tuple(ModuleRow(node.name, node.type_name, node.depth, phase, node.params, node.params_trainable,
-                           node.inclusive[phase], node.self[phase], moved[node.name].get(phase, 0), node.memory)
+                           node.inclusive[phase], node.self[phase], moved[node.name].get(phase, 0), node.memory,
+                           op_time[node.name].get(phase, 0.0))
                  for node in result.walk() for phase in node.inclusive)
 
 

@@ -7,8 +7,8 @@ no units or thousands separators), and text cells that a spreadsheet would take 
 >>> import torch, flopsight
 >>> model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU())
 >>> result = flopsight.profile(model, torch.ones(3, 4), clock=flopsight.FakeClock())
->>> print(render_csv(result).splitlines()[1])
-0,,Sequential,0,forward,40,40,1,96,240,0.005,0,0,0.003,496,,,
+>>> print(render_csv(result).splitlines()[1])  # op_latency_s last: 4 ops of 1 fake ms
+0,,Sequential,0,forward,40,40,1,96,240,0.005,0,0,0.003,496,,,,0.004
 >>> render_ops_csv(result).splitlines()[1]
 '0,0,Linear,forward,aten.addmm,1,96,216,0.001,304'
 """
@@ -28,7 +28,7 @@ __all__ = ["render_csv", "render_ops_csv", "format_csv", "format_ops_csv", "MODU
 MODULE_COLUMNS = (
     "rank", "module", "type", "depth", "phase", "params", "params_trainable", "calls",
     "macs", "flops", "latency_s", "self_macs", "self_flops", "self_latency_s", "bytes_moved",
-    "activations_bytes", "peak_bytes", "peak_backward_bytes",
+    "activations_bytes", "peak_bytes", "peak_backward_bytes", "op_latency_s",
 )
 #: the operator table's columns: each module's own calls of each op, per phase
 OP_COLUMNS = ("rank", "module", "type", "phase", "op", "calls", "macs", "flops", "latency_s", "bytes_moved")
@@ -56,7 +56,7 @@ def format_csv(report: Report) -> str:
         inc, own = r.inclusive, r.own
         rows.append((rank, _text(r.path), _text(r.type_name), r.depth, r.phase, r.params, r.params_trainable,
                      own.calls, inc.macs, inc.flops, _seconds(inc.latency), own.macs, own.flops,
-                     _seconds(own.latency), r.bytes_moved, *mem))
+                     _seconds(own.latency), r.bytes_moved, *mem, _seconds(r.op_latency)))
     return _write(MODULE_COLUMNS, rows)
 
 

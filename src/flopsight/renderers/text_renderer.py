@@ -511,8 +511,10 @@ class _Text:
             notes.append(
                 "5. bwd latencies are the time of the backward operators attributed to the module. A module's bwd "
                 "figures are the measured backward of what its forward computed (gradient accumulation into its "
-                "parameters included); frozen parameters and inputs that need no gradient cost no backward. The "
-                "optimizer step is not attributed to modules (see the summary)."
+                "parameters included); frozen parameters and inputs that need no gradient cost no backward. Hooks "
+                "and framework code between those operators (ZeRO's and FSDP's parameter management) are not in "
+                "them: they are the step anatomy's framework part. The optimizer step is not attributed to modules "
+                "(see the summary)."
             )
         if tree.collapse:
             notes.append(

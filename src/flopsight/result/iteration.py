@@ -21,7 +21,7 @@ from .records import Profile
 from .stats import Stats
 
 
-__all__ = ["IterationStats", "CommunicationTime", "StepAnatomy", "iteration_stats"]
+__all__ = ["IterationStats", "CommunicationTime", "StepAnatomy", "iteration_stats", "COLLECTIVE_NAMESPACES"]
 
 
 def _per_second(amount: float, seconds: float) -> float:
@@ -184,10 +184,11 @@ def _compute_time(result: Profile) -> dict[str, float]:
     out: dict[str, float] = {}
     for stats in result.modules.values():
         for phase, ops in stats.ops.items():
-            t = sum(s.latency for name, s in ops.items() if not name.startswith(_COLLECTIVE_NAMESPACES))
+            t = sum(s.latency for name, s in ops.items() if not name.startswith(COLLECTIVE_NAMESPACES))
             phase = "backward" if phase == "recompute" else phase
             out[phase] = out.get(phase, 0.0) + t
     return out
 
 
-_COLLECTIVE_NAMESPACES = ("c10d.", "_c10d_functional.")
+#: the op namespaces of collectives: their time is communication, never compute
+COLLECTIVE_NAMESPACES = ("c10d.", "_c10d_functional.")

@@ -21,7 +21,7 @@ calls, bytes and exposed time) and the compute parts by the modules that moved m
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ...result.profile_result import ProfileResult
@@ -118,8 +118,7 @@ class Verdict:
     samples: tuple[int, int]
     step: Difference
     causes: tuple[Cause, ...] = ()
-    unchanged: tuple[str, ...] = field(default_factory=tuple)
-
+    unchanged: tuple[str, ...] = ()
     #: the part whose median moved most in the step's direction (None when the step did not
     #: change significantly)
     largest_cause: str | None = None
@@ -132,7 +131,7 @@ class Verdict:
                                             for k in c.collectives],
                             "modules": [{"path": m.path, "type": m.type_name, "delta": m.delta} for m in c.modules]}
                            for c in self.causes],
-                "unchanged": list(self.unchanged)}
+                "unchanged": list(self.unchanged), "largest_cause": self.largest_cause}
 
 
 def _part_samples(samples: StepSamples, keys: tuple[str, ...]) -> tuple[float, ...] | None:
@@ -160,12 +159,14 @@ def _collectives(a: ProfileResult, b: ProfileResult) -> tuple[CollectiveChange, 
 
 
 def _modules(a: ProfileResult, b: ProfileResult, top: int = 3) -> tuple[ModuleChange, ...]:
+    """The ``top`` modules whose own forward and backward time moved most (median steps' medians)."""
     def own(r: ProfileResult) -> dict[str, tuple[str, float]]:
-        return {p: (s.type_name, sum(x.latency for x in s.phases.values())) for p, s in r.modules.items()}
+        return {p: (s.type_name, sum(x.latency for ph, x in s.phases.items() if ph != "step"))
+                for p, s in r.modules.items()}
 
     oa, ob = own(a), own(b)
-    changes = [ModuleChange(p or "<root>", (ob.get(p) or oa.get(p))[0], ob.get(p, ("", 0.0))[1] - oa.get(p, ("", 0.0))[1])
-               for p in set(oa) | set(ob)]
+    changes = [ModuleChange(p or "<root>", (ob.get(p) or oa[p])[0], ob.get(p, ("", 0.0))[1] - oa.get(p, ("", 0.0))[1])
+               for p in sorted(set(oa) | set(ob))]
     return tuple(sorted(changes, key=lambda m: -abs(m.delta))[:top])
 
 

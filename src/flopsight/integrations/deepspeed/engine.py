@@ -16,7 +16,9 @@ engine only starts and stops DeepSpeed's profiler around each forward, and flops
 measuring through the backward pass and the whole ``engine.step()`` (ZeRO's reductions and
 copies, the optimizer, the scheduler), over every micro-batch of the profiled step, and
 prints DeepSpeed's lines followed by the measured ones. Every rank measures the step and
-rank 0, which prints, gathers them (``result.ranks``). :func:`uninstall` puts DeepSpeed's
+rank 0, which prints, gathers them (``result.ranks``). With ``"steps": N`` in the block (or
+``install(steps=N)``) N steps are profiled from ``profile_step`` on, each on its own, and the
+report is printed after the last. :func:`uninstall` puts DeepSpeed's
 class back; nothing else is installed, and an engine profiler removes all it installed
 once the profiled step is over.
 """
