@@ -103,8 +103,13 @@ def main(argv=None) -> None:
         with_memory.append(timed(True))
     cost = statistics.median((m - p) / b for b, p, m in zip(plain, profiled, with_memory))
     noise = spread(plain)
-    if torch.distributed.is_initialized() and torch.distributed.get_rank() != 0:
-        return
+    if torch.distributed.is_initialized():
+        from zero_stages import remove_shared_buffers  # examples/zero_stages.py (engine_step put it on the path)
+
+        torch.distributed.barrier()
+        remove_shared_buffers()
+        if torch.distributed.get_rank() != 0:
+            return
     for label, values in (("plain step", plain), ("profiled", profiled), ("profiled, memory=True", with_memory)):
         s = spread(values)
         print(f"{label:24s} {s.median * 1e3:9.2f} ms ± {s.plus_minus * 1e3:.2f} ms ({s.kind}, {s.n} rounds)")

@@ -40,8 +40,14 @@ def deepspeed_launch(script: Path, *args: str, cwd: Path, timeout: float = 600) 
     launcher = Path(sys.executable).with_name("deepspeed")
     env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([str(launcher), "--num_gpus", "2", "--master_port", str(free_port()), str(script), *args],
-                          capture_output=True, text=True, env=env, timeout=timeout, cwd=cwd)
+    port = free_port()
+    try:
+        proc = subprocess.run([str(launcher), "--num_gpus", "2", "--master_port", str(port), str(script), *args],
+                              capture_output=True, text=True, env=env, timeout=timeout, cwd=cwd)
+    finally:
+        # DeepSpeed's CPU all-reduce leaves a shared-memory buffer per rank (69 MB) behind
+        for path in Path("/dev/shm").glob(f"deepspeed_*_{port}_*"):
+            path.unlink(missing_ok=True)
     if proc.returncode != 0:
         raise AssertionError(f"deepspeed {script.name} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n"
                              f"{proc.stderr[-4000:]}")
