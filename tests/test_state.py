@@ -253,3 +253,18 @@ def test_a_compiled_submodule_runs_the_hooks_without_dynamo_tracing_them(backend
     traced = [str(w.message) for w in caught if "Dynamo does not know how to trace" in str(w.message)]
     assert traced == []
     assert result.total.forward.macs == prof.result.total.forward.macs == 2 * 3  # Linear(2, 3), one row
+
+
+@pytest.mark.parametrize("setting,expected", [("tf32", "high"), ("ieee", "highest")])
+def test_torchs_new_fp32_precision_api_is_read_and_mixing_it_with_the_legacy_one_does_not_crash(setting, expected):
+    # torch.get_float32_matmul_precision() raises once the new per-backend API was used after
+    # the legacy one: a profile must still finish, and record the precision the new API set
+    before = torch.backends.cuda.matmul.fp32_precision
+    torch.set_float32_matmul_precision("high")  # the legacy API first
+    try:
+        torch.backends.cuda.matmul.fp32_precision = setting
+        result = flopsight.profile(torch.nn.Linear(4, 2), torch.ones(1, 4))
+        assert result.metadata.float32_matmul_precision == expected
+    finally:
+        torch.backends.cuda.matmul.fp32_precision = before
+        torch.set_float32_matmul_precision("highest")

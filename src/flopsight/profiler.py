@@ -131,6 +131,28 @@ def check_attention(attention: Any) -> str:
     return attention
 
 
+#: torch's new per-backend fp32 precision names, in the legacy API's words
+_PRECISION_NAMES = {"ieee": "highest", "tf32": "high", "bf16": "medium"}
+
+
+def float32_matmul_precision() -> str:
+    """torch's fp32 matmul precision in the legacy API's words (``"highest"``, ``"high"``,
+    ``"medium"``): the new API first (``torch.backends.cuda.matmul.fp32_precision``, which
+    ``torch.backends.fp32_precision`` also sets), then the legacy getter, which raises once the
+    two APIs were mixed.
+
+    >>> float32_matmul_precision()
+    'highest'
+    """
+    new = getattr(getattr(getattr(torch.backends, "cuda", None), "matmul", None), "fp32_precision", "none")
+    if new in _PRECISION_NAMES:
+        return _PRECISION_NAMES[new]
+    try:
+        return torch.get_float32_matmul_precision()
+    except RuntimeError:  # the APIs mixed, the new one unset for matmuls: fp32 as written
+        return "highest"
+
+
 def run_metadata(model: nn.Module, args: tuple, kwargs: dict, **extra: Any) -> Metadata:
     """What the result records about the run besides the measurements."""
     from .hardware import device_name  # the efficiency report looks the peak up by this name
@@ -148,7 +170,7 @@ def run_metadata(model: nn.Module, args: tuple, kwargs: dict, **extra: Any) -> M
         # None off CUDA: the CPU's peak is measured on request, never looked up by name
         device_name=device_name(device) or "",
         dtype=str(model_dtype(model, args, kwargs)).replace("torch.", ""),
-        float32_matmul_precision=torch.get_float32_matmul_precision(),
+        float32_matmul_precision=float32_matmul_precision(),
         world_size=world_size,
         rank=rank,
         **inputs,

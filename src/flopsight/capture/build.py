@@ -101,12 +101,27 @@ def build_result(
                 calls[i] = dataclasses.replace(calls[i], stats=calls[i].stats._replace(latency=seconds))
         spans.update(_spans(times))
     totals = MemoryTotals.from_dict(memory.totals) if memory is not None else None
-    usage = times.get(DeviceUsage) or counts.get(DeviceUsage)  # the timing pass's, where there is one
+    usage = device_usage(counts.get(DeviceUsage), times.get(DeviceUsage))
     timeline = counts.get(Timeline) if times is counts else _timeline(counts.get(Timeline), times.get(Timeline))
     communication = counts.get(Communication)
     comms = _collectives(communication.records) if communication is not None else ()
     return ProfileResult(modules, dict(counted.unsupported), metadata, spans=spans, calls=calls,
                          comms=comms, memory=totals, device_usage=usage, timeline=timeline)
+
+
+def device_usage(counted: DeviceUsage | None, timed: DeviceUsage | None) -> DeviceUsage | None:
+    """The timing pass's GPU figures where there is one, with the counting pass's allocator
+    peak: the counting pass runs first, so the timing pass never raises the process's peak
+    and finds none of its own.
+
+    >>> device_usage(DeviceUsage("cuda:0", allocator_peak=4096), DeviceUsage("cuda:0", samples=3))
+    DeviceUsage(device='cuda:0', samples=3, utilization_mean=None, utilization_max=None, memory_used_max=None, memory_total=None, allocator_peak=4096, nvml_unavailable=None)
+    """
+    if timed is None or timed is counted:
+        return counted
+    if timed.allocator_peak is None and counted is not None and counted.allocator_peak is not None:
+        return dataclasses.replace(timed, allocator_peak=counted.allocator_peak)
+    return timed
 
 
 def _model_calls(module_calls: ModuleCalls, counted: Counts) -> list[ModelCall]:

@@ -60,7 +60,9 @@ class HostClock:
 
 
 class CudaEventClock:
-    """CUDA events recorded on the current stream; one device synchronize in ``finish``.
+    """CUDA events recorded on the current stream of the model's device (not the current
+    device's: a model on ``cuda:1`` without ``set_device(1)`` is timed on its own stream);
+    one device synchronize in ``finish``.
 
     Spans are GPU time, so host-side overhead is not subtracted from them.
     """
@@ -75,7 +77,7 @@ class CudaEventClock:
 
     def stamp(self) -> torch.cuda.Event:
         event = torch.cuda.Event(enable_timing=True)
-        event.record()
+        event.record(torch.cuda.current_stream(self.device))
         return event
 
     def finish(self) -> None:

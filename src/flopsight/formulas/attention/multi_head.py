@@ -87,11 +87,12 @@ def _mha_entries(batch, heads, q_len, attended, *, effective, attn_mask, key_pad
         def count(*ms):
             attn = keep(attn_mask) if attn_mask is not None else None
             kpm = keep(key_padding_mask) if key_padding_mask is not None else None
-            s = (attn if attn is not None else kpm).shape[-1]
+            given = attn if attn is not None else kpm
+            s, device = given.shape[-1], given.device  # what is made here goes on the masks' device
             # per (batch, head): the columns each row keeps, restricted to kept keys
-            cols = attn.reshape(-1, q_len, s).sum(-2) if attn is not None else torch.full((1, s), q_len)
+            cols = attn.reshape(-1, q_len, s).sum(-2) if attn is not None else torch.full((1, s), q_len, device=device)
             cols = cols.reshape(-1, 1, s) if cols.shape[0] == 1 else cols.reshape(batch, heads, s)
-            rows = kpm.reshape(batch, 1, s) if kpm is not None else torch.ones(1, 1, s, dtype=torch.bool)
+            rows = kpm.reshape(batch, 1, s) if kpm is not None else torch.ones(1, 1, s, dtype=torch.bool, device=device)
             per = (cols * rows).sum(-1)  # (batch or 1, heads or 1)
             extra = q_len * (attended - s)  # appended positions: kept
             return int(per.sum()) * (batch * heads // per.numel()) + batch * heads * extra
