@@ -346,7 +346,7 @@ def with_ranks(result: ProfileResult, gather_timeout: float | None) -> ProfileRe
     if gather_timeout is None:
         return result
     ranks, notes = gather_ranks(result, gather_timeout)
-    return dataclasses.replace(result, ranks=tuple(ranks), rank_notes=notes) if ranks else result
+    return result.updated(ranks=tuple(ranks), rank_notes=notes) if ranks else result
 
 
 # -- Profiler ------------------------------------------------------------------------------

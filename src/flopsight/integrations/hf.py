@@ -331,7 +331,7 @@ class FlopsightCallback(TrainerCallback):
             result = as_first_step(result)
         self.result = result = with_ranks(result, self.gather_timeout)
         dtype = self.dtype or _mixed_precision_dtype(args)
-        tokens = step.tokens // max(result.samples.count, 1) if result.samples is not None else step.tokens
+        tokens = step.tokens // result.samples.count  # the profiler counted them over every step
         self.metrics = step_metrics(result, tokens=tokens, peak=self.peak, dtype=dtype)
         self._log(step.trainer, state, control)
         self.written = self._write(result, args) if state.is_world_process_zero else []

@@ -19,6 +19,7 @@ True
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import json
@@ -112,6 +113,27 @@ class ProfileResult:
         aliases = {a: s.name for s in self.modules.values() if s.aliases for a in _alias_paths(s)}
         object.__setattr__(self, "_tree", build_tree(self.modules))
         object.__setattr__(self, "_aliases", aliases)
+
+    def updated(self, **changes: Any) -> "ProfileResult":
+        """A copy with ``changes`` to fields other than ``modules``, sharing this one's module
+        tree (``dataclasses.replace`` would build it again: a second pass over every module).
+
+        >>> import torch, flopsight
+        >>> r = flopsight.profile(torch.nn.Linear(4, 2), torch.ones(1, 4))
+        >>> r.updated(rank_notes={1: "not profiling"}).rank_notes, r.rank_notes
+        ({1: 'not profiling'}, {})
+        """
+        if "modules" in changes:
+            raise ValueError("modules: a profile with other modules is a new one; use dataclasses.replace")
+        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            raise TypeError(f"changes: ProfileResult has no field {sorted(unknown)[0]!r}")
+        if not isinstance(changes.get("metadata", self.metadata), Metadata):
+            raise TypeError(f"metadata: expected a flopsight Metadata, got {type(changes['metadata']).__name__}")
+        new = copy.copy(self)  # its tree and aliases come along: they depend on the modules only
+        for name, value in changes.items():
+            object.__setattr__(new, name, value)
+        return new
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ProfileResult):

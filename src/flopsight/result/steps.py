@@ -24,7 +24,7 @@ from .profile_result import ProfileResult
 from .records import ModuleStats
 from .samples import StepSamples
 
-__all__ = ["step_figures", "combine_steps", "single_step", "as_first_step"]
+__all__ = ["step_figures", "combine_steps", "as_first_step"]
 
 
 def step_figures(result: ProfileResult, unit: str = "step") -> dict[str, float]:
@@ -86,18 +86,13 @@ def combine_steps(results: Sequence[ProfileResult], unit: str = "step", *, first
                           _module_samples(results) if len(results) > 1 else {},
                           first_step=first_step)
     if len(results) == 1:
-        return dataclasses.replace(base, samples=samples)
+        return base.updated(samples=samples)
     modules = {path: _median_module(stats, results) for path, stats in base.modules.items()}
     return dataclasses.replace(base, modules=modules, samples=samples)
-
-
-def single_step(result: ProfileResult, unit: str = "step", *, first_step: bool = False) -> ProfileResult:
-    """``result`` as a profile of one step: its figures as the only sample."""
-    return combine_steps([result], unit, first_step=first_step)
 
 
 def as_first_step(result: ProfileResult) -> ProfileResult:
     """``result``, its first profiled step named the first the process ran (a trainer's
     ``profile_step=1``): the report says its time includes one-time costs."""
     samples = result.samples or StepSamples("step", {})
-    return dataclasses.replace(result, samples=dataclasses.replace(samples, first_step=True))
+    return result.updated(samples=dataclasses.replace(samples, first_step=True))

@@ -154,28 +154,23 @@ def _side(result: ProfileResult, label: str) -> Side:
         return Side(label, meta.model, meta.device, meta.dtype, len(forward), len(backward),
                     result.memory is not None, samples)
     # several steps (or passes): one sample per step, per call of the step
-    per = _per_call(len(forward), len(backward))
-    fwd = per(steps.figures.get("forward") or steps.figures["wall"], "fwd_latency")
-    bwd = per(steps.figures.get("backward", ()), "bwd_latency")
-    samples = {"fwd_latency": fwd, "bwd_latency": bwd, "latency": [f + b for f, b in zip(fwd, bwd)] if bwd else fwd}
-    modules = {}
-    for path, phases in steps.modules.items():
-        f = per(phases.get("forward", ()), "fwd_latency")
-        b = per([x + y for x, y in itertools.zip_longest(phases.get("backward", ()), phases.get("recompute", ()),
-                                                          fillvalue=0.0)], "bwd_latency")
-        modules[path] = {"fwd_latency": f, "bwd_latency": b,
-                         "latency": [x + y for x, y in zip(f, b)] if b else f}
+    nf, nb = max(len(forward), 1), max(len(backward), 1)
+    samples = _per_call(steps.figures.get("forward") or steps.figures["wall"], steps.figures.get("backward", ()), nf, nb)
+    modules = {path: _per_call(phases.get("forward", ()),
+                               [b + r for b, r in itertools.zip_longest(phases.get("backward", ()),
+                                                                        phases.get("recompute", ()), fillvalue=0.0)],
+                               nf, nb)
+               for path, phases in steps.modules.items()}
     return Side(label, meta.model, meta.device, meta.dtype, len(forward), len(backward),
                 result.memory is not None, samples, modules)
 
 
-def _per_call(forward_calls: int, backward_passes: int):
-    """Divide a step's time by its forward calls (fwd) or backward passes (bwd)."""
-    def per(values, metric: str) -> list[float]:
-        n = max(backward_passes if metric == "bwd_latency" else forward_calls, 1)
-        return [v / n for v in values]
-
-    return per
+def _per_call(fwd_steps, bwd_steps, forward_calls: int, backward_passes: int) -> dict[str, list[float]]:
+    """Per time metric, one sample per step: its forward time over its forward calls, its
+    backward time over its backward passes, and their sum (the forward alone without one)."""
+    fwd = [v / forward_calls for v in fwd_steps]
+    bwd = [v / backward_passes for v in bwd_steps]
+    return {"fwd_latency": fwd, "bwd_latency": bwd, "latency": [f + b for f, b in zip(fwd, bwd)] if bwd else fwd}
 
 
 def _iteration_samples(forward: list[float], backward: list[float]) -> list[float]:

@@ -135,13 +135,20 @@ class EngineProfiler(FlopsProfiler):
         ``engine.step()``, outside the profiler's own, ends each step when the engine has
         counted it, and after the last stops (rank 0 gathers the ranks and prints)."""
         self._steps_done = 0
-        self._result = None
+        self._measure(engine, ignore_list)
+        self._wrap_steps()
+
+    def _measure(self, engine, ignore_list=None, keep: bool = True) -> None:
+        """Start measuring the engine's step on this rank (rank 0 gathers every rank's into
+        ``result.ranks``); ``keep``: as this profiler's own profile (its result, its modules
+        readable by the module getters), not only measured for rank 0."""
         self._profiler = Profiler(self.model, optimizer=engine, ignore_modules=ignore_list,
                                   gather_timeout=DEFAULT_GATHER_TIMEOUT, parallel=engine_parallel(engine),
                                   memory=self._memory).start()
-        self.started = True
-        self._register()
-        self._wrap_steps()
+        if keep:
+            self._result = None
+            self.started = True
+            self._register()
 
     def _wrap_steps(self) -> None:
         self._unwrap_steps = wrap_method(self.ds_engine, "step", self._one_of_the_steps)
@@ -202,8 +209,7 @@ class EngineProfiler(FlopsProfiler):
         self._steps_at_start = engine.global_steps
         # wrapped before the profiler wraps it, so the profiler's wrapper comes off first
         self._unwrap_step = wrap_method(engine, "step", step)
-        self._profiler = Profiler(self.model, optimizer=engine, gather_timeout=DEFAULT_GATHER_TIMEOUT,
-                                  parallel=engine_parallel(engine), memory=self._memory).start()
+        self._measure(engine, keep=False)
 
     def _end_follow(self) -> None:
         unwrap, self._unwrap_step = self._unwrap_step, None
@@ -234,13 +240,7 @@ class EngineProfiler(FlopsProfiler):
         if self._steps > 1:
             return self._start_steps(self.ds_engine, ignore_list)
         self._steps_at_start = self.ds_engine.global_steps
-        self._result = None
-        # every rank measures the step (see _follow): rank 0 gathers them into result.ranks
-        self._profiler = Profiler(self.model, optimizer=self.ds_engine, ignore_modules=ignore_list,
-                                  gather_timeout=DEFAULT_GATHER_TIMEOUT,
-                                  parallel=engine_parallel(self.ds_engine), memory=self._memory).start()
-        self.started = True
-        self._register()
+        self._measure(self.ds_engine, ignore_list)  # every rank measures the step (see _follow)
 
     def stop_profile(self) -> None:
         if self._step_done() and not self._several():
