@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from flopsight._torch_private import tag_nodes
 from flopsight.capture.attribution import Attribution
 from flopsight.capture.build import build_result
 from flopsight.capture.context import CaptureContext, Overhead
@@ -153,3 +154,26 @@ def test_an_alias_under_the_same_parent_is_one_module():
     infos = describe(Twice())
     assert list(infos) == ["", "a"] and infos["a"].aliases == ["b"]
     assert infos[""].params == 11  # counted once
+
+
+def test_backward_nodes_of_a_forward_rerun_on_another_thread_find_that_threads_call():
+    # CUDA runs the backward on a thread of its own, whose autograd counter numbers the nodes a
+    # checkpointed forward re-run there makes: 100..104, numbers the profiling thread's forward
+    # also used (layer0: 100..110, layer1: 110..120). The re-run call is logged with its thread,
+    # and its nodes are tagged with it; the other nodes are the profiling thread's.
+    ctx = context()
+    log = ctx.calls
+    for path, phase, start, end, thread in [("layer0", "forward", 100, 110, 0), ("layer1", "forward", 110, 120, 0),
+                                             ("layer1", "recompute", 100, 105, 7)]:
+        rec = CallRecord(len(log), path, phase, None, -1, None)
+        rec.seq_start, rec.seq_end, rec.thread = start, end, thread
+        log.append(rec)
+    attribution = Attribution(ctx, param_owner={})
+    x = torch.ones(2, requires_grad=True)
+    forward_out, rerun_out = x * 2, x * 3
+    made_in_forward, made_in_rerun = forward_out.grad_fn, rerun_out.grad_fn
+    made_in_forward._set_sequence_nr(102)
+    made_in_rerun._set_sequence_nr(102)
+    assert tag_nodes(rerun_out, 100, 105, thread=7) == 1  # what the tracker does when the re-run ends
+    assert attribution._backward_owner(made_in_forward) == "layer0"
+    assert attribution._backward_owner(made_in_rerun) == "layer1"

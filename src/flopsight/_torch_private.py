@@ -34,6 +34,8 @@ __all__ = [
     "current_autograd_node",
     "ACCUMULATE_GRAD_SEQUENCE_NR",
     "node_sequence_nr",
+    "node_thread",
+    "tag_nodes",
     "accumulated_parameter",
     "op_schema",
     "native_op",
@@ -50,6 +52,9 @@ __all__ = [
     "default_store",
     "storage_key",
     "saved_tensors_hooks_active",
+    "trace_range",
+    "kineto_events",
+    "kineto_running",
 ]
 
 
@@ -82,6 +87,51 @@ ACCUMULATE_GRAD_SEQUENCE_NR = 2**64 - 1
 def node_sequence_nr(node) -> int:
     """The creation index of an autograd node (``ACCUMULATE_GRAD_SEQUENCE_NR`` for AccumulateGrad)."""
     return node._sequence_nr()
+
+
+_THREAD_TAG = "flopsight.thread"
+
+
+def node_thread(node) -> int:
+    """The thread tag :func:`tag_nodes` gave ``node`` (0: none, made on the profiling thread)."""
+    return node.metadata.get(_THREAD_TAG, 0)
+
+
+def tag_nodes(outputs, seq_start: int, seq_end: int, thread: int) -> int:
+    """Tag with ``thread`` every autograd node behind ``outputs`` numbered ``seq_start <= n <
+    seq_end`` (those a call on that thread made: a node's Python object does not say its
+    thread, but its ``metadata`` dict lives with the node). Returns how many were tagged.
+
+    >>> x = torch.ones(2, requires_grad=True)
+    >>> y = (x * 2).sum()
+    >>> tag_nodes(y, 0, 2**62, thread=5), node_thread(y.grad_fn), node_thread(y.grad_fn.next_functions[0][0])
+    (2, 5, 5)
+    """
+    stack = [t.grad_fn for t in _tensors(outputs) if t.grad_fn is not None]
+    seen, tagged = set(), 0
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        seq = node._sequence_nr()
+        if not seq_start <= seq < seq_end:
+            continue  # made before the call: its inputs' history
+        node.metadata[_THREAD_TAG] = thread
+        tagged += 1
+        stack.extend(fn for fn, _ in node.next_functions)
+    return tagged
+
+
+def _tensors(value):
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _tensors(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _tensors(v)
 
 
 def accumulated_parameter(node):
@@ -285,3 +335,23 @@ def storage_key(tensor: torch.Tensor) -> int | None:
 def saved_tensors_hooks_active() -> bool:
     """Whether a ``saved_tensors_hooks`` context is in effect on this thread."""
     return torch._C._autograd._top_saved_tensors_default_hooks(False) is not None
+
+
+def trace_range(name: str):
+    """A named range in torch.profiler's trace (a context manager): ``_RecordFunctionFast``
+    records it in C++ without going through the dispatcher, so a dispatch mode never sees it."""
+    return torch._C._profiler._RecordFunctionFast(name)
+
+
+def kineto_events(prof) -> list:
+    """The raw events of a finished ``torch.profiler.profile`` (``_KinetoEvent``: name,
+    start_ns, duration_ns, start_thread_id, sequence_nr, fwd_thread_id, correlation_id,
+    linked_correlation_id, device_type, activity_type), without building torch's
+    ``FunctionEvent`` tree, which costs seconds on a large trace."""
+    return prof.profiler.kineto_results.events()
+
+
+def kineto_running() -> bool:
+    """Whether a torch.profiler (or autograd profiler) session is already recording: Kineto
+    runs one at a time."""
+    return bool(torch.autograd.profiler._is_profiler_enabled)

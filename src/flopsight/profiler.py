@@ -26,6 +26,7 @@ from ._torch_private import original_module
 from ._version import __version__
 from .capture.build import build_result
 from .capture.gather import DEFAULT_GATHER_TIMEOUT, announce, check_gather_timeout, gather_ranks, publish_failure
+from .capture.kernels import check_device_time
 from .capture.inputs import batch_size, describe_inputs, model_device, model_dtype
 from .capture.modules import ModuleCalls, describe
 from .capture.native import check_backend
@@ -207,6 +208,7 @@ def profile(
     gather_timeout: float | None = DEFAULT_GATHER_TIMEOUT,
     memory: bool = False,
     backend: str | None = None,
+    device_time: bool = False,
 ) -> ProfileResult:
     """Profile one call of ``model`` (its forward, ``generate``, or any method).
 
@@ -238,6 +240,11 @@ def profile(
             same numbers at a fraction of the cost), ``"python"`` (a dispatch mode) or
             ``"auto"`` (native where it can count, see ``result.metadata.backend``);
             None: ``$FLOPSIGHT_BACKEND``, else ``"auto"``.
+        device_time: also record kernels per module with torch.profiler in the timed pass:
+            on CUDA each kernel's GPU time, on the CPU each operator's self time, charged to
+            the module and phase of the op that launched it (``result.kernels``,
+            ``result.module(path).record.kernels`` and ``.device_time``; see
+            :mod:`flopsight.result.kernels`).
 
     The model is left as found: buffers (BatchNorm statistics), RNG state and training
     flags are restored, and every pass sees the same RNG state. Grad mode is the
@@ -252,6 +259,7 @@ def profile(
     if not isinstance(memory, bool):
         raise TypeError(f"memory: expected a bool, got {type(memory).__name__}")
     backend = check_backend(backend)
+    device_time = check_device_time(device_time)
     name = method_name(model, mode, func_name)
     if timing not in TIMINGS:
         raise ValueError(f"timing: expected one of {', '.join(map(repr, TIMINGS))}, got {timing!r}")
@@ -288,7 +296,8 @@ def profile(
         rewind()
         # the whole call is the model's: ops between its module calls (generate()'s sampling) are the root's
         options = CaptureOptions(infos if count else time_infos, count=count, memory=memory, timeline=timeline,
-                                 outside_to_root=True, ignore=ignore, backend=backend)
+                                 outside_to_root=True, ignore=ignore, backend=backend,
+                                 kernels=device_time and (not count or not separate))
         session = CaptureSession(options, registry=registry, clock=clock)
         session.start()
         try:
@@ -360,8 +369,10 @@ class Profiler:
     phase; ``optimizer`` may also be a wrapper with a ``step()`` of its own (a DeepSpeed ZeRO
     optimizer), whose whole step is then timed. ``result.iteration`` sums up the span. ``batch_size`` overrides the batch size
     read from the first dimension of each model call's first input. ``attention``,
-    ``gather_timeout`` (every rank's result gathered on rank 0), ``memory`` and ``backend`` as in
-    :func:`profile`. ``parallel`` gives sizes the run's own objects do not tell (e.g.
+    ``gather_timeout`` (every rank's result gathered on rank 0), ``memory``, ``backend`` and
+    ``device_time`` as in :func:`profile` (kernels are recorded in the counting pass here: on
+    CUDA their GPU times are the kernels' own, on the CPU the operators' times include the
+    counting). ``parallel`` gives sizes the run's own objects do not tell (e.g.
     ``{"tp": 4, "pp": 2}``); the world size, a DeviceMesh's named dimensions and a
     DeepSpeed engine's are detected (``result.metadata.parallel``).
 
@@ -408,6 +419,7 @@ class Profiler:
         parallel: dict | None = None,
         backend: str | None = None,
         steps: int | None = None,
+        device_time: bool = False,
     ):
         self._parallel = check_parallel(parallel)
         self._steps = check_count(steps, "steps") if steps is not None else None
@@ -415,6 +427,7 @@ class Profiler:
             raise TypeError(f"memory: expected a bool, got {type(memory).__name__}")
         self._memory = memory
         self._backend = check_backend(backend)
+        self._device_time = check_device_time(device_time)
         self._gather_timeout = check_gather_timeout(gather_timeout) if gather_timeout is not None else None
         self._everything = model is None  # no model: count all the span runs, at the root
         self.model = nn.Module() if model is None else check_model(model)
@@ -459,7 +472,8 @@ class Profiler:
     def _open(self) -> None:
         clock = self._clock or default_clock(model_device(self._target))
         options = CaptureOptions(self._infos, memory=self._memory, outside_to_root=self._everything,
-                                 optimizer=self.optimizer, ignore=self._ignore, backend=self._backend)
+                                 optimizer=self.optimizer, ignore=self._ignore, backend=self._backend,
+                                 kernels=self._device_time)
         session = CaptureSession(options, registry=self._registry, clock=clock)
         session.start()
         self._session = session

@@ -23,6 +23,7 @@ from .._torch_private import (
     accumulated_parameter,
     autograd_sequence_nr,
     current_autograd_node,
+    node_thread,
     function_modes_disabled,
     node_sequence_nr,
 )
@@ -55,25 +56,56 @@ class CallOwners:
     """Autograd sequence number -> path of the innermost module call whose forward created
     that node, over the session's call log (``ctx.calls``, written by the module tracker).
 
-    Calls are logged in the order they start and sequence numbers only grow, so the log is
-    sorted by ``seq_start``; the index of starts is extended lazily as the log grows.
+    Sequence numbers count per thread: the forward's calls take the profiling thread's
+    (``thread`` 0), a forward re-run on CUDA's backward thread (activation checkpointing)
+    takes that thread's, which starts low again. So each thread has its own list: calls are
+    logged in the order they start and a thread's numbers only grow, so each list is sorted
+    by ``seq_start``; the lists are extended lazily as the log grows.
+
+    >>> class Rec:
+    ...     def __init__(self, path, start, end, thread=0, parent=-1):
+    ...         self.path, self.seq_start, self.seq_end, self.thread, self.parent = path, start, end, thread, parent
+    >>> owners = CallOwners([Rec("l0", 100, 110), Rec("l1", 110, 120), Rec("l1", 0, 10, thread=7)])
+    >>> owners(105), owners(5), owners(5, thread=7), owners(105, thread=7)
+    ('l0', None, 'l1', None)
     """
 
     def __init__(self, log: list):
         self._log = log
-        self._starts: list[int] = []
+        self._seen = 0  # how many records of the log are in the lists
+        self._lists: dict[int, tuple[list, list[int]]] = {}  # thread -> (log indices, their seq_start)
 
-    def __call__(self, sequence_nr: int) -> str | None:
-        log, starts = self._log, self._starts
-        if len(starts) < len(log):
-            starts.extend(rec.seq_start for rec in log[len(starts):])
-        i = bisect.bisect_right(starts, sequence_nr) - 1
+    def _extend(self) -> None:
+        log = self._log
+        for rec in log[self._seen:]:
+            indices, starts = self._lists.setdefault(rec.thread, ([], []))
+            indices.append(self._seen)
+            starts.append(rec.seq_start)
+            self._seen += 1
+
+    def __call__(self, sequence_nr: int, thread: int = 0) -> str | None:
+        log = self._log
+        if self._seen < len(log):
+            self._extend()
+        lists = self._lists.get(thread)
+        if lists is None:
+            return None
+        indices, starts = lists
+        k = bisect.bisect_right(starts, sequence_nr) - 1
+        i = indices[k] if k >= 0 else -1
         while i >= 0:
             rec = log[i]
             if rec.seq_start <= sequence_nr and (rec.seq_end is None or sequence_nr < rec.seq_end):
                 return rec.path
             i = rec.parent
         return None
+
+    @property
+    def threads(self) -> int:
+        """How many threads' counters numbered the calls logged so far."""
+        if self._seen < len(self._log):
+            self._extend()
+        return len(self._lists)
 
 
 class Attribution:
@@ -90,7 +122,7 @@ class Attribution:
         self._param_owner = param_owner if param_owner is not None else ctx.params.owner_by_id
         self._whole: list[WholeCall] = []
         self._whole_starts: list[int] = []
-        self._owner_cache = (-1, "")  # (sequence nr, path) of the last node looked up
+        self._owner_cache = (-1, "", 0)  # (sequence nr, path, thread) of the last node looked up
         self._seq_at_start = autograd_sequence_nr()  # nodes numbered below were made before start
         self._warned_unprofiled = False
         # nodes created by backward ops: [start, end) sequence ranges and the path charged
@@ -256,11 +288,13 @@ class Attribution:
     def _backward_owner(self, node) -> str | None:
         """Path of the module whose forward created autograd node ``node``."""
         seq = node_sequence_nr(node)
-        if seq == self._owner_cache[0]:
+        # a node made by a forward re-run on another thread carries that thread's tag
+        thread = node_thread(node) if getattr(self._owner_of, "threads", 1) > 1 else 0
+        if seq == self._owner_cache[0] and thread == self._owner_cache[2]:
             return self._owner_cache[1]
         if seq == ACCUMULATE_GRAD_SEQUENCE_NR:  # gradient accumulation into a parameter
             return self._param_owner.get(id(accumulated_parameter(node)), "" if self.ctx.outside_to_root else None)
-        path = self._owner_of(seq)
+        path = self._owner_of(seq, thread) if thread else self._owner_of(seq)
         if path is None and self._made_in_backward:
             i = bisect.bisect_right(self._made_starts, seq) - 1
             if i >= 0 and seq < self._made_in_backward[i][1]:
@@ -274,5 +308,5 @@ class Attribution:
                 path = ""
             elif self.ctx.outside_to_root:
                 path = ""
-        self._owner_cache = (seq, path)
+        self._owner_cache = (seq, path, thread)
         return path

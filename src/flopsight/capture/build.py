@@ -11,6 +11,7 @@ from torch import nn
 
 from ..result.communication import KINDS, Collective
 from ..result.device_usage import DeviceUsage
+from ..result.kernels import Kernel, KernelSummary
 from ..result.memory import MemoryTotals, ModuleMemory
 from ..result.metadata import Metadata
 from ..result.profile_result import ProfileResult
@@ -20,6 +21,7 @@ from ..result.timeline import Span, Timeline
 from ..result.tree import PHASES
 from .collectives import Communication
 from .counting import Counts
+from .kernels import KernelTimes
 from .modules import ModuleCalls, ModuleInfo
 from .raw import RawCapture
 from .spans import SpanTimes
@@ -46,6 +48,8 @@ def build_result(
     module_calls = counts.get(ModuleCalls) or ModuleCalls()
     timed_calls = times.get(ModuleCalls) or ModuleCalls()
     memory = counts.get(MemoryFigures)
+    kernel_times = times.get(KernelTimes) or counts.get(KernelTimes)
+    kernels, op_device_time = _kernels(kernel_times, counted.ops) if kernel_times is not None else ({}, {})
     phases_of: dict[str, list[str]] = {}
     for path, phase in {*counted.ops, *module_calls.calls, *timed_calls.latency}:
         phases_of.setdefault(path, []).append(phase)
@@ -87,6 +91,8 @@ def build_result(
             memory=_module_memory(memory, path),
             bytes_moved=moved,
             layer=info.layer,
+            kernels=kernels.get(path, {}),
+            op_device_time=op_device_time.get(path, {}),
         )
     error = module_calls.error or (timed_calls.error if times is not counts else None)
     if error and not metadata.error:
@@ -105,8 +111,33 @@ def build_result(
     timeline = counts.get(Timeline) if times is counts else _timeline(counts.get(Timeline), times.get(Timeline))
     communication = counts.get(Communication)
     comms = _collectives(communication.records) if communication is not None else ()
+    summary = None
+    if kernel_times is not None:
+        summary = KernelSummary(kernel_times.source, kernel_times.seconds,
+                                {name: Kernel(*v) for name, v in kernel_times.unassigned.items()})
     return ProfileResult(modules, dict(counted.unsupported), metadata, spans=spans, calls=calls,
-                         comms=comms, memory=totals, device_usage=usage, timeline=timeline)
+                         comms=comms, memory=totals, device_usage=usage, timeline=timeline, kernels=summary)
+
+
+def _kernels(times: KernelTimes, ops: dict) -> tuple[dict, dict]:
+    """Per path, per phase: its kernels (name -> Kernel, most time first), and each operator's
+    kernel seconds: a kernel counts for the outermost op above it that the counting pass
+    charged to the same module and phase (``aten.linear`` runs ``aten.addmm``, which the
+    counting pass saw), else for the innermost op above it."""
+    kernels: dict[str, dict[str, dict[str, list]]] = {}
+    op_time: dict[str, dict[str, dict[str, float]]] = {}
+    for (path, phase, name, chain), (calls, seconds) in times.kernels.items():
+        acc = kernels.setdefault(path, {}).setdefault(phase, {}).setdefault(name, [0, 0.0])
+        acc[0] += calls
+        acc[1] += seconds
+        counted = ops.get((path, phase), {})
+        op = next((o for o in reversed(chain) if o in counted), chain[0] if chain else "(no operator)")
+        by_op = op_time.setdefault(path, {}).setdefault(phase, {})
+        by_op[op] = by_op.get(op, 0.0) + seconds
+    sorted_kernels = {path: {phase: {name: Kernel(*v) for name, v in sorted(k.items(), key=lambda kv: -kv[1][1])}
+                             for phase, k in phases.items()}
+                      for path, phases in kernels.items()}
+    return sorted_kernels, op_time
 
 
 def device_usage(counted: DeviceUsage | None, timed: DeviceUsage | None) -> DeviceUsage | None:

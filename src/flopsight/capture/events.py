@@ -12,6 +12,8 @@ starts) to what it needs, and publishes what it sees:
 * ``forwards``: each top-level forward call's start (``forward_begins(record)``), from the
   module tracker: a forward call from outside the model's modules;
 * ``steps``: each optimizer step's start (``step_begins(optimizer)``), from the optimizer hooks;
+* ``phases``: each backward or step span's start and end (``phase_begins(kind)``,
+  ``phase_ends(kind)``), from the span timer;
 * ``claims``: ops a source charges itself (op overload -> ``handler(event)``; the collectives);
 * ``functions``: torch functions a source runs itself (function -> ``handler(func, args,
   kwargs)``, which must call ``func``), routed by the function interceptor;
@@ -60,6 +62,7 @@ class Events:
         self.modules: list = []
         self.forwards: list = []
         self.steps: list = []
+        self.phases: list = []
         self.claims: dict[Any, Callable[[OpEvent], None]] = {}
         self.functions: dict[Callable, Callable] = {}
         self.aside: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
@@ -72,7 +75,7 @@ class Events:
 
     def clear(self) -> None:
         """Drop every subscription (the session is over: no bound method of a source outlives it)."""
-        for subscribers in (self.ops, self.calls, self.modules, self.forwards, self.steps, self.claims,
+        for subscribers in (self.ops, self.calls, self.modules, self.forwards, self.steps, self.phases, self.claims,
                             self.functions):
             subscribers.clear()
         self.aside = contextlib.nullcontext

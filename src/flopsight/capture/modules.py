@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 import weakref
 from dataclasses import dataclass, field
 
@@ -19,7 +20,7 @@ import torch
 from torch import nn
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
-from .._torch_private import autograd_sequence_nr, current_autograd_node, original_module
+from .._torch_private import autograd_sequence_nr, current_autograd_node, original_module, tag_nodes
 from ..result.records import LayerSizes
 from .inputs import batch_size
 from .params import param_numel
@@ -166,7 +167,7 @@ class CallRecord:
 
     __slots__ = (
         "index", "path", "phase", "module", "parent", "start", "end", "ovh_start", "ovh_end", "exc",
-        "seq_start", "seq_end", "top_id", "batch_size",
+        "seq_start", "seq_end", "top_id", "batch_size", "thread",
     )
 
     def __init__(self, index: int, path: str, phase: str, module: nn.Module, parent: int, exc):
@@ -182,6 +183,9 @@ class CallRecord:
         self.seq_start = self.seq_end = None
         self.top_id = -1  # index among the top-level forward calls, -1 for nested ones
         self.batch_size = None
+        #: whose autograd sequence counter numbered its nodes: 0 the profiling thread's, else
+        #: the thread ident of the backward thread it was re-run on (CUDA's, see CallOwners)
+        self.thread = 0
 
 
 @dataclass
@@ -357,6 +361,7 @@ class ModuleTracker:
         listeners, forwards = ctx.events.modules, ctx.events.forwards
         overhead, stamp, now = ctx.overhead, ctx.clock.stamp, ctx.overhead.now
         overhead_end = overhead.end
+        home = threading.get_ident()  # the profiling thread: its sequence numbers are thread 0's
         script_root, record_inputs = (self._root, self._inputs_hook(ctx)) if self._root_is_script else (None, None)
 
         def pre_hook(module, args):
@@ -371,6 +376,8 @@ class ModuleTracker:
             # checkpointing re-running it
             phase = "recompute" if current_autograd_node() is not None else ctx.phase
             rec = CallRecord(len(log), path, phase, module, top.index if top else -1, sys.exc_info()[1])
+            if phase == "recompute" and threading.get_ident() != home:  # CUDA's backward thread
+                rec.thread = threading.get_ident()
             if top is None and phase == "forward":
                 rec.top_id = len(top_calls)
                 top_calls.append(rec)
@@ -414,6 +421,8 @@ class ModuleTracker:
             else:
                 rec.end = end
                 rec.ovh_end = ovh_end
+                if rec.thread:  # its nodes are numbered by this thread's counter: say so on them
+                    tag_nodes(kwargs_output[-1], rec.seq_start, rec.seq_end, rec.thread)
             for listener in listeners:  # while the call is still the innermost one
                 kwargs = kwargs_output[0] if len(kwargs_output) == 2 else {}
                 listener.call_ends(rec, args, kwargs, None if failed else kwargs_output[-1])

@@ -28,6 +28,7 @@ from .autograd_functions import AutogradFunctions
 from .collectives import CollectivesSource
 from .counting import CountingSource
 from .functions import FunctionInterceptor
+from .kernels import KernelTrace
 from .module_rules import ModuleRules
 from .modules import ModuleInfo, ModuleTracker
 from .native.source import NativeCountingSource
@@ -68,6 +69,8 @@ class CaptureOptions:
     ignore: Callable[[nn.Module], bool] = _never
     #: which path counts: "auto", "native" or "python" (see :mod:`.native`)
     backend: str = "python"
+    #: also record kernels per module with torch.profiler (see :mod:`.kernels`)
+    kernels: bool = False
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,8 @@ PLAN: tuple[Row, ...] = (
     # after every source that watches ops: whether any does decides the backend
     Row("counting", counting_source, _counting),
     Row("device usage", _gpu, lambda o, ctx: isinstance(ctx.clock, CudaEventClock)),
+    # started after the other sources, so their setup is not in its trace
+    Row("kernels", KernelTrace, lambda o, ctx: o.kernels),
     Row("spans", SpanTimer),
 )
 

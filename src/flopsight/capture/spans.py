@@ -109,8 +109,12 @@ class SpanTimer:
         self._ctx.settle()
         self._outer_phase.append(self._ctx.phase)
         self._ctx.phase = phase
+        for listener in self._ctx.events.phases:
+            listener.phase_begins(phase)
 
     def _leave(self) -> None:  # always after end(), which settled
+        for listener in self._ctx.events.phases:
+            listener.phase_ends(self._ctx.phase)
         self._ctx.phase = self._outer_phase.pop() if self._outer_phase else "forward"
 
     def run_backward(self, func, args, kwargs):

@@ -32,6 +32,7 @@ from .communication import Collective
 from .device_usage import DeviceUsage
 from .generation import GenerationStats, generation_stats
 from .iteration import IterationStats, iteration_stats
+from .kernels import KernelSummary
 from .memory import MemoryTotals
 from .metadata import Metadata
 from .records import ModelCall, ModuleStats
@@ -102,6 +103,10 @@ class ProfileResult:
     #: ``first_step`` (:mod:`flopsight.result.samples`); the result's latencies are medians.
     #: None in files saved before it was recorded
     samples: StepSamples | None = None
+    #: what ``device_time=True`` measured over the span (:mod:`flopsight.result.kernels`): the
+    #: kernels' total and those of no module; each module's are in ``modules[path].kernels``.
+    #: None when kernels were not recorded
+    kernels: KernelSummary | None = None
 
     def __post_init__(self) -> None:
         if "" not in self.modules:
@@ -252,6 +257,7 @@ class ProfileResult:
             "coverage": dataclasses.asdict(self.coverage),
             "timeline": self.timeline.to_dict(list(self.modules)) if self.timeline is not None else None,
             "samples": self.samples.to_dict() if self.samples is not None else None,
+            "kernels": self.kernels.to_dict() if self.kernels is not None else None,
         }
 
     @classmethod
@@ -274,6 +280,7 @@ class ProfileResult:
             device_usage=DeviceUsage.from_dict(data["device_usage"]) if data.get("device_usage") else None,
             timeline=Timeline.from_dict(data["timeline"], list(modules)) if data.get("timeline") else None,
             samples=StepSamples.from_dict(data["samples"]) if data.get("samples") else None,
+            kernels=KernelSummary.from_dict(data["kernels"]) if data.get("kernels") else None,
         )
 
     def render(self, fmt: str = "text", **options: Any) -> str:

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Mapping, NamedTuple, Protocol
 
 from .communication import Collective
+from .kernels import Kernel, kernels_from_dict, kernels_to_dict
 from .memory import ModuleMemory
 from .metadata import Metadata
 from .stats import Stats
@@ -93,6 +94,15 @@ class ModuleStats(NamedTuple):
     #: a linear or embedding layer's sizes (None for other modules; not written to files:
     #: its ``extra_repr`` says them)
     layer: LayerSizes | None = None
+    #: per phase, its own kernels (``device_time=True``): name -> :class:`~.kernels.Kernel`,
+    #: most time first; and per phase, per operator of ``ops``, its kernels' device seconds
+    kernels: dict[str, dict[str, Kernel]] = {}
+    op_device_time: dict[str, dict[str, float]] = {}
+
+    @property
+    def device_time(self) -> dict[str, float]:
+        """Per phase, the device seconds of its own kernels (``device_time=True``)."""
+        return {phase: sum(k.seconds for k in kernels.values()) for phase, kernels in self.kernels.items()}
 
     def to_dict(self) -> dict[str, Any]:
         d = self._asdict()
@@ -101,6 +111,11 @@ class ModuleStats(NamedTuple):
         d["ops"] = {ph: {name: s._asdict() for name, s in ops.items()} for ph, ops in self.ops.items()}
         d["memory"] = asdict(self.memory) if self.memory is not None else {}
         d["bytes_moved"] = {ph: dict(ops) for ph, ops in self.bytes_moved.items()}
+        # written only where kernels were recorded (device_time=True): not on every module of every file
+        del d["kernels"], d["op_device_time"]
+        if self.kernels:
+            d["kernels"] = {ph: kernels_to_dict(k) for ph, k in self.kernels.items()}
+            d["op_device_time"] = {ph: dict(ops) for ph, ops in self.op_device_time.items()}
         del d["layer"]
         return d
 
@@ -113,6 +128,8 @@ class ModuleStats(NamedTuple):
         d["ops"] = {ph: {n: Stats(**s) for n, s in ops.items()} for ph, ops in d.get("ops", {}).items()}
         d["memory"] = ModuleMemory(**d["memory"]) if d.get("memory") else None
         d["bytes_moved"] = {ph: dict(ops) for ph, ops in d.get("bytes_moved", {}).items()}
+        d["kernels"] = {ph: kernels_from_dict(k) for ph, k in d.get("kernels", {}).items()}
+        d["op_device_time"] = {ph: dict(ops) for ph, ops in d.get("op_device_time", {}).items()}
         d["layer"] = LayerSizes.from_extra_repr(d.get("type_name", ""), d.get("extra_repr", ""))
         return cls(**d)
 
