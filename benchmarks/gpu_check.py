@@ -216,6 +216,21 @@ def judge_native(figures: dict) -> Verdict:
     return Verdict(PASS, f"native == python counts ({figures.get('macs')} MACs)", figures)
 
 
+def judge_kernels(figures: dict, limit: float = 0.01) -> Verdict:
+    """Every kernel of a profiled training step charged to a module: at most ``limit`` of
+    the device time unassigned, on the device's own kernels (``source`` as expected)."""
+    total, unassigned = figures["seconds"], figures["unassigned_seconds"]
+    share = unassigned / total if total > 0 else 1.0
+    figure = (f"{figures['kernels']} {figures['source']} kernels in {figures['modules']} modules, "
+              f"{total * 1e3:.3f} ms; unassigned {unassigned * 1e3:.3f} ms = {100 * share:.2f}% (limit {100 * limit:g}%)")
+    if figures["source"] != figures["expected_source"]:
+        return Verdict(FAIL, f"kernels came from {figures['source']!r}, expected {figures['expected_source']!r}; "
+                             + figure, figures)
+    if total <= 0 or share > limit:
+        return Verdict(FAIL, figure, figures)
+    return Verdict(PASS, figure, figures)
+
+
 def judge_not_built(missing: list[str], found: list[str]) -> Verdict:
     """A capability probe: SKIP ``not built yet`` while none of its API exists; a SKIP that
     says so when some appeared (this check has not been written against it)."""
@@ -523,8 +538,9 @@ def bert_training_step(ctx: Ctx, large: bool = False):
     inputs = _to(inputs, ctx.device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
 
-    def step():
-        opt.zero_grad(set_to_none=True)
+    def step(zero_grad: bool = True):
+        if zero_grad:
+            opt.zero_grad(set_to_none=True)
         model(**inputs).loss.backward()
         opt.step()
 
@@ -766,16 +782,32 @@ def measure_native(ctx: Ctx) -> dict:
                 macs=python.total.forward.macs)
 
 
-# -- capabilities not built yet ------------------------------------------------------------
-def probe_kernels() -> Verdict:
-    """Kernels per module (device time per CUDA kernel): not in flopsight yet."""
+def measure_kernels(ctx: Ctx) -> dict:
+    """A BERT-base bf16 training step (forward with its loss, backward, AdamW step) inside
+    ``flopsight.Profiler(model, optimizer=opt, device_time=True)``, after two plain steps:
+    how many kernels ran, their device time, and what no module was charged with."""
     import flopsight
-    from flopsight.result.tree import ModuleNode
 
-    names = {"ProfileResult.kernels": hasattr(flopsight.ProfileResult, "kernels"),
-             "Stats.device_time": "device_time" in flopsight.Stats._fields,
-             "ModuleNode.device_time": hasattr(ModuleNode, "device_time")}
-    return judge_not_built(list(names), [n for n, ok in names.items() if ok])
+    model, opt, step = bert_training_step(ctx)
+    for _ in range(2):
+        step()
+    opt.zero_grad(set_to_none=True)  # outside the span: user code, not the model's
+    with flopsight.Profiler(model, optimizer=opt, device_time=True) as prof:
+        step(zero_grad=False)
+    result = prof.result
+    summary = result.kernels
+    kernels = sum(k.calls for rec in result.modules.values() for ks in rec.kernels.values() for k in ks.values())
+    unassigned = sorted(summary.unassigned.items(), key=lambda kv: -kv[1].seconds)[:5]
+    del model, opt
+    ctx.free()
+    return {"source": summary.source, "expected_source": "cuda" if ctx.cuda else "cpu",
+            "seconds": summary.seconds, "unassigned_seconds": summary.unassigned_seconds,
+            "kernels": kernels, "modules": sum(1 for rec in result.modules.values() if rec.kernels),
+            "device_time": dict(result.total.device_time),
+            "top_unassigned": {name: [k.calls, k.seconds] for name, k in unassigned}}
+
+
+# -- capabilities not built yet ------------------------------------------------------------
 
 
 def probe_compile_regions() -> Verdict:
@@ -820,7 +852,7 @@ CHECKS = [
     Check("latency", _latency, 60),
     Check("latency-modules", _latency_modules, 1),
     Check("overhead", lambda c: (lambda f: judge_overhead(f["plain_s"], f["profiled_s"]))(measure_overhead(c)), 60),
-    Check("kernels", lambda c: probe_kernels(), 1),
+    Check("kernels", lambda c: judge_kernels(measure_kernels(c)), 30),
     Check("memory", lambda c: judge_memory(measure_memory(c)), 30),
     Check("nvml", lambda c: judge_nvml(measure_nvml(c)), 20),
     Check("efficiency", lambda c: judge_efficiency(measure_efficiency(c)), 20),

@@ -183,7 +183,19 @@ def test_not_built_probe():
     v = gc.judge_not_built(["ProfileResult.kernels"], [])
     assert v.status == SKIP and v.figure.startswith("not built yet")
     assert gc.judge_not_built(["ProfileResult.kernels"], ["ProfileResult.kernels"]).status == SKIP
-    assert gc.probe_kernels().status == SKIP  # today's flopsight
+    assert gc.probe_compile_regions().status == SKIP  # today's flopsight
+
+
+def test_kernels_at_most_one_percent_unassigned():
+    # recorded shape of the figures: 1000 kernels, 50 ms, 0.4 ms outside every module
+    figures = {"source": "cuda", "expected_source": "cuda", "seconds": 0.05, "unassigned_seconds": 0.0004,
+               "kernels": 1000, "modules": 120}
+    v = gc.judge_kernels(figures)
+    assert v.status == PASS and "0.80%" in v.figure
+    assert gc.judge_kernels(dict(figures, unassigned_seconds=0.001)).status == FAIL  # 2%
+    assert gc.judge_kernels(dict(figures, seconds=0.0, unassigned_seconds=0.0)).status == FAIL  # nothing recorded
+    v = gc.judge_kernels(dict(figures, source="cpu"))  # CUPTI gave no kernels: CPU ops only
+    assert v.status == FAIL and "expected 'cuda'" in v.figure
 
 
 def test_a_raising_check_is_a_fail_and_the_run_goes_on(capsys):

@@ -396,3 +396,15 @@ def test_browser_numbers_are_formatted_as_flopsight_units(browser, tmp_path, evi
     want = [[number_to_string(v), macs_to_string(v), params_to_string(v), duration_to_string(v), bytes_to_string(v),
              flops_to_string(round(v, 2))] for v in values]
     assert got == want
+
+
+@browser_test
+def test_browser_detail_panel_lists_a_modules_kernels(browser, tmp_path):
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    result = flopsight.profile(model, torch.ones(4, 16), device_time=True)
+    page = _open(browser, tmp_path, "kernels", result)
+    _click_module(page, "0")
+    kernels = _text(page, "kernels")
+    assert "CPU operators, self time" in kernels and "aten::addmm" in kernels
+    assert "device time" in _text(page, "ops")  # the operator table's column
+    assert page.problems() == []

@@ -210,3 +210,16 @@ def test_kernel_summary_round_trips():
     s = KernelSummary("cuda", 0.5, {"memset": Kernel(2, 0.01)})
     assert KernelSummary.from_dict(s.to_dict()) == s
     assert s.unassigned_share == pytest.approx(0.02)
+
+
+def test_text_report_has_the_device_column_and_the_kernels_per_module():
+    result = flopsight.profile(Net(), torch.randn(4, 16), device_time=True)
+    text = result.render("text", ops=3)
+    assert "Kernels per GPU" in text and "CPU operators, each by its self time" in text
+    section = text[text.index("Kernels per GPU"):]
+    assert "fc1 (Linear), fwd:" in section and "aten::addmm" in section
+    header = next(line for line in text.splitlines() if line.strip().startswith("operator "))
+    assert header.split()[-1] == "device"
+    # not asked for: neither appears (DeepSpeed's report unchanged)
+    plain = flopsight.profile(Net(), torch.randn(4, 16)).render("text", ops=3)
+    assert "Kernels per" not in plain and "device" not in plain.split("Operator Profile")[1].splitlines()[5]

@@ -422,3 +422,15 @@ def test_chromium_s_trace_engine_reads_every_lane_and_its_nesting(result, ranks)
         assert view["generic"] and view["warnings"] == []
         assert sorted(view["processes"]) == [[r, f"rank {r}"] for r in trace["otherData"]["ranks"]]
         assert sorted(view["threads"]) == expected_view(trace)
+
+
+def test_module_spans_carry_their_kernels_when_recorded():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU())
+    result = flopsight.profile(model, torch.ones(2, 4), device_time=True)
+    spans = {e["args"]["module"]: e["args"] for e in json.loads(result.render("trace"))["traceEvents"]
+             if e.get("cat") == "module"}
+    assert "aten::addmm" in spans["0"]["kernels"] and spans["0"]["kernels"]["aten::addmm"]["calls"] == 1
+    # the root's device time is its own kernels' and its submodules'
+    assert spans[""]["device_time_us"] == pytest.approx(result.total.device_time["forward"] * 1e6, abs=1e-3)
+    plain = flopsight.profile(model, torch.ones(2, 4))
+    assert all("kernels" not in e.get("args", {}) for e in json.loads(plain.render("trace"))["traceEvents"])

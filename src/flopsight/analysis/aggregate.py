@@ -70,16 +70,17 @@ def by_depth_and_type(
 # -- operators ------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class OpRow:
-    """One operator's figures in one phase: its summed cost (MACs, FLOPs, latency, calls)
-    and the bytes it read and wrote (None when the result holds no bytes at all: saved
-    before flopsight captured them)."""
+    """One operator's figures in one phase: its summed cost (MACs, FLOPs, latency, calls),
+    the bytes it read and wrote (None when the result holds no bytes at all: saved before
+    flopsight captured them) and its kernels' device seconds (None unless ``device_time=True``)."""
 
     name: str
     stats: Stats
     bytes: int | None
+    device_time: float | None = None
 
 
-#: op name -> [macs, flops, latency, calls, bytes]: what the tallies are summed in
+#: op name -> [macs, flops, latency, calls, bytes, device seconds]: what the tallies are summed in
 _Tally = dict[str, list]
 
 
@@ -132,7 +133,8 @@ def inclusive_op_time(result: ProfileResult) -> dict[str, dict[str, float]]:
 
 def _own(rec, phase: str) -> _Tally:
     moved = rec.bytes_moved.get(phase, {})
-    return {name: [s.macs, s.flops, s.latency, s.calls, moved.get(name, 0)]
+    device = rec.op_device_time.get(phase, {})
+    return {name: [s.macs, s.flops, s.latency, s.calls, moved.get(name, 0), device.get(name, 0.0)]
             for name, s in rec.ops.get(phase, {}).items()}
 
 
@@ -142,13 +144,13 @@ def _add(into: _Tally, tally: Mapping[str, list]) -> None:
         if acc is None:
             into[name] = list(t)
         else:
-            for i in range(5):
+            for i in range(6):
                 acc[i] += t[i]
 
 
 def inclusive_ops(result: ProfileResult, phase: str = "forward") -> dict[str, _Tally]:
     """Module path -> its operators in ``phase``, its submodules' summed in (op name ->
-    ``[macs, flops, latency, calls, bytes]``). One post-order pass: linear in the number of
+    ``[macs, flops, latency, calls, bytes, device seconds]``). One post-order pass: linear in the number of
     modules times the number of distinct operators.
 
     >>> import torch, flopsight
@@ -166,24 +168,31 @@ def inclusive_ops(result: ProfileResult, phase: str = "forward") -> dict[str, _T
     return tallies
 
 
-def merge_ops(tallies: Iterable[Mapping[str, list]], with_bytes: bool = True) -> list[OpRow]:
+def merge_ops(tallies: Iterable[Mapping[str, list]], with_bytes: bool = True,
+              with_device: bool = False) -> list[OpRow]:
     """Several modules' tallies (from :func:`inclusive_ops`) summed into rows, most FLOPs
     first (then most time, then by name: the order of ``ProfileResult.ops``)."""
     acc: _Tally = {}
     for tally in tallies:
         _add(acc, tally)
-    rows = [OpRow(name, make_stats(t[0], t[1], t[2], t[3]), t[4] if with_bytes else None) for name, t in acc.items()]
+    rows = [OpRow(name, make_stats(t[0], t[1], t[2], t[3]), t[4] if with_bytes else None,
+                  t[5] if with_device else None) for name, t in acc.items()]
     return sorted(rows, key=lambda r: (-r.stats.flops, -r.stats.latency, r.name))
 
 
 def model_ops(result: ProfileResult, phase: str = "forward") -> list[OpRow]:
-    """The whole model's operators in ``phase`` (``result.ops(phase)``) with their bytes."""
+    """The whole model's operators in ``phase`` (``result.ops(phase)``) with their bytes
+    (and device seconds, where kernels were recorded)."""
     moved: dict[str, int] = {}
+    device: dict[str, float] = {}
     for rec in result.modules.values():
         for name, b in rec.bytes_moved.get(phase, {}).items():
             moved[name] = moved.get(name, 0) + b
-    with_bytes = has_bytes(result)
-    return [OpRow(name, s, moved.get(name, 0) if with_bytes else None) for name, s in result.ops(phase).items()]
+        for name, t in rec.op_device_time.get(phase, {}).items():
+            device[name] = device.get(name, 0.0) + t
+    with_bytes, with_device = has_bytes(result), result.kernels is not None
+    return [OpRow(name, s, moved.get(name, 0) if with_bytes else None, device.get(name, 0.0) if with_device else None)
+            for name, s in result.ops(phase).items()]
 
 
 def top_ops(rows: list[OpRow], n: int, by: str = "flops") -> list[OpRow]:

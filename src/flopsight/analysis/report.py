@@ -45,6 +45,7 @@ from .aggregate import (
 from .collapse import View, child_views, root_view, signatures, subtree_sizes, walk_views
 from .derived import derived
 from .efficiency import Efficiency, efficiency
+from .kernel_profile import KernelProfile, kernel_profile
 from .noise import NoiseFigures, noise_figures
 from .ranks import RankFigures, rank_figures
 from .report_figures import (
@@ -320,7 +321,7 @@ def operator_profile(result: ProfileResult, options: ReportOptions) -> OperatorP
             if view.path == "":
                 rows = model_ops(result, phase)  # the model-wide table, as result.ops() gives it
             else:
-                rows = merge_ops((tallies[phase][n.name] for n in view.nodes), with_bytes)
+                rows = merge_ops((tallies[phase][n.name] for n in view.nodes), with_bytes, result.kernels is not None)
             if rows:  # a module that never ran has none
                 tables.append(_table(phase, rows, top))
         if tables:
@@ -535,6 +536,10 @@ class Report:
     @cached_property
     def operators(self) -> OperatorProfile | None:
         return operator_profile(self.result, self.options)
+
+    @cached_property
+    def kernels(self) -> KernelProfile | None:
+        return kernel_profile(self.result, self.options)
 
     # Markdown ---------------------------------------------------------------------------------
     @cached_property

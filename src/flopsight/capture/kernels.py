@@ -8,7 +8,8 @@ While the pass runs, each module call is a named range in torch.profiler's trace
 * a kernel (CUDA kernel, memcpy or memset) is tied to the CPU op that launched it through
   CUPTI's correlation id; on the CPU each op's self time is the "kernel";
 * that op is charged to the innermost range around it: a module call (its path, forward or
-  recompute), a span (the root, in that phase), or an autograd node being executed
+  recompute), a span (the root, in that phase; torch.optim's own range around ``step()`` is
+  the step phase too), or an autograd node being executed
   (``autograd::engine::evaluate_function``), which belongs, in the backward phase, to the
   module whose forward op made it: the forward op with the node's sequence number *on the
   thread that ran the forward* (sequence numbers count per thread, and CUDA runs the backward
@@ -39,6 +40,8 @@ _CALL, _PHASE = "flopsight/call/", "flopsight/phase/"
 #: the name torch.profiler gives the autograd engine's run of one backward node
 BACKWARD_NODE = "autograd::engine::evaluate_function: "
 _ACCUMULATE_GRAD = "AccumulateGrad"
+#: the range torch.optim puts around every optimizer's step()
+_OPTIMIZER_STEP = "Optimizer.step#"
 #: how many ops above a kernel are kept to find the one the operator table counted
 _CHAIN = 6
 
@@ -194,6 +197,9 @@ def attribute(events: list[TraceEvent], call_of: Callable[[int], tuple[str, str]
                 break
             if name.startswith(_PHASE):
                 found = ("", name[len(_PHASE):])
+                break
+            if name.startswith(_OPTIMIZER_STEP):  # torch's range around step(): ours starts inside it
+                found = ("", "step")
                 break
             if name.startswith(BACKWARD_NODE):
                 found = _node_owner(cpu[i], forward_op, owner)

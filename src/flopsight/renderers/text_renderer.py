@@ -34,6 +34,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..analysis.aggregate import DepthSummary
+from ..analysis.kernel_profile import KernelProfile
 from ..analysis.noise import NoiseFigures
 from ..analysis.ranks import RankFigures
 from ..analysis.report import (
@@ -559,6 +560,9 @@ class _Text:
             "Percentages are of the entry's operators in that phase. latency: the operators' own time, measured in "
             "the counting pass. bytes: read and written by the operators (docs/conventions/bytes.md).",
         )
+        if any(o.row.device_time is not None for e in p.entries for t in e.tables for o in t.by_flops + t.by_latency):
+            self.add("device: the time of the kernels the operator launched, measured in the timed pass "
+                     "(device_time=True; see the kernels per module below).")
         if p.depth is not None:
             self.add(f"Modules down to depth {p.depth}.")
         if p.collapse:
@@ -579,6 +583,31 @@ class _Text:
                     self.add(f"{title}: {t.operators} operator{'s' if t.operators > 1 else ''}, no flops and no "
                              "latency measured")
 
+    def kernels(self, p: KernelProfile) -> None:
+        """Per module (its submodules' kernels included), for each phase, its top kernels by
+        device time; the whole model's first."""
+        what = ("CUDA kernels, memcpys and memsets, timed on the GPU" if p.source == "cuda"
+                else "CPU operators, each by its self time (its time less the operators it called)")
+        self.add(
+            "",
+            f"------------------------------ Kernels per {self.unit} ------------------------------",
+            f"Kernels: {what}; each charged to the module and phase of the operator that launched it "
+            f"(docs/conventions/timing.md). Top {p.top} of each module, its submodules' included.",
+            f"All kernels: {duration_to_string(p.seconds)}; outside the model's calls: "
+            f"{duration_to_string(p.unassigned_seconds)} ({_pct(100 * p.unassigned_seconds / p.seconds if p.seconds else 0)}).",
+        )
+        width = max([24, *(len(k.name) for e in p.entries for k in e.kernels)])
+        width = min(width, 72)
+        for e in p.entries:
+            label = "whole model" if e.path == "" else e.path
+            count = f"{e.count} x " if e.count > 1 else ""
+            self.add("", f"{label} ({count}{e.type_name}), {_PHASE_SHORT.get(e.phase, e.phase)}: {e.names} "
+                         f"kernel{'s' if e.names > 1 else ''}, {duration_to_string(e.seconds)}",
+                     f"    {'kernel':<{width}} {'calls':>7} {'time':>10} {'share':>8}")
+            for k in e.kernels:
+                name = k.name if len(k.name) <= width else k.name[: width - 3] + "..."
+                self.add(f"    {name:<{width}} {_count(k.calls):>7} {duration_to_string(k.seconds):>10} {_pct(k.share):>8}")
+
     @staticmethod
     def _op_label(e: OperatorEntry) -> str:
         if e.path == "":
@@ -590,15 +619,17 @@ class _Text:
         return f"{e.path} ({e.type_name})"
 
     def _op_table(self, title: str, top: int, what: str, ranked: tuple[OperatorShare, ...], width: int) -> None:
+        device = any(o.row.device_time is not None for o in ranked)  # kernels recorded: their time too
         self.add(f"{title}, top {top} by {what}:",
                  f"    {'operator':<{width}} {'calls':>7} {'MACs':>13} {'flops':>10} {'% flops':>8} "
-                 f"{'latency':>10} {'% latency':>9} {'bytes':>10}")
+                 f"{'latency':>10} {'% latency':>9} {'bytes':>10}" + (f" {'device':>10}" if device else ""))
         for o in ranked:
             r, s = o.row, o.row.stats
             moved = bytes_to_string(r.bytes) if r.bytes is not None else "-"
+            kernels = f" {duration_to_string(r.device_time or 0.0):>10}" if device else ""
             self.add(f"    {r.name:<{width}} {_count(s.calls):>7} {macs_to_string(s.macs):>13} "
                      f"{number_to_string(s.flops):>10} {_pct(o.flops_share):>8} "
-                     f"{duration_to_string(s.latency):>10} {_pct(o.latency_share):>9} {moved:>10}")
+                     f"{duration_to_string(s.latency):>10} {_pct(o.latency_share):>9} {moved:>10}{kernels}")
 
 
 def format_text(report: Report) -> str:
@@ -615,6 +646,8 @@ def format_text(report: Report) -> str:
         text.detailed(report.tree)
     if report.operators is not None:
         text.operators(report.operators)
+    if report.kernels is not None:
+        text.kernels(report.kernels)
     text.add(RULE)
     return "\n".join(text.lines) + "\n"
 

@@ -5,7 +5,8 @@ and ``dur`` in microseconds) in ``traceEvents``, one process per rank (``pid`` =
 named ``rank N``) and one thread per lane: ``iteration``, ``forward`` and ``recompute``
 (module calls, nested by time: a flame), ``backward`` and ``step`` (timed whole), and
 ``communication`` (collectives). Each module span's args hold the module's MACs and FLOPs
-in that phase; each collective's its kind, bytes and module. See ``docs/trace.md``.
+in that phase (with ``device_time=True``, its kernels' time and its own top kernels); each
+collective's its kind, bytes and module. See ``docs/trace.md``.
 
 >>> import json, torch, flopsight
 >>> model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU())
@@ -132,6 +133,10 @@ def _rank_events(rank: int, result) -> list[dict]:
     return events
 
 
+#: kernels listed in a module span's args (its own, most time first)
+_KERNELS = 10
+
+
 def _span(name: str, cat: str, pid: int, tid: int, start: float, duration: float, args: dict) -> dict:
     """A complete event. ``ts`` and the end are rounded to whole nanoseconds each, so a span
     that lies within another still does after rounding."""
@@ -158,6 +163,12 @@ def _module_args(result, path: str, phase: str) -> dict:
     if phase in PHASES:
         stats = node.inclusive[phase]
         args.update(calls=stats.calls, macs=stats.macs, flops=stats.flops)
+    if phase in node.device_time:  # device_time=True: its kernels' time with its submodules'
+        args["device_time_us"] = round(node.device_time[phase] * 1e6, 3)
+    kernels = node.record.kernels.get(phase)
+    if kernels:  # and its own kernels, by name
+        args["kernels"] = {name: {"calls": k.calls, "us": round(k.seconds * 1e6, 3)}
+                           for name, k in list(kernels.items())[:_KERNELS]}
     return args
 
 

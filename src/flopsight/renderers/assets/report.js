@@ -644,10 +644,12 @@
       const n = NODES[stack.pop()];
       const ops = n.m.ops && n.m.ops[ph];
       if (ops) for (const [name, s] of Object.entries(ops)) {
-        const t = totals.get(name) || { macs: 0, flops: 0, latency: 0, calls: 0, bytes: 0 };
+        const t = totals.get(name) || { macs: 0, flops: 0, latency: 0, calls: 0, bytes: 0, device: 0 };
         t.macs += s.macs; t.flops += s.flops; t.latency += s.latency; t.calls += s.calls;
         const moved = n.m.bytes_moved && n.m.bytes_moved[ph];
         if (moved && typeof moved[name] === "number") t.bytes += moved[name];
+        const device = n.m.op_device_time && n.m.op_device_time[ph];
+        if (device && typeof device[name] === "number") t.device += device[name];
         totals.set(name, t);
       }
       if (subtree) for (const j of n.children) stack.push(j);
@@ -699,6 +701,7 @@
     }
     renderEfficiency(box, node);
     renderOps(box, node);
+    renderKernels(box, node);
     renderCollectives(box, node);
     renderRankDetail(box, node);
   }
@@ -743,12 +746,52 @@
     const totalTime = ops.reduce((s, [, t]) => s + t.latency, 0);
     const totalFlops = ops.reduce((s, [, t]) => s + t.flops, 0);
     const withBytes = ops.some(([, t]) => t.bytes > 0);
+    const withDevice = Boolean(DATA.kernels); // kernels recorded: the time of those each operator launched
     const shown = ops.slice(0, 50);
-    section.append(scroller(figuresTable(["operator", "calls", "FLOPs", "% FLOPs", "time", "% time", ...(withBytes ? ["bytes"] : [])],
+    section.append(scroller(figuresTable(["operator", "calls", "FLOPs", "% FLOPs", "time", "% time", ...(withBytes ? ["bytes"] : []),
+      ...(withDevice ? ["device time"] : [])],
       shown.map(([name, t]) => [name, t.calls, fmt.flops(t.flops), fmt.pct(share(t.flops, totalFlops)), fmt.duration(t.latency),
-        fmt.pct(share(t.latency, totalTime)), ...(withBytes ? [fmt.bytes(t.bytes)] : [])]), "ops-table")));
+        fmt.pct(share(t.latency, totalTime)), ...(withBytes ? [fmt.bytes(t.bytes)] : []),
+        ...(withDevice ? [fmt.duration(t.device)] : [])]), "ops-table")));
     if (ops.length > shown.length) section.append(el("p", { cls: "muted", text: `and ${ops.length - shown.length} more operators` }));
     box.append(section);
+  }
+
+  function kernelsOf(node, ph) {
+    const totals = new Map();
+    const stack = [node.i];
+    while (stack.length) {
+      const n = NODES[stack.pop()];
+      const kernels = n.m.kernels && n.m.kernels[ph];
+      if (kernels) for (const [name, k] of Object.entries(kernels)) {
+        const t = totals.get(name) || { calls: 0, seconds: 0 };
+        t.calls += k.calls; t.seconds += k.seconds;
+        totals.set(name, t);
+      }
+      for (const j of n.children) stack.push(j);
+    }
+    return [...totals.entries()].sort((a, b) => b[1].seconds - a[1].seconds || (a[0] < b[0] ? -1 : 1));
+  }
+
+  // its kernels with its submodules', per phase: recorded with device_time=True
+  function renderKernels(box, node) {
+    if (!DATA.kernels) return;
+    const section = el("div", { id: "kernels" });
+    const what = DATA.kernels.source === "cuda" ? "CUDA kernels, GPU time" : "CPU operators, self time";
+    section.append(el("h3", { text: `Kernels (${what}; with submodules)` }));
+    let any = false;
+    for (const ph of PRESENT) {
+      const kernels = kernelsOf(node, ph);
+      if (!kernels.length) continue;
+      any = true;
+      const total = kernels.reduce((s, [, k]) => s + k.seconds, 0);
+      const shown = kernels.slice(0, 30);
+      section.append(el("p", { text: `${ph}: ${kernels.length} kernel${kernels.length > 1 ? "s" : ""}, ${fmt.duration(total)}` }));
+      section.append(scroller(figuresTable(["kernel", "calls", "device time", "share"],
+        shown.map(([name, k]) => [name, k.calls, fmt.duration(k.seconds), fmt.pct(share(k.seconds, total))]), "kernels-table")));
+      if (kernels.length > shown.length) section.append(el("p", { cls: "muted", text: `and ${kernels.length - shown.length} more kernels` }));
+    }
+    if (any) box.append(section);
   }
 
   function renderCollectives(box, node) {
