@@ -62,3 +62,57 @@ def test_meta_report_says_its_latencies_are_not_the_hardwares():
     assert any(" ".join(line.split()) == note for line in result.render("text").splitlines())
     cpu = flopsight.profile(torch.nn.Linear(4, 4), torch.ones(2, 4), warm_up=0)
     assert "meta device" not in cpu.render("text")
+
+
+class _Placed:
+    """Stands for a tensor placed on a device this machine may not have (only ``.device`` is read)."""
+
+    def __init__(self, device):
+        self.device = torch.device(device)
+
+
+class Offloaded(nn.Module):
+    """A model whose first parameters stay on the CPU (CPU offload, FSDP's) and whose others
+    are on ``cuda:1``."""
+
+    def parameters(self, recurse=True):
+        return iter([_Placed("cpu"), _Placed("cpu"), _Placed("cuda:1")])
+
+    def buffers(self, recurse=True):
+        return iter([])
+
+
+def test_the_timing_device_is_the_accelerator_the_model_or_its_inputs_are_on():
+    from flopsight.capture.inputs import model_device
+    from flopsight.capture.timing import CudaEventClock, HostClock, default_clock
+
+    # not the first parameter's device: the accelerator one of them is on
+    assert model_device(Offloaded()) == torch.device("cuda", 1)
+    clock = default_clock(model_device(Offloaded()))
+    assert isinstance(clock, CudaEventClock) and clock.device == torch.device("cuda", 1)
+
+    class OnCpu(nn.Module):
+        def parameters(self, recurse=True):
+            return iter([_Placed("cpu")])
+
+        def buffers(self, recurse=True):
+            return iter([])
+
+    # every parameter on the CPU, the inputs on a GPU: the GPU computes
+    assert model_device(OnCpu(), (_as_tensor_on("cuda:0"),)) == torch.device("cuda", 0)
+    assert model_device(OnCpu()) == torch.device("cpu")
+    assert isinstance(default_clock(model_device(nn.Linear(2, 2))), HostClock)
+    # no model: the CPU, unless this process has used CUDA
+    expected = "cuda" if torch.cuda.is_available() and torch.cuda.is_initialized() else "cpu"
+    assert model_device(nn.Module(), everything=True).type == expected
+
+
+def _as_tensor_on(device):
+    """A meta tensor that reports ``device`` (what model_device reads of an input)."""
+
+    class Placed(torch.Tensor):
+        @property
+        def device(self):
+            return torch.device(device)
+
+    return torch.empty(1, device="meta").as_subclass(Placed)

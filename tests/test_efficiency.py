@@ -1,6 +1,7 @@
 """Efficiency against a peak: achieved FLOPS, fraction of peak, bytes, intensity, roofline, MFU/HFU."""
 
 import json
+import dataclasses
 
 import pytest
 import torch
@@ -247,3 +248,31 @@ def test_meta_latencies_give_no_rates_but_verdicts_hold():
     assert root.flops_per_second is None and root.fraction_of_peak is None
     assert root.intensity is not None and root.bound in ("compute", "memory")
     assert not any(label.startswith(("MFU", "fwd fraction")) for label, _ in efficiency_lines(result, "H100 SXM"))
+
+
+def test_autocast_inside_the_span_picks_the_peak_column():
+    # the parameters are float32; autocast runs the matmuls in bf16, entered inside the span
+    model = nn.Sequential(nn.Linear(8, 8))
+    with flopsight.Profiler(model) as prof:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            model(torch.ones(2, 8))
+    md = prof.result.metadata
+    assert (md.dtype, md.autocast_dtype) == ("float32", "bfloat16")
+    assert peak_dtype(md) == "bf16"
+    assert flopsight.profile(model, torch.ones(2, 8)).metadata.autocast_dtype == ""
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # around profile(): the same
+        assert flopsight.profile(model, torch.ones(2, 8)).metadata.autocast_dtype == "bfloat16"
+
+
+def test_a_float32_conv_net_on_cuda_reads_tf32_under_cudnns_default():
+    from flopsight.analysis.efficiency import mostly_convolutions
+
+    conv = flopsight.profile(nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU()), torch.ones(1, 3, 8, 8))
+    mlp = flopsight.profile(nn.Sequential(nn.Linear(8, 8)), torch.ones(2, 8))
+    assert mostly_convolutions(conv) and not mostly_convolutions(mlp)
+    on_gpu = dict(device_type="cuda", device="cuda:0", cudnn_conv_precision="tf32", float32_matmul_precision="highest")
+    assert peak_dtype(dataclasses.replace(conv.metadata, **on_gpu), convolutions=True) == "tf32"
+    assert peak_dtype(dataclasses.replace(mlp.metadata, **on_gpu)) == "fp32"
+    ieee = dict(on_gpu, cudnn_conv_precision="ieee")
+    assert peak_dtype(dataclasses.replace(conv.metadata, **ieee), convolutions=True) == "fp32"
+    assert conv.metadata.cudnn_conv_precision in ("tf32", "ieee")  # recorded from torch

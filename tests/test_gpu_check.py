@@ -183,7 +183,6 @@ def test_not_built_probe():
     v = gc.judge_not_built(["ProfileResult.kernels"], [])
     assert v.status == SKIP and v.figure.startswith("not built yet")
     assert gc.judge_not_built(["ProfileResult.kernels"], ["ProfileResult.kernels"]).status == SKIP
-    assert gc.probe_compile_regions().status == SKIP  # today's flopsight
 
 
 def test_kernels_at_most_one_percent_unassigned():
@@ -230,3 +229,13 @@ def test_whole_script_on_cpu(tmp_path):
     for key in ("date", "device_name", "torch_version", "python_version", "flopsight_version"):
         assert summary[key]
     assert proc.stdout.strip().splitlines()[-1] == f"0 passed, 0 failed, {len(gc.CHECKS)} skipped"
+
+
+def test_compile_regions():
+    figures = {"blocks": 8, "compiled": [str(i) for i in range(8)], "region_kernels": 64, "region_ms": 3.2,
+               "regions_without_kernels": [], "compile_events": 0, "mismatch": None}
+    assert gc.judge_compile_regions(figures).status == PASS
+    assert gc.judge_compile_regions(dict(figures, compiled=["0"])).status == FAIL  # a block not named
+    assert gc.judge_compile_regions(dict(figures, compile_events=3)).status == FAIL  # compilation timed
+    assert gc.judge_compile_regions(dict(figures, regions_without_kernels=["5"])).status == FAIL
+    assert gc.judge_compile_regions(dict(figures, mismatch="total macs 1 vs 2")).status == FAIL

@@ -70,6 +70,7 @@ def test_entries_read_from_sparsity_figures_say_they_were_halved(name):
     ("NVIDIA A100-SXM4-40GB", "NVIDIA A100 40GB"),
     ("NVIDIA A100-PCIE-40GB", "NVIDIA A100 40GB"),
     ("NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB SXM"),
+    ("NVIDIA A100-SXM-80GB", "NVIDIA A100 80GB SXM"),  # how some drivers name it (issue 17)
     ("NVIDIA A100 80GB PCIe", "NVIDIA A100 80GB PCIe"),
     ("NVIDIA A10", "NVIDIA A10"),
     ("NVIDIA L4", "NVIDIA L4"),

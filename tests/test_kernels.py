@@ -2,6 +2,8 @@
 calls, spans and backward nodes, on synthetic traces that stand for CUDA ones (kernels tied to
 ops by correlation id, a backward pass on a thread of its own), and on real CPU runs."""
 
+import dataclasses
+
 import pytest
 import torch
 from torch import nn
@@ -45,6 +47,15 @@ def test_cuda_kernels_follow_the_launching_op_into_its_module_call():
     # the ops above the kernel, innermost first: what the operator table looks up
     assert ("enc.fc", "forward", "gemm", ("aten.mm", "aten.linear")) in times.kernels
     assert times.unassigned == {} and times.source == "cuda"
+
+
+def test_a_kernel_launched_by_compiled_code_with_no_op_around_it_is_its_calls():
+    # a compiled region launches its Triton kernels itself: the innermost range is our call's
+    events = [TraceEvent("flopsight/call/1", 1, 10, 50, corr=3),
+              TraceEvent("triton_poi_fused_relu_0", 0, 60, 70, linked=3, on_device=True)]
+    times = attribute(events, call_of, outside_to_root=False, device=True)
+    assert kernels_by_place(times) == {("enc.fc", "forward", "triton_poi_fused_relu_0"): (1, 1e-8)}
+    assert ("enc.fc", "forward", "triton_poi_fused_relu_0", ()) in times.kernels  # no op above it
 
 
 def test_backward_on_its_own_thread_goes_to_the_module_whose_forward_made_the_node():
@@ -223,3 +234,26 @@ def test_text_report_has_the_device_column_and_the_kernels_per_module():
     # not asked for: neither appears (DeepSpeed's report unchanged)
     plain = flopsight.profile(Net(), torch.randn(4, 16)).render("text", ops=3)
     assert "Kernels per" not in plain and "device" not in plain.split("Operator Profile")[1].splitlines()[5]
+
+
+def test_operators_that_make_the_host_wait_are_named_on_cuda():
+    from flopsight.analysis.syncs import host_syncs
+
+    class Router(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gate = nn.Linear(16, 4)
+
+        def forward(self, x):
+            scores = self.gate(x)
+            picked = (scores > 0).nonzero()
+            return scores.sum() * picked.shape[0] / max(float(scores.max()), 1.0)
+
+    result = flopsight.profile(Router(), torch.randn(4, 16))
+    assert [(s.path, s.op, s.calls) for s in host_syncs(result)] == [("", "aten._local_scalar_dense", 1),
+                                                                       ("", "aten.nonzero", 1)]
+    # the summary names them for a CUDA run; on the CPU nothing waits
+    assert "host syncs" not in result.render("text")
+    on_gpu = result.updated(metadata=dataclasses.replace(result.metadata, device_type="cuda", device="cuda:0"))
+    line = next(line for line in on_gpu.render("text").splitlines() if line.startswith("host syncs"))
+    assert "2 calls: aten._local_scalar_dense x1 in '<root>' (fwd), aten.nonzero x1 in '<root>' (fwd)" in line

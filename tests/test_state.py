@@ -183,6 +183,29 @@ def test_compiled_model_is_counted_eagerly_and_stays_compiled():
     assert len(compiles) == 1  # and was never recompiled
 
 
+def test_a_compiled_models_timed_call_is_never_its_first():
+    compiles, graph_calls = [], []
+
+    def backend(gm, example_inputs):
+        compiles.append(gm)
+
+        def run(*args):
+            graph_calls.append(len(compiles))  # which compile's graph ran
+            return gm.forward(*args)
+
+        return run
+
+    compiled = torch.compile(nn.Sequential(nn.Linear(8, 8), nn.ReLU()), backend=backend)
+    x = torch.ones(4, 8)
+    # warm_up=1: the counting pass ran the eager module, so the compiled one is warmed up on its
+    # own, twice (reduce-overhead records its CUDA graph on the second call), before the timed call
+    flopsight.profile(compiled, x, warm_up=1)
+    assert len(compiles) == 1 and len(graph_calls) == 3
+    graph_calls.clear()
+    flopsight.profile(compiled, x, warm_up=0)  # asked for: the first call timed, nothing before it
+    assert len(graph_calls) == 1
+
+
 def test_profiler_refuses_a_compiled_model_instead_of_deoptimizing_it():
     compiled = torch.compile(nn.Linear(2, 2), backend="eager")
     with pytest.raises(ValueError, match="model: a torch.compile'd module cannot be profiled around your own calls"):
@@ -194,6 +217,9 @@ def test_profiler_refuses_a_compiled_model_instead_of_deoptimizing_it():
 SHOWN_ONCE = r'''
 import sys, warnings
 import torch, torch._dynamo  # torch's own first import of dynamo makes Python forget what it showed: done first
+# and so does its first compile (torch.overrides builds its tables under catch_warnings): done first too,
+# since profiling a compiled model warms it up with calls of its own, after the compile
+torch.compile(torch.nn.Linear(1, 1), backend="eager")(torch.ones(1))
 import flopsight
 from torch import nn
 
@@ -268,3 +294,31 @@ def test_torchs_new_fp32_precision_api_is_read_and_mixing_it_with_the_legacy_one
     finally:
         torch.backends.cuda.matmul.fp32_precision = before
         torch.set_float32_matmul_precision("highest")
+
+
+def test_a_compiled_submodule_is_warmed_up_named_and_timed_as_one_region():
+    compiles = []
+
+    def backend(gm, example_inputs):
+        compiles.append(1)
+        return gm.forward
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(8, 8)
+            self.b = torch.compile(nn.Sequential(nn.Linear(8, 8), nn.ReLU()), backend=backend)
+
+        def forward(self, x):
+            return self.b(self.a(x))
+
+    model = Net()
+    result = flopsight.profile(model, torch.ones(2, 8), device_time=True)
+    # compiled before the timed pass: its kernels (here the CPU's ops) hold no compilation
+    assert len(compiles) == 1
+    assert not any("dynamo" in name for name in result.module("b").record.kernels.get("forward", {}))
+    assert result.metadata.compiled == ("b",)
+    assert result.module("b._orig_mod.0").forward.macs == 2 * 8 * 8  # counted on the eager module
+    line = next(line for line in result.render("text").splitlines() if line.startswith("ran compiled"))
+    assert line.split(":", 1)[1].strip() == "'b'"
+    assert flopsight.ProfileResult.from_dict(result.to_dict()).metadata.compiled == ("b",)

@@ -168,8 +168,8 @@ PEAKS: dict[str, Peak] = {p.name: p for p in (
 _DEVICE_PATTERNS: tuple[tuple[str, str], ...] = (
     (r"v100 sxm2( (16|32)gb)?", "NVIDIA V100 SXM2"),
     (r"v100 pcie( (16|32)gb)?", "NVIDIA V100 PCIe"),
-    (r"a100 (sxm4|pcie) 40gb|a100 40gb( (sxm4?|pcie))?", "NVIDIA A100 40GB"),
-    (r"a100 sxm4 80gb|a100 80gb( sxm4?)?", "NVIDIA A100 80GB SXM"),
+    (r"a100 (sxm4?|pcie) 40gb|a100 40gb( (sxm4?|pcie))?", "NVIDIA A100 40GB"),
+    (r"a100 sxm4? 80gb|a100 80gb( sxm4?)?", "NVIDIA A100 80GB SXM"),  # "A100-SXM-80GB" too
     (r"a100 80gb pcie|a100 pcie 80gb", "NVIDIA A100 80GB PCIe"),
     (r"a10", "NVIDIA A10"),
     (r"l4", "NVIDIA L4"),

@@ -28,7 +28,7 @@ from .capture.build import build_result
 from .capture.gather import DEFAULT_GATHER_TIMEOUT, announce, check_gather_timeout, gather_ranks, publish_failure
 from .capture.kernels import check_device_time
 from .capture.inputs import batch_size, describe_inputs, model_device, model_dtype
-from .capture.modules import ModuleCalls, describe
+from .capture.modules import ModuleCalls, compiled_paths, describe
 from .capture.native import check_backend
 from .capture.optimizer import check_optimizer
 from .capture.parallel import check_parallel, detect_parallel
@@ -154,11 +154,30 @@ def float32_matmul_precision() -> str:
         return "highest"
 
 
-def run_metadata(model: nn.Module, args: tuple, kwargs: dict, **extra: Any) -> Metadata:
-    """What the result records about the run besides the measurements."""
+def cudnn_conv_precision() -> str:
+    """How cuDNN runs float32 convolutions: ``"tf32"`` or ``"ieee"``; torch's new API first
+    (``torch.backends.cudnn.conv.fp32_precision``), then ``torch.backends.cudnn.allow_tf32``
+    (True by default: fp32 convolutions run in tf32 on GPUs that have it).
+
+    >>> cudnn_conv_precision() in ("tf32", "ieee")
+    True
+    """
+    new = getattr(getattr(torch.backends.cudnn, "conv", None), "fp32_precision", "none")
+    if new in ("tf32", "ieee"):
+        return new
+    try:
+        return "tf32" if torch.backends.cudnn.allow_tf32 else "ieee"
+    except RuntimeError:  # the APIs mixed, the new one unset for convolutions
+        return "ieee"
+
+
+def run_metadata(model: nn.Module, args: tuple, kwargs: dict, *, everything: bool = False,
+                 autocast: dict | None = None, **extra: Any) -> Metadata:
+    """What the result records about the run besides the measurements (``everything``: a
+    span without a model, see :func:`~.capture.inputs.model_device`)."""
     from .hardware import device_name  # the efficiency report looks the peak up by this name
 
-    device = model_device(model, args, kwargs)
+    device = model_device(model, args, kwargs, everything=everything)
     world_size, rank = _world()
     inputs = {"inputs": describe_inputs(args, kwargs), "batch_size": batch_size(args, kwargs)} if args or kwargs else {}
     return Metadata(
@@ -172,6 +191,8 @@ def run_metadata(model: nn.Module, args: tuple, kwargs: dict, **extra: Any) -> M
         device_name=device_name(device) or "",
         dtype=str(model_dtype(model, args, kwargs)).replace("torch.", ""),
         float32_matmul_precision=float32_matmul_precision(),
+        autocast_dtype=(autocast or {}).get(device.type, ""),
+        cudnn_conv_precision=cudnn_conv_precision(),
         world_size=world_size,
         rank=rank,
         **inputs,
@@ -281,10 +302,19 @@ def profile(
         time_infos = {"": dataclasses.replace(infos[""], module=model)}
     else:
         time_infos = infos
+    # compiled regions, the model's or its modules': each compiles on its first call, which no
+    # timed call may be
+    regions = ("",) if compiled else compiled_paths(infos)
     clock = clock or default_clock(model_device(target, args, kwargs))
     separate = timing == "separate" or (timing == "auto" and warm_up >= 1)
     state = ModelState(target)
     passes = 0
+
+    def quiet_compiled():
+        # torch notes that global hooks (the user's, or a session's) also fire for the compiled
+        # wrapper: intended
+        return ignoring(r"Using `torch.compile\(module\)` when there are global hooks") if regions \
+            else contextlib.nullcontext()
 
     def rewind() -> None:  # every pass starts from the snapshot (the first one already does)
         nonlocal passes
@@ -301,9 +331,7 @@ def profile(
         session = CaptureSession(options, registry=registry, clock=clock)
         session.start()
         try:
-            # torch notes that global hooks also fire for the compiled wrapper: intended
-            with ignoring(r"Using `torch.compile\(module\)` when there are global hooks") if compiled \
-                    else contextlib.nullcontext():
+            with quiet_compiled():
                 (count_call if count else time_call)(*args, **kwargs)
         finally:
             raw = session.stop()
@@ -311,18 +339,20 @@ def profile(
 
     def plain() -> None:
         rewind()
-        time_call(*args, **kwargs)
+        with quiet_compiled():
+            time_call(*args, **kwargs)
 
     announce()  # under torch.distributed: rank 0 waits for the ranks that profile
     try:
         if separate:
-            # doubles as the first warm-up; the timing passes' timelines are the result's
+            # doubles as the first warm-up (not of a compiled model: it ran the eager module); the
+            # timing passes' timelines are the result's
             counts = captured(count=True, timeline=False)
-            for _ in range(warm_up - 1):
+            for _ in range(compiled_warm_ups(warm_up) if regions else warm_up - 1):
                 plain()
             times = [captured(count=False) for _ in range(repeat)]
         else:
-            for _ in range(warm_up):
+            for _ in range(compiled_warm_ups(warm_up) if regions else warm_up):
                 plain()
             times = [captured(count=True) for _ in range(repeat)]
     except BaseException as e:
@@ -332,12 +362,25 @@ def profile(
     finally:
         state.restore()
 
-    meta = run_metadata(target, args, kwargs, mode=mode, method=name, warm_up=warm_up, attention=attention,
+    first = (counts if separate else times[0]).get(ModuleCalls)
+    meta = run_metadata(target, args, kwargs, autocast=first.autocast if first is not None else None, mode=mode,
+                        method=name, warm_up=warm_up, attention=attention, compiled=regions,
                         timing=_timing(clock, separate, compiled), parallel=detect_parallel(target))
     timed = [build_result(infos, counts if separate else t, t if separate else None, ignored=ignore, metadata=meta)
              for t in times]
     # no warm-up: the first timed call may be the model's first (lazy initialisation, caches)
     return with_ranks(combine_steps(timed, "pass", first_step=warm_up == 0), gather_timeout)
+
+
+def compiled_warm_ups(warm_up: int) -> int:
+    """Untimed calls of a compiled model before its timed ones: ``warm_up``, and at least two
+    when there is any (the first compiles; ``mode="reduce-overhead"`` records its CUDA graph
+    on the second), so no timed call includes compilation.
+
+    >>> compiled_warm_ups(0), compiled_warm_ups(1), compiled_warm_ups(5)
+    (0, 2, 5)
+    """
+    return max(warm_up, 2) if warm_up else 0
 
 
 def _nothing_stepped(optimizer: Any) -> bool:
@@ -455,6 +498,7 @@ class Profiler:
         self._result: ProfileResult | None = None
         self._measured: list[ProfileResult] = []  # the steps ended so far
         self._first_step = False
+        self._ran_on: torch.device | None = None  # the accelerator the steps so far ran on
 
     @property
     def running(self) -> bool:
@@ -470,7 +514,9 @@ class Profiler:
         return self
 
     def _open(self) -> None:
-        clock = self._clock or default_clock(model_device(self._target))
+        # the device a step ran on, once one did: a CPU-offloaded model's first step finds its GPU by its inputs
+        device = self._ran_on or model_device(self._target, everything=self._everything)
+        clock = self._clock or default_clock(device)
         options = CaptureOptions(self._infos, memory=self._memory, outside_to_root=self._everything,
                                  optimizer=self.optimizer, ignore=self._ignore, backend=self._backend,
                                  kernels=self._device_time)
@@ -519,9 +565,14 @@ class Profiler:
     def _build(self, session: CaptureSession, raw) -> ProfileResult:
         calls = raw.get(ModuleCalls)
         args, kwargs = (calls.first_inputs if calls is not None else None) or ((), {})
-        meta = run_metadata(self._target, args, kwargs, mode="custom", attention=self._attention,
+        meta = run_metadata(self._target, args, kwargs, everything=self._everything,
+                            autocast=calls.autocast if calls is not None else None, mode="custom",
+                            attention=self._attention,
                             batch_size_given=self.batch_size, timing=_timing(session.clock, False),
-                            parallel=detect_parallel(self._target, given=self._parallel))
+                            parallel=detect_parallel(self._target, given=self._parallel),
+                            compiled=compiled_paths(self._infos))
+        if meta.device_type not in ("cpu", "meta"):
+            self._ran_on = torch.device(meta.device)
         return build_result(self._infos, raw, ignored=self._ignore, metadata=meta)
 
     @property

@@ -89,29 +89,55 @@ class Efficiency:
         return self.modules.get("", {})
 
 
-def peak_dtype(metadata: Metadata, dtype: str | None = None) -> str | None:
+def peak_dtype(metadata: Metadata, dtype: str | None = None, *, convolutions: bool = False) -> str | None:
     """The column of the peak table a result is measured against.
 
-    ``dtype`` given wins (``"tf32"``, ``"bf16"`` under autocast...). Otherwise the dtype
-    the result recorded (the model's first floating-point parameter): float32 reads the
-    fp32 column, on CUDA too, because torch runs float32 matmuls in IEEE fp32 unless told
-    otherwise (``torch.backends.cuda.matmul.allow_tf32`` is off by default); a result that
-    records ``float32_matmul_precision`` "high" or "medium" reads tf32. None when the
-    result records no dtype the table knows.
+    ``dtype`` given wins. Otherwise the dtype autocast ran the model's ops in, where it was
+    on (``autocast_dtype``, read inside the span), else the dtype the result recorded (the
+    model's first floating-point parameter). On CUDA, float32 reads tf32 where torch let the
+    dominant kind of op run in tf32: ``convolutions`` (most FLOPs were convolutions) under
+    cuDNN's tf32, on by default (``cudnn_conv_precision``); matmuls under
+    ``float32_matmul_precision`` "high" or "medium" (off by default). None when the result
+    records no dtype the table knows.
 
     >>> peak_dtype(Metadata(dtype="bfloat16")), peak_dtype(Metadata(dtype="float32"), "tf32")
     ('bf16', 'tf32')
+    >>> peak_dtype(Metadata(dtype="float32", autocast_dtype="float16", device_type="cuda"))
+    'fp16'
+    >>> gpu = Metadata(dtype="float32", device_type="cuda", cudnn_conv_precision="tf32")
+    >>> peak_dtype(gpu), peak_dtype(gpu, convolutions=True)
+    ('fp32', 'tf32')
     """
     if dtype is not None:
         return canonical_dtype(dtype)
     try:
-        key = canonical_dtype(metadata.dtype)
+        key = canonical_dtype(getattr(metadata, "autocast_dtype", "") or metadata.dtype)
     except ValueError:
         return None
-    precision = getattr(metadata, "float32_matmul_precision", None)
-    if key == "fp32" and metadata.device_type == "cuda" and precision in ("high", "medium"):
-        return "tf32"
+    if key == "fp32" and metadata.device_type == "cuda":
+        if convolutions:
+            tf32 = getattr(metadata, "cudnn_conv_precision", "") == "tf32"
+        else:
+            tf32 = getattr(metadata, "float32_matmul_precision", None) in ("high", "medium")
+        if tf32:
+            return "tf32"
     return key
+
+
+#: the operators whose FLOPs are convolutions (cuDNN's: its tf32 setting applies)
+_CONVOLUTIONS = ("aten.convolution", "aten.cudnn_convolution", "aten._convolution", "aten.conv")
+
+
+def mostly_convolutions(result: ProfileResult) -> bool:
+    """Whether convolutions did most of the result's FLOPs (every phase)."""
+    conv = total = 0
+    for stats in result.modules.values():
+        for ops in stats.ops.values():
+            for name, s in ops.items():
+                total += s.flops
+                if name.startswith(_CONVOLUTIONS):
+                    conv += s.flops
+    return total > 0 and 2 * conv > total
 
 
 def _peak_of(result: ProfileResult, peak: Any) -> tuple[Peak | None, str | None]:
@@ -166,7 +192,7 @@ def efficiency(result: ProfileResult, peak: Any = None, *, dtype: str | None = N
     if not isinstance(result, ProfileResult):
         raise TypeError(f"result: expected a flopsight ProfileResult, got {type(result).__name__}")
     chosen, reason = _peak_of(result, peak)
-    key = peak_dtype(result.metadata, dtype)
+    key = peak_dtype(result.metadata, dtype, convolutions=mostly_convolutions(result))
     peak_flops = ridge = None
     if chosen is not None:
         if key is None:

@@ -46,6 +46,7 @@ from .collapse import View, child_views, root_view, signatures, subtree_sizes, w
 from .derived import derived
 from .efficiency import Efficiency, efficiency
 from .kernel_profile import KernelProfile, kernel_profile
+from .syncs import HostSync, host_syncs
 from .noise import NoiseFigures, noise_figures
 from .ranks import RankFigures, rank_figures
 from .report_figures import (
@@ -536,6 +537,11 @@ class Report:
     @cached_property
     def operators(self) -> OperatorProfile | None:
         return operator_profile(self.result, self.options)
+
+    @cached_property
+    def host_syncs(self) -> list[HostSync]:
+        """The operators that make the host wait for the device, on CUDA (elsewhere none wait)."""
+        return host_syncs(self.result) if self.result.metadata.device_type == "cuda" else []
 
     @cached_property
     def kernels(self) -> KernelProfile | None:

@@ -128,27 +128,33 @@ class _Call:
     how much of its flight the rank spent running ops (``overlapped``)."""
 
     __slots__ = ("kind", "path", "phase", "bytes", "group_size", "issued", "returned", "done", "overlapped",
-                 "events")
+                 "device", "events")
 
-    def __init__(self, kind, path, phase, nbytes, group_size, issued, returned, cuda=False):
+    def __init__(self, kind, path, phase, nbytes, group_size, issued, returned, device=None):
         self.kind, self.path, self.phase, self.bytes, self.group_size = kind, path, phase, nbytes, group_size
         self.issued, self.returned = issued, returned
         self.done: float | None = None
         self.overlapped = 0.0
-        #: on CUDA: [issue event, completion event or None]
-        self.events: list | None = [_cuda_event(), None] if cuda else None
+        #: on CUDA: the tensor's device, and [issue event, completion event or None] on its stream
+        self.device = device
+        self.events: list | None = [_cuda_event(device), None] if device is not None else None
 
     def complete(self) -> None:
         if self.done is None:
             self.done = time.perf_counter()
             if self.events is not None:
-                self.events[1] = _cuda_event()
+                # on the tensor's device, whichever thread (the backend's) saw it complete
+                self.events[1] = _cuda_event(self.device)
 
     def resolve_gpu_time(self) -> None:
         """On CUDA, once the device is synchronized: completion is issue plus the GPU time
-        between the two events (the host saw the collective complete when it was queued)."""
+        between the two events (the host saw the collective complete when it was queued);
+        host times where the events cannot be compared (recorded during graph capture)."""
         if self.events is not None and self.events[1] is not None:
-            self.done = self.issued + self.events[0].elapsed_time(self.events[1]) / 1e3
+            try:
+                self.done = self.issued + self.events[0].elapsed_time(self.events[1]) / 1e3
+            except RuntimeError:
+                pass
             self.events = None
 
     @property
@@ -162,10 +168,11 @@ class _Call:
         return max(self.end - self.issued, 0.0)
 
 
-def _cuda_event():
-    """A timing event recorded now on the current CUDA stream."""
+def _cuda_event(device: torch.device):
+    """A timing event recorded now on ``device``'s current stream (not the current device's:
+    a rank's tensors on ``cuda:1`` without ``set_device(1)``)."""
     event = torch.cuda.Event(enable_timing=True)
-    event.record()
+    event.record(torch.cuda.current_stream(device))
     return event
 
 
@@ -271,12 +278,13 @@ class CollectivesSource:
         self._awaiting.clear()
 
     def collect(self, ctx: CaptureContext) -> Communication | None:
-        """The calls, their CUDA times read (one device synchronize if any ran on CUDA)."""
+        """The calls, their CUDA times read (one synchronize per device they ran on)."""
         if not self.calls:
             return None
         timed = [c for c in self.calls if c.events is not None]
         if timed:
-            torch.cuda.synchronize()
+            for device in {c.device for c in timed}:
+                torch.cuda.synchronize(device)
             for c in timed:
                 c.resolve_gpu_time()
         return Communication(list(self.calls))
@@ -304,7 +312,7 @@ class CollectivesSource:
             nbytes //= group_size  # the whole input is passed; this rank keeps 1/n of it
         tensor = _first_tensor(bound.get(payload)) if payload else None
         call = _Call(kind, path, phase, nbytes, group_size, self._issue_time(event.t0), self._issue_time(event.t1),
-                     cuda=tensor is not None and tensor.is_cuda)
+                     device=tensor.device if tensor is not None and tensor.is_cuda else None)
         self.calls.append(call)
         flight = self.in_flight
 

@@ -33,14 +33,55 @@ def describe_inputs(args: tuple, kwargs: dict) -> dict[str, Any]:
     return {"args": _describe(list(args)), "kwargs": _describe(dict(kwargs))}
 
 
-def model_device(model: nn.Module, args: tuple = (), kwargs: dict | None = None) -> torch.device:
-    """The device of the model's first parameter or buffer, else of the first input tensor."""
-    for t in model.parameters():
-        return t.device
-    for t in model.buffers():
-        return t.device
-    t = first_tensor([args, kwargs or {}])
-    return t.device if t is not None else torch.device("cpu")
+def model_device(model: nn.Module, args: tuple = (), kwargs: dict | None = None, *,
+                 everything: bool = False) -> torch.device:
+    """Where the model computes: the first accelerator (CUDA...) device among its parameters,
+    buffers and input tensors (a model whose first parameters stay on the CPU, CPU offload or
+    FSDP's, still runs on the GPU its inputs or other parameters are on); else the device of
+    its first parameter or buffer, else of its first input. ``everything``: the span profiled
+    is whatever runs (no model): the current CUDA device once this process has used CUDA.
+
+    >>> model = torch.nn.Linear(2, 2)
+    >>> model_device(model), model_device(torch.nn.Module(), (torch.ones(1, device="meta"),))
+    (device(type='cpu'), device(type='meta'))
+    """
+    first = None
+    for t in _model_tensors(model):
+        if _accelerator(t.device):
+            return t.device
+        first = first or t.device
+    inputs = first_tensor([args, kwargs or {}])
+    for t in _input_tensors([args, kwargs or {}]):
+        if _accelerator(t.device):
+            return t.device
+    if first is not None:
+        return first
+    if inputs is not None:
+        return inputs.device
+    if everything and torch.cuda.is_available() and torch.cuda.is_initialized():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _accelerator(device: torch.device) -> bool:
+    return device.type not in ("cpu", "meta")
+
+
+def _model_tensors(model: nn.Module):
+    yield from model.parameters()
+    yield from model.buffers()
+
+
+def _input_tensors(value, depth: int = 0):
+    """Every tensor in nested lists, tuples and dicts of inputs (a few levels deep)."""
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif depth < 4 and isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _input_tensors(v, depth + 1)
+    elif depth < 4 and isinstance(value, dict):
+        for v in value.values():
+            yield from _input_tensors(v, depth + 1)
 
 
 def model_dtype(model: nn.Module, args: tuple = (), kwargs: dict | None = None) -> torch.dtype:

@@ -234,7 +234,8 @@ def attribute(events: list[TraceEvent], call_of: Callable[[int], tuple[str, str]
         acc[1] += seconds
 
     if device:
-        by_corr = {e.corr: i for i, e in enumerate(cpu) if e.corr > 0 and not e.name.startswith((_CALL, _PHASE))}
+        # a kernel launched with no op around it (compiled code's) links to the range of ours around it
+        by_corr = {e.corr: i for i, e in enumerate(cpu) if e.corr > 0}
         for e in events:
             if e.on_device:
                 charge(by_corr.get(e.linked, -1), e.name, (e.end - e.start) / 1e9)

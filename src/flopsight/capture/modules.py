@@ -28,7 +28,7 @@ from .native.build import loaded
 from .scripted import is_scripted, type_name
 from .timing import HostClock
 
-__all__ = ["ModuleInfo", "describe", "layer_sizes", "ModuleTracker", "ModuleCalls", "CallRecord"]
+__all__ = ["ModuleInfo", "describe", "compiled_paths", "layer_sizes", "ModuleTracker", "ModuleCalls", "CallRecord"]
 
 
 @dataclass
@@ -202,6 +202,9 @@ class ModuleCalls:
     #: per top-level forward call: (module path, seconds, batch size)
     top_calls: list[tuple[str, float, int | None]] = field(default_factory=list)
     first_inputs: tuple | None = None  # (args, kwargs) of the first top-level module call
+    #: device type -> the autocast dtype enabled for it when the first top-level call began
+    #: (read inside the span: users enter autocast around the forward, not around the profiler)
+    autocast: dict[str, str] = field(default_factory=dict)
     error: str | None = None  # what the profiled call raised, if it did
     log: list = field(default_factory=list)
     seconds: list[float] = field(default_factory=list)
@@ -233,6 +236,7 @@ class ModuleTracker:
         #: called directly (generate() runs an encoder-decoder's encoder that way)
         self.top_calls: list[CallRecord] = []
         self._first_inputs: tuple | None = None
+        self._autocast: dict[str, str] | None = None
         self._error: str | None = None
         self._handles: list = []
         self._paths: dict[int, list[str]] = {}  # id(module) -> its paths in the model
@@ -248,7 +252,7 @@ class ModuleTracker:
 
     def start(self, ctx) -> None:
         pre, post = self._make_hooks(ctx)
-        compiled = _compiled_inside(ctx.options.infos)
+        compiled = bool(compiled_paths(ctx.options.infos))
         recorder, settling = (None, None) if compiled else _native_recorder(ctx)
         if compiled:
             # dynamo traces the module hooks of the calls inside a compiled region: it would
@@ -293,7 +297,7 @@ class ModuleTracker:
         """Each call's span in seconds (the profiler's overhead left out) and, per (path,
         phase), its calls and own time: its span less its children's."""
         log = list(ctx.calls)
-        part = ModuleCalls(first_inputs=self._first_inputs, error=self._error, log=log)
+        part = ModuleCalls(first_inputs=self._first_inputs, error=self._error, log=log, autocast=self._autocast or {})
         span = part.seconds = [0.0] * len(log)
         for rec in log:
             key = (rec.path, rec.phase)
@@ -381,6 +385,8 @@ class ModuleTracker:
             if top is None and phase == "forward":
                 rec.top_id = len(top_calls)
                 top_calls.append(rec)
+                if self._autocast is None:
+                    self._autocast = autocast_dtypes()
                 for listener in forwards:
                     listener.forward_begins(rec)
             rec.seq_start = autograd_sequence_nr()
@@ -432,6 +438,21 @@ class ModuleTracker:
         return pre_hook, post_hook
 
 
+def autocast_dtypes() -> dict[str, str]:
+    """Device type -> the dtype autocast runs eligible ops in, for each device type where it
+    is enabled now.
+
+    >>> with torch.autocast("cpu", dtype=torch.bfloat16):
+    ...     autocast_dtypes()
+    {'cpu': 'bfloat16'}
+    """
+    on = {}
+    for device_type in ("cuda", "cpu"):
+        if torch.is_autocast_enabled(device_type):
+            on[device_type] = str(torch.get_autocast_dtype(device_type)).replace("torch.", "")
+    return on
+
+
 def _native_recorder(ctx):
     """(the native recorder, a context that settles the calls it records) where its C++ hooks
     can track this session's module calls, else (None, None): stamps on the host clock, no
@@ -451,9 +472,16 @@ def _native_recorder(ctx):
     return (recorder, source.CallRecords(ctx, recorder)) if recorder is not None else (None, None)
 
 
-def _compiled_inside(infos: dict) -> bool:
-    """Whether any module of the profiled tree is a ``torch.compile``d one."""
-    return any(original_module(info.module) is not info.module for info in infos.values())
+def compiled_paths(infos: dict) -> tuple[str, ...]:
+    """The paths of the profiled tree's ``torch.compile``d modules (their wrappers).
+
+    >>> model = nn.Sequential(nn.Linear(2, 2))
+    >>> model.append(torch.compile(nn.ReLU(), backend="eager"))
+    Sequential(...)
+    >>> compiled_paths(describe(model))
+    ('1',)
+    """
+    return tuple(info.path for info in infos.values() if original_module(info.module) is not info.module)
 
 
 _NOTE_PREFIX = "flopsight: raised in module"

@@ -62,9 +62,11 @@ class HostClock:
 class CudaEventClock:
     """CUDA events recorded on the current stream of the model's device (not the current
     device's: a model on ``cuda:1`` without ``set_device(1)`` is timed on its own stream);
-    one device synchronize in ``finish``.
+    one synchronize of that device in ``finish``: every stamp is on it, so any two compare.
 
-    Spans are GPU time, so host-side overhead is not subtracted from them.
+    Spans are GPU time, so host-side overhead is not subtracted from them. While a CUDA graph
+    is being captured on the stream no event is recorded (it would be part of the graph, and
+    its time unreadable): the stamp is None and a span touching it reads 0.
     """
 
     name = "cuda_events"
@@ -75,7 +77,9 @@ class CudaEventClock:
         self.device = device
         self.now = time.perf_counter
 
-    def stamp(self) -> torch.cuda.Event:
+    def stamp(self) -> torch.cuda.Event | None:
+        if torch.cuda.is_current_stream_capturing():
+            return None
         event = torch.cuda.Event(enable_timing=True)
         event.record(torch.cuda.current_stream(self.device))
         return event
@@ -84,7 +88,9 @@ class CudaEventClock:
         torch.cuda.synchronize(self.device)
 
     @staticmethod
-    def seconds(start: torch.cuda.Event, end: torch.cuda.Event) -> float:
+    def seconds(start: torch.cuda.Event | None, end: torch.cuda.Event | None) -> float:
+        if start is None or end is None:
+            return 0.0
         return start.elapsed_time(end) / 1e3
 
 

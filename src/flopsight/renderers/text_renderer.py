@@ -149,6 +149,10 @@ class _Text:
         if report.on_meta_device:
             # nothing runs on meta: its "latencies" are torch's and the profiler's Python time
             self.kv("note: ", "profiled on the meta device: latencies and FLOPS are not the hardware's")
+        compiled = report.result.metadata.compiled
+        if compiled:
+            self.kv("ran compiled (torch.compile; each timed as one region, counts from the eager module): ",
+                    ", ".join(repr(p) if p else "the whole model" for p in compiled))
         if f.training is not None:
             self._training(f.training, f)
         if f.generation is not None:
@@ -168,6 +172,8 @@ class _Text:
             self._device_usage(report.device_usage)
         if report.gpu_usage_unavailable is not None:  # the figure is not available: said, not left out
             self.kv("GPU utilization (NVML): ", f"n/a ({report.gpu_usage_unavailable})")
+        if report.host_syncs:
+            self._host_syncs(report.host_syncs)
         for c in f.communication:
             # new lines of their own after DeepSpeed's (its log parsers never see them change)
             self.kv(
@@ -188,6 +194,14 @@ class _Text:
             self._noise(report.noise)
         if f.error:
             self.kv("profile incomplete: ", f.error)
+
+    def _host_syncs(self, syncs: list) -> None:
+        calls = sum(s.calls for s in syncs)
+        listed = ", ".join(f"{s.op} x{s.calls} in {s.path or '<root>'!r} ({_PHASE_SHORT.get(s.phase, s.phase)})"
+                           for s in syncs[:_SYNCS_LISTED])
+        more = f", and {len(syncs) - _SYNCS_LISTED} more" if len(syncs) > _SYNCS_LISTED else ""
+        self.kv("host syncs (the host waits for the GPU): ",
+                f"{calls} call{'s' if calls > 1 else ''}: {listed}{more} (docs/conventions/timing.md)")
 
     def _noise(self, n: NoiseFigures) -> None:
         """The time's spread over the steps, and whether it can tell a difference."""
@@ -630,6 +644,10 @@ class _Text:
             self.add(f"    {r.name:<{width}} {_count(s.calls):>7} {macs_to_string(s.macs):>13} "
                      f"{number_to_string(s.flops):>10} {_pct(o.flops_share):>8} "
                      f"{duration_to_string(s.latency):>10} {_pct(o.latency_share):>9} {moved:>10}{kernels}")
+
+
+#: syncing operators named on the summary's line
+_SYNCS_LISTED = 5
 
 
 def format_text(report: Report) -> str:

@@ -191,6 +191,10 @@ class Metadata:
     #: ``torch.get_float32_matmul_precision()`` during the run ("highest", "high", "medium"):
     #: "high" and "medium" let CUDA run float32 matmuls in tf32 ("" in old results)
     float32_matmul_precision: str = ""
+    #: the dtype autocast ran the model's eligible ops in on its device ("" without autocast)
+    autocast_dtype: str = ""
+    #: how cuDNN runs float32 convolutions: "tf32" (torch's default) or "ieee" ("" in old results)
+    cudnn_conv_precision: str = ""
     world_size: int = 1
     rank: int = 0
     #: world, data-, tensor-, pipeline-, sequence-parallel sizes and ZeRO stage, where known
@@ -207,6 +211,9 @@ class Metadata:
     attention: str = "dense"  # see flopsight.formulas.attention.ATTENTION_CONVENTIONS
     timing: Timing = field(default_factory=Timing)
     error: str | None = None  # set when the profiled call raised
+    #: the paths of the modules that ran ``torch.compile``d ("" for the model itself): each is
+    #: timed as one region (its kernels charged to it), its counts from the eager module
+    compiled: tuple[str, ...] = ()
     #: which path counted the ops: "native" (the C++ recorder) or "python" (the dispatch
     #: mode); "" in old results and where nothing was counted
     backend: str = ""
@@ -218,12 +225,15 @@ class Metadata:
             object.__setattr__(self, "parallel", Parallelism(self.parallel))
         if self.inputs is not None and not isinstance(self.inputs, Inputs):
             object.__setattr__(self, "inputs", Inputs(self.inputs))
+        if not isinstance(self.compiled, tuple):
+            object.__setattr__(self, "compiled", tuple(self.compiled))
 
     def to_dict(self) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in fields(self)}
         d["timing"] = asdict(self.timing)
         d["parallel"] = self.parallel.to_dict() if self.parallel is not None else None
         d["inputs"] = self.inputs.to_dict() if self.inputs is not None else None
+        d["compiled"] = list(self.compiled)
         return d
 
     @classmethod
