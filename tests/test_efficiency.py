@@ -276,3 +276,22 @@ def test_a_float32_conv_net_on_cuda_reads_tf32_under_cudnns_default():
     ieee = dict(on_gpu, cudnn_conv_precision="ieee")
     assert peak_dtype(dataclasses.replace(conv.metadata, **ieee), convolutions=True) == "fp32"
     assert conv.metadata.cudnn_conv_precision in ("tf32", "ieee")  # recorded from torch
+
+
+def test_with_cuda_kernels_a_modules_rate_is_over_its_kernels_gpu_time():
+    from flopsight.result.kernels import Kernel, KernelSummary
+
+    model = nn.Sequential(nn.Linear(8, 8))
+    result = flopsight.profile(model, torch.ones(4, 8), clock=flopsight.FakeClock())
+    # the same profile as if its kernels had been recorded on a GPU: 2 microseconds of addmm
+    record = result.modules["0"]._replace(kernels={"forward": {"gemm": Kernel(1, 2e-6)}})
+    modules = dict(result.modules, **{"0": record})
+    on_gpu = dataclasses.replace(result, modules=modules, kernels=KernelSummary("cuda", 2e-6))
+    flops = result.module("0").forward.flops  # 4 * 8 * 8 MACs * 2 + 4 * 8 bias adds = 544
+    eff = efficiency(on_gpu, peak=1e12)
+    assert eff.time_source == "device"
+    assert eff.modules["0"]["forward"].flops_per_second == pytest.approx(flops / 2e-6)  # 272 GFLOP/s
+    # without kernels (or with the CPU's), its span's time
+    assert efficiency(result, peak=1e12).modules["0"]["forward"].flops_per_second == pytest.approx(
+        flops / result.module("0").forward.latency)
+    assert efficiency_dict(on_gpu, peak=1e12)["module_time"] == "device"

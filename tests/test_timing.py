@@ -1,5 +1,7 @@
 """Latency: per module, free of the counting overhead, deterministic under a fake clock."""
 
+import warnings
+
 import pytest
 import torch
 from torch import nn
@@ -89,3 +91,30 @@ def test_default_clock_is_cuda_events_on_cuda_and_perf_counter_elsewhere():
 def test_fake_clock_rejects_a_non_positive_step():
     with pytest.raises(ValueError, match="step: expected a positive number of seconds"):
         flopsight.FakeClock(step=0)
+
+
+def test_a_clock_that_cannot_subtract_the_profilers_time_warns_when_it_is_large():
+    from flopsight.capture.timing import HostClock
+
+    class EventLike(HostClock):
+        """Like CUDA events, it cannot take the profiler's own time out; its host time advances
+        one second per reading, so the profiler's share is the share of readings it made."""
+
+        name = "event-like"
+        subtracts_overhead = False
+
+        def __init__(self):
+            super().__init__()
+            ticks = iter(range(10**9))
+            self.now = lambda: float(next(ticks))
+
+    model = torch.nn.Sequential(*[torch.nn.Linear(2, 2) for _ in range(20)])
+    # counting in the timed pass: the profiler's work is most of a tiny model's span
+    with pytest.warns(UserWarning, match=r"the profiler's own work took \d+% .* the event-like clock cannot"):
+        with flopsight.Profiler(model, clock=EventLike()):
+            model(torch.ones(1, 2))
+    # a clock that subtracts it says nothing
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with flopsight.Profiler(model, clock=HostClock()):
+            model(torch.ones(1, 2))

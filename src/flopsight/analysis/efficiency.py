@@ -83,6 +83,9 @@ class Efficiency:
     hfu: float | None = None
     forward_flops_per_second: float | None = None
     forward_fraction: float | None = None
+    #: what the modules' rates divide by: ``"latency"`` (their spans) or ``"device"`` (their
+    #: CUDA kernels' GPU time, with ``device_time=True``); the model's figures use wall time
+    time_source: str = "latency"
 
     @property
     def model(self) -> dict[str, PhaseEfficiency]:
@@ -209,6 +212,9 @@ def efficiency(result: ProfileResult, peak: Any = None, *, dtype: str | None = N
     # on the meta device nothing runs: its latencies are the profiler's Python time, so no
     # rate or ratio is computed from them (counts, bytes, intensity and verdicts still hold)
     timed = result.metadata.device_type != "meta"
+    # with CUDA kernels recorded, a module's rate is its FLOPs over its kernels' GPU time: what
+    # the device spent on it, free of the host's launch gaps that its span holds
+    on_device = result.kernels is not None and result.kernels.source == "cuda"
     modules: dict[str, dict[str, PhaseEfficiency]] = {}
     for node in result.walk():
         phases = {}
@@ -218,7 +224,8 @@ def efficiency(result: ProfileResult, peak: Any = None, *, dtype: str | None = N
                 continue
             stats = node.inclusive[phase]
             b = moved[node.name].get(phase, 0) if moved is not None else None
-            phases[phase] = _phase(stats.flops, stats.latency if timed else 0.0, b, peak_flops, bandwidth, ridge)
+            seconds = node.device_time.get(phase, 0.0) if on_device else stats.latency
+            phases[phase] = _phase(stats.flops, seconds if timed else 0.0, b, peak_flops, bandwidth, ridge)
         modules[node.name] = phases
 
     training = is_training(result)
@@ -239,7 +246,7 @@ def efficiency(result: ProfileResult, peak: Any = None, *, dtype: str | None = N
             figures["forward_flops_per_second"] = fwd.flops / fwd.latency
             figures["forward_fraction"] = _ratio(figures["forward_flops_per_second"], peak_flops)
     return Efficiency(chosen, key, peak_flops, ridge, reason if peak_flops is None or ridge is None else None,
-                      training, modules, **figures)
+                      training, modules, time_source="device" if on_device else "latency", **figures)
 
 
 def efficiency_dict(result: ProfileResult, peak: Any = None, *, dtype: str | None = None) -> dict[str, Any] | None:
@@ -275,5 +282,6 @@ def efficiency_dict(result: ProfileResult, peak: Any = None, *, dtype: str | Non
             "forward_flops_per_second": eff.forward_flops_per_second,
             "forward_fraction_of_peak": eff.forward_fraction,
         },
+        "module_time": eff.time_source,
         "modules": {path: {ph: p.to_dict() for ph, p in phases.items()} for path, phases in eff.modules.items()},
     }

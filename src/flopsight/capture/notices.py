@@ -5,7 +5,11 @@ from __future__ import annotations
 import warnings
 
 __all__ = ["UnsupportedOpWarning", "UnprofiledForwardWarning", "warn_unsupported", "warn_formula_failed",
-           "warn_unprofiled_forward", "warn_backward_elsewhere"]
+           "warn_unprofiled_forward", "warn_backward_elsewhere", "warn_profiler_share", "PROFILER_SHARE_LIMIT"]
+
+#: the profiler's own share of a span's host time above which a clock that cannot subtract it
+#: (CUDA events) is warned about
+PROFILER_SHARE_LIMIT = 0.25
 
 
 class UnsupportedOpWarning(UserWarning):
@@ -51,6 +55,16 @@ def warn_backward_elsewhere() -> None:
         "flopsight: gradients appeared but no backward pass ran on the profiled thread: a backward pass ran on "
         "another thread, which is not counted (counting follows the thread that started profiling and the "
         "autograd threads it starts). Call backward() on that thread, or profile there.",
+        UserWarning,
+        stacklevel=4,
+    )
+
+
+def warn_profiler_share(share: float, clock: str) -> None:
+    warnings.warn(
+        f"flopsight: the profiler's own work took {100 * share:.0f}% of the profiled span's host time, and "
+        f"the {clock} clock cannot take it out: where the device waited for the host, that time is in the "
+        "latencies. Time a separate pass (flopsight.profile with warm_up >= 1) for latencies without it.",
         UserWarning,
         stacklevel=4,
     )

@@ -28,6 +28,7 @@ from .attribution import Attribution
 from .collectives import Communication
 from .context import CaptureContext
 from .modules import ModuleCalls
+from .notices import PROFILER_SHARE_LIMIT, warn_profiler_share
 from .params import ModelParameters
 from .placement import resolve_timeline
 from .plan import PLAN, CaptureOptions, Row, plan
@@ -61,6 +62,7 @@ class CaptureSession:
             self._sources.append(source)
         self._started: list = []
         self._host_origin = 0.0  # time.perf_counter() when the span started: collectives' origin
+        self._now_origin: float | None = None
 
     @property
     def clock(self) -> Clock:
@@ -77,6 +79,7 @@ class CaptureSession:
             self._stop_sources()
             raise
         self._host_origin = time.perf_counter()  # the span timer, started last, has just begun
+        self._now_origin = self.ctx.clock.now()  # the same moment on the clock's host time
         if sessions:
             sessions[-1].ctx.set_paused(True)
         sessions.append(self)
@@ -90,10 +93,22 @@ class CaptureSession:
                 sessions[-1].ctx.set_paused(False)
         try:
             self._stop_sources()
+            self._check_share()
             self.ctx.clock.finish()
             return self._collect()
         finally:
             self.ctx.release()
+
+    def _check_share(self) -> None:
+        """Warn when the profiler's own host time was a large share of a timed span whose clock
+        cannot subtract it (CUDA events: the GPU idles while the host runs the hooks)."""
+        clock, options = self.ctx.clock, self.options
+        if clock.subtracts_overhead or self._now_origin is None or not (options.timeline or not options.count):
+            return
+        span = clock.now() - self._now_origin
+        share = self.ctx.overhead.seconds / span if span > 0 else 0.0
+        if share > PROFILER_SHARE_LIMIT:
+            warn_profiler_share(share, clock.name)
 
     def snapshot(self) -> RawCapture:
         """What was measured so far, without stopping (completed calls and spans only)."""

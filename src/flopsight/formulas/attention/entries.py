@@ -14,6 +14,7 @@ meta and fake tensors have none, and the dense count (or a bound) is used instea
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Callable
 
 import torch
@@ -57,20 +58,51 @@ def values_read() -> int:
     return _reads[0]
 
 
-def read_values(fn: Callable, *tensors: Any) -> Any:
+def read_values(fn: Callable, *tensors: Any, key: Any = None) -> Any:
     """``fn(*tensors)`` on the values, outside flopsight's counting modes (so reading is not
     counted as the model's work), or None when a tensor has no readable values. Every
     formula that reads values does it through here: a cost that depends on values is not
-    reused for another call of the same shapes."""
+    reused for another call of the same shapes.
+
+    With ``key`` (what ``fn`` computes, the same for the same values), the answer is kept
+    while the tensors live and are not written to (the same objects, the same version
+    counters): every layer of a model attends with the same mask, and on CUDA each read
+    copies it to the host and waits for the GPU; so a mask is read once per pass.
+
+    >>> mask = torch.ones(4, dtype=torch.bool)
+    >>> before = _value_reads[0]
+    >>> [read_values(lambda m: int(m.sum()), mask, key="kept") for _ in range(3)], _value_reads[0] - before
+    ([4, 4, 4], 1)
+    >>> mask[0] = False       # written to: its version changes, it is read again
+    >>> read_values(lambda m: int(m.sum()), mask, key="kept"), _value_reads[0] - before
+    (3, 2)
+    """
     _reads[0] += 1
     if not all(readable(t) for t in tensors):
         return None
+    if key is not None:
+        cache_key = (key, *map(id, tensors))
+        known = _known.get(cache_key)
+        if known is not None and all(r() is t and v == t._version for r, t, v in zip(known[0], tensors, known[1])):
+            return known[2]
+    _value_reads[0] += 1
     with modes_disabled(), torch.no_grad():
-        return fn(*tensors)
+        value = fn(*tensors)
+    if key is not None:
+        if len(_known) >= _KNOWN_LIMIT:
+            _known.pop(next(iter(_known)))  # the oldest
+        _known[cache_key] = ([weakref.ref(t) for t in tensors], [t._version for t in tensors], value)
+    return value
+
+
+#: (key, ids of the tensors) -> (weak references to them, their versions, the value read)
+_known: dict[tuple, tuple] = {}
+_KNOWN_LIMIT = 64
+_value_reads = [0]  # how many times values were actually read (copied off the device)
 
 
 def _ints(t: Any) -> list[int] | None:
-    return read_values(lambda x: [int(v) for v in x.tolist()], t)
+    return read_values(lambda x: [int(v) for v in x.tolist()], t, key="ints")
 
 
 # -- counting score entries -------------------------------------------------------------------
@@ -126,7 +158,7 @@ def kept_entries(mask: Any, full: int, *, drop_true: bool = False) -> int | None
         return int(keep.sum())
 
     n = numel(mask)
-    kept = read_values(count, mask) if n else None
+    kept = read_values(count, mask, key=("kept", drop_true)) if n else None
     return None if kept is None else kept * (full // n)
 
 

@@ -80,7 +80,8 @@ def flex_block_entries(fields: dict, q_len: int, kv_len: int, batch_heads: int) 
         entries = (cols[idx.long().cpu().clamp(0, n_kv - 1)] * computed).sum(-1) * rows
         return int(entries.sum()) * (batch_heads // max(1, num.shape[0] * num.shape[1]))
 
-    return sum(read_values(count, num, idx) for num, idx in pairs)
+    return sum(read_values(count, num, idx, key=("flex", q_len, kv_len, q_block, kv_block, batch_heads))
+               for num, idx in pairs)
 
 
 def _flex_scores(query, key, value, block_mask, effective) -> tuple[tuple, int, bool]:

@@ -97,7 +97,8 @@ def _mha_entries(batch, heads, q_len, attended, *, effective, attn_mask, key_pad
             extra = q_len * (attended - s)  # appended positions: kept
             return int(per.sum()) * (batch * heads // per.numel()) + batch * heads * extra
 
-        return read_values(count, *masks)
+        return read_values(count, *masks, key=("mha", batch, heads, q_len, attended,
+                                                attn_mask is not None, key_padding_mask is not None))
     if is_causal:
         return batch * heads * band_entries(q_len, attended, None, 0)
     return dense
