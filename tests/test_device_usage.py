@@ -83,3 +83,14 @@ def test_cuda_profile_has_allocator_peak():
         model(torch.ones(64, 256, device="cuda"))
     u = prof.result.device_usage
     assert u is not None and u.device.startswith("cuda")
+
+
+def test_a_mig_slice_has_memory_figures_and_says_it_has_no_utilisation():
+    import flopsight
+    from flopsight.result.device_usage import DeviceUsage
+
+    result = flopsight.profile(torch.nn.Linear(2, 2), torch.ones(1, 2))
+    usage = DeviceUsage.from_samples("cuda:0", [(None, 3 << 20), (None, 5 << 20)], memory_total=10 << 30)
+    text = result.updated(device_usage=usage).render("text")
+    assert "GPU utilization (NVML):" in text and "n/a (NVML gives none for this device: a MIG slice)" in text
+    assert "max 5.24 MB of 10.74 GB" in text

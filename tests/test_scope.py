@@ -1,6 +1,8 @@
 """What a profile counts: only the profiled module's calls, each alias once, through caught
 exceptions, never the passes of a profile nested inside it (regressions found by real runs)."""
 
+import warnings
+
 import pytest
 import torch
 from torch import nn
@@ -109,3 +111,13 @@ def test_ignore_modules_accepts_one_class_as_deepspeed_users_write_it():
     assert macs == 2 * 4 * 4
     with pytest.raises(TypeError, match="ignore_modules: expected an nn.Module subclass"):
         flopsight.profile(model, torch.ones(2, 4), ignore_modules=3)
+
+
+def test_data_parallel_over_several_devices_is_warned_about():
+    model = torch.nn.DataParallel(torch.nn.Linear(2, 2))  # on the CPU: no replicas, no warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        flopsight.profile(model, torch.ones(1, 2))
+    model.device_ids = [0, 1]  # as on two GPUs (where replicas run in threads of their own)
+    with pytest.warns(UserWarning, match="nn.DataParallel over 2 devices runs its replicas in threads"):
+        flopsight.Profiler(model).start().stop()

@@ -118,3 +118,16 @@ def test_a_clock_that_cannot_subtract_the_profilers_time_warns_when_it_is_large(
         warnings.simplefilter("error")
         with flopsight.Profiler(model, clock=HostClock()):
             model(torch.ones(1, 2))
+
+
+def test_a_snapshot_is_built_once_until_something_runs():
+    # DeepSpeed's getters read one after another: one synchronize and one build for them all
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2))
+    prof = flopsight.Profiler(model).start()
+    model(torch.ones(1, 2))
+    first = prof.snapshot()
+    assert prof.snapshot() is first
+    model(torch.ones(1, 2))
+    second = prof.snapshot()
+    assert second is not first and second.total.forward.calls == 2
+    prof.stop()

@@ -31,7 +31,7 @@ from .capture.inputs import batch_size, describe_inputs, model_device, model_dty
 from .capture.modules import ModuleCalls, compiled_paths, describe
 from .capture.native import check_backend
 from .capture.optimizer import check_optimizer
-from .capture.parallel import check_parallel, detect_parallel
+from .capture.parallel import check_parallel, detect_parallel, warn_data_parallel
 from .capture.plan import CaptureOptions
 from .capture.session import CaptureSession
 from .capture.spans import SpanTimes
@@ -286,6 +286,7 @@ def profile(
         raise ValueError(f"timing: expected one of {', '.join(map(repr, TIMINGS))}, got {timing!r}")
     ignore = ignore_predicate(ignore_modules)
     registry = attention_registry(registry or REGISTRY, check_attention(attention))
+    warn_data_parallel(model)
 
     # Count on the eager module: a dispatch mode run through a torch.compile'd wrapper
     # can leave it running eagerly afterwards. Time the model as given.
@@ -499,6 +500,7 @@ class Profiler:
         self._measured: list[ProfileResult] = []  # the steps ended so far
         self._first_step = False
         self._ran_on: torch.device | None = None  # the accelerator the steps so far ran on
+        self._snapshot: tuple | None = None  # (what the session had seen, the snapshot of it)
 
     @property
     def running(self) -> bool:
@@ -506,6 +508,7 @@ class Profiler:
 
     def start(self) -> "Profiler":
         if self._session is None:
+            warn_data_parallel(self._target)
             self._infos = describe(self._target)
             self._measured = []
             self._first_step = _nothing_stepped(self.optimizer)
@@ -552,15 +555,21 @@ class Profiler:
 
     def _finish(self) -> ProfileResult:
         measured, self._measured = self._measured, []
+        self._snapshot = None
         self._result = with_ranks(combine_steps(measured, "step", first_step=self._first_step), self._gather_timeout)
         return self._result
 
     def snapshot(self) -> ProfileResult:
         """The result so far, while still running (module calls in progress are left out;
         of the current step only, after :meth:`step`)."""
-        if self._session is None:
+        session = self._session
+        if session is None:
             return self.result
-        return self._build(self._session, self._session.snapshot())
+        # DeepSpeed's getters ask one after another: one synchronize and one build for them all
+        progress = (id(session), session.progress)
+        if self._snapshot is None or self._snapshot[0] != progress:
+            self._snapshot = (progress, self._build(session, session.snapshot()))
+        return self._snapshot[1]
 
     def _build(self, session: CaptureSession, raw) -> ProfileResult:
         calls = raw.get(ModuleCalls)

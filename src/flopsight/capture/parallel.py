@@ -7,13 +7,14 @@ and the ZeRO stage, read off a DeepSpeed engine or the model's ``DeviceMesh``, o
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
 
 from ..result.metadata import PARALLEL_KEYS
 
-__all__ = ["detect_parallel", "engine_parallel", "check_parallel"]
+__all__ = ["detect_parallel", "engine_parallel", "check_parallel", "warn_data_parallel"]
 
 # DeviceMesh dimension names -> our keys
 _MESH_NAMES = {"dp": "dp", "data": "dp", "dp_shard": "dp", "dp_replicate": "dp", "fsdp": "dp", "ddp": "dp",
@@ -34,6 +35,25 @@ def check_parallel(given: Any) -> dict | None:
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"parallel[{key!r}]: expected an int >= {low}, got {value!r}")
     return dict(given)
+
+
+def warn_data_parallel(model: torch.nn.Module) -> None:
+    """Warn when ``model`` is, or holds, an ``nn.DataParallel`` over several devices: its
+    replicas run in threads of their own, which the counting does not follow (so only what
+    runs on the calling thread is counted). On one device it calls its module directly.
+
+    >>> warn_data_parallel(torch.nn.DataParallel(torch.nn.Linear(2, 2)))  # the CPU: no replicas
+    """
+    for module in model.modules():
+        if isinstance(module, torch.nn.DataParallel) and len(getattr(module, "device_ids", None) or ()) > 1:
+            warnings.warn(
+                f"flopsight: nn.DataParallel over {len(module.device_ids)} devices runs its replicas in threads "
+                "that counting does not follow, so their work is not counted; profile its .module (one "
+                "replica's work), or use DistributedDataParallel",
+                UserWarning,
+                stacklevel=3,
+            )
+            return
 
 
 def engine_parallel(engine: Any) -> dict:

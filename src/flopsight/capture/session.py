@@ -33,7 +33,7 @@ from .params import ModelParameters
 from .placement import resolve_timeline
 from .plan import PLAN, CaptureOptions, Row, plan
 from .raw import RawCapture
-from .spans import SpanTimes
+from .spans import SpanTimer, SpanTimes
 from .timing import Clock
 
 __all__ = ["CaptureSession"]
@@ -114,6 +114,14 @@ class CaptureSession:
         """What was measured so far, without stopping (completed calls and spans only)."""
         self.ctx.clock.finish()
         return self._collect()
+
+    @property
+    def progress(self) -> tuple:
+        """What changes whenever the profiled code runs something the session sees: the call
+        log's length, the spans ended, the profiler's own time (every op and hook adds to it).
+        Two equal readings: nothing ran between them, a snapshot would be the same."""
+        spans = self.ctx.get(SpanTimer)
+        return len(self.ctx.calls), len(spans.spans) if spans is not None else 0, self.ctx.overhead.seconds
 
     def _stop_sources(self) -> None:
         errors = []

@@ -305,8 +305,11 @@ class _Text:
     def _device_usage(self, u: DeviceUsage) -> None:
         """The GPU as NVML and the caching allocator saw it (lines left out where unknown)."""
         if u.samples:
-            self.kv(f"GPU utilization (NVML, {u.samples} samples): ",
-                    f"mean {u.utilization_mean:g} %, max {u.utilization_max} %")
+            if u.utilization_mean is not None:
+                self.kv(f"GPU utilization (NVML, {u.samples} samples): ",
+                        f"mean {u.utilization_mean:g} %, max {u.utilization_max} %")
+            else:  # a MIG slice: NVML keeps no utilisation of its own
+                self.kv("GPU utilization (NVML): ", "n/a (NVML gives none for this device: a MIG slice)")
             total = f" of {bytes_to_string(u.memory_total)}" if u.memory_total else ""
             self.kv("GPU memory used (NVML, whole device, all processes): ",
                     f"max {bytes_to_string(u.memory_used_max)}{total}")

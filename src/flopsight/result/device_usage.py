@@ -42,13 +42,19 @@ class DeviceUsage:
     @classmethod
     def from_samples(cls, device: str, samples, memory_total: int | None = None,
                      allocator_peak: int | None = None, nvml_unavailable: str | None = None) -> "DeviceUsage":
-        """From NVML samples, each (utilization %, device memory used in bytes)."""
+        """From NVML samples, each (utilization % or None where NVML has none, device memory
+        used in bytes).
+
+        >>> DeviceUsage.from_samples("cuda:0", [(None, 5), (None, 7)]).utilization_mean is None
+        True
+        """
         samples = list(samples)
         if not samples:
             return cls(device, memory_total=memory_total, allocator_peak=allocator_peak,
                        nvml_unavailable=nvml_unavailable or "no NVML sample during the span")
-        utils = [u for u, _ in samples]
-        return cls(device, len(samples), round(sum(utils) / len(utils), 1), max(utils),
+        utils = [u for u, _ in samples if u is not None]
+        mean = round(sum(utils) / len(utils), 1) if utils else None
+        return cls(device, len(samples), mean, max(utils) if utils else None,
                    max(m for _, m in samples), memory_total, allocator_peak)
 
     def to_dict(self) -> dict[str, Any]:
