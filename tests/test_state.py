@@ -322,3 +322,14 @@ def test_a_compiled_submodule_is_warmed_up_named_and_timed_as_one_region():
     line = next(line for line in result.render("text").splitlines() if line.startswith("ran compiled"))
     assert line.split(":", 1)[1].strip() == "'b'"
     assert flopsight.ProfileResult.from_dict(result.to_dict()).metadata.compiled == ("b",)
+
+
+def test_no_mark_of_a_global_hook_is_left_behind():
+    # torch keeps a mark for a global forward hook with keyword arguments that removing the
+    # hook leaves; while it is there torch believes a global hook is installed, and every call
+    # of a compiled module warns. Sources that read each call's arguments (memory) install one.
+    from torch.nn.modules import module as torch_module
+
+    model = nn.Sequential(nn.Linear(2, 2))
+    flopsight.profile(model, torch.ones(1, 2), memory=True, device_time=True)
+    assert not torch_module._has_any_global_hook()

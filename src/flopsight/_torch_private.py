@@ -28,6 +28,7 @@ __all__ = [
     "innermost_dispatch_mode",
     "function_modes_disabled",
     "global_module_hooks",
+    "remove_global_hook",
     "original_module",
     "prime_modes",
     "autograd_sequence_nr",
@@ -264,10 +265,27 @@ def global_module_hooks() -> dict[str, int]:
     names = (
         "_global_forward_pre_hooks",
         "_global_forward_hooks",
+        "_global_forward_hooks_with_kwargs",
+        "_global_forward_hooks_always_called",
         "_global_backward_pre_hooks",
         "_global_backward_hooks",
     )
     return {n: len(getattr(_module_mod, n, {})) for n in names}
+
+
+def remove_global_hook(handle) -> None:
+    """Remove a process-wide module hook, and the mark torch keeps of it having keyword
+    arguments: ``handle.remove()`` leaves that mark behind (torch 2.x), and while any mark is
+    left torch believes a global hook is installed (every call of a ``torch.compile``d module
+    then warns about it).
+
+    >>> from torch.nn.modules.module import register_module_forward_hook
+    >>> remove_global_hook(register_module_forward_hook(lambda m, a, k, o: None, with_kwargs=True))
+    >>> global_module_hooks()["_global_forward_hooks_with_kwargs"]
+    0
+    """
+    handle.remove()
+    getattr(_module_mod, "_global_forward_hooks_with_kwargs", {}).pop(handle.id, None)
 
 
 def original_module(model: torch.nn.Module) -> torch.nn.Module:

@@ -124,15 +124,19 @@ def payload_bytes(value) -> int:
 
 
 class _Call:
-    """One collective: where it was charged, its size, its issue and completion times, and
-    how much of its flight the rank spent running ops (``overlapped``)."""
+    """One collective: where it was charged, its size, its issue and completion times, when
+    it began running (``start``: its issue, or the completion of the collective before it in
+    its group, see :func:`queue_in_groups`), and how much of its flight the rank spent running
+    ops (``overlapped``)."""
 
     __slots__ = ("kind", "path", "phase", "bytes", "group_size", "issued", "returned", "done", "overlapped",
-                 "device", "events")
+                 "device", "events", "group", "start")
 
-    def __init__(self, kind, path, phase, nbytes, group_size, issued, returned, device=None):
+    def __init__(self, kind, path, phase, nbytes, group_size, issued, returned, device=None, group=None):
         self.kind, self.path, self.phase, self.bytes, self.group_size = kind, path, phase, nbytes, group_size
         self.issued, self.returned = issued, returned
+        self.group = group  # what identifies its process group: its collectives run one after another
+        self.start = issued
         self.done: float | None = None
         self.overlapped = 0.0
         #: on CUDA: the tensor's device, and [issue event, completion event or None] on its stream
@@ -164,8 +168,29 @@ class _Call:
 
     @property
     def seconds(self) -> float:
-        """Issue to completion."""
-        return max(self.end - self.issued, 0.0)
+        """From when it began running (its issue, or the previous collective's completion in
+        its group) to its completion."""
+        return max(self.end - self.start, 0.0)
+
+
+def queue_in_groups(calls: list) -> None:
+    """Set each call's ``start``: a group's collectives run one after another (one NCCL
+    stream, one gloo queue), so one issued while the one before it in its group still ran
+    began when that one completed; its time until then was the queue's, already counted in
+    the earlier call (summing issue-to-completion would count it twice).
+
+    >>> class C:
+    ...     def __init__(self, group, issued, end):
+    ...         self.group, self.issued, self.end, self.start = group, issued, end, issued
+    >>> calls = [C("g", 0.0, 4.0), C("g", 1.0, 6.0), C("h", 1.0, 2.0), C("g", 7.0, 8.0)]
+    >>> queue_in_groups(calls); [c.start for c in calls]
+    [0.0, 4.0, 1.0, 7.0]
+    """
+    last_end: dict = {}
+    for c in sorted(calls, key=lambda c: c.issued):
+        previous = last_end.get(c.group)
+        c.start = max(c.issued, previous) if previous is not None else c.issued
+        last_end[c.group] = max(c.end, previous) if previous is not None else c.end
 
 
 def _cuda_event(device: torch.device):
@@ -287,6 +312,7 @@ class CollectivesSource:
                 torch.cuda.synchronize(device)
             for c in timed:
                 c.resolve_gpu_time()
+        queue_in_groups(self.calls)
         return Communication(list(self.calls))
 
     def _ran(self, event: OpEvent) -> None:
@@ -311,8 +337,10 @@ class CollectivesSource:
         if func.namespace == "_c10d_functional" and kind == "reduce_scatter" and group_size:
             nbytes //= group_size  # the whole input is passed; this rank keeps 1/n of it
         tensor = _first_tensor(bound.get(payload)) if payload else None
+        group = bound.get(group_arg)
         call = _Call(kind, path, phase, nbytes, group_size, self._issue_time(event.t0), self._issue_time(event.t1),
-                     device=tensor.device if tensor is not None and tensor.is_cuda else None)
+                     device=tensor.device if tensor is not None and tensor.is_cuda else None,
+                     group=group if isinstance(group, str) or group is None else id(group))
         self.calls.append(call)
         flight = self.in_flight
 

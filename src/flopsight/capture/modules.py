@@ -20,7 +20,13 @@ import torch
 from torch import nn
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
-from .._torch_private import autograd_sequence_nr, current_autograd_node, original_module, tag_nodes
+from .._torch_private import (
+    autograd_sequence_nr,
+    current_autograd_node,
+    original_module,
+    remove_global_hook,
+    tag_nodes,
+)
 from ..result.records import LayerSizes
 from .inputs import batch_size
 from .params import param_numel
@@ -282,7 +288,7 @@ class ModuleTracker:
 
     def stop(self, ctx) -> None:
         for handle in self._handles:
-            handle.remove()
+            remove_global_hook(handle)
         self._handles.clear()
         if self._native is not None:
             try:

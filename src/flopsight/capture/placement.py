@@ -99,9 +99,9 @@ def _collective_spans(calls, clock: Clock, place: Placement, log, spans, host_or
         return ()
     if clock.stamp is time.perf_counter:  # host stamps: collectives are on the same clock
         overhead_at = _overhead_at(place, log, spans)
-        starts = [place(c.issued, overhead_at(c.issued)) for c in calls]
+        starts = [place(c.start, overhead_at(c.start)) for c in calls]
     else:
-        starts = [c.issued - host_origin for c in calls]
+        starts = [c.start - host_origin for c in calls]
     placed = [CollectiveSpan(c.kind, c.path, c.phase, start, c.seconds, c.bytes) for c, start in zip(calls, starts)]
     return tuple(sorted(placed, key=lambda c: c.start))
 
