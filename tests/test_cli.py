@@ -475,3 +475,20 @@ def test_make_demo_without_numpy_prints_no_warning():
     done = subprocess_run("--no-detailed", prelude="import sys; sys.modules['numpy'] = None")
     assert done.returncode == 0 and done.stderr == ""
     assert done.stdout.startswith(HEADER)
+
+
+def test_the_output_never_replaces_the_models_own_files(capsys, factory_file, tmp_path):
+    source = factory_file.read_text()
+    code, _, err = run(capsys, "profile", f"{factory_file}:pair", "-o", str(factory_file), "--force")
+    assert code == 2 and "is the model's factory: the report would replace it" in err
+    assert factory_file.read_text() == source
+    notes = tmp_path / "notes.json"
+    notes.write_text('{"mine": true}')
+    code, _, err = run(capsys, "profile", f"{factory_file}:pair", "-o", str(notes))
+    assert code == 2 and "not a report flopsight or DeepSpeed wrote" in err and notes.read_text() == '{"mine": true}'
+    calls = tmp_path / "calls.txt"
+    assert not calls.exists()  # refused before the model was built
+    assert run(capsys, "profile", f"{factory_file}:pair", "-o", str(notes), "--force")[0] == 0
+    assert flopsight.load(notes).total.forward.macs == 2 * 8 * 4 + 2 * 4 * 2
+    code, _, err = run(capsys, "profile", f"{factory_file}:pair", "-o", str(tmp_path / "r.yaml"))
+    assert code == 2 and "names no report format" in err

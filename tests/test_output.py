@@ -37,10 +37,10 @@ def test_write_report_to_stdout_or_a_file(tmp_path, capsys):
     write_report("b\n", "")
     assert capsys.readouterr().out == "a\nb\n"
     path = tmp_path / "r.txt"
-    path.write_text("old, longer content\n")
-    write_report("c\n", path)  # replaces the file
-    write_report("d\n", os.fspath(path))
-    assert path.read_text() == "d\n" and capsys.readouterr().out == ""
+    path.write_text("--- DeepSpeed Flops Profiler ---\nan old report, longer than the new one\n")
+    write_report("--- DeepSpeed Flops Profiler ---\nc\n", path)  # replaces the report
+    write_report("--- DeepSpeed Flops Profiler ---\nd\n", os.fspath(path))
+    assert path.read_text() == "--- DeepSpeed Flops Profiler ---\nd\n" and capsys.readouterr().out == ""
 
 
 def test_print_report_renders_writes_and_returns_the_text(tmp_path, capsys):
@@ -79,3 +79,84 @@ def test_the_three_front_ends_write_the_same_way(tmp_path, capsys, fake_clock):
     # the CLI: stdout
     assert main(["--model", "resnet18", "--no-detailed", "--depth", "0", "--warm-up", "0"]) == 0
     assert "Profile Summary at step 0" in capsys.readouterr().out
+
+
+# -- issue 18: files are never clobbered ------------------------------------------------------------------
+def test_an_unknown_ending_is_refused_before_rendering_naming_the_known_ones(tmp_path):
+    with pytest.raises(ValueError, match=r"^output_file: '.*r\.yaml' ends in '\.yaml', which names no report format; "
+                                         r"use one of \.trace\.json, \.json"):
+        check_output_file(os.fspath(tmp_path / "r.yaml"))
+    for fine in ("r.txt", "r.log", "r.out", "report", "r.trace.json", "r.ops.csv", "r.HTML"):
+        check_output_file(tmp_path / fine)  # .txt, .log, .out and no ending: DeepSpeed's text report
+    check_output_file(tmp_path / "r.yaml", fmt="json")  # a format given: any name
+
+
+def test_a_file_that_is_not_a_report_is_left_as_it_is_unless_forced(tmp_path):
+    r = result()
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes, not a report\n")
+    with pytest.raises(FileExistsError, match="is not a report flopsight or DeepSpeed wrote"):
+        r.save(notes)
+    assert notes.read_text() == "my notes, not a report\n"
+    r.save(notes, force=True)
+    assert "DeepSpeed Flops Profiler" in notes.read_text()
+    for name in ("r.txt", "r.json", "r.trace.json", "r.csv", "r.ops.csv", "r.md", "r.html"):
+        r.save(tmp_path / name)
+        r.save(tmp_path / name)  # its own report is replaced without asking
+    (tmp_path / "empty.json").write_text("")
+    r.save(tmp_path / "empty.json")  # an empty file holds nothing to lose
+
+
+def test_a_failed_write_leaves_the_old_report_whole_and_no_temporary_file(tmp_path, monkeypatch):
+    r = result()
+    path = tmp_path / "r.json"
+    r.save(path)
+    good = path.read_text()
+    os.chmod(path, 0o640)
+    real_fdopen = os.fdopen
+
+    class FullDisk:
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def write(self, text):
+            self.f.write(text[:8192])  # a part of it lands, then the disk is full
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fdopen", lambda fd, *a, **k: FullDisk(real_fdopen(fd, *a, **k)))
+    with pytest.raises(OSError, match="No space left on device"):
+        r.save(path, indent=2)
+    monkeypatch.undo()
+    assert path.read_text() == good and sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
+    r.save(path, indent=2)
+    assert os.stat(path).st_mode & 0o777 == 0o640  # replaced, its permissions kept
+
+
+def test_an_unwritable_folder_is_refused_before_anything_runs(tmp_path, monkeypatch):
+    # (as root every folder is writable: os.access is what is consulted, so it says no here)
+    monkeypatch.setattr(os, "access", lambda path, mode: os.fspath(path) != os.fspath(tmp_path))
+    with pytest.raises(PermissionError, match=r"cannot write .*: the folder .* is not writable"):
+        check_output_file(tmp_path / "missing" / "r.json")  # the nearest folder that exists decides
+
+
+@pytest.mark.parametrize("content, problem", [
+    (b'{"schema_version": 3, "modules": [{"name": "", "ty', "truncated: the JSON ends early"),
+    (bytes(range(256)), "binary data, not JSON text"),
+    (b"[1, 2, 3]", 'a JSON list, not an object with "schema_version" and "modules"'),
+    (b'{"a": 1}', 'JSON without them, not an object with "schema_version" and "modules"'),
+    (b"", "the file is empty"),
+    (b'{"schema_version": 99, "modules": [], "metadata": {"flopsight_version": "9.0"}}',
+     "written by flopsight 9.0, schema 99; this flopsight reads schema 3 and older"),
+])
+def test_load_names_the_file_and_what_is_wrong(tmp_path, content, problem):
+    path = tmp_path / "bad.json"
+    path.write_bytes(content)
+    with pytest.raises(ValueError) as info:
+        flopsight.load(path)
+    assert str(info.value).startswith(f"{path}: ") and problem in str(info.value)

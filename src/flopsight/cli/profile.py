@@ -157,6 +157,8 @@ def add_options(p: argparse.ArgumentParser, version: str) -> None:
                         help="write the report to FILE, in the format its extension names (.txt .json .csv .ops.csv "
                              ".md .html .trace.json); default: stdout")
     report.add_argument("--format", choices=FORMATS, help="the report's format (default: from -o's extension, else text)")
+    report.add_argument("--force", action="store_true",
+                        help="replace -o's FILE even if it is not a report (never the model's factory or config)")
     other = p.add_argument_group("other")
     other.add_argument("--progress", action=argparse.BooleanOptionalAction,
                        help="a progress bar on stderr (default: when stderr is a terminal)")
@@ -205,10 +207,24 @@ def check_options(args: argparse.Namespace, target: Target) -> None:
     if args.output:
         from ..renderers.output import check_output_file
 
+        if os.path.realpath(args.output) in input_files(target):
+            raise UsageError("-o/--output", f"{args.output} is the model's {target.kind}: the report would replace it; "
+                                            "choose another name")
         try:
-            check_output_file(args.output, "-o/--output")
-        except (OSError, TypeError) as e:
+            check_output_file(args.output, "-o/--output", args.format, force=args.force)
+        except (OSError, TypeError, ValueError) as e:
             raise UsageError("-o/--output", str(e).split(": ", 1)[-1]) from None
+
+
+def input_files(target: Target) -> set[str]:
+    """The files MODEL was read from (a config, a factory's source), as real paths."""
+    if target.kind == "config":
+        path = target.spec
+        return {os.path.realpath(path), os.path.realpath(os.path.join(path, "config.json"))}
+    if target.kind == "factory":
+        source = target.spec.rsplit(":", 1)[0]
+        return {os.path.realpath(source)} if source.endswith(".py") else set()
+    return set()
 
 
 def render(args: argparse.Namespace, result: Any, label: str, warm_up: int) -> str:
@@ -266,7 +282,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
             return 1
     from ..renderers.output import write
 
-    write(text, args.output)  # after the progress bar is gone
+    write(text, args.output, force=True)  # after the progress bar is gone; checked before the model was built
     if args.output:
         print(f"flopsight: wrote {os.fspath(args.output)}", file=sys.stderr)
     return 0

@@ -34,27 +34,107 @@ TypeError: output_file: expected a path or None, got int
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import tempfile
 from typing import IO, Any
 
 from ..result import reporting
 from ..result.profile_result import ProfileResult
-from . import format_of
+from . import EXTENSIONS, format_of
 from . import render as render_result
 
-__all__ = ["render", "write", "format_for", "check_output_file", "write_report", "print_report"]
+__all__ = ["render", "write", "format_for", "check_output_file", "write_report", "print_report", "is_report",
+           "write_atomically", "TEXT_ENDINGS"]
 
 
-def check_output_file(output_file: Any, arg: str = "output_file") -> None:
-    """Raise unless ``output_file`` is None, ``""`` or a path that is not a directory (the
-    error names ``arg``)."""
+#: endings written as DeepSpeed's text report besides ``.txt`` (and a name without one)
+TEXT_ENDINGS = (".log", ".out")
+
+
+def check_output_file(output_file: Any, arg: str = "output_file", fmt: str | None = None, *,
+                      force: bool = False) -> None:
+    """Raise unless ``output_file`` is None, ``""`` (stdout) or a path a report can be
+    written to, before anything runs (the error names ``arg``):
+
+    * not a directory; its folder writable, or creatable (the nearest existing one writable);
+    * with ``fmt`` None, an ending that names a format (:data:`~flopsight.renderers.EXTENSIONS`),
+      or ``.log``, ``.out`` or none at all: DeepSpeed's text report, as for ``.txt``;
+    * not a file that holds something else (a model's source, its config): an existing file
+      is replaced only if it is a report flopsight or DeepSpeed wrote, or with ``force``.
+
+    >>> check_output_file("profile.yaml")
+    Traceback (most recent call last):
+    ...
+    ValueError: output_file: 'profile.yaml' ends in '.yaml', which names no report format; use one of .trace.json, .json, .ops.csv, .csv, .md, .markdown, .html, .htm, .txt (.log, .out or no ending: the text report too)
+    """
     if output_file is None or output_file == "":
         return
     if not isinstance(output_file, (str, os.PathLike)):
         raise TypeError(f"{arg}: expected a path or None, got {type(output_file).__name__}")
-    if os.path.isdir(output_file):
-        raise IsADirectoryError(f"{arg}: {os.fspath(output_file)!r} is a directory; expected a file path")
+    path = os.fspath(output_file)
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"{arg}: {path!r} is a directory; expected a file path")
+    if fmt is None and not _known_ending(path):
+        ending = os.path.splitext(path)[1]
+        raise ValueError(f"{arg}: {path!r} ends in {ending!r}, which names no report format; use one of "
+                         f"{', '.join(EXTENSIONS)} ({', '.join(TEXT_ENDINGS)} or no ending: the text report too)")
+    folder = _existing_folder(path)
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise PermissionError(f"{arg}: cannot write {path!r}: the folder {folder!r} is not writable")
+    if os.path.exists(path):
+        if not os.access(path, os.W_OK):
+            raise PermissionError(f"{arg}: cannot write {path!r}: the file is read-only")
+        if not force and not is_report(path):
+            raise FileExistsError(f"{arg}: {path!r} exists and is not a report flopsight or DeepSpeed wrote (a "
+                                  "model's source or config?); it is left as it is: choose another name, or "
+                                  "force it (force=True, --force)")
+
+
+def _known_ending(path: str) -> bool:
+    name = os.path.basename(path).lower()
+    ending = os.path.splitext(name)[1]
+    return ending in ("", *TEXT_ENDINGS) or any(name.endswith(e) for e in EXTENSIONS)
+
+
+def _existing_folder(path: str) -> str:
+    """The folder ``path`` goes in, or its nearest existing ancestor (where the missing
+    folders would be created)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    while not os.path.isdir(folder):
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    return folder
+
+
+#: what the start of each report holds: the text report's banner (DeepSpeed's too), the
+#: JSON's and the trace's keys, the HTML page's data block, the Markdown's title, the CSVs' header
+_REPORT_MARKS = ("Flops Profiler", '"schema_version"', '"generator": "flopsight', "flopsight-data",
+                 "### flopsight:", "rank,module,type,")
+
+
+def is_report(path: str) -> bool:
+    """Whether the file at ``path`` is a report flopsight (any format) or DeepSpeed wrote: an
+    empty file, or one whose first 64 KB name either.
+
+    >>> import tempfile
+    >>> with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+    ...     _ = f.write("def build(): ...")
+    >>> is_report(f.name)
+    False
+    """
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1 << 16)
+    except OSError:
+        return False
+    if not head.strip():
+        return True
+    text = head.decode("utf-8", errors="replace")
+    return any(mark in text for mark in _REPORT_MARKS)
 
 
 def format_for(target: Any, fmt: str | None = None) -> str:
@@ -105,22 +185,48 @@ def render(subject: Any, fmt: str = "text", **options: Any) -> str:
                     f"got {type(subject).__name__}")
 
 
-def write(subject: Any, target: str | os.PathLike | IO[str] | None = None, fmt: str | None = None,
-          **options: Any) -> str:
-    """Render ``subject`` (see :func:`render`) and write it to ``target``; returns the text."""
+def write(subject: Any, target: str | os.PathLike | IO[str] | None = None, fmt: str | None = None, *,
+          force: bool = False, **options: Any) -> str:
+    """Render ``subject`` (see :func:`render`) and write it to ``target``; returns the text.
+    A path is checked first (:func:`check_output_file`; ``force`` replaces a file that is not
+    a report) and written atomically: a failed write leaves the file that was there."""
     if hasattr(target, "write") and not isinstance(target, (str, os.PathLike)):
         text = _text(subject, target, fmt, options)
         target.write(text)
         return text
-    check_output_file(target, "target")  # before rendering: a bad path costs nothing
+    # before rendering: a bad path costs nothing; pre-rendered text goes to any name
+    check_output_file(target, "target", fmt if fmt is not None or not isinstance(subject, str) else "text",
+                      force=force)
     text = _text(subject, target, fmt, options)
     if target:
-        os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
-        with open(target, "w", encoding="utf-8") as f:
-            f.write(text)
+        write_atomically(os.fspath(target), text)
     else:
         sys.stdout.write(text)
     return text
+
+
+def write_atomically(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same folder renamed over it:
+    a full disk or a crash midway leaves the old file whole, never a truncated one."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        if os.path.exists(path):
+            os.chmod(temporary, os.stat(path).st_mode & 0o7777)  # the file keeps its permissions
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(temporary, 0o666 & ~umask)  # as open() would have made it
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
 
 
 def _text(subject: Any, target: Any, fmt: str | None, options: dict[str, Any]) -> str:

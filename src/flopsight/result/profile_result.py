@@ -290,12 +290,14 @@ class ProfileResult:
         # through the reporter the renderers install: the data model never imports them
         return reporter().render(self, fmt, **options)
 
-    def save(self, path: str | os.PathLike, fmt: str | None = None, **options: Any) -> None:
+    def save(self, path: str | os.PathLike, fmt: str | None = None, *, force: bool = False, **options: Any) -> None:
         """Write the profile to ``path`` (its folder created when missing) in ``fmt``, by
         default the format its extension names (``.json``, ``.csv``, ``.md``, ``.html``,
-        ``.trace.json``; the text report for ``.txt`` and any other). :func:`flopsight.load`
-        reads a ``.json`` back."""
-        reporter().write(self, path, fmt, **options)
+        ``.trace.json``; the text report for ``.txt``, ``.log``, ``.out`` or no ending; any
+        other ending is an error that lists these). The write is atomic; an existing file
+        that is not a report is refused unless ``force``. :func:`flopsight.load` reads a
+        ``.json`` back."""
+        reporter().write(self, path, fmt, force=force, **options)
 
 
 def _alias_paths(stats: ModuleStats) -> list[str]:
@@ -304,6 +306,44 @@ def _alias_paths(stats: ModuleStats) -> list[str]:
 
 
 def load(path: str | os.PathLike) -> ProfileResult:
-    """Read a profile written by :meth:`ProfileResult.save`."""
-    with open(path, encoding="utf-8") as f:
-        return ProfileResult.from_dict(json.load(f))
+    """Read a profile written by :meth:`ProfileResult.save` as JSON. A file that is not one
+    is a ValueError naming the file and what is wrong with it (truncated, not text, not a
+    profile, from a newer flopsight).
+
+    >>> import tempfile
+    >>> with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+    ...     _ = f.write("[1, 2, 3]")
+    >>> load(f.name)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: ....json: not a flopsight profile (a JSON list, not an object with "schema_version" and "modules")
+    """
+    name = os.fspath(path)
+    with open(name, "rb") as f:
+        raw = f.read()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{name}: not a flopsight profile (binary data, not JSON text)") from None
+    if not text.strip():
+        raise ValueError(f"{name}: not a flopsight profile (the file is empty)")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        # cut short: the parser ran out of text (mid-string, or where a value or bracket was due)
+        at_end = e.pos >= len(text.rstrip()) - 1 or e.msg.startswith("Unterminated")
+        what = "truncated: the JSON ends early" if at_end else f"not valid JSON ({e.msg} at line {e.lineno})"
+        raise ValueError(f"{name}: not a flopsight profile ({what})") from None
+    if not isinstance(data, dict) or "schema_version" not in data or "modules" not in data:
+        kind = {list: "a JSON list", str: "a JSON string"}.get(type(data), "JSON without them" if isinstance(data, dict)
+                                                               else f"a JSON {type(data).__name__}")
+        raise ValueError(f'{name}: not a flopsight profile ({kind}, not an object with "schema_version" and "modules")')
+    version = data.get("schema_version")
+    if isinstance(version, int) and version > SCHEMA_VERSION:
+        writer = (data.get("metadata") or {}).get("flopsight_version") or "a newer flopsight"
+        raise ValueError(f"{name}: written by flopsight {writer}, schema {version}; this flopsight reads schema "
+                         f"{SCHEMA_VERSION} and older: upgrade flopsight to read it")
+    try:
+        return ProfileResult.from_dict(data)
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"{name}: not a flopsight profile that this flopsight can read ({e})") from None

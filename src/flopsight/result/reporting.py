@@ -24,8 +24,8 @@ class Reporter(Protocol):
     def render(self, subject: Any, fmt: str = "text", **options: Any) -> str:
         """``subject`` (a result, a diff) as text in format ``fmt``."""
 
-    def write(self, subject: Any, target: str | os.PathLike | IO[str] | None = None, fmt: str | None = None,
-              **options: Any) -> str:
+    def write(self, subject: Any, target: str | os.PathLike | IO[str] | None = None, fmt: str | None = None, *,
+              force: bool = False, **options: Any) -> str:
         """Render ``subject`` and write it to ``target`` (a path, a stream, or stdout); returns the text."""
 
 
