@@ -208,7 +208,9 @@ def test_factory_returning_a_bare_transformers_model_gets_its_default_inputs(cap
 def test_a_failing_model_is_exit_status_1_with_the_error(capsys, factory_file):
     code, out, err = run(capsys, "profile", f"{factory_file}:broken")
     assert code == 1 and out == ""
-    assert err.startswith("flopsight: error: RuntimeError:") and "the model is broken" in err
+    # one line: what, in which module (path and class), the message
+    assert err.startswith("flopsight: error: RuntimeError raised in module '<root>' (Broken): ") and "the model is broken" in err
+    assert len(err.strip().splitlines()) == 1 and "--traceback" in err
     with pytest.raises(RuntimeError, match="the model is broken"):
         main(["profile", f"{factory_file}:broken", "--traceback"])
 
@@ -256,9 +258,10 @@ def test_config_json_errors_are_usage_errors(capsys, tmp_path):
     (tmp_path / "unknown.json").write_text('{"model_type": "no-such-model"}')
     assert "has no \"model_type\"" in run(capsys, "profile", str(tmp_path / "no_type.json"))[2]
     assert "not valid JSON" in run(capsys, "profile", str(tmp_path / "bad.json"))[2]
-    for name in ("wrong.json", "unknown.json"):
-        code, _, err = run(capsys, "profile", str(tmp_path / name))
-        assert code == 2 and "transformers cannot make a" in err, name
+    code, _, err = run(capsys, "profile", str(tmp_path / "wrong.json"))
+    assert code == 2 and "transformers cannot make a" in err
+    code, _, err = run(capsys, "profile", str(tmp_path / "unknown.json"))
+    assert code == 2 and "unknown model_type 'no-such-model'" in err
     code, _, err = run(capsys, "profile", str(tmp_path / "missing.json"))
     assert code == 2 and "cannot read" in err
 
@@ -492,3 +495,63 @@ def test_the_output_never_replaces_the_models_own_files(capsys, factory_file, tm
     assert flopsight.load(notes).total.forward.macs == 2 * 8 * 4 + 2 * 4 * 2
     code, _, err = run(capsys, "profile", f"{factory_file}:pair", "-o", str(tmp_path / "r.yaml"))
     assert code == 2 and "names no report format" in err
+
+
+# -- a quick command line: parsing imports no torch -------------------------------------------------------------
+def test_the_catalog_list_prints_is_what_the_zoo_builds():
+    needs_transformers()
+    from flopsight.cli.catalog import CATALOG
+
+    assert [row.name for row in CATALOG] == list(zoo.ZOO)
+    for row in CATALOG:
+        entry = zoo.ZOO[row.name]
+        config = entry.config()
+        with torch.device("meta"):
+            params = zoo.param_count(entry.build(config))
+        inputs = zoo.describe_specs(zoo.input_specs(entry.inputs, config, seq_len=entry.seq_len or 128))
+        assert (row.family, row.params, row.inputs, row.source, row.needs_transformers) == \
+            (entry.family, params, inputs, entry.source, entry.needs_transformers), row.name
+
+
+def test_the_options_name_what_the_modules_define():
+    from flopsight.cli import options
+    from flopsight.cli.build import DTYPES
+    from flopsight.formulas.attention import ATTENTION_CONVENTIONS
+    from flopsight.renderers import FORMATS
+
+    assert options.FORMATS == tuple(FORMATS)
+    assert options.DTYPE_NAMES == tuple(DTYPES)
+    assert options.ATTENTION == tuple(ATTENTION_CONVENTIONS)
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--version"], ["list"], ["profile", "--help"],
+                                  ["profile", "gpt2", "--batch-size", "0"], ["profile", "--mode", "fly"]])
+def test_help_version_list_and_usage_errors_import_no_torch(argv):
+    script = ("import sys\nfrom flopsight.cli.main import main\ncode = main(sys.argv[1:])\n"
+              "print('TORCH', 'torch' in sys.modules, code)")
+    proc = subprocess.run([sys.executable, "-c", script, *argv], capture_output=True, text=True, timeout=120)
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith("TORCH False"), (argv, last, proc.stderr[-500:])
+    assert last.endswith(" 2") == (argv[0] == "profile" and "--help" not in argv)  # usage errors: exit status 2
+
+
+def test_a_config_of_an_unknown_model_type_is_one_short_line(capsys, tmp_path):
+    needs_transformers()
+    config = tmp_path / "config.json"
+    config.write_text('{"model_type": "lama", "hidden_size": 64}')
+    code, _, err = run(capsys, "profile", str(config))
+    line = err.strip().splitlines()[-1]
+    assert code == 2 and "unknown model_type 'lama'" in line and "closest known: llama" in line
+    assert len(line) < 300
+
+
+def test_a_factory_that_returns_something_else_says_what_it_got_and_what_is_accepted(capsys, tmp_path):
+    factory = tmp_path / "wrong_factories.py"
+    factory.write_text("import torch\n"
+                       "def number():\n    return 3\n"
+                       "def triple():\n    return torch.nn.Linear(2, 2), (torch.ones(1, 2),), 'x'\n"
+                       "def pairs():\n    return [1, 'a', 2.0, None]\n")
+    for name, got in [("number", "the factory returned int;"), ("triple", "the factory returned (model, args, str);"),
+                      ("pairs", "the factory returned a list of 4 (int, str, float, ...);")]:
+        code, _, err = run(capsys, "profile", f"{factory}:{name}")
+        assert code == 2 and got in err and "expected a torch.nn.Module, (model, inputs)" in err, err

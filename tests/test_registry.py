@@ -149,3 +149,12 @@ def test_a_failed_import_runs_nothing_and_removes_the_hook(probe, tmp_path):
     with pytest.raises(RuntimeError, match="broken"):
         importlib.import_module(probe)
     assert seen == [] and sys.meta_path == finders
+
+
+def test_a_formula_with_var_positional_arguments_is_refused_when_registered():
+    from flopsight.formulas.registry import FormulaSignatureError, Registry
+
+    with pytest.raises(FormulaSignatureError, match=r"formula mm for .* takes \*args; formulas take arguments by name"):
+        @Registry().register("aten::mm")
+        def mm(out, *args):
+            return None

@@ -6,106 +6,7 @@
 512
 """
 
-from ._quiet import ignoring as _ignoring
 from ._version import __version__
-
-# torch warns "Failed to initialize NumPy" while it imports when numpy is not installed;
-# flopsight needs no numpy, so on a torch-only install (`make demo`) that is noise before
-# the report. Only that message is hidden, and only here; torch is imported first here.
-with _ignoring("Failed to initialize NumPy", UserWarning):
-    import torch as _torch  # noqa: F401
-
-from .analysis.diff import diff
-from .capture.notices import UnprofiledForwardWarning, UnsupportedOpWarning
-from .capture.timing import FakeClock
-from .formulas import REGISTRY, Cost
-from .integrations.attach import AttachedProfiler, attach
-from .integrations.deepspeed.api import FlopsProfiler, get_model_profile, get_module_duration, get_module_flops, get_module_macs
-from .profiler import Profiler, profile
-from .renderers import output as _output  # noqa: F401  (installs the reporter result.render/save call)
-from .result.communication import Collective
-from .result.metadata import Metadata, Timing
-from .result.profile_result import SCHEMA_VERSION, Coverage, ModelCall, ModuleStats, ProfileResult, load
-from .result.stats import Stats
-from .result.steps import combine_steps
-from .result.tree import ModuleNode, Phases
-from .renderers.numbers import (
-    bytes_to_string,
-    duration_to_string,
-    flops_to_string,
-    macs_to_string,
-    number_to_string,
-    params_to_string,
-)
-
-
-def register_formula(*ops, registry=None):
-    """Decorator: count ``ops`` (aten or ``torch.library`` ops) with ``fn(out, **arguments) -> Cost``,
-    the op's arguments by their schema names (``print(torch.ops.aten.mm.default._schema)``).
-
-    >>> import torch, flopsight
-    >>> registry = flopsight.REGISTRY.copy()  # or leave registry out to change the global one
-    >>> @flopsight.register_formula("aten::mm", registry=registry)
-    ... def my_mm(out, self, mat2):
-    ...     return flopsight.Cost.of_product(self.shape[0] * self.shape[1] * mat2.shape[1])
-    >>> flopsight.profile(torch.nn.Linear(3, 2, bias=False), torch.ones(4, 3), registry=registry).total.forward.macs
-    24
-    """
-    return (registry or REGISTRY).register(*ops)
-
-
-def mark_zero_cost(*ops, registry=None) -> None:
-    """Count ``ops`` as free (views, copies, bookkeeping) instead of reporting them unsupported."""
-    (registry or REGISTRY).zero_cost(*ops)
-
-
-def register_module(*classes, name=None, backward=None, registry=None):
-    """Decorator: count a whole call of a module of ``classes`` with ``fn(out, module, **forward_arguments)``,
-    replacing the count of everything its subtree runs (fused or custom modules).
-
-    >>> import torch, flopsight
-    >>> class Fused(torch.nn.Module):  # say its kernel is opaque to the profiler
-    ...     def forward(self, x, scale=2.0):
-    ...         return x * scale
-    >>> registry = flopsight.REGISTRY.copy()
-    >>> @flopsight.register_module(Fused, registry=registry)
-    ... def fused(out, module, x, scale):
-    ...     return flopsight.Cost.of_flops(3 * x.numel())
-    >>> flopsight.profile(Fused(), torch.ones(4), registry=registry).total.forward.flops
-    12
-    """
-    return (registry or REGISTRY).register_module(*classes, name=name, backward=backward)
-
-
-def register_function(*functions, name=None, backward=None, registry=None):
-    """Decorator: count each ``apply`` of these ``torch.autograd.Function`` subclasses with
-    ``fn(out, **forward_arguments)`` (``ctx`` left out) instead of the ops it runs.
-
-    >>> import torch, flopsight
-    >>> class Square(torch.autograd.Function):
-    ...     @staticmethod
-    ...     def forward(ctx, x):
-    ...         ctx.save_for_backward(x)
-    ...         return x * x
-    ...     @staticmethod
-    ...     def backward(ctx, g):
-    ...         (x,) = ctx.saved_tensors
-    ...         return 2 * x * g
-    >>> registry = flopsight.REGISTRY.copy()
-    >>> @flopsight.register_function(Square, registry=registry, backward=lambda out, x: flopsight.Cost.of_flops(2 * x.numel()))
-    ... def square(out, x):
-    ...     return flopsight.Cost.of_flops(x.numel())
-    >>> class M(torch.nn.Module):
-    ...     def forward(self, x):
-    ...         return Square.apply(x)
-    >>> x = torch.ones(5, requires_grad=True)
-    >>> with flopsight.Profiler(M(), registry=registry) as prof:
-    ...     prof.model(x).sum().backward()
-    >>> prof.result.total.forward.flops, prof.result.total.backward.flops
-    (5, 10)
-    """
-    return (registry or REGISTRY).register_function(*functions, name=name, backward=backward)
-
 
 __all__ = [
     "__version__",
@@ -148,3 +49,25 @@ __all__ = [
     "params_to_string",
     "duration_to_string",
 ]
+
+
+def __getattr__(name: str):
+    """Load the API on first use: torch, the profiler, the renderers (see :mod:`._api`)."""
+    import importlib
+
+    if name.startswith("__") or name == "_api":
+        raise AttributeError(f"module 'flopsight' has no attribute {name!r}")
+    api = importlib.import_module(f"{__name__}._api")
+    if hasattr(api, name):
+        value = getattr(api, name)
+    else:
+        try:  # a submodule: flopsight.hardware, flopsight.capture...
+            value = importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError:
+            raise AttributeError(f"module 'flopsight' has no attribute {name!r}") from None
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -1,38 +1,27 @@
 """``flopsight list``: the zoo's models, with their parameters (counted on the meta device),
-default inputs and where their hyper-parameters come from."""
+default inputs and where their hyper-parameters come from. Read from :mod:`.catalog`: listing
+builds nothing and imports no torch."""
 
 from __future__ import annotations
 
 import argparse
-
-import torch
+import importlib.util
 
 from ..renderers.numbers import params_to_string
-from . import zoo
+from .catalog import CATALOG
 
 __all__ = ["cmd_list"]
 
 
-def _zoo_row(entry: zoo.ZooEntry, have_transformers: bool) -> tuple[str, ...]:
-    if entry.needs_transformers and not have_transformers:
-        return entry.name, entry.family, "-", "(needs transformers)", entry.source
-    config = entry.config()
-    with torch.device("meta"):  # no memory, no initialisation: only the shapes are made
-        params = zoo.param_count(entry.build(config))
-    specs = zoo.input_specs(entry.inputs, config, seq_len=entry.seq_len or 128)
-    return entry.name, entry.family, params_to_string(params), zoo.describe_specs(specs), entry.source
-
-
 def cmd_list(args: argparse.Namespace) -> int:
-    """Print the zoo: name, family, parameters (counted on the meta device), default inputs, source."""
-    try:
-        import transformers  # noqa: F401
-
-        have_transformers = True
-    except ImportError:
-        have_transformers = False
+    """Print the zoo: name, family, parameters, default inputs, source."""
+    have_transformers = importlib.util.find_spec("transformers") is not None
     rows = [("MODEL", "FAMILY", "PARAMS", "DEFAULT INPUTS (batch 1)", "HYPER-PARAMETERS OF")]
-    rows += [_zoo_row(entry, have_transformers) for entry in zoo.ZOO.values()]
+    for row in CATALOG:
+        if row.needs_transformers and not have_transformers:
+            rows.append((row.name, row.family, "-", "(needs transformers)", row.source))
+        else:
+            rows.append((row.name, row.family, params_to_string(row.params), row.inputs, row.source))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1])

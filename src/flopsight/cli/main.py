@@ -9,8 +9,10 @@
 With no arguments (``python -m flopsight``, ``make demo``) it profiles ResNet-18 and prints
 the report. Every option is checked before a model is built: a bad value is a usage error
 (exit status 2) naming the option. A model that fails while it runs is exit status 1.
-This file parses and dispatches: ``profile`` is :mod:`.profile`, ``list`` :mod:`.listing`,
-``diff`` :mod:`.diff` (with a parser of its own).
+This file parses and dispatches: ``profile`` is :mod:`.profile` (its options
+:mod:`.options`), ``list`` :mod:`.listing`, ``diff`` :mod:`.diff` (with a parser of its own).
+Parsing imports no torch: ``--help``, ``--version``, ``list`` and usage errors are quick;
+a command's module is imported when it runs.
 
 >>> parse(["profile", "gpt2", "--seq-len", "64", "--dtype", "bf16"]).dtype
 'bfloat16'
@@ -21,13 +23,12 @@ This file parses and dispatches: ``profile`` is :mod:`.profile`, ``list`` :mod:`
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import sys
-
-import torch
 
 from .._version import __version__
 from .listing import cmd_list
-from .profile import DEFAULT_MODEL, add_options, cmd_profile
+from .options import DEFAULT_MODEL, add_options
 
 __all__ = ["main", "parse", "build_parser", "DEFAULT_MODEL"]
 
@@ -45,7 +46,20 @@ class _Help(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpF
 
 
 def _version() -> str:
-    return f"flopsight {__version__} (torch {torch.__version__.split('+')[0]})"
+    """``flopsight X (torch Y)``, torch's version read from its installed metadata (importing
+    torch takes a second or two)."""
+    try:
+        torch_version = importlib.metadata.version("torch").split("+")[0]
+    except importlib.metadata.PackageNotFoundError:
+        torch_version = "not installed"
+    return f"flopsight {__version__} (torch {torch_version})"
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from .. import _api  # noqa: F401  torch first, as the API imports it (its NumPy notice hidden)
+    from .profile import cmd_profile as run  # torch, the models, the profiler: only when it runs
+
+    return run(args)
 
 
 def build_parser() -> argparse.ArgumentParser:

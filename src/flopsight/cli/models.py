@@ -19,6 +19,7 @@ flopsight.cli.models.BadModel: no such file: no/such/make.py
 from __future__ import annotations
 
 import contextlib
+import difflib
 import importlib
 import importlib.util
 import inspect
@@ -149,6 +150,12 @@ def load_config(path: str) -> Any:
 
     fields = dict(data)
     model_type = fields.pop("model_type")
+    known = list(transformers.CONFIG_MAPPING.keys())
+    if model_type not in known:  # transformers' own message lists every known type: 12 KB
+        close = difflib.get_close_matches(model_type, known, n=3, cutoff=0.5)
+        hint = f"; closest known: {', '.join(close)}" if close else ""
+        raise BadModel(f"{file}: unknown model_type {model_type!r} (transformers {transformers.__version__} "
+                       f"knows {len(known)} types{hint})")
     try:
         return transformers.AutoConfig.for_model(model_type, **fields)
     except Exception as e:  # an unknown model_type, a field of the wrong type (strict dataclass checks)...
@@ -245,9 +252,31 @@ def split_factory_output(out: Any) -> tuple[nn.Module, tuple[tuple, dict] | None
         return out, None
     if isinstance(out, (tuple, list)) and len(out) in (2, 3) and isinstance(out[0], nn.Module):
         if len(out) == 3:
+            if out[2] is not None and not isinstance(out[2], dict):
+                raise BadModel(f"the factory returned (model, args, {type(out[2]).__name__}); {_ACCEPTED}, the "
+                               "third a dict of keyword arguments")
             return out[0], (_as_call(out[1])[0], dict(out[2] or {}))
         return out[0], _as_call(out[1])
-    raise BadModel(f"the factory returned {type(out).__name__}; expected a torch.nn.Module or (model, inputs)")
+    raise BadModel(f"the factory returned {_shape_of(out)}; {_ACCEPTED}")
+
+
+_ACCEPTED = ("expected a torch.nn.Module, (model, inputs) with inputs a tensor, a tuple of arguments or a dict "
+             "of keyword arguments, or (model, args, kwargs)")
+
+
+def _shape_of(out: Any) -> str:
+    """What a factory returned, in a few words: ``int``, ``a tuple of 4 (int, str, ...)``.
+
+    >>> _shape_of(3), _shape_of((1, "a")), _shape_of([])
+    ('int', 'a tuple of 2 (int, str)', 'an empty list')
+    """
+    if isinstance(out, (tuple, list)):
+        kind = type(out).__name__
+        if not out:
+            return f"an empty {kind}"
+        items = ", ".join(type(v).__name__ for v in out[:3]) + (", ..." if len(out) > 3 else "")
+        return f"a {kind} of {len(out)} ({items})"
+    return type(out).__name__
 
 
 # -- device and dtype ------------------------------------------------------------------------------

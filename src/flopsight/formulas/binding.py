@@ -133,6 +133,25 @@ def binder_for_builtin(fn: Callable) -> list[Binder]:
     return [Binder.of_op(getattr(packet, overload)) for overload in packet.overloads()]
 
 
+def reject_var_positional(formula: Callable, where: str) -> None:
+    """Raise :class:`FormulaSignatureError` now, when ``formula`` is registered, if it takes
+    ``*args``: formulas are called with the op's arguments by name, so it could never run.
+
+    >>> reject_var_positional(lambda out, *args: None, "aten.mm")
+    Traceback (most recent call last):
+    ...
+    flopsight.formulas.binding.FormulaSignatureError: formula <lambda> for aten.mm takes *args; formulas take arguments by name (out, then each argument of the op's schema, or **_)
+    """
+    try:
+        params = inspect.signature(formula).parameters.values()
+    except (TypeError, ValueError):
+        return  # a builtin or C callable: nothing to read
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        fname = getattr(formula, "__name__", repr(formula))
+        raise FormulaSignatureError(f"formula {fname} for {where} takes *args; formulas take arguments by name "
+                                    "(out, then each argument of the op's schema, or **_)")
+
+
 def check_signature(formula: Callable, binder: Binder, where: str) -> None:
     """Raise :class:`FormulaSignatureError` if ``formula`` cannot take ``binder``'s arguments.
 

@@ -37,7 +37,7 @@ import torch
 
 from .._torch_private import OpOverload, OpOverloadPacket
 from ..result.stats import Stats
-from .binding import Binder, FormulaSignatureError, binder_for_builtin, check_signature
+from .binding import Binder, FormulaSignatureError, binder_for_builtin, check_signature, reject_var_positional
 from .bytes_moved import io_bytes_of
 
 __all__ = ["Cost", "Registry", "REGISTRY", "ZERO", "op_key", "Resolved", "Unit", "FormulaSignatureError"]
@@ -243,6 +243,7 @@ class Registry:
         def deco(fn: Callable[..., Cost]) -> Callable[..., Cost]:
             if not callable(fn):
                 raise TypeError(f"register: formula must be callable, got {type(fn).__name__}")
+            reject_var_positional(fn, ", ".join(map(str, keys)) or "no op")
             for key in keys:
                 self._ops[key] = fn
             self._resolved.clear()

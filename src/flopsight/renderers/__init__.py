@@ -18,9 +18,6 @@ import importlib
 import os
 from typing import Any
 
-from ..analysis.report import Report
-from ..analysis.report_options import ReportOptions
-
 __all__ = ["FORMATS", "EXTENSIONS", "render", "format_of"]
 
 #: format -> (module in this package, its function of a :class:`~flopsight.analysis.report.Report`)
@@ -63,5 +60,10 @@ def render(result, fmt: str = "text", **options: Any) -> str:
     TypeError naming it)."""
     if fmt not in FORMATS:
         raise ValueError(f"fmt: expected one of {', '.join(FORMATS)}, got {fmt!r}")
+    # the report model (and torch) only when something is rendered: the formats' names,
+    # numbers.py and format_of are read by the command line's parser, which imports no torch
+    from ..analysis.report import Report
+    from ..analysis.report_options import ReportOptions
+
     module, function = FORMATS[fmt]
     return getattr(importlib.import_module(f"{__name__}.{module}"), function)(Report(result, ReportOptions.of(**options)))

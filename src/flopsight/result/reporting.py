@@ -12,6 +12,8 @@ methods always find it. Nothing here imports a layer above.
 
 from __future__ import annotations
 
+import importlib
+
 import os
 from typing import IO, Any, Protocol
 
@@ -39,7 +41,9 @@ def install(reporter: Reporter) -> None:
 
 
 def reporter() -> Reporter:
-    """The installed reporter (an error if flopsight's renderers were never imported)."""
+    """The installed reporter: flopsight's renderers install theirs when they are imported,
+    which happens here, by name, the first time a result is rendered before they were (the
+    data model names no renderer module in its imports)."""
     if _reporter is None:
-        raise RuntimeError("flopsight's renderers are not loaded: `import flopsight` installs them")
+        importlib.import_module("flopsight.renderers.output")
     return _reporter
