@@ -1,12 +1,13 @@
 # Two entry points, each doing all of its own setup on a fresh machine:
 #   make demo   profile a built-in model and print the report
-#   make test   run the whole test suite
+#   make test   run the whole test suite (PYTEST_ARGS="-k attention -x" passes pytest arguments)
+# and make test-fast: everything but the tests that start ranks or a browser
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip install -q -c constraints.txt
 
-.PHONY: demo test gpu-check clean
+.PHONY: demo test test-fast gpu-check clean
 
 # torch is installed first and pinned, so `torch>=2.2` in pyproject is already satisfied
 # and pip never resolves it to the registry's CUDA build.
@@ -24,7 +25,10 @@ demo: $(VENV)/.core
 	$(PY) -m flopsight
 
 test: $(VENV)/.test
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+test-fast: $(VENV)/.test
+	$(PY) -m pytest -q -m "not multiprocess and not browser" $(PYTEST_ARGS)
 
 # GPU acceptance checks (issue 17): one PASS/FAIL/SKIP line per check, OUT/summary.json;
 # on a machine without CUDA every check is skipped

@@ -51,6 +51,8 @@ def pytest_configure(config):
         "markers", "python_backend(reason): counted on the Python backend only (the native one differs, for reason)")
     config.addinivalue_line(
         "markers", "any_backend: run once, whatever the backend (the test checks registration, not counts)")
+    config.addinivalue_line("markers", "multiprocess: starts ranks (torchrun, the deepspeed launcher)")
+    config.addinivalue_line("markers", "browser: drives headless Chromium")
 
 
 def pytest_generate_tests(metafunc):
@@ -113,3 +115,43 @@ def fake_clock(monkeypatch):
     import flopsight.profiler
 
     monkeypatch.setattr(flopsight.profiler, "default_clock", lambda device: flopsight.FakeClock(step=1e-3))
+
+
+# -- kinds of tests: `make test-fast` leaves out those that start ranks or a browser -------------------------
+#: what in a test's (or one of its fixtures') source starts other processes of ranks or a browser
+_MULTIPROCESS = ("torchrun(", "deepspeed_launch(", "ranks_of(", "free_port(")
+
+
+def _sources(item) -> str:
+    """The source of the test function and of every fixture it uses (cached per function)."""
+    import inspect
+
+    functions = [getattr(item, "function", None)]
+    info = getattr(item, "_fixtureinfo", None)
+    if info is not None:
+        functions += [d.func for defs in info.name2fixturedefs.values() for d in defs]
+    text = []
+    for f in functions:
+        if f is None:
+            continue
+        cached = _SOURCE.get(f)
+        if cached is None:
+            try:
+                cached = inspect.getsource(f)
+            except (OSError, TypeError):
+                cached = ""
+            _SOURCE[f] = cached
+        text.append(cached)
+    return "\n".join(text)
+
+
+_SOURCE: dict = {}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        source = _sources(item)
+        if any(mark in source for mark in _MULTIPROCESS):
+            item.add_marker(pytest.mark.multiprocess)
+        if "browser" in getattr(item, "fixturenames", ()) or "Chromium(" in source:
+            item.add_marker(pytest.mark.browser)

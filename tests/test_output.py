@@ -160,3 +160,8 @@ def test_load_names_the_file_and_what_is_wrong(tmp_path, content, problem):
     with pytest.raises(ValueError) as info:
         flopsight.load(path)
     assert str(info.value).startswith(f"{path}: ") and problem in str(info.value)
+
+
+def test_dev_null_is_written_to_never_replaced():
+    result().save(os.devnull)  # DeepSpeed users discard the report this way
+    assert not os.path.isfile(os.devnull)  # still the device, not a file renamed over it

@@ -2,14 +2,10 @@
 (``import flopsight`` itself imports no torch: the command line's ``--help`` stays quick)."""
 
 
-from ._quiet import ignoring as _ignoring
+from ._quiet import import_torch
 from ._version import __version__
 
-# torch warns "Failed to initialize NumPy" while it imports when numpy is not installed;
-# flopsight needs no numpy, so on a torch-only install (`make demo`) that is noise before
-# the report. Only that message is hidden, and only here; torch is imported first here.
-with _ignoring("Failed to initialize NumPy", UserWarning):
-    import torch as _torch  # noqa: F401
+import_torch()  # first, its NumPy notice hidden (see flopsight._quiet)
 
 from .analysis.diff import diff
 from .capture.notices import UnprofiledForwardWarning, UnsupportedOpWarning

@@ -17,7 +17,7 @@ import contextlib
 import re
 import warnings
 
-__all__ = ["ignoring"]
+__all__ = ["ignoring", "import_torch"]
 
 
 @contextlib.contextmanager
@@ -31,3 +31,13 @@ def ignoring(message: str | None = None, category: type[Warning] = Warning):
     finally:
         with contextlib.suppress(ValueError):  # taken out already by code that reset the filters
             warnings.filters.remove(entry)
+
+
+def import_torch():
+    """``import torch``, with the one notice a torch-only install prints hidden: torch warns
+    "Failed to initialize NumPy" while it imports when numpy is missing, and flopsight needs
+    no numpy (`make demo` runs without it). Whoever imports torch first in flopsight calls this."""
+    with ignoring("Failed to initialize NumPy", UserWarning):
+        import torch
+
+    return torch

@@ -26,8 +26,10 @@ def torchrun(script: Path, *args: str, nproc: int = 2, timeout: float = 180) -> 
     raises with every rank's output if the run fails."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
            "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
-           "--master_addr=127.0.0.1", f"--master_port={free_port()}", str(script), *args]
+    # --standalone: torchrun picks its own free port and holds it (a port chosen here could be
+    # taken by another run before the ranks bind it)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+           str(script), *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
     if proc.returncode != 0:
         raise AssertionError(f"torchrun {script.name} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")

@@ -26,6 +26,7 @@ import argparse
 import importlib.metadata
 import sys
 
+from .._quiet import import_torch
 from .._version import __version__
 from .listing import cmd_list
 from .options import DEFAULT_MODEL, add_options
@@ -56,7 +57,7 @@ def _version() -> str:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from .. import _api  # noqa: F401  torch first, as the API imports it (its NumPy notice hidden)
+    import_torch()  # before anything else imports it, its NumPy notice hidden
     from .profile import cmd_profile as run  # torch, the models, the profiler: only when it runs
 
     return run(args)

@@ -86,6 +86,8 @@ def check_output_file(output_file: Any, arg: str = "output_file", fmt: str | Non
     if os.path.exists(path):
         if not os.access(path, os.W_OK):
             raise PermissionError(f"{arg}: cannot write {path!r}: the file is read-only")
+        if not os.path.isfile(path):  # /dev/null, a pipe: written to as they are, never replaced
+            return
         if not force and not is_report(path):
             raise FileExistsError(f"{arg}: {path!r} exists and is not a report flopsight or DeepSpeed wrote (a "
                                   "model's source or config?); it is left as it is: choose another name, or "
@@ -207,7 +209,18 @@ def write(subject: Any, target: str | os.PathLike | IO[str] | None = None, fmt: 
 
 def write_atomically(path: str, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file in the same folder renamed over it:
-    a full disk or a crash midway leaves the old file whole, never a truncated one."""
+    a full disk or a crash midway leaves the old file whole, never a truncated one. A path that
+    is not a regular file (``/dev/null``, a pipe) is written to directly: renaming over it
+    would replace the device.
+
+    >>> write_atomically(os.devnull, "nothing")
+    >>> os.path.isfile(os.devnull)
+    False
+    """
+    if os.path.exists(path) and not os.path.isfile(path):
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        return
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     fd, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
