@@ -71,15 +71,18 @@ class _Placed:
         self.device = torch.device(device)
 
 
-class Offloaded(nn.Module):
+def placed(*devices: str) -> nn.Module:
+    """A module whose parameters report these devices."""
+    module = nn.Module()
+    for i, device in enumerate(devices):
+        module._parameters[f"p{i}"] = _Placed(device)  # straight into the dict: no Parameter check
+    return module
+
+
+def Offloaded() -> nn.Module:
     """A model whose first parameters stay on the CPU (CPU offload, FSDP's) and whose others
     are on ``cuda:1``."""
-
-    def parameters(self, recurse=True):
-        return iter([_Placed("cpu"), _Placed("cpu"), _Placed("cuda:1")])
-
-    def buffers(self, recurse=True):
-        return iter([])
+    return placed("cpu", "cpu", "cuda:1")
 
 
 def test_the_timing_device_is_the_accelerator_the_model_or_its_inputs_are_on():
@@ -91,16 +94,9 @@ def test_the_timing_device_is_the_accelerator_the_model_or_its_inputs_are_on():
     clock = default_clock(model_device(Offloaded()))
     assert isinstance(clock, CudaEventClock) and clock.device == torch.device("cuda", 1)
 
-    class OnCpu(nn.Module):
-        def parameters(self, recurse=True):
-            return iter([_Placed("cpu")])
-
-        def buffers(self, recurse=True):
-            return iter([])
-
     # every parameter on the CPU, the inputs on a GPU: the GPU computes
-    assert model_device(OnCpu(), (_as_tensor_on("cuda:0"),)) == torch.device("cuda", 0)
-    assert model_device(OnCpu()) == torch.device("cpu")
+    assert model_device(placed("cpu"), (_as_tensor_on("cuda:0"),)) == torch.device("cuda", 0)
+    assert model_device(placed("cpu")) == torch.device("cpu")
     assert isinstance(default_clock(model_device(nn.Linear(2, 2))), HostClock)
     # no model: the CPU, unless this process has used CUDA
     expected = "cuda" if torch.cuda.is_available() and torch.cuda.is_initialized() else "cpu"

@@ -333,3 +333,27 @@ def test_no_mark_of_a_global_hook_is_left_behind():
     model = nn.Sequential(nn.Linear(2, 2))
     flopsight.profile(model, torch.ones(1, 2), memory=True, device_time=True)
     assert not torch_module._has_any_global_hook()
+
+
+def _nested(depth: int) -> nn.Module:
+    model = nn.Linear(2, 2)
+    for _ in range(depth):
+        model = nn.Sequential(model)
+    return model
+
+
+def test_a_model_as_deep_as_plain_torch_runs_is_profiled_and_the_limit_put_back():
+    import sys
+
+    limit = sys.getrecursionlimit()
+    frame, used = sys._getframe(), 0
+    while frame is not None:  # pytest's own frames
+        frame, used = frame.f_back, used + 1
+    depth = (limit - used) // 4 - 10  # a plain call takes about 4 frames per level: it runs
+    model = _nested(depth)
+    model(torch.ones(1, 2))
+    assert flopsight.profile(model, torch.ones(1, 2)).total.forward.macs == 4  # 1 x 2 x 2
+    with flopsight.Profiler(model) as prof:
+        model(torch.ones(1, 2))
+    assert prof.result.module("0" + ".0" * (depth - 1)).forward.macs == 4
+    assert sys.getrecursionlimit() == limit

@@ -33,6 +33,7 @@ from .capture.native import check_backend
 from .capture.optimizer import check_optimizer
 from .capture.parallel import check_parallel, detect_parallel, warn_data_parallel
 from .capture.plan import CaptureOptions
+from .capture.recursion import deep_enough
 from .capture.session import CaptureSession
 from .capture.spans import SpanTimes
 from .capture.state import ModelState
@@ -343,19 +344,24 @@ def profile(
         with quiet_compiled():
             time_call(*args, **kwargs)
 
-    announce()  # under torch.distributed: rank 0 waits for the ranks that profile
-    try:
+    def run_passes():
+        """(the counting pass's capture or None, the timed passes' captures)."""
         if separate:
             # doubles as the first warm-up (not of a compiled model: it ran the eager module); the
             # timing passes' timelines are the result's
             counts = captured(count=True, timeline=False)
             for _ in range(compiled_warm_ups(warm_up) if regions else warm_up - 1):
                 plain()
-            times = [captured(count=False) for _ in range(repeat)]
-        else:
-            for _ in range(compiled_warm_ups(warm_up) if regions else warm_up):
-                plain()
-            times = [captured(count=True) for _ in range(repeat)]
+            return counts, [captured(count=False) for _ in range(repeat)]
+        for _ in range(compiled_warm_ups(warm_up) if regions else warm_up):
+            plain()
+        return None, [captured(count=True) for _ in range(repeat)]
+
+    announce()  # under torch.distributed: rank 0 waits for the ranks that profile
+    depth = max(info.depth for info in infos.values())
+    try:
+        with deep_enough(depth):
+            counts, times = run_passes()
     except BaseException as e:
         if gather_timeout is not None:
             publish_failure(e)  # rank 0 learns what failed here instead of waiting for it
@@ -501,6 +507,7 @@ class Profiler:
         self._first_step = False
         self._ran_on: torch.device | None = None  # the accelerator the steps so far ran on
         self._snapshot: tuple | None = None  # (what the session had seen, the snapshot of it)
+        self._room = contextlib.ExitStack()  # a deep model's recursion limit, while running
 
     @property
     def running(self) -> bool:
@@ -513,7 +520,12 @@ class Profiler:
             self._measured = []
             self._first_step = _nothing_stepped(self.optimizer)
             announce()  # under torch.distributed: rank 0 waits for the ranks that profile
-            self._open()
+            self._room.enter_context(deep_enough(max(info.depth for info in self._infos.values())))
+            try:
+                self._open()
+            except BaseException:
+                self._room.close()
+                raise
         return self
 
     def _open(self) -> None:
@@ -547,13 +559,18 @@ class Profiler:
         session, self._session = self._session, None
         if session is None:
             return self._result
-        raw = session.stop()
+        try:
+            raw = session.stop()
+        except BaseException:
+            self._room.close()
+            raise
         calls, spans = raw.get(ModuleCalls), raw.get(SpanTimes)
         if not self._measured or (calls is not None and calls.top_calls) or (spans and spans.seconds().get("step")):
             self._measured.append(self._build(session, raw))
         return self._finish()
 
     def _finish(self) -> ProfileResult:
+        self._room.close()  # the recursion limit as it was
         measured, self._measured = self._measured, []
         self._snapshot = None
         self._result = with_ranks(combine_steps(measured, "step", first_step=self._first_step), self._gather_timeout)
