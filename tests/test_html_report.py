@@ -394,7 +394,8 @@ def test_browser_numbers_are_formatted_as_flopsight_units(browser, tmp_path, evi
     got = page.evaluate(f"(() => {{ const f = flopsightReport.format; return {json.dumps(values)}.map(v => "
                         "[f.number(v), f.macs(v), f.params(v), f.duration(v), f.bytes(v), f.rate(v)]); })()")
     want = [[number_to_string(v), macs_to_string(v), params_to_string(v), duration_to_string(v), bytes_to_string(v),
-             flops_to_string(round(v, 2))] for v in values]
+             # the page writes a rate FLOP/s, never FLOPS (which reads as a count of FLOPs)
+             flops_to_string(round(v, 2)).removesuffix("FLOPS") + "FLOP/s"] for v in values]
     assert got == want
 
 
@@ -407,4 +408,21 @@ def test_browser_detail_panel_lists_a_modules_kernels(browser, tmp_path):
     kernels = _text(page, "kernels")
     assert "CPU operators, self time" in kernels and "aten::addmm" in kernels
     assert "device time" in _text(page, "ops")  # the operator table's column
+    assert page.problems() == []
+
+
+@browser_test
+def test_browser_says_what_it_shows_counts_rates_and_a_meta_device(browser, tmp_path):
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    with torch.device("meta"):
+        on_meta = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU())
+    cpu = flopsight.profile(model, torch.ones(4, 16))
+    page = _open(browser, tmp_path, "cpu", cpu)
+    cards = _text(page, "cards")
+    # as written, not upper-cased: the count and the rate are different words
+    assert "fwd FLOPs (count)" in cards and "fwd FLOP/s" in cards and "FWD FLOPS" not in cards
+    assert page.evaluate("document.getElementById('meta-device')") is None
+    meta = flopsight.profile(on_meta, torch.ones(4, 16, device="meta"))
+    page = _open(browser, tmp_path, "meta", meta)
+    assert "Profiled on the meta device" in _text(page, "meta-device")
     assert page.problems() == []

@@ -54,7 +54,7 @@
     number: (x) => numberToString(x || 0),
     macs: (x) => numberToString(x || 0) + "MACs",
     flops: (x) => numberToString(x || 0), // a count, as the text report prints "fwd flops"
-    rate: (x) => numberToString(pyRound(x || 0, 2)) + "FLOPS",
+    rate: (x) => numberToString(pyRound(x || 0, 2)) + "FLOP/s", // a rate: never "FLOPS", which reads as a count
     bytes: (x) => numberToString(x || 0) + "B",
     params: (x) => numberToString(x || 0).replace("G", "B").trim(),
     duration: (x) => numberToString(x || 0) + "s",
@@ -171,9 +171,9 @@
    * the peak, bytes, intensity and the roofline's verdict. */
   const EFF = DERIVED.efficiency || null;
   const PEAK = EFF && EFF.peak && EFF.peak.flops_per_second > 0 ? EFF.peak.flops_per_second : null;
-  /* As flopsight prints the peak beside a ratio: "989.5 TFLOPS bf16, NVIDIA H100 SXM". */
+  /* The peak beside a ratio: "989.5 TFLOP/s bf16, NVIDIA H100 SXM". */
   function effPeakLabel() {
-    return PEAK ? `${fmt.flops(PEAK)}FLOPS ${EFF.peak.dtype || ""}, ${EFF.peak.name || "given"}` : null;
+    return PEAK ? `${fmt.flops(PEAK)}FLOP/s ${EFF.peak.dtype || ""}, ${EFF.peak.name || "given"}` : null;
   }
   function effEntry(path, ph) {
     const phases = EFF && EFF.modules && EFF.modules[path];
@@ -239,16 +239,16 @@
     $("meta").textContent = parts.join(" \u00b7 ");
     const it = DERIVED.iteration || {};
     const fwd = stat(ROOT, "forward");
-    const cards = [["Params", fmt.params(ROOT.m.params)], ["fwd MACs", fmt.macs(fwd[MACS])], ["fwd FLOPs", fmt.flops(fwd[FLOPS])],
+    const cards = [["Params", fmt.params(ROOT.m.params)], ["fwd MACs", fmt.macs(fwd[MACS])], ["fwd FLOPs (count)", fmt.flops(fwd[FLOPS])],
       ["fwd latency", fmt.duration(it.forward ? it.forward.latency : fwd[LATENCY])]];
-    if (it.forward && it.forward.latency > 0) cards.push(["fwd FLOPS", fmt.rate(it.forward.flops / it.forward.latency)]);
+    if (it.forward && it.forward.latency > 0) cards.push(["fwd FLOP/s", fmt.rate(it.forward.flops / it.forward.latency)]);
     if (PRESENT.includes("backward")) {
       const bwd = stat(ROOT, "backward");
       cards.push(["bwd MACs", fmt.macs(bwd[MACS])], ["bwd latency", fmt.duration(it.backward ? it.backward.latency : bwd[LATENCY])]);
     }
     if (PRESENT.includes("recompute")) cards.push(["recompute FLOPs", fmt.flops(stat(ROOT, "recompute")[FLOPS])]);
     if (PRESENT.includes("step")) cards.push(["step latency", fmt.duration(it.step ? it.step.latency : 0)]);
-    if (TRAINING && it.latency > 0) cards.push(["iteration", fmt.duration(it.latency)], ["iteration FLOPS", fmt.rate(it.flops_per_second)]);
+    if (TRAINING && it.latency > 0) cards.push(["iteration", fmt.duration(it.latency)], ["iteration FLOP/s", fmt.rate(it.flops_per_second)]);
     if (it.samples && it.latency > 0) cards.push(["samples/s", fmt.count(it.samples_per_second)]);
     if (DATA.memory) cards.push(["memory peak", fmt.bytes(DATA.memory.peak)]);
     const model = (EFF && EFF.model) || {};
@@ -268,6 +268,11 @@
         "Operators without a formula (not counted): " + unsupported.map(([op, n]) => `${op} \u00d7${n}`).join(", ") }));
     }
     if (md.error) $("warnings").append(el("div", { cls: "warning", text: `The profiled call raised: ${md.error}` }));
+    if (md.device_type === "meta") {
+      $("warnings").append(el("div", { cls: "warning", id: "meta-device", text: "Profiled on the meta device: "
+        + "nothing ran, so the latencies, the FLOP/s and the colours by efficiency are the profiler's own Python "
+        + "time, not the hardware's. The counts (params, MACs, FLOPs, bytes) are exact." }));
+    }
     $("footer").textContent = `flopsight ${md.flopsight_version || ""} \u00b7 schema ${DATA.schema_version}` +
       (md.python_version ? ` \u00b7 Python ${md.python_version}` : "");
   }
@@ -433,7 +438,7 @@
       const r = el("span", { cls: "ramp" });
       r.style.background = `linear-gradient(to right, ${RAMP.map((c) => `rgb(${c[0]},${c[1]},${c[2]})`).join(",")})`;
       const basis = PEAK ? `of peak ${effPeakLabel()}` : `of the best module's ${fmt.rate(best(state.phase))}`;
-      box.append(el("span", { text: "\u00b7 colour: achieved FLOPS 0%" }), r, el("span", { text: `100% ${basis}` }),
+      box.append(el("span", { text: "\u00b7 colour: achieved FLOP/s 0%" }), r, el("span", { text: `100% ${basis}` }),
         el("span", null, el("span", { cls: "swatch", style: { background: NEUTRAL } }), "no timed FLOPs"));
     } else box.append(el("span", { text: `\u00b7 colour: ${state.colour === "type" ? "module type" : "depth"}` }));
   }
@@ -480,7 +485,7 @@
     { key: "macs", title: "MACs", num: true, get: (n) => stat(n, state.phase)[MACS], show: fmt.number },
     { key: "flops", title: "FLOPs", num: true, get: (n) => stat(n, state.phase)[FLOPS], show: fmt.flops },
     { key: "latency", title: "Latency", num: true, get: (n) => stat(n, state.phase)[LATENCY], show: fmt.duration },
-    { key: "rate", title: "FLOPS", num: true, get: (n) => achieved(n, state.phase), show: (x) => fmt.number(pyRound(x, 2)) },
+    { key: "rate", title: "FLOP/s", num: true, get: (n) => achieved(n, state.phase), show: (x) => fmt.number(pyRound(x, 2)) },
     { key: "share", title: "% of model", num: true, get: (n) => share(value(n, state.metric, state.phase), value(ROOT, state.metric, state.phase)), show: fmt.pct },
     HAS_MEMORY && { key: "memory", title: "Act. mem", num: true, get: (n) => n.act, show: fmt.bytes },
     { key: "eff", title: "Eff.", num: true, get: (n) => { const f = efficiency(n, state.phase); return f === null ? -1 : f; },
@@ -497,7 +502,7 @@
       const arrow = sorted ? (state.sortKey === null ? "" : state.sortDir < 0 ? " \u25bc" : " \u25b2") : "";
       const title = col.key === "share" ? `% ${state.metric}` : col.title;
       head.append(el("span", { cls: (col.num ? "num " : "") + (sorted ? "sorted" : ""), role: "columnheader", text: title + arrow,
-        title: col.key === "eff" ? (PEAK ? "achieved FLOPS / peak" : "achieved FLOPS / the best module's") :
+        title: col.key === "eff" ? (PEAK ? "achieved FLOP/s / peak" : "achieved FLOP/s / the best module's") :
           col.num && col.key !== "params" && col.key !== "memory" ? `${title}, ${state.phase}` : title,
         on: { click: () => sortBy(col.key) } }));
     }
@@ -688,7 +693,7 @@
       ["MACs", (ph) => fmt.macs(stat(node, ph)[MACS])],
       ["FLOPs", (ph) => fmt.flops(stat(node, ph)[FLOPS])],
       ["latency", (ph) => fmt.duration(stat(node, ph)[LATENCY])],
-      ["FLOPS", (ph) => fmt.rate(rate(stat(node, ph)))],
+      ["FLOP/s", (ph) => fmt.rate(rate(stat(node, ph)))],
       ["% of model time", (ph) => fmt.pct(share(stat(node, ph)[LATENCY], stat(ROOT, ph)[LATENCY]))],
       ["self MACs", (ph) => fmt.macs(selfOf(ph)[MACS])],
       ["self latency", (ph) => fmt.duration(selfOf(ph)[LATENCY])],
