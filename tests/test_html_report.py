@@ -426,3 +426,35 @@ def test_browser_says_what_it_shows_counts_rates_and_a_meta_device(browser, tmp_
     page = _open(browser, tmp_path, "meta", meta)
     assert "Profiled on the meta device" in _text(page, "meta-device")
     assert page.problems() == []
+
+
+@browser_test
+def test_browser_table_keeps_paths_that_differ_at_their_end_apart(browser, tmp_path):
+    class SelfAttention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.query, self.key, self.value = nn.Linear(8, 8), nn.Linear(8, 8), nn.Linear(8, 8)
+
+        def forward(self, x):
+            return self.query(x) + self.key(x) + self.value(x)
+
+    model = nn.Sequential()
+    model.add_module("encoder", nn.Sequential())
+    model.encoder.add_module("layer", nn.ModuleList([nn.Sequential()]))
+    model.encoder.layer[0].add_module("attention", nn.Sequential())
+    model.encoder.layer[0].attention.add_module("self", SelfAttention())
+    model.forward = lambda x: model.encoder.layer[0].attention.self(x)
+    result = flopsight.profile(model, torch.ones(2, 8))
+    page = _open(browser, tmp_path, "paths", result, width=900)
+    cells = page.evaluate("[...document.querySelectorAll('#table-body .vrow:not([hidden]) span:first-child')]"
+                          ".map(c => [c.textContent, c.title])")
+    shown = dict((title, text) for text, title in cells)
+    # in tree order each row is its leaf, indented; the tooltip has the whole path
+    assert [shown[f"encoder.layer.0.attention.self.{n}"] for n in ("query", "key", "value")] == ["query", "key", "value"]
+    page.evaluate("document.querySelectorAll('#table-head span')[3].click()")  # sort by a number column
+    cells = page.evaluate("[...document.querySelectorAll('#table-body .vrow:not([hidden]) span:first-child')]"
+                          ".map(c => [c.textContent, c.title])")
+    ends = {title.rsplit('.', 1)[-1]: text for text, title in cells if title.startswith("encoder.layer.0.attention.self.")}
+    # sorted: whole paths, elided in the middle when too long, each still ending in its own name
+    assert all(ends[n].endswith(n) for n in ("query", "key", "value")), ends
+    assert page.problems() == []

@@ -164,6 +164,15 @@
   function achieved(node, ph) { const s = stat(node, ph); return s[LATENCY] > 0 ? s[FLOPS] / s[LATENCY] : 0; }
   const label = (node) => (node.name === "" ? `(root) ${node.type}` : node.name);
   const leafName = (node) => (node.name === "" ? node.type : node.name.slice(node.name.lastIndexOf(".") + 1));
+  /* "encoder.layer.0.attention.self.query" in n characters: its start, "…", and its end (the
+   * end tells siblings apart). */
+  function elideMiddle(text, n) {
+    if (text.length <= n || n < 8) return text;
+    const head = Math.ceil((n - 1) * 0.35);
+    return text.slice(0, head) + "\u2026" + text.slice(text.length - (n - 1 - head));
+  }
+  /* How many characters of a path fit in a name cell (its width over a monospace-ish 7 px). */
+  function nameChars(cell) { return Math.max(8, Math.floor(((cell.clientWidth || 220) - 12) / 7)); }
 
   // ---------------------------------------------------------------- efficiency
   /* The efficiency analysis' figures (flopsight.analysis.efficiency.efficiency_dict) when the
@@ -562,7 +571,11 @@
       row.style.transform = `translateY(${r * TABLE_ROW}px)`;
       row.classList.toggle("selected", node.i === state.selected);
       const cells = row.children;
-      cells[0].textContent = label(node);
+      // tree order: the leaf name, indented under its parent; sorted: the whole path, its middle
+      // elided when too long (encoder.l…self.query), so rows that differ at the end stay apart.
+      // The whole path is always the cell's tooltip.
+      cells[0].textContent = treeOrder || node.name === "" ? (node.name === "" ? label(node) : leafName(node))
+        : elideMiddle(node.name, nameChars(cells[0]));
       cells[0].title = label(node);
       cells[0].style.paddingLeft = `${6 + (treeOrder ? Math.min(node.depth, 12) * 12 : 0)}px`;
       cells[1].textContent = node.type;
