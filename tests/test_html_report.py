@@ -377,7 +377,9 @@ def test_browser_table_is_virtualised(browser, tmp_path):
     assert page.evaluate("flopsightReport.modules") == 2101
     assert page.evaluate("document.querySelectorAll('#table-body .vrow').length") < 60
     page.evaluate("flopsightReport.select('99.19')")  # the last module: scrolled to, drawn on demand
-    assert page.evaluate("[...document.querySelectorAll('#table-body .vrow.selected')].map(r => r.children[0].textContent)") == ["99.19"]
+    # in tree order the row shows the leaf, the whole path on hover
+    assert page.evaluate("[...document.querySelectorAll('#table-body .vrow.selected')]"
+                         ".map(r => [r.children[0].textContent, r.children[0].title])") == [["19", "99.19"]]
     assert page.problems() == []
 
 
