@@ -460,3 +460,28 @@ def test_browser_table_keeps_paths_that_differ_at_their_end_apart(browser, tmp_p
     # sorted: whole paths, elided in the middle when too long, each still ending in its own name
     assert all(ends[n].endswith(n) for n in ("query", "key", "value")), ends
     assert page.problems() == []
+
+
+@browser_test
+def test_browser_shows_a_generate_profiles_prefill_decode_and_encoder(browser, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    model = transformers.T5ForConditionalGeneration(transformers.T5Config(
+        vocab_size=40, d_model=16, d_kv=4, d_ff=32, num_layers=1, num_decoder_layers=1, num_heads=2,
+        decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)).eval()
+    generate = {"max_new_tokens": 3, "min_new_tokens": 3, "do_sample": False}
+    with torch.no_grad():
+        result = flopsight.profile(model, torch.ones(1, 6, dtype=torch.long), generate, mode="generate", warm_up=0)
+    g = derived(result)["generation"]
+    assert g["new_tokens"] == 3 and g["decode"]["calls"] == 2 and len(g["decode_steps"]) == 2
+    assert g["encoder"] is not None and g["encoder_paths"] == ["encoder"]
+    page = _open(browser, tmp_path, "generate", result)
+    text = _text(page, "generation")
+    for word in ("prefill", "encoder", "decode", "per decode step", "per token", "between calls", "total",
+                 "3 new tokens per sequence", "each decode step's latency"):
+        assert word in text, word
+    assert macs_to_string(result.generation.prefill.macs) in text
+    assert page.problems() == []
+    # a forward profile has no such section
+    plain = _open(browser, tmp_path, "forward", flopsight.profile(nn.Linear(2, 2), torch.ones(1, 2)))
+    assert plain.evaluate("document.getElementById('generation-section').hidden") is True

@@ -44,7 +44,21 @@ def derived(result: ProfileResult, peak: Any = None) -> dict[str, Any]:
         "coverage": {**dataclasses.asdict(coverage), "fraction": coverage.fraction},
         "ranks": _ranks(result),
         "efficiency": efficiency_dict(result, peak=peak),
+        "generation": _generation(result),
     }
+
+
+def _generation(result: ProfileResult) -> dict[str, Any] | None:
+    """A generate() profile as the text report splits it: the prefill (with the encoder's pass
+    of an encoder-decoder), the decode steps (their total, average per step and per token, and
+    each step's time), what ran between the calls, and the total; None for other profiles."""
+    g = result.generation
+    if g is None:
+        return None
+    stats = {name: getattr(g, name)._asdict() for name in ("prefill", "decode", "per_step", "per_token", "total", "other")}
+    return {**stats, "encoder": g.encoder._asdict() if g.encoder is not None else None,
+            "encoder_paths": list(g.encoder_paths), "new_tokens": g.new_tokens, "batch_size": g.batch_size,
+            "decode_steps": [c.stats.latency for c in result.root_calls[1:]]}
 
 
 def _ranks(result: ProfileResult) -> dict[str, Any] | None:

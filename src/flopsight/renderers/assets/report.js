@@ -286,6 +286,32 @@
       (md.python_version ? ` \u00b7 Python ${md.python_version}` : "");
   }
 
+  // ---------------------------------------------------------------- generate()
+  /* A generate() profile as the text report splits it: prefill (with an encoder's pass), the
+   * decode steps in total, per step and per token, what ran between the calls, each step. */
+  function renderGeneration() {
+    const g = DERIVED.generation;
+    if (!g) return;
+    $("generation-section").hidden = false;
+    const box = clear($("generation"));
+    const row = (name, s, note) => [name, fmt.macs(s.macs), fmt.flops(s.flops), fmt.duration(s.latency), note || ""];
+    const rowsOf = [
+      row("prefill", g.prefill, g.encoder ? `the prompt, with the encoder's pass (${g.encoder_paths.join(", ")})` : "the prompt"),
+      ...(g.encoder ? [row("encoder", g.encoder, "once, inside the prefill")] : []),
+      row("decode", g.decode, `${g.decode.calls} step${g.decode.calls === 1 ? "" : "s"}`),
+      row("per decode step", g.per_step, "average"),
+      row("per token", g.per_token, `per step / batch ${g.batch_size}`),
+      row("between calls", g.other, "logits processing, sampling"),
+      row("total", g.total, `${g.new_tokens} new token${g.new_tokens === 1 ? "" : "s"} per sequence`),
+    ];
+    box.append(scroller(figuresTable(["", "MACs", "FLOPs", "latency", ""], rowsOf, "generation-table")));
+    if (g.decode_steps.length) {
+      const shown = g.decode_steps.slice(0, 64);
+      box.append(el("p", { cls: "muted", text: "each decode step's latency: " + shown.map((t) => fmt.duration(t)).join(", ")
+        + (g.decode_steps.length > shown.length ? ` and ${g.decode_steps.length - shown.length} more` : "") }));
+    }
+  }
+
   // ---------------------------------------------------------------- step anatomy and ranks
   const ANATOMY_PARTS = ["forward", "backward", "step", "framework", "communication", "other"];
   function stackBar(anatomy, scaleTotal) {
@@ -863,6 +889,7 @@
   window.flopsightReport = api;
 
   renderHeader();
+  renderGeneration();
   renderAnatomy();
   bindControls();
   bindChart();
