@@ -9,7 +9,7 @@ PIP    := $(PY) -m pip install -q -c constraints.txt
 
 .PHONY: demo test test-fast gpu-check clean
 
-# torch is installed first and pinned, so `torch>=2.2` in pyproject is already satisfied
+# torch is installed first and pinned, so `torch>=2.13` in pyproject is already satisfied
 # and pip never resolves it to the registry's CUDA build.
 $(VENV)/.core: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)

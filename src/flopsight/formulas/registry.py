@@ -222,8 +222,8 @@ class Registry:
         the ones it does not need.
 
         With ``missing_ok=True``, ops given by name (``"aten::_mps_convolution"``) that the
-        installed torch does not define are skipped instead of raising: flopsight supports
-        torch >= 2.2, and private kernels come and go between releases and builds. The
+        installed torch does not define are skipped instead of raising: private kernels come
+        and go between releases and builds (CUDA, ROCm, MPS, CPU-only). The
         names skipped are listed by :meth:`missing`.
 
         >>> reg = Registry()
