@@ -174,6 +174,6 @@ def test_backward_nodes_of_a_forward_rerun_on_another_thread_find_that_threads_c
     made_in_forward, made_in_rerun = forward_out.grad_fn, rerun_out.grad_fn
     made_in_forward._set_sequence_nr(102)
     made_in_rerun._set_sequence_nr(102)
-    assert tag_nodes(rerun_out, 100, 105, thread=7) == 1  # what the tracker does when the re-run ends
+    assert tag_nodes([rerun_out], 100, 105, thread=7) == 1  # what the tracker does when the re-run ends
     assert attribution._backward_owner(made_in_forward) == "layer0"
     assert attribution._backward_owner(made_in_rerun) == "layer1"

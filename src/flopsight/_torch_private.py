@@ -99,16 +99,16 @@ def node_thread(node) -> int:
 
 
 def tag_nodes(outputs, seq_start: int, seq_end: int, thread: int) -> int:
-    """Tag with ``thread`` every autograd node behind ``outputs`` numbered ``seq_start <= n <
-    seq_end`` (those a call on that thread made: a node's Python object does not say its
+    """Tag with ``thread`` every autograd node behind the tensors ``outputs`` numbered
+    ``seq_start <= n < seq_end`` (those a call on that thread made: a node's Python object does not say its
     thread, but its ``metadata`` dict lives with the node). Returns how many were tagged.
 
     >>> x = torch.ones(2, requires_grad=True)
     >>> y = (x * 2).sum()
-    >>> tag_nodes(y, 0, 2**62, thread=5), node_thread(y.grad_fn), node_thread(y.grad_fn.next_functions[0][0])
+    >>> tag_nodes([y], 0, 2**62, thread=5), node_thread(y.grad_fn), node_thread(y.grad_fn.next_functions[0][0])
     (2, 5, 5)
     """
-    stack = [t.grad_fn for t in _tensors(outputs) if t.grad_fn is not None]
+    stack = [t.grad_fn for t in outputs if t.grad_fn is not None]
     seen, tagged = set(), 0
     while stack:
         node = stack.pop()
@@ -122,17 +122,6 @@ def tag_nodes(outputs, seq_start: int, seq_end: int, thread: int) -> int:
         tagged += 1
         stack.extend(fn for fn, _ in node.next_functions)
     return tagged
-
-
-def _tensors(value):
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            yield from _tensors(v)
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from _tensors(v)
 
 
 def accumulated_parameter(node):

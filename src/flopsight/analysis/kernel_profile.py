@@ -84,11 +84,9 @@ def kernel_profile(result: ProfileResult, options: ReportOptions) -> KernelProfi
     if summary is None:
         return None
     top = options.ops or DEFAULT_TOP
-    limits = [d for d in (options.module_depth if options.module_depth >= 0 else None, options.detail_depth)
-              if d is not None]
     tallies = inclusive_kernels(result)
     entries = []
-    for view in walk_views(result, collapse=options.collapse, max_depth=min(limits) if limits else None):
+    for view in walk_views(result, collapse=options.collapse, max_depth=options.table_depth):
         for phase in result.phases:
             merged: dict[str, list] = {}
             for node in view.nodes:

@@ -308,9 +308,7 @@ def operator_profile(result: ProfileResult, options: ReportOptions) -> OperatorP
     top = options.ops
     if not top:
         return None
-    limits = [d for d in (options.module_depth if options.module_depth >= 0 else None, options.detail_depth)
-              if d is not None]
-    depth = min(limits) if limits else None
+    depth = options.table_depth
     phases = [p for p in result.phases if result.ops(p)]
     with_bytes = has_bytes(result)
     tallies = {phase: inclusive_ops(result, phase) for phase in phases}

@@ -121,6 +121,17 @@ class ReportOptions:
                 raise TypeError(f"{name}: not a report option; {hint}")
         return cls(**options)
 
+    @property
+    def table_depth(self) -> int | None:
+        """How deep the per-module tables go (operators, kernels): the shallower of
+        ``module_depth`` (-1: every depth) and ``detail_depth``; None: every depth.
+
+        >>> ReportOptions(module_depth=3, detail_depth=1).table_depth, ReportOptions().table_depth
+        (1, None)
+        """
+        limits = [d for d in (self.module_depth if self.module_depth >= 0 else None, self.detail_depth) if d is not None]
+        return min(limits) if limits else None
+
     def indent_or(self, default: int | None) -> Any:
         """``indent``, or the format's ``default`` when it was not given."""
         return default if self.indent is DEFAULT else self.indent

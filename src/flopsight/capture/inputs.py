@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..formulas.shapes import first_tensor
+from ..formulas.shapes import first_tensor, nested_tensors
 
 __all__ = ["describe_inputs", "model_device", "model_dtype", "batch_size"]
 
@@ -50,14 +50,14 @@ def model_device(model: nn.Module, args: tuple = (), kwargs: dict | None = None,
         if _accelerator(t.device):
             return t.device
         first = first or t.device
-    inputs = first_tensor([args, kwargs or {}])
-    for t in _input_tensors([args, kwargs or {}]):
+    inputs = list(nested_tensors([args, kwargs or {}]))
+    for t in inputs:
         if _accelerator(t.device):
             return t.device
     if first is not None:
         return first
-    if inputs is not None:
-        return inputs.device
+    if inputs:
+        return inputs[0].device
     if everything and torch.cuda.is_available() and torch.cuda.is_initialized():
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
@@ -77,18 +77,6 @@ def _model_tensors(model: nn.Module):
         for t in module._buffers.values():
             if t is not None:
                 yield t
-
-
-def _input_tensors(value, depth: int = 0):
-    """Every tensor in nested lists, tuples and dicts of inputs (a few levels deep)."""
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif depth < 4 and isinstance(value, (list, tuple)):
-        for v in value:
-            yield from _input_tensors(v, depth + 1)
-    elif depth < 4 and isinstance(value, dict):
-        for v in value.values():
-            yield from _input_tensors(v, depth + 1)
 
 
 def model_dtype(model: nn.Module, args: tuple = (), kwargs: dict | None = None) -> torch.dtype:

@@ -211,16 +211,13 @@ def attribute(events: list[TraceEvent], call_of: Callable[[int], tuple[str, str]
             owners[j] = found
         return found
 
+    chains: dict[int, tuple[str, ...]] = {}  # an op launches many kernels: its chain read once
+
     def ops_above(i: int) -> tuple[str, ...]:
-        chain = []
-        while i >= 0 and len(chain) < _CHAIN:
-            name = cpu[i].name
-            if name.startswith((_CALL, _PHASE, BACKWARD_NODE)):
-                break
-            if "::" in name:
-                chain.append(name.replace("::", "."))
-            i = parent[i]
-        return tuple(chain)
+        known = chains.get(i)
+        if known is None:
+            known = chains[i] = _ops_above(cpu, parent, i)
+        return known
 
     times = KernelTimes("cuda" if device else "cpu")
 
@@ -248,6 +245,20 @@ def attribute(events: list[TraceEvent], call_of: Callable[[int], tuple[str, str]
             if not e.name.startswith((_CALL, _PHASE)) and own[i] > 0:
                 charge(i, e.name, own[i] / 1e9)
     return times
+
+
+def _ops_above(cpu: list[TraceEvent], parent: list[int], i: int) -> tuple[str, ...]:
+    """The ops above event ``i`` up to the range or node that owns it, innermost first, as
+    the counting pass names them (``aten.mm``)."""
+    chain = []
+    while i >= 0 and len(chain) < _CHAIN:
+        name = cpu[i].name
+        if name.startswith((_CALL, _PHASE, BACKWARD_NODE)):
+            break
+        if "::" in name:
+            chain.append(name.replace("::", "."))
+        i = parent[i]
+    return tuple(chain)
 
 
 def _node_owner(node: TraceEvent, forward_op: dict, owner: Callable) -> tuple | None:

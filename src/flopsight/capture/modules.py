@@ -28,6 +28,7 @@ from .._torch_private import (
     tag_nodes,
 )
 from ..result.records import LayerSizes
+from ..formulas.shapes import nested_tensors
 from .inputs import batch_size
 from .params import param_numel
 from .native.build import loaded
@@ -434,7 +435,7 @@ class ModuleTracker:
                 rec.end = end
                 rec.ovh_end = ovh_end
                 if rec.thread:  # its nodes are numbered by this thread's counter: say so on them
-                    tag_nodes(kwargs_output[-1], rec.seq_start, rec.seq_end, rec.thread)
+                    tag_nodes(nested_tensors(kwargs_output[-1]), rec.seq_start, rec.seq_end, rec.thread)
             for listener in listeners:  # while the call is still the innermost one
                 kwargs = kwargs_output[0] if len(kwargs_output) == 2 else {}
                 listener.call_ends(rec, args, kwargs, None if failed else kwargs_output[-1])

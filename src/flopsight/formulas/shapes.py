@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import torch
 
@@ -15,6 +15,7 @@ __all__ = [
     "any_float",
     "tensors",
     "first_tensor",
+    "nested_tensors",
     "float_arithmetic",
     "result_numel",
 ]
@@ -59,6 +60,19 @@ def requires_grad(t: Any) -> bool:
 def any_float(values: Iterable[Any]) -> bool:
     """True if any tensor among ``values`` is floating point or complex."""
     return any(is_float(t) for t in tensors(values))
+
+
+def nested_tensors(value: Any) -> Iterator[torch.Tensor]:
+    """Every tensor in ``value``: a tensor, or lists, tuples and dicts of them, in order.
+
+    >>> [t.shape[0] for t in nested_tensors([torch.ones(1), {"a": (torch.ones(2), None)}])]
+    [1, 2]
+    """
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (list, tuple, dict)):
+        for v in value.values() if isinstance(value, dict) else value:
+            yield from nested_tensors(v)
 
 
 def first_tensor(value: Any) -> torch.Tensor | None:

@@ -681,11 +681,20 @@
     if (opts.scrollTable) scrollTableTo(i); else renderRows();
   }
 
-  function opsOf(node, ph, subtree) {
-    const totals = new Map();
-    const stack = [node.i];
+  /* The module and, with ``all``, every module below it. */
+  function subtreeOf(node, all = true) {
+    const found = [], stack = [node.i];
     while (stack.length) {
       const n = NODES[stack.pop()];
+      found.push(n);
+      if (all) for (const j of n.children) stack.push(j);
+    }
+    return found;
+  }
+
+  function opsOf(node, ph, subtree) {
+    const totals = new Map();
+    for (const n of subtreeOf(node, subtree)) {
       const ops = n.m.ops && n.m.ops[ph];
       if (ops) for (const [name, s] of Object.entries(ops)) {
         const t = totals.get(name) || { macs: 0, flops: 0, latency: 0, calls: 0, bytes: 0, device: 0 };
@@ -696,7 +705,6 @@
         if (device && typeof device[name] === "number") t.device += device[name];
         totals.set(name, t);
       }
-      if (subtree) for (const j of n.children) stack.push(j);
     }
     return [...totals.entries()];
   }
@@ -803,16 +811,13 @@
 
   function kernelsOf(node, ph) {
     const totals = new Map();
-    const stack = [node.i];
-    while (stack.length) {
-      const n = NODES[stack.pop()];
+    for (const n of subtreeOf(node)) {
       const kernels = n.m.kernels && n.m.kernels[ph];
       if (kernels) for (const [name, k] of Object.entries(kernels)) {
         const t = totals.get(name) || { calls: 0, seconds: 0 };
         t.calls += k.calls; t.seconds += k.seconds;
         totals.set(name, t);
       }
-      for (const j of n.children) stack.push(j);
     }
     return [...totals.entries()].sort((a, b) => b[1].seconds - a[1].seconds || (a[0] < b[0] ? -1 : 1));
   }
