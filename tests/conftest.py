@@ -117,9 +117,26 @@ def fake_clock(monkeypatch):
     monkeypatch.setattr(flopsight.profiler, "default_clock", lambda device: flopsight.FakeClock(step=1e-3))
 
 
+# -- ranks: one launch per launcher serves every test module (tests/multirank/scenarios.py) -----------------
+@pytest.fixture(scope="session")
+def gloo_scenarios(tmp_path_factory):
+    """The folder of the torchrun launch: a folder of files per scenario (collectives, gather, hf)."""
+    from multirank.launch import launch_scenarios
+
+    return launch_scenarios(tmp_path_factory, "gloo")
+
+
+@pytest.fixture(scope="session")
+def deepspeed_scenarios(tmp_path_factory):
+    """The folder of the DeepSpeed launch: a folder of files per scenario (engine, compare, zero_stages)."""
+    from multirank.launch import launch_scenarios
+
+    return launch_scenarios(tmp_path_factory, "deepspeed")
+
+
 # -- kinds of tests: `make test-fast` leaves out those that start ranks or a browser -------------------------
 #: what in a test's (or one of its fixtures') source starts other processes of ranks or a browser
-_MULTIPROCESS = ("torchrun(", "deepspeed_launch(", "ranks_of(", "free_port(")
+_MULTIPROCESS = ("torchrun(", "deepspeed_launch(", "launch_scenarios(", "free_port(")
 
 
 def _sources(item) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 import torch
@@ -12,9 +11,8 @@ from flopsight.analysis.report_figures import communication_figures
 from flopsight.capture.collectives import collective_ops, payload_bytes
 from flopsight.result.communication import Collective, bandwidths
 
-from multirank.launch import ranks_of
+from multirank.launch import rank_results
 
-WORKER = Path(__file__).parent / "multirank" / "collectives_worker.py"
 
 
 # -- bandwidths: DeepSpeed's comms-logger definitions, derived by hand ----------------------
@@ -84,9 +82,9 @@ def test_collectives_survive_save_and_load(tmp_path):
 
 # -- two real gloo ranks ----------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def ranks(tmp_path_factory):
+def ranks(gloo_scenarios):
     """Both ranks' results of every scenario in tests/multirank/collectives_worker.py."""
-    return ranks_of(tmp_path_factory, WORKER, "collectives")[1]
+    return rank_results(gloo_scenarios / "collectives")
 
 
 def by_kind(result) -> dict[str, Collective]:

@@ -6,17 +6,13 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 
 import flopsight
-from multirank.launch import deepspeed_launch
 
 deepspeed = pytest.importorskip("deepspeed")
 
-ROOT = Path(__file__).resolve().parents[1]
-WORKER = ROOT / "tests" / "multirank" / "deepspeed_worker.py"
 
 # The worker's MLP, Linear(16, 32) -> ReLU -> Linear(32, 4), on 4 rows per micro-batch:
 PARAMS = 16 * 32 + 32 + 32 * 4 + 4  # 676, each tensor at its full size under ZeRO-3 too
@@ -27,10 +23,9 @@ BWD_MACS = 2 * 4 * 4 * 32 + 4 * 16 * 32  # 3072
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("engine")
-    deepspeed_launch(WORKER, str(out), cwd=out)
-    return out
+def run(deepspeed_scenarios):
+    """The folder tests/multirank/deepspeed_worker.py wrote into."""
+    return deepspeed_scenarios / "engine"
 
 
 def result(run, name):
@@ -199,12 +194,12 @@ def test_unknown_keys_in_the_engines_block_warn(run):
         fd.EngineProfiler(torch.nn.Linear(2, 2), Engine())
 
 
-def test_the_zero_stages_example_runs_as_written(tmp_path):
+def test_the_zero_stages_example_runs_as_written(deepspeed_scenarios):
     # examples/zero_stages.py, with the command docs/distributed.md gives, on fewer steps
-    out = tmp_path / "stages.json"
-    proc = deepspeed_launch(ROOT / "examples" / "zero_stages.py", "--warm-up", "1", "--steps", "3", "--json", str(out),
-                            cwd=tmp_path)
-    found = json.loads(out.read_text())
+    # (tests/multirank/scenarios.py runs its main(): "--warm-up 1 --steps 3 --json stages.json")
+    out = deepspeed_scenarios / "zero_stages"
+    found = json.loads((out / "stages.json").read_text())
+    printed = (out / "stdout.rank0.txt").read_text()
     rows, answers = found["stages"], found["answers"]
     assert [r["stage"] for r in rows] == [0, 1, 2, 3] and all(r["steps"] == 3 for r in rows)
     # the seed user's Net: conv1 3->6 5x5, conv2 6->16 5x5, fc1 400->120, fc2 120->84, fc3 84->10
@@ -225,8 +220,8 @@ def test_the_zero_stages_example_runs_as_written(tmp_path):
     assert rows[3]["communication"]["all_gather"]["count"] == 10
     # conv2's backward under ZeRO-3 is its ops' time, not ZeRO's hooks: within 2x of ZeRO-0's
     assert rows[3]["conv2_backward"] < 2 * rows[0]["conv2_backward"]
-    assert "| ZeRO stage | step (median of N, spread) |" in proc.stdout
+    assert "| ZeRO stage | step (median of N, spread) |" in printed
     # the three questions, answered in prose
-    assert "1. Why is ZeRO-3 slower? ZeRO-3's step is" in proc.stdout and "2. How much of the step" in proc.stdout
+    assert "1. Why is ZeRO-3 slower? ZeRO-3's step is" in printed and "2. How much of the step" in printed
     assert answers["gpu_usage"] == "not available: no CUDA device"
     assert "DeepSpeed's bucket buffer" in " ".join(answers["memory_peaks"])

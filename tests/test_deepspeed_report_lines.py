@@ -9,15 +9,12 @@ lines come after DeepSpeed's, or inside its sections where the listed reasons sa
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("deepspeed")
 
-from multirank.launch import deepspeed_launch  # noqa: E402
 
-WORKER = Path(__file__).parent / "multirank" / "ds_compare_worker.py"
 RUNS = [(stage, ga) for stage in range(4) for ga in (1, 2)]
 LABEL = 70  # DeepSpeed's label column
 
@@ -49,9 +46,8 @@ OWN = [
 
 
 @pytest.fixture(scope="module")
-def reports(tmp_path_factory):
-    out = tmp_path_factory.mktemp("compare")
-    deepspeed_launch(WORKER, str(out), cwd=out)
+def reports(deepspeed_scenarios):
+    out = deepspeed_scenarios / "compare"  # tests/multirank/ds_compare_worker.py's files
     return {run: ((out / "deepspeed" / f"{run[0]}_{run[1]}.txt").read_text().splitlines(),
                   (out / "flopsight" / f"{run[0]}_{run[1]}.txt").read_text().splitlines()) for run in RUNS}
 

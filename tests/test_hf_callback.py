@@ -18,9 +18,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, 
 import flopsight  # noqa: E402
 from flopsight.integrations.hf import FlopsightCallback  # noqa: E402
 
-from multirank.launch import torchrun  # noqa: E402
 
-WORKER = Path(__file__).parent / "multirank" / "hf_worker.py"
 BATCH, SEQ = 2, 16
 
 
@@ -324,10 +322,8 @@ def test_flopsight_alone_does_not_import_transformers():
     assert out.strip() == "False"
 
 
-def test_two_ranks_both_profile_rank_0_gathers_and_writes(tmp_path):
-    if not torch.distributed.is_available():
-        pytest.skip("torch.distributed is not available")
-    torchrun(WORKER, str(tmp_path))
+def test_two_ranks_both_profile_rank_0_gathers_and_writes(gloo_scenarios):
+    tmp_path = gloo_scenarios / "hf"  # tests/multirank/hf_worker.py's files
     rank0, rank1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
     assert (rank0["ranks"], rank0["gathered"], rank0["world_size"]) == (2, [0, 1], 2)
     assert rank0["files"] == ["profile.html", "profile.json"]

@@ -4,7 +4,6 @@ non-profiling rank named and left out of the figures over ranks."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -13,15 +12,13 @@ import flopsight
 from flopsight.analysis.ranks import rank_figures, spread
 from flopsight.capture.gather import check_gather_timeout, gather_ranks
 
-from multirank.launch import ranks_of
 
-WORKER = Path(__file__).parent / "multirank" / "gather_worker.py"
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
+def run(gloo_scenarios):
     """The folder tests/multirank/gather_worker.py wrote into."""
-    return ranks_of(tmp_path_factory, WORKER, "ranks")[0]
+    return gloo_scenarios / "gather"
 
 
 def test_rank_0_holds_every_ranks_result_the_others_none(run):

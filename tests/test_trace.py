@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from pathlib import Path
 
 import pytest
 import torch
@@ -26,9 +25,8 @@ from flopsight.renderers.trace_renderer import LANES, render_trace
 from flopsight.result.timeline import CallSpan, CollectiveSpan, Span, Timeline
 
 from headless_chromium import Chromium, find_chromium
-from multirank.launch import ranks_of
+from multirank.launch import rank_results
 
-WORKER = Path(__file__).parent / "multirank" / "collectives_worker.py"
 CHROMIUM = find_chromium()
 
 
@@ -339,9 +337,10 @@ def test_save_writes_the_trace(result, tmp_path):
 
 # -- two gloo ranks ---------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def ranks(tmp_path_factory):
-    """Both ranks' results of tests/multirank/collectives_worker.py's scenarios."""
-    return ranks_of(tmp_path_factory, WORKER, "trace")[1]
+def ranks(gloo_scenarios):
+    """Both ranks' results of tests/multirank/collectives_worker.py's scenarios (the launch
+    tests/test_communication.py reads too)."""
+    return rank_results(gloo_scenarios / "collectives")
 
 
 def test_rank_0_s_trace_has_every_rank_with_its_collectives(ranks):

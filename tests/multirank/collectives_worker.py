@@ -1,4 +1,4 @@
-"""Worker for tests/test_communication.py: run by torchrun on 2 gloo ranks.
+"""Scenario ``collectives`` of scenarios.py, for tests/test_communication.py and tests/test_trace.py: 2 gloo ranks.
 
 Writes ``<out>/<scenario>.rank<r>.json`` (a ProfileResult) for each scenario:
 
@@ -10,7 +10,6 @@ Writes ``<out>/<scenario>.rank<r>.json`` (a ProfileResult) for each scenario:
 * ``fsdp2``: one training step of a small MLP sharded with ``fully_shard`` (FSDP2).
 """
 
-import os
 import sys
 
 import torch
@@ -22,7 +21,6 @@ from torch.nn.parallel import DistributedDataParallel
 import flopsight
 
 out = sys.argv[1]
-dist.init_process_group("gloo")
 rank = dist.get_rank()
 torch.manual_seed(0)
 
@@ -109,6 +107,3 @@ for step in range(2):  # the second step is profiled
         opt.zero_grad()
 save("fsdp2", prof.result)
 
-dist.barrier()
-dist.destroy_process_group()
-os._exit(0)  # skip interpreter teardown, where gloo's threads sometimes abort ("terminate called ...")

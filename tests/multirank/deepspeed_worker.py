@@ -1,5 +1,5 @@
-"""Worker for tests/test_deepspeed_engine.py: run by DeepSpeed's launcher on 2 CPU ranks
-(``DS_ACCELERATOR=cpu deepspeed --num_gpus 2 deepspeed_worker.py OUT``).
+"""Scenario ``engine`` of scenarios.py, for tests/test_deepspeed_engine.py: 2 CPU ranks started by
+DeepSpeed's launcher.
 
 With ``flopsight.deepspeed.install()`` in effect, trains a small MLP for 3 steps under each
 engine configuration below, its config's ``flops_profiler`` block profiling step 2 into
@@ -9,7 +9,6 @@ result as ``OUT/<name>.json``. Then uninstalls and records what is left installe
 """
 
 import json
-import os
 import sys
 
 import deepspeed
@@ -20,7 +19,7 @@ import flopsight
 import flopsight.deepspeed
 from flopsight._torch_private import active_dispatch_modes, active_function_modes, global_module_hooks
 
-out = sys.argv[-1]  # the launcher puts --local_rank=N first
+out = sys.argv[-1]
 flopsight.deepspeed.install()
 
 
@@ -115,6 +114,3 @@ state = {
 }
 with open(f"{out}/state.rank{engine.global_rank}.json", "w") as f:
     json.dump(state, f)
-torch.distributed.barrier()
-torch.distributed.destroy_process_group()
-os._exit(0)  # skip interpreter teardown, where gloo's threads sometimes abort ("terminate called ...")

@@ -1,7 +1,7 @@
-"""DeepSpeed's own flops profiler and flopsight's engine drop-in on the same runs, their reports
+"""Scenario ``compare`` of scenarios.py: DeepSpeed's own flops profiler and flopsight's engine drop-in on the same runs, their reports
 side by side (tests/test_deepspeed_report_lines.py compares them line by line).
 
-Under ``deepspeed --num_gpus 2``: for ZeRO stages 0 to 3 and gradient accumulation 1 and 2, trains
+On 2 CPU ranks started by DeepSpeed's launcher: for ZeRO stages 0 to 3 and gradient accumulation 1 and 2, trains
 the MLP of ``deepspeed_worker.py`` for 3 steps with the ``flops_profiler`` block enabled at
 ``profile_step`` 2, once with DeepSpeed's profiler (``OUT/deepspeed/<stage>_<ga>.txt``) and once
 after ``flopsight.deepspeed.install()`` (``OUT/flopsight/<stage>_<ga>.txt``).
@@ -51,5 +51,3 @@ for who in ("deepspeed", "flopsight"):
                     engine.backward(engine(torch.randn(4, 16)).pow(2).mean())
                     engine.step()
 flopsight.deepspeed.uninstall()
-torch.distributed.barrier()
-os._exit(0)  # skip interpreter teardown, where gloo's threads sometimes abort

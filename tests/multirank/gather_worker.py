@@ -1,4 +1,4 @@
-"""Worker for tests/test_ranks.py: run by torchrun on 2 gloo ranks.
+"""Scenario ``gather`` of scenarios.py, for tests/test_ranks.py: 2 gloo ranks.
 
 * ``both``: both ranks profile a forward (rank r with batch 2 + r); rank 0 gathers;
 * ``one_missing``: rank 1 starts a profile but never sends its result (it fails before its
@@ -16,7 +16,6 @@ the seconds each gather took.
 """
 
 import json
-import os
 import sys
 import time
 import warnings
@@ -29,7 +28,6 @@ import flopsight
 import flopsight.capture.gather
 
 out = sys.argv[1]
-dist.init_process_group("gloo")
 rank = dist.get_rank()
 torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
@@ -80,6 +78,3 @@ if rank == 0:
 
 with open(f"{out}/ranks{rank}.json", "w") as f:
     json.dump(held, f)
-dist.barrier()
-dist.destroy_process_group()
-os._exit(0)  # skip interpreter teardown, where gloo's threads sometimes abort ("terminate called ...")

@@ -1,6 +1,6 @@
 """Run a test script on several real ranks with torchrun (gloo on this machine).
 
->>> callable(torchrun), callable(ranks_of)
+>>> callable(torchrun), callable(launch_scenarios)
 (True, True)
 """
 
@@ -56,17 +56,39 @@ def deepspeed_launch(script: Path, *args: str, cwd: Path, timeout: float = 600) 
     return proc
 
 
-def ranks_of(tmp_path_factory, script: Path, name: str):
-    """Run ``script OUT`` on 2 ranks once; return ``result(scenario)``: the list of both
-    ranks' results the script saved as ``OUT/<scenario>.rank<r>.json`` (skips the test
-    without torch.distributed)."""
+#: the scenarios of tests/multirank/scenarios.py each launcher runs, in this order:
+#: - "gather" last: it ends profiling on rank 0 alone, which offsets how later profiles match
+#:   across ranks (flopsight.capture.gather matches them by their order);
+#: - "compare" first: DeepSpeed's own profiler counts every linear layer twice in a process
+#:   that has run a ZeRO-3 engine (ZeRO-3 leaves its patched linear behind), and "compare"
+#:   holds that profiler's lines against flopsight's.
+LAUNCHES = {"gloo": ("collectives", "hf", "gather"), "deepspeed": ("compare", "engine", "zero_stages")}
+
+
+def launch_scenarios(tmp_path_factory, launcher: str):
+    """Start 2 ranks with ``launcher`` ("gloo": torchrun; "deepspeed": DeepSpeed's) once, and run
+    every scenario of ``LAUNCHES[launcher]`` on them; return the folder that holds a folder of
+    files per scenario. Skips the test where torch.distributed (or DeepSpeed) is missing. Meant
+    for a session fixture (tests/conftest.py): one launch serves every test module."""
     import pytest
     import torch
 
-    import flopsight
-
     if not torch.distributed.is_available():
         pytest.skip("torch.distributed is not available")
-    out = tmp_path_factory.mktemp(name)
-    torchrun(script, str(out))
-    return out, lambda scenario: [flopsight.load(out / f"{scenario}.rank{r}.json") for r in (0, 1)]
+    if launcher == "deepspeed":
+        pytest.importorskip("deepspeed")
+    out = tmp_path_factory.mktemp(f"{launcher}_scenarios")
+    script = Path(__file__).with_name("scenarios.py")
+    args = (launcher, str(out), *LAUNCHES[launcher])
+    if launcher == "deepspeed":
+        deepspeed_launch(script, *args, cwd=out)
+    else:
+        torchrun(script, *args, timeout=300)
+    return out
+
+
+def rank_results(folder: Path):
+    """``result(name)``: both ranks' results a scenario saved as ``folder/<name>.rank<r>.json``."""
+    import flopsight
+
+    return lambda name: [flopsight.load(folder / f"{name}.rank{r}.json") for r in (0, 1)]
