@@ -249,4 +249,3 @@ def main(argv=None) -> None:
 
 if __name__ == "__main__":
     main()
-    os._exit(0)  # skip interpreter teardown, where gloo's threads sometimes abort
