@@ -42,6 +42,11 @@ def deepspeed_launch(script: Path, *args: str, cwd: Path, timeout: float = 600) 
     launcher = Path(sys.executable).with_name("deepspeed")
     env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    # DeepSpeed's CPU ranks compile their shared-memory all-reduce (deepspeed_shm_comm, about
+    # 30 s here) into torch's extension folder; in the shared ~/.cache each virtualenv's build
+    # replaces the last one's (their include paths differ) and two at once wait on each other's
+    # lock: one folder per virtualenv builds it once
+    env.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch_extensions"))
     port = free_port()
     try:
         proc = subprocess.run([str(launcher), "--num_gpus", "2", "--master_port", str(port), str(script), *args],
