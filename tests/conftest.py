@@ -51,7 +51,7 @@ def pytest_configure(config):
         "markers", "python_backend(reason): counted on the Python backend only (the native one differs, for reason)")
     config.addinivalue_line(
         "markers", "any_backend: run once, whatever the backend (the test checks registration, not counts)")
-    config.addinivalue_line("markers", "multiprocess: starts ranks (torchrun, the deepspeed launcher)")
+    config.addinivalue_line("markers", "multiprocess: starts other processes: ranks (torchrun, the deepspeed launcher) or an interpreter")
     config.addinivalue_line("markers", "browser: drives headless Chromium")
 
 
@@ -141,7 +141,7 @@ def _scenarios(request, tmp_path_factory, launcher: str):
 
 @pytest.fixture(scope="session")
 def gloo_scenarios(request, tmp_path_factory):
-    """The folder of the torchrun launch: a folder of files per scenario (collectives, gather, hf)."""
+    """The folder of the torchrun launch: a folder of files per scenario (collectives, hf, attach, gather)."""
     return _scenarios(request, tmp_path_factory, "gloo")
 
 
@@ -151,9 +151,11 @@ def deepspeed_scenarios(request, tmp_path_factory):
     return _scenarios(request, tmp_path_factory, "deepspeed")
 
 
-# -- kinds of tests: `make test-fast` leaves out those that start ranks or a browser -------------------------
-#: what in a test's (or one of its fixtures') source starts other processes of ranks or a browser
-_MULTIPROCESS = ("torchrun(", "deepspeed_launch(", "_scenarios(", "free_port(")
+# -- kinds of tests: `make test-fast` leaves out those that start other processes or a browser -------------
+#: what in a test's (or one of its fixtures') source starts other processes: ranks, or an
+#: interpreter of its own (each import of torch costs 1.5 to 2 s)
+_MULTIPROCESS = ("torchrun(", "deepspeed_launch(", "_scenarios(", "free_port(", "subprocess.run(", "subprocess.Popen(",
+                 "subprocess_run(")
 
 
 def _sources(item) -> str:

@@ -3,11 +3,7 @@
 import json
 import os
 import re
-import subprocess
-import sys
-import textwrap
 import warnings
-from pathlib import Path
 
 import pytest
 import torch
@@ -16,9 +12,6 @@ from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimize
 
 import flopsight
 from flopsight.integrations.deepspeed.config import FlopsProfilerConfig, parse_config
-from multirank.launch import free_port
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def make(width=8):
@@ -316,68 +309,10 @@ def test_bad_optimizer_or_missing_config():
 
 
 # -- torch.distributed ------------------------------------------------------------------------------
-WORKER = textwrap.dedent(
-    """
-    import json, os, sys, datetime
-    import torch, torch.distributed as dist
-    from torch import nn
-    import flopsight
-
-    rank, port, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
-                            timeout=datetime.timedelta(seconds=60))
-    torch.manual_seed(0)
-    model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(8, 16), nn.Linear(16, 4)))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    config = {"flops_profiler": {"enabled": True, "profile_step": 2, "output_file": f"{out}/report.txt"}}
-    rows = 4 if rank == 0 else 6  # tells the ranks' reports apart
-    with flopsight.attach(model, opt, config) as handle:
-        for step in range(3):
-            model(torch.ones(rows, 8)).sum().backward()
-            opt.step()
-            opt.zero_grad()
-    state = {
-        "steps": handle.steps, "done": handle.done, "attached": handle.attached,
-        "report": handle.report is not None, "result": handle.result is not None,
-        "ranks": [r.iteration.samples if r else None for r in handle.result.ranks],
-        "hooks": [len(opt._optimizer_step_post_hooks), len(opt._optimizer_step_pre_hooks)],
-    }
-    with open(f"{out}/rank{rank}.json", "w") as f:
-        json.dump(state, f)
-    dist.barrier()
-    dist.destroy_process_group()
-    os._exit(0)  # skip interpreter teardown, where gloo's threads sometimes abort ("terminate called ...")
-    """
-)
-
-
-@pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available")
-def test_two_process_gloo_run_every_rank_profiles_rank_0_gathers_and_prints(tmp_path):
-    script = tmp_path / "worker.py"
-    script.write_text(WORKER)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
-    port = str(free_port())
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(script), str(rank), port, str(tmp_path)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        for rank in (0, 1)
-    ]
-    outputs = []
-    try:
-        for p in procs:
-            outputs.append(p.communicate(timeout=120))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    for rank, (p, (out, err)) in enumerate(zip(procs, outputs)):
-        assert p.returncode == 0, f"rank {rank} failed:\n{err[-3000:]}"
-        assert "Profile Summary" not in out  # the report went to output_file
+def test_two_gloo_ranks_every_rank_profiles_rank_0_gathers_and_prints(gloo_scenarios):
+    tmp_path = gloo_scenarios / "attach"  # tests/multirank/attach_worker.py's files
+    for rank in (0, 1):
+        assert "Profile Summary" not in (tmp_path / f"stdout.rank{rank}.txt").read_text()  # it went to output_file
     states = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     for state in states:  # every rank counted its steps and detached
         assert state["steps"] == 2 and state["done"] and not state["attached"] and state["hooks"] == [0, 0]

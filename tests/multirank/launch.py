@@ -47,14 +47,19 @@ def deepspeed_launch(script: Path, *args: str, cwd: Path, timeout: float = 600) 
     # replaces the last one's (their include paths differ) and two at once wait on each other's
     # lock: one folder per virtualenv builds it once
     env.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch_extensions"))
-    port = free_port()
-    try:
-        proc = subprocess.run([str(launcher), "--num_gpus", "2", "--master_port", str(port), str(script), *args],
-                              capture_output=True, text=True, env=env, timeout=timeout, cwd=cwd)
-    finally:
-        # DeepSpeed's CPU all-reduce leaves a shared-memory buffer per rank (69 MB) behind
-        for path in Path("/dev/shm").glob(f"deepspeed_*_{port}_*"):
-            path.unlink(missing_ok=True)
+    # DeepSpeed's launcher cannot pick a port itself (torchrun --standalone can): a free one is
+    # chosen here, and the launch tried again on another if something took it in between
+    for attempt in range(3):
+        port = free_port()
+        try:
+            proc = subprocess.run([str(launcher), "--num_gpus", "2", "--master_port", str(port), str(script), *args],
+                                  capture_output=True, text=True, env=env, timeout=timeout, cwd=cwd)
+        finally:
+            # DeepSpeed's CPU all-reduce leaves a shared-memory buffer per rank (69 MB) behind
+            for path in Path("/dev/shm").glob(f"deepspeed_*_{port}_*"):
+                path.unlink(missing_ok=True)
+        if "EADDRINUSE" not in proc.stdout + proc.stderr:
+            break
     if proc.returncode != 0:
         raise AssertionError(f"deepspeed {script.name} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n"
                              f"{proc.stderr[-4000:]}")
@@ -67,7 +72,7 @@ def deepspeed_launch(script: Path, *args: str, cwd: Path, timeout: float = 600) 
 #: - "compare" first: DeepSpeed's own profiler counts every linear layer twice in a process
 #:   that has run a ZeRO-3 engine (ZeRO-3 leaves its patched linear behind), and "compare"
 #:   holds that profiler's lines against flopsight's.
-LAUNCHES = {"gloo": ("collectives", "hf", "gather"), "deepspeed": ("compare", "engine", "zero_stages")}
+LAUNCHES = {"gloo": ("collectives", "hf", "attach", "gather"), "deepspeed": ("compare", "engine", "zero_stages")}
 
 
 def launch_scenarios(tmp_path_factory, launcher: str):

@@ -1,7 +1,7 @@
 """Run several test scenarios on the ranks of one launch, in one process group.
 
-    torchrun --standalone --nproc_per_node 2 tests/multirank/scenarios.py gloo OUT collectives gather hf
-    DS_ACCELERATOR=cpu deepspeed --num_gpus 2 tests/multirank/scenarios.py deepspeed OUT engine compare zero_stages
+    torchrun --standalone --nproc_per_node 2 tests/multirank/scenarios.py gloo OUT collectives hf attach gather
+    DS_ACCELERATOR=cpu deepspeed --num_gpus 2 tests/multirank/scenarios.py deepspeed OUT compare engine zero_stages
 
 Starting two ranks costs about 4 s with torchrun and 8 s with DeepSpeed's launcher on the
 2-core test machine, more than most scenarios take to run, so the tests launch once per
@@ -31,6 +31,7 @@ EXAMPLES = HERE.parents[1] / "examples"
 #: name -> (script, None for a script run whole, else the argv of its main(); "{out}" is the folder)
 SCENARIOS = {
     "collectives": (HERE / "collectives_worker.py", None),
+    "attach": (HERE / "attach_worker.py", None),
     "gather": (HERE / "gather_worker.py", None),
     "hf": (HERE / "hf_worker.py", None),
     "engine": (HERE / "deepspeed_worker.py", None),
