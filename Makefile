@@ -24,6 +24,10 @@ $(VENV)/.test: $(VENV)/.core
 demo: $(VENV)/.core
 	$(PY) -m flopsight
 
+# Python may cache compiled modules (src/, tests/ and pytest's rewritten asserts) even where the
+# environment says not to: every interpreter the tests start imports flopsight again
+test test-fast: export PYTHONDONTWRITEBYTECODE :=
+
 test: $(VENV)/.test
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
