@@ -6,7 +6,6 @@ import os
 import runpy
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,6 @@ from lightning.pytorch.loggers import CSVLogger  # noqa: E402
 
 import flopsight  # noqa: E402
 from flopsight.integrations.lightning import METRICS, PREFIX, FlopsightCallback  # noqa: E402
-from multirank.launch import free_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -312,65 +310,9 @@ def test_example_script(tmp_path, capsys):
     assert callback.result.iteration.forward.calls == 2
 
 
-DDP_SCRIPT = textwrap.dedent("""
-    import json, os, sys
-    import torch
-    import lightning as L
-    from lightning.pytorch.loggers import CSVLogger
-    from torch import nn
-    from torch.utils.data import DataLoader, TensorDataset
-    from flopsight.integrations.lightning import FlopsightCallback
-
-    class MLP(L.LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
-        def forward(self, x):
-            return self.net(x)
-        def training_step(self, batch, batch_idx):
-            return nn.functional.mse_loss(self(batch[0]), batch[1])
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.1)
-
-    if __name__ == "__main__":
-        out = sys.argv[1]
-        torch.manual_seed(0)
-        data = TensorDataset(torch.randn(64, 8), torch.randn(64, 4))
-        callback = FlopsightCallback(profile_step=1, output="profile.json", gather_timeout=60)
-        trainer = L.Trainer(default_root_dir=out, max_steps=3, callbacks=[callback], logger=CSVLogger(out),
-                            accelerator="cpu", devices=2, strategy="ddp", enable_checkpointing=False,
-                            enable_progress_bar=False, enable_model_summary=False)
-        trainer.fit(MLP(), DataLoader(data, batch_size=4))
-        it = callback.result.iteration
-        state = {"rank": trainer.global_rank, "path": callback.path, "metrics": callback.metrics,
-                 "ranks": [r.iteration.model_flops for r in callback.result.ranks],
-                 "world_size": callback.result.metadata.world_size, "forward_calls": it.forward.calls,
-                 "log_dir": trainer.log_dir}
-        path = os.path.join(out, f"rank{trainer.global_rank}.json")
-        with open(path + ".tmp", "w") as f:
-            json.dump(state, f)
-        os.replace(path + ".tmp", path)  # whole, the moment rank 0 sees it
-        if trainer.global_rank == 0:  # rank 1 is rank 0's child: let it write its file first
-            import time
-            deadline = time.monotonic() + 60
-            while not os.path.exists(os.path.join(out, "rank1.json")) and time.monotonic() < deadline:
-                time.sleep(0.05)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)  # skip interpreter teardown, where gloo's threads sometimes abort the process
-""")
-
-
-@pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available")
-def test_two_ranks_ddp(tmp_path):
-    """Lightning launches rank 1 itself (strategy="ddp" re-runs the script); gloo on the CPU."""
-    script = tmp_path / "ddp_run.py"
-    script.write_text(DDP_SCRIPT)
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, env=env,
-                          timeout=240, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+def test_two_ranks_ddp(gloo_scenarios):
+    """Lightning's strategy="ddp" on two gloo ranks (tests/multirank/lightning_worker.py)."""
+    tmp_path = gloo_scenarios / "lightning"
     rank0, rank1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
     assert (rank0["rank"], rank1["rank"], rank0["world_size"]) == (0, 1, 2)
     # every rank profiled its step; rank 0 gathered both and wrote the one report

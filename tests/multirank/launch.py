@@ -72,7 +72,9 @@ def deepspeed_launch(script: Path, *args: str, cwd: Path, timeout: float = 600) 
 #: - "compare" first: DeepSpeed's own profiler counts every linear layer twice in a process
 #:   that has run a ZeRO-3 engine (ZeRO-3 leaves its patched linear behind), and "compare"
 #:   holds that profiler's lines against flopsight's.
-LAUNCHES = {"gloo": ("collectives", "hf", "attach", "gather"), "deepspeed": ("compare", "engine", "zero_stages")}
+LAUNCHES = {"gloo": ("collectives", "hf", "lightning", "attach", "gather"), "deepspeed": ("compare", "engine", "zero_stages")}
+#: scenarios left out where a package is missing (their test modules skip then)
+NEEDS = {"hf": "transformers", "lightning": "lightning"}
 
 
 def launch_scenarios(tmp_path_factory, launcher: str):
@@ -89,7 +91,10 @@ def launch_scenarios(tmp_path_factory, launcher: str):
         pytest.importorskip("deepspeed")
     out = tmp_path_factory.mktemp(f"{launcher}_scenarios")
     script = Path(__file__).with_name("scenarios.py")
-    args = (launcher, str(out), *LAUNCHES[launcher])
+    import importlib.util
+
+    names = [name for name in LAUNCHES[launcher] if name not in NEEDS or importlib.util.find_spec(NEEDS[name])]
+    args = (launcher, str(out), *names)
     if launcher == "deepspeed":
         deepspeed_launch(script, *args, cwd=out)
     else:

@@ -1,6 +1,6 @@
 """Run several test scenarios on the ranks of one launch, in one process group.
 
-    torchrun --standalone --nproc_per_node 2 tests/multirank/scenarios.py gloo OUT collectives hf attach gather
+    torchrun --standalone --nproc_per_node 2 tests/multirank/scenarios.py gloo OUT collectives hf lightning attach gather
     DS_ACCELERATOR=cpu deepspeed --num_gpus 2 tests/multirank/scenarios.py deepspeed OUT compare engine zero_stages
 
 Starting two ranks costs about 4 s with torchrun and 8 s with DeepSpeed's launcher on the
@@ -34,6 +34,7 @@ SCENARIOS = {
     "attach": (HERE / "attach_worker.py", None),
     "gather": (HERE / "gather_worker.py", None),
     "hf": (HERE / "hf_worker.py", None),
+    "lightning": (HERE / "lightning_worker.py", None),
     "engine": (HERE / "deepspeed_worker.py", None),
     "compare": (HERE / "ds_compare_worker.py", None),
     # the command docs/distributed.md gives, on fewer steps
