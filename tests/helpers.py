@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 from typing import Any, Callable
 
 import torch
@@ -14,6 +15,16 @@ from flopsight.formulas import REGISTRY, Cost, Registry
 from flopsight.formulas.binding import Binder
 from flopsight.result import ProfileResult
 from flopsight.result.stats import Stats
+
+
+@functools.cache
+def gpt2_small() -> nn.Module:
+    """GPT-2 small (the default GPT2Config, seed 0) in eval mode, built once per session:
+    building it takes most of a test's time, and profiling leaves a model as it found it."""
+    import transformers
+
+    torch.manual_seed(0)
+    return transformers.GPT2LMHeadModel(transformers.GPT2Config()).eval()
 
 
 def run_profiled(fn: Callable, *args: Any, registry: Registry | None = None, **kwargs: Any) -> ProfileResult:

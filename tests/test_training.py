@@ -6,6 +6,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 import flopsight
+from helpers import gpt2_small
 
 B = 5  # batch size in these tests
 
@@ -174,8 +175,7 @@ transformers = pytest.importorskip("transformers")
 
 def test_gpt2_small_generate_prefill_and_decode_steps_derived_by_hand():
     H, V, P, N, layers = 768, 50257, 8, 4, 12  # GPT-2 small: the default GPT2Config
-    torch.manual_seed(0)
-    model = transformers.GPT2LMHeadModel(transformers.GPT2Config()).eval()
+    model = gpt2_small()
     ids = torch.randint(2, V, (1, P))
     generate = {"max_new_tokens": N, "min_new_tokens": N, "do_sample": False, "pad_token_id": 0}
     with torch.no_grad():

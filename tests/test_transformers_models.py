@@ -6,6 +6,7 @@ import torch
 import flopsight
 
 transformers = pytest.importorskip("transformers")
+from helpers import gpt2_small  # noqa: E402
 
 
 def bert_layer_macs(L, H, I):
@@ -45,7 +46,7 @@ def gpt2_macs(L, H, N, V):
 
 def test_gpt2_small_lm_head(bert):
     L = 64
-    model = transformers.GPT2LMHeadModel(transformers.GPT2Config()).eval()
+    model = gpt2_small()
     ids = torch.ones(1, L, dtype=torch.long)
     with torch.no_grad():
         result = flopsight.profile(model, ids, kwargs={"use_cache": False})
