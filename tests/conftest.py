@@ -184,6 +184,16 @@ def _sources(item) -> str:
 _SOURCE: dict = {}
 
 
+def pytest_collection_finish(session):
+    """Move what imports and collection built (torch, transformers, DeepSpeed, Lightning, 6,000
+    test items) out of the collector's reach: every full collection, the automatic ones and
+    those libraries call (accelerate's after each Trainer), then walks only what tests make."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         source = _sources(item)
