@@ -20,20 +20,12 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from pairing import median_seconds
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 FIGURES = ("bert profile", "10-Linear profile", "10-Linear training step")
-
-
-def _median_seconds(call, n: int) -> float:
-    times = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def measure() -> dict[str, float]:
@@ -59,9 +51,9 @@ def measure() -> dict[str, float]:
     with torch.no_grad():
         for _ in range(5):  # warm up: lazy imports, caches
             flopsight.profile(bert, tokens, warm_up=0)
-        figures = {"bert profile": _median_seconds(lambda: flopsight.profile(bert, tokens, warm_up=0), 60),
-                   "10-Linear profile": _median_seconds(lambda: flopsight.profile(mlp, x, warm_up=0), 400)}
-    figures["10-Linear training step"] = _median_seconds(step, 300)
+        figures = {"bert profile": median_seconds(lambda: flopsight.profile(bert, tokens, warm_up=0), 60),
+                   "10-Linear profile": median_seconds(lambda: flopsight.profile(mlp, x, warm_up=0), 400)}
+    figures["10-Linear training step"] = median_seconds(step, 300)
     return figures
 
 

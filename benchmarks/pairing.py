@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import io
+import statistics
 import time
 import warnings
 from typing import Callable
 
-__all__ = ["paired_rounds", "quiet", "load_deepspeed"]
+__all__ = ["paired_rounds", "median_seconds", "quiet", "load_deepspeed"]
 
 
 def paired_rounds(plain: Callable[[], object], runs: dict[str, Callable[[], object]], rounds: int) -> dict[str, dict]:
@@ -34,6 +35,16 @@ def paired_rounds(plain: Callable[[], object], runs: dict[str, Callable[[], obje
             out[key]["time"].append(t2 - t1)
             out[key]["result"].append(result)
     return out
+
+
+def median_seconds(fn: Callable[[], object], runs: int) -> float:
+    """The median wall time of ``runs`` calls of ``fn``, each timed on its own."""
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
 
 
 @contextlib.contextmanager

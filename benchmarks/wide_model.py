@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import argparse
 import resource
-import statistics
-import time
 
 import torch
+from pairing import median_seconds
 
 import flopsight
 
@@ -29,15 +28,6 @@ class Wide(torch.nn.Module):
         for layer in self.layers:
             x = layer(x)
         return x
-
-
-def median_seconds(fn, runs: int) -> float:
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def main(argv=None) -> dict:

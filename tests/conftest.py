@@ -154,8 +154,7 @@ def deepspeed_scenarios(request, tmp_path_factory):
 # -- kinds of tests: `make test-fast` leaves out those that start other processes or a browser -------------
 #: what in a test's (or one of its fixtures') source starts other processes: ranks, or an
 #: interpreter of its own (each import of torch costs 1.5 to 2 s)
-_MULTIPROCESS = ("torchrun(", "deepspeed_launch(", "_scenarios(", "free_port(", "subprocess.run(", "subprocess.Popen(",
-                 "subprocess_run(")
+_MULTIPROCESS = ("_scenarios(", "subprocess.run(", "subprocess.Popen(", "subprocess_run(")
 
 
 def _sources(item) -> str:

@@ -17,6 +17,28 @@ from flopsight.result import ProfileResult
 from flopsight.result.stats import Stats
 
 
+class Tokens(torch.utils.data.Dataset):
+    """A Trainer's data for :func:`tiny_gpt2`: 16 sequences of 16 token ids below 64, the same
+    every run, each its own labels."""
+
+    def __len__(self):
+        return 16
+
+    def __getitem__(self, i):
+        ids = torch.randint(0, 64, (16,), generator=torch.Generator().manual_seed(i))
+        return {"input_ids": ids, "labels": ids}
+
+
+def tiny_gpt2() -> nn.Module:
+    """A 2-layer GPT-2, 32 wide, over 64 token ids (seed 0)."""
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=32, bos_token_id=0,
+                                     eos_token_id=0)
+    return transformers.GPT2LMHeadModel(config)
+
+
 @functools.cache
 def gpt2_small() -> nn.Module:
     """GPT-2 small (the default GPT2Config, seed 0) in eval mode, built once per session:

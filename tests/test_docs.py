@@ -134,20 +134,11 @@ _LIBRARIES: list = []
 def trainer() -> dict:
     """hf-trainer.md's ``Trainer``, ``model``, ``args`` and ``data``: a 2-layer GPT-2 for 3 steps."""
     transformers = pytest.importorskip("transformers")
+    from helpers import Tokens, tiny_gpt2
 
-    class Tokens(torch.utils.data.Dataset):
-        def __len__(self):
-            return 8
-
-        def __getitem__(self, i):
-            ids = torch.randint(0, 64, (16,), generator=torch.Generator().manual_seed(i))
-            return {"input_ids": ids, "labels": ids}
-
-    config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=32)
     args = transformers.TrainingArguments(output_dir="trainer", use_cpu=True, report_to=[], save_strategy="no",
                                           per_device_train_batch_size=2, max_steps=3, disable_tqdm=True)
-    return {"Trainer": transformers.Trainer, "model": transformers.GPT2LMHeadModel(config), "args": args,
-            "data": Tokens()}
+    return {"Trainer": transformers.Trainer, "model": tiny_gpt2(), "args": args, "data": Tokens()}
 
 
 SETUPS = {

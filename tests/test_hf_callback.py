@@ -13,31 +13,14 @@ import torch
 pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 
-from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments  # noqa: E402
+from transformers import Trainer, TrainerCallback, TrainingArguments  # noqa: E402
 
 import flopsight  # noqa: E402
 from flopsight.integrations.hf import FlopsightCallback  # noqa: E402
+from helpers import Tokens, tiny_gpt2  # noqa: E402
 
 
-BATCH, SEQ = 2, 16
-
-
-class Tokens(torch.utils.data.Dataset):
-    """16 sequences of 16 token ids, the same every run."""
-
-    def __len__(self):
-        return 16
-
-    def __getitem__(self, i):
-        ids = torch.randint(0, 64, (SEQ,), generator=torch.Generator().manual_seed(i))
-        return {"input_ids": ids, "labels": ids}
-
-
-def tiny_gpt2() -> GPT2LMHeadModel:
-    torch.manual_seed(0)
-    config = GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=32, bos_token_id=0,
-                        eos_token_id=0)
-    return GPT2LMHeadModel(config)
+BATCH, SEQ = 2, 16  # SEQ: the length of helpers.Tokens' sequences
 
 
 def trainer_for(tmp_path, callbacks=(), *, model=None, ga=1, max_steps=3, optimizers=(None, None)) -> Trainer:

@@ -11,30 +11,18 @@ import json
 import os
 import sys
 
-import torch
-from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+from transformers import Trainer, TrainingArguments
 
 from flopsight.integrations.hf import FlopsightCallback
-
-
-class Tokens(torch.utils.data.Dataset):
-    def __len__(self):
-        return 16
-
-    def __getitem__(self, i):
-        ids = torch.randint(0, 64, (16,), generator=torch.Generator().manual_seed(i))
-        return {"input_ids": ids, "labels": ids}
-
+from helpers import Tokens, tiny_gpt2  # tests/ is on the path of scenarios.py
 
 out = sys.argv[1]
 rank = int(os.environ["RANK"])
-torch.manual_seed(0)
-config = GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=32, bos_token_id=0, eos_token_id=0)
 args = TrainingArguments(output_dir=f"{out}/rank{rank}", use_cpu=True, ddp_backend="gloo", report_to=[],
                          save_strategy="no", per_device_train_batch_size=2, max_steps=3, logging_steps=1, seed=0,
                          disable_tqdm=True)
 callback = FlopsightCallback(profile_step=2, output=["profile.json", "profile.html"], gather_timeout=30)
-trainer = Trainer(model=GPT2LMHeadModel(config), args=args, train_dataset=Tokens(), callbacks=[callback])
+trainer = Trainer(model=tiny_gpt2(), args=args, train_dataset=Tokens(), callbacks=[callback])
 trainer.train()
 
 result = callback.result

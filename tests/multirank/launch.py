@@ -49,7 +49,7 @@ def deepspeed_launch(script: Path, *args: str, cwd: Path, timeout: float = 600) 
     env.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch_extensions"))
     # DeepSpeed's launcher cannot pick a port itself (torchrun --standalone can): a free one is
     # chosen here, and the launch tried again on another if something took it in between
-    for attempt in range(3):
+    for _ in range(3):
         port = free_port()
         try:
             proc = subprocess.run([str(launcher), "--num_gpus", "2", "--master_port", str(port), str(script), *args],

@@ -27,6 +27,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 EXAMPLES = HERE.parents[1] / "examples"
+sys.path.insert(0, str(HERE.parent))  # the scenarios share the tests' helpers.py
 
 #: name -> (script, None for a script run whole, else the argv of its main(); "{out}" is the folder)
 SCENARIOS = {
