@@ -1,5 +1,7 @@
 """Suite-wide checks: every test must leave torch as it found it."""
 
+import re
+
 import pytest
 import torch
 
@@ -53,6 +55,8 @@ def pytest_configure(config):
         "markers", "any_backend: run once, whatever the backend (the test checks registration, not counts)")
     config.addinivalue_line("markers", "multiprocess: starts other processes: ranks (torchrun, the deepspeed launcher) or an interpreter")
     config.addinivalue_line("markers", "browser: drives headless Chromium")
+    config.addinivalue_line("markers", "torch_versions: run by make test-matrix on every tested torch, "
+                                       "whether or not it starts an interpreter")
 
 
 def pytest_generate_tests(metafunc):
@@ -93,17 +97,52 @@ def pytest_report_header(config):
     return f"flopsight backends: python only (native not built: {failure()})"
 
 
-@pytest.fixture
-def golden(request):
-    """``golden(name, text)``: compare ``text`` with tests/golden/<name> (or rewrite it with --regen-golden)."""
+#: what a module's repr says differently between torch releases, normalised in every golden
+#: comparison (LayerNorm says ``bias=True`` from torch 2.12 on)
+_REPR_VARIES = ((re.compile(r"(elementwise_affine=\w+), bias=True\)"), r"\1)"),)
+
+
+def _normalised(text: str) -> str:
+    for pattern, replacement in _REPR_VARIES:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def _pinned_torch() -> str:
+    """The torch release ``make test`` pins (constraints.txt)."""
     from pathlib import Path
 
+    pins = (Path(__file__).parents[1] / "constraints.txt").read_text().splitlines()
+    return next(line.split("==")[1].strip() for line in pins if line.startswith("torch=="))
+
+
+@pytest.fixture
+def golden(request):
+    """``golden(name, text)``: compare ``text`` with tests/golden/<name> (or rewrite it with --regen-golden).
+
+    Where a torch release runs other ops for the same model (their names, and so the FakeClock's
+    stamps), its own file tests/golden/torch-<major.minor>/<name> is compared instead; the
+    folder's README says why. --regen-golden on the pinned torch rewrites the shared file, on
+    another one that release's file (only where it differs from the shared one)."""
+    from pathlib import Path
+
+    from flopsight.formulas.availability import release
+
     def check(name: str, text: str) -> None:
-        path = Path(__file__).parent / "golden" / name
+        text = _normalised(text)
+        shared = Path(__file__).parent / "golden" / name
+        own = Path(__file__).parent / "golden" / "torch-{}.{}".format(*release(torch.__version__)) / name
         if request.config.getoption("--regen-golden"):
-            path.write_text(text)
+            if release(torch.__version__) == release(_pinned_torch()):
+                shared.write_text(text)
+            elif text != _normalised(shared.read_text()):
+                own.parent.mkdir(exist_ok=True)
+                own.write_text(text)
+            elif own.exists():
+                own.unlink()
+        path = own if own.exists() else shared
         assert path.exists(), f"missing golden file {path}; run pytest --regen-golden and review the diff"
-        assert text == path.read_text()
+        assert text == _normalised(path.read_text())
 
     return check
 

@@ -224,3 +224,46 @@ def python_backend_only(backend: str | None) -> None:
 
     if backend == "native":
         pytest.skip(f"Python backend only: {DISPATCH_MODE_BRANCH}")
+
+
+# -- what the running torch has ------------------------------------------------------------------
+class AbsentOp:
+    """An op or overload the running torch does not define (:func:`torch_op`): a test that
+    needs it skips (:func:`require`), saying which torch lacks what."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __getattr__(self, overload: str) -> "AbsentOp":
+        if overload.startswith("__"):
+            raise AttributeError(overload)
+        return AbsentOp(f"{self.name}.{overload}")
+
+    def __repr__(self) -> str:
+        return f"AbsentOp({self.name!r})"
+
+
+def torch_op(path: str) -> Any:
+    """``torch.ops.<path>`` (``"aten._scaled_mm.default"``), or an :class:`AbsentOp` naming it
+    where this torch does not define it: for test tables built at import time."""
+    node: Any = torch.ops
+    for i, part in enumerate(path.split(".")):
+        try:
+            node = getattr(node, part)
+        except (AttributeError, RuntimeError):
+            return AbsentOp(path)
+    return node
+
+
+def require(*needs: Any) -> None:
+    """Skip the calling test where this torch lacks one of ``needs``: ops from :func:`torch_op`,
+    or module names (``"torch.nn.attention.varlen"``)."""
+    import importlib.util
+
+    import pytest
+
+    for need in needs:
+        if isinstance(need, AbsentOp):
+            pytest.skip(f"torch {torch.__version__} has no {need.name}")
+        if isinstance(need, str) and importlib.util.find_spec(need) is None:
+            pytest.skip(f"torch {torch.__version__} has no module {need}")

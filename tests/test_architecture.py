@@ -17,11 +17,11 @@ SRC = pathlib.Path(__file__).resolve().parents[1] / "src"
 LAYERS = (
     ("flopsight._version", "flopsight._quiet", "flopsight._torch_private"),
     ("flopsight.result",),
-    ("flopsight.formulas", "flopsight.hardware"),
+    ("flopsight.formulas", "flopsight.hardware", "flopsight.torch_support"),
     ("flopsight.capture",),
     ("flopsight.analysis",),
     ("flopsight.renderers",),
-    ("flopsight.profiler",),
+    ("flopsight.profiler", "flopsight.native_check"),
     ("flopsight.integrations", "flopsight.cli"),
     ("flopsight.deepspeed", "flopsight.__main__", "flopsight"),
 )

@@ -241,6 +241,8 @@ def test_a_compiled_model_is_counted_on_its_eager_twin():
         model = torch.compile(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)), backend="eager")
         with warnings.catch_warnings():
             warnings.simplefilter("error")
+            # torch's own notice about the interpreter (Python 3.13.0's guards), not about profiling
+            warnings.filterwarnings("ignore", message="Guards may run slower on Python 3.13.0")
             return flopsight.profile(model, torch.randn(3, 4), backend=backend)
 
     python, native = both(run)
@@ -345,3 +347,36 @@ def test_without_a_compiler_one_line_says_so_and_python_counts(tmp_path):
 def test_the_build_is_cached_per_torch_python_and_platform():
     folder = cache_folder().name
     assert torch.__version__.replace("+", "_") in folder and sys.implementation.cache_tag in folder
+
+
+def test_a_failed_build_is_not_tried_again_until_the_source_torch_or_compiler_changes(tmp_path, monkeypatch, capsys):
+    """Every new process tried a failed build again (18 s each on torch 2.6): the failure is
+    kept, with its reason, in the build's folder, whose name carries torch, Python and the
+    source's hash; the compiler's identity is kept in the file."""
+    import shutil
+
+    from torch.utils import cpp_extension
+
+    from flopsight.capture.native import build
+
+    if shutil.which(os.environ.get("CXX", "c++")) is None:
+        pytest.skip("no C++ compiler here")
+    source = tmp_path / "recorder.cpp"
+    source.write_text("this is not C++;\n")  # fails at once, before any torch header
+    monkeypatch.setenv("FLOPSIGHT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(build, "SOURCE", source)
+    real, tries = cpp_extension.load, []
+    monkeypatch.setattr(cpp_extension, "load", lambda **kw: tries.append(1) or real(**kw))
+
+    def fresh_process_load():
+        monkeypatch.setattr(build, "_loaded", {})
+        return build.load()
+
+    assert fresh_process_load() is None and len(tries) == 1
+    assert "error:" in build.failure() and (build.cache_folder() / "build-failed.txt").exists()
+    assert fresh_process_load() is None and len(tries) == 1  # not tried again
+    assert "a build failed here before" in build.failure() and "build-failed.txt to retry" in build.failure()
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("flopsight:")]
+    assert len(lines) == 3  # building, its failure, the kept failure: one line each
+    monkeypatch.setattr(build, "_compiler_identity", lambda compiler: "another compiler")
+    assert fresh_process_load() is None and len(tries) == 2  # a new compiler tries again

@@ -33,6 +33,7 @@ __all__ = [
     "register_function",
     "UnsupportedOpWarning",
     "UnprofiledForwardWarning",
+    "UntestedTorchWarning",
     "FakeClock",
     "attach",
     "AttachedProfiler",

@@ -9,6 +9,7 @@ import_torch()  # first, its NumPy notice hidden (see flopsight._quiet)
 
 from .analysis.diff import diff
 from .capture.notices import UnprofiledForwardWarning, UnsupportedOpWarning
+from .torch_support import UntestedTorchWarning
 from .capture.timing import FakeClock
 from .formulas import REGISTRY, Cost
 from .integrations.attach import AttachedProfiler, attach

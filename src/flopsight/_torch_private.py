@@ -25,6 +25,7 @@ __all__ = [
     "TorchDispatchMode",
     "active_dispatch_modes",
     "active_function_modes",
+    "exit_mode",
     "innermost_dispatch_mode",
     "function_modes_disabled",
     "global_module_hooks",
@@ -55,6 +56,8 @@ __all__ = [
     "saved_tensors_hooks_active",
     "trace_range",
     "kineto_events",
+    "kineto_device_work",
+    "KINETO_ACTIVITY_TYPES",
     "kineto_running",
 ]
 
@@ -249,6 +252,38 @@ def active_function_modes() -> list:
     return list(torch.overrides._get_current_function_mode_stack())
 
 
+def exit_mode(mode) -> None:
+    """Take a dispatch or function mode off this thread's stack, wherever it is on it.
+
+    ``mode.__exit__`` pops the innermost mode, whichever that is: when two profilers stop in
+    the order they started, the first would pop the second's mode and leave its own on the
+    stack, to be freed while in use (a crash on torch <= 2.9). So the modes above ``mode``
+    leave first, innermost first, and enter again after it, each through its own
+    ``__exit__``/``__enter__``: torch's flags stay in step on every version.
+
+    >>> from torch.overrides import TorchFunctionMode
+    >>> a, b = TorchFunctionMode(), TorchFunctionMode()
+    >>> _ = a.__enter__(); _ = b.__enter__()
+    >>> exit_mode(a)
+    >>> active_function_modes() == [b]
+    True
+    >>> exit_mode(b); active_function_modes()
+    []
+    """
+    stack = active_dispatch_modes() if isinstance(mode, TorchDispatchMode) else active_function_modes()
+    at = next((i for i, m in enumerate(stack) if m is mode), None)
+    if at is None:
+        return
+    above = stack[at + 1:]
+    for other in reversed(above):
+        other.__exit__(None, None, None)
+    try:
+        mode.__exit__(None, None, None)
+    finally:
+        for other in above:
+            other.__enter__()
+
+
 def global_module_hooks() -> dict[str, int]:
     """Sizes of torch's process-wide module hook registries (all 0 when nothing is installed)."""
     names = (
@@ -353,9 +388,29 @@ def trace_range(name: str):
 def kineto_events(prof) -> list:
     """The raw events of a finished ``torch.profiler.profile`` (``_KinetoEvent``: name,
     start_ns, duration_ns, start_thread_id, sequence_nr, fwd_thread_id, correlation_id,
-    linked_correlation_id, device_type, activity_type), without building torch's
+    linked_correlation_id, device_type; what it is: :func:`kineto_device_work`), without building torch's
     ``FunctionEvent`` tree, which costs seconds on a large trace."""
     return prof.profiler.kineto_results.events()
+
+
+#: Whether raw Kineto events say what they are (``activity_type()``: torch 2.12 and newer).
+KINETO_ACTIVITY_TYPES = hasattr(torch._C._autograd._KinetoEvent, "activity_type")
+_DEVICE_WORK = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+def _device_work_by_activity(event) -> bool:
+    return event.device_type() != torch.autograd.DeviceType.CPU and event.activity_type() in _DEVICE_WORK
+
+
+def _device_work_by_annotation(event) -> bool:
+    # before activity_type, the device's events are its kernels, copies and memsets, and the
+    # user annotations (a torch.profiler range mirrored on the device's timeline)
+    return event.device_type() != torch.autograd.DeviceType.CPU and not event.is_user_annotation()
+
+
+#: ``kineto_device_work(event)``: whether a raw Kineto event is work the device did (a kernel,
+#: a copy or a memset), by the event's activity type where torch has it, else by elimination.
+kineto_device_work = _device_work_by_activity if KINETO_ACTIVITY_TYPES else _device_work_by_annotation
 
 
 def kineto_running() -> bool:

@@ -24,12 +24,13 @@ from torch import nn
 from ._quiet import ignoring
 from ._torch_private import original_module
 from ._version import __version__
+from .native_check import disagreement
 from .capture.build import build_result
 from .capture.gather import DEFAULT_GATHER_TIMEOUT, announce, check_gather_timeout, gather_ranks, publish_failure
 from .capture.kernels import check_device_time
 from .capture.inputs import batch_size, describe_inputs, model_device, model_dtype
 from .capture.modules import ModuleCalls, compiled_paths, describe
-from .capture.native import check_backend
+from .capture.native import check_backend, self_check
 from .capture.optimizer import check_optimizer
 from .capture.parallel import check_parallel, detect_parallel, warn_data_parallel
 from .capture.plan import CaptureOptions
@@ -613,3 +614,6 @@ class Profiler:
     def __exit__(self, *exc) -> None:
         self.stop()
 
+
+# the native recorder is checked against the Python path before its first session counts
+self_check.use(lambda: disagreement(Profiler))

@@ -2,11 +2,12 @@
 
 >>> from flopsight.analysis.ranks import spread
 >>> spread([0.1, 0.3, 0.2])
-Spread(min=0.1, mean=0.20000000000000004, max=0.3, slowest=1)
+Spread(min=0.1, mean=0.19999999999999998, max=0.3, slowest=1)
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -30,7 +31,8 @@ def spread(values: list[float | None]) -> Spread | None:
     if not present:
         return None
     worst, slowest = max(present)
-    return Spread(min(v for v, _ in present), sum(v for v, _ in present) / len(present), worst, slowest)
+    # an exact sum: Python 3.12 changed the built-in sum of floats in its last bits
+    return Spread(min(v for v, _ in present), math.fsum(v for v, _ in present) / len(present), worst, slowest)
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,10 @@ class AutogradFunctions:
     def start(self, ctx: CaptureContext) -> None:
         for cls, unit in self._functions.items():
             self._saved.append((cls, cls.__dict__.get("apply", _ABSENT)))
-            original = inspect.getattr_static(cls, "apply")  # the classmethod, unbound
-            cls.apply = classmethod(self._counted_apply(ctx, unit, original.__func__))
+            # the classmethod as the class holds it: a Python classmethod up to torch 2.14, a C
+            # classmethod_descriptor from 2.15 (Function.apply moved to C); either binds to a class
+            original = inspect.getattr_static(cls, "apply")
+            cls.apply = classmethod(self._counted_apply(ctx, unit, original))
 
     def stop(self, ctx: CaptureContext) -> None:
         while self._saved:
@@ -42,9 +44,10 @@ class AutogradFunctions:
         attribution = ctx.attribution
 
         def counted(cls, *args, **kwargs):
+            bound = apply.__get__(None, cls)
             if ctx.suppressed or ctx.paused:
-                return apply(cls, *args, **kwargs)
-            out, t0, t1, seq_start, seq_end = run_whole(ctx, apply, (cls, *args), kwargs)
+                return bound(*args, **kwargs)
+            out, t0, t1, seq_start, seq_end = run_whole(ctx, bound, args, kwargs)
             h0 = ctx.overhead.begin()
             where = attribution.charge_whole(unit, t0, t1, out, unit.bind(args, kwargs), seq_start, seq_end)
             publish_whole(ctx, unit, cls, args, kwargs, out, t0, t1, where)

@@ -18,6 +18,7 @@ import torch
 from .._torch_private import (
     EagerDispatchMode,
     allow_under_mode,
+    exit_mode,
     flex_attention_ops,
     innermost_dispatch_mode,
     prime_modes,
@@ -188,6 +189,6 @@ class CountingSource:
             return
         ctx.events.aside = contextlib.nullcontext
         try:
-            mode.__exit__(None, None, None)
+            exit_mode(mode)  # another profiler's mode may have entered above it
         finally:
             EAGER_STANCE.release()

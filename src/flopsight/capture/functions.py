@@ -14,7 +14,7 @@ from typing import Callable
 
 from torch.overrides import TorchFunctionMode
 
-from .._torch_private import active_function_modes
+from .._torch_private import active_function_modes, exit_mode
 from .context import CaptureContext
 from .native.source import NativeCountingSource
 
@@ -61,7 +61,7 @@ class FunctionInterceptor:
     def stop(self, ctx: CaptureContext) -> None:
         mode, self._mode = self._mode, None
         if mode is not None and not self._paused:
-            mode.__exit__(None, None, None)
+            exit_mode(mode)  # another profiler's mode may have entered above it
         self._paused = False
 
     def pause(self) -> None:

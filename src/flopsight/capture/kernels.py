@@ -32,7 +32,7 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from .._torch_private import kineto_events, kineto_running, trace_range
+from .._torch_private import kineto_device_work, kineto_events, kineto_running, trace_range
 
 __all__ = ["check_device_time", "KernelTrace", "KernelTimes", "TraceEvent", "attribute", "BACKWARD_NODE"]
 
@@ -163,11 +163,9 @@ class KernelTrace:
 
 
 def _event(e) -> TraceEvent:
-    on_device = e.device_type() != torch.autograd.DeviceType.CPU
     start = e.start_ns()
     return TraceEvent(e.name(), e.start_thread_id(), start, start + e.duration_ns(), e.sequence_nr(),
-                      e.fwd_thread_id(), e.correlation_id(), e.linked_correlation_id(),
-                      on_device and e.activity_type() in ("kernel", "gpu_memcpy", "gpu_memset"))
+                      e.fwd_thread_id(), e.correlation_id(), e.linked_correlation_id(), kineto_device_work(e))
 
 
 def attribute(events: list[TraceEvent], call_of: Callable[[int], tuple[str, str]], *, outside_to_root: bool,

@@ -24,6 +24,7 @@ import threading
 import time
 
 from ..formulas.registry import Registry
+from ..torch_support import warn_if_untested
 from .attribution import Attribution
 from .collectives import Communication
 from .context import CaptureContext
@@ -70,6 +71,7 @@ class CaptureSession:
 
     # -- lifecycle ----------------------------------------------------------------------
     def start(self) -> None:
+        warn_if_untested()
         sessions = _sessions()
         try:
             for source in self._sources:

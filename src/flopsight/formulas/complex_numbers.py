@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import torch
 
-from .registry import REGISTRY, Cost
+from .registry import REGISTRY, Cost, OpNames
+
+aten = OpNames("aten")  # names: an op this torch lacks is skipped (registry.builtins_loading)
 from .shapes import broadcast_shape, prod
 
 __all__ = ["polar"]
 
 
-@REGISTRY.register(torch.ops.aten.polar)
+@REGISTRY.register(aten.polar)
 def polar(out, abs=None, angle=None, **_) -> Cost:
     """4 FLOPs per element of the broadcast of ``abs`` and ``angle``; the scalar overloads
     (``polar.float(a, b)``: one complex number from Python numbers) cost 4."""

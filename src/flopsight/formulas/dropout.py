@@ -48,7 +48,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .registry import REGISTRY, Cost
+from .registry import REGISTRY, Cost, OpNames
 from .shapes import is_float, numel
 
 __all__ = [
@@ -67,7 +67,7 @@ __all__ = [
     "native_dropout_backward",
 ]
 
-aten = torch.ops.aten
+aten = OpNames("aten")  # names: an op this torch lacks is skipped (registry.builtins_loading)
 
 #: FLOPs per input element of each dropout kind, in training with ``p > 0``.
 FLOPS_PER_ELEMENT = {"dropout": 1, "alpha": 2}

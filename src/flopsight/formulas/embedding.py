@@ -69,7 +69,7 @@ from __future__ import annotations
 import torch
 
 from .reduction import norm_cost
-from .registry import REGISTRY, Cost
+from .registry import REGISTRY, Cost, OpNames
 from .shapes import first_tensor, is_float, numel
 
 __all__ = [
@@ -78,7 +78,7 @@ __all__ = [
     "embedding_bag_sparse_backward", "embedding_bag_per_sample_weights_backward",
 ]
 
-aten = torch.ops.aten
+aten = OpNames("aten")  # names: an op this torch lacks is skipped (registry.builtins_loading)
 
 #: ``mode`` as the aten ops receive it (``F.embedding_bag`` maps the strings to these).
 MODES = {0: "sum", 1: "mean", 2: "max", "sum": "sum", "mean": "mean", "max": "max"}

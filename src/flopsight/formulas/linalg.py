@@ -43,7 +43,9 @@ from __future__ import annotations
 
 import torch
 
-from .registry import REGISTRY, Cost
+from .registry import REGISTRY, Cost, OpNames
+
+aten = OpNames("aten")  # names: an op this torch lacks is skipped (registry.builtins_loading)
 from .shapes import broadcast_shape, numel, prod
 
 __all__ = [
@@ -119,7 +121,7 @@ def _batch_of(*shapes) -> int:
 
 
 # -- triangular, Cholesky and LU solves ---------------------------------------------------
-@REGISTRY.register(torch.ops.aten.linalg_solve_triangular)
+@REGISTRY.register(aten.linalg_solve_triangular)
 def linalg_solve_triangular(out, self, B, **_) -> Cost:
     """``solve_triangular(A, B)``: ``n^2`` per right-hand side. ``A`` is ``n x n``; every
     column (``left=True``) or row (``left=False``) of the result is one right-hand side, so
@@ -127,7 +129,7 @@ def linalg_solve_triangular(out, self, B, **_) -> Cost:
     return _cost(self.shape[-1] * numel(out))
 
 
-@REGISTRY.register(torch.ops.aten.triangular_solve)
+@REGISTRY.register(aten.triangular_solve)
 def triangular_solve(out, self, A, **_) -> Cost:
     """Deprecated ``torch.triangular_solve(B, A)``: as :func:`linalg_solve_triangular`."""
     solution = out[0]
@@ -147,40 +149,40 @@ def linalg_solve(out, A, B, **_) -> Cost:
     return _solve(A, B, out[0], lu=True)
 
 
-@REGISTRY.register(torch.ops.aten.linalg_lu_solve)
+@REGISTRY.register(aten.linalg_lu_solve)
 def linalg_lu_solve(out, LU, pivots, B, **_) -> Cost:
     """Solve with a factorization already computed: ``2 n^2`` per right-hand side (the
     row permutation is free)."""
     return _solve(LU, B, out, lu=False)
 
 
-@REGISTRY.register(torch.ops.aten.cholesky_solve)
+@REGISTRY.register(aten.cholesky_solve)
 def cholesky_solve(out, self, input2, **_) -> Cost:
     """``cholesky_solve(B, L)``: two triangular solves, ``2 n^2`` per right-hand side."""
     return _solve(input2, self, out, lu=False)
 
 
-@REGISTRY.register(torch.ops.aten.linalg_cholesky_ex, torch.ops.aten.cholesky)
+@REGISTRY.register(aten.linalg_cholesky_ex, aten.cholesky)
 def linalg_cholesky_ex(out, self, **_) -> Cost:
     """``linalg.cholesky``/``cholesky_ex`` (and the deprecated ``torch.cholesky``): ``n^3 / 3``."""
     return _cost(potrf_flops(self.shape[-1]) * _batch(self))
 
 
-@REGISTRY.register(torch.ops.aten.cholesky_inverse)
+@REGISTRY.register(aten.cholesky_inverse)
 def cholesky_inverse(out, self, **_) -> Cost:
     """Inverse from a Cholesky factor (LAWN 41 POTRI = TRTRI + LAUUM): ``2/3 n^3``."""
     n = self.shape[-1]
     return _cost(2 * n**3 // 3 * _batch(self))
 
 
-@REGISTRY.register(torch.ops.aten.linalg_lu, torch.ops.aten.linalg_lu_factor_ex)
+@REGISTRY.register(aten.linalg_lu, aten.linalg_lu_factor_ex)
 def linalg_lu(out, A, **_) -> Cost:
     """``linalg.lu``, ``lu_factor``/``lu_factor_ex`` (``torch.lu``): LU of ``m x n``,
     ``2/3 n^3`` when square. Unpacking P, L and U is a copy."""
     return _cost(getrf_flops(A.shape[-2], A.shape[-1]) * _batch(A))
 
 
-@REGISTRY.register(torch.ops.aten.linalg_inv_ex)
+@REGISTRY.register(aten.linalg_inv_ex)
 def linalg_inv_ex(out, A, **_) -> Cost:
     """``linalg.inv``/``inv_ex``, ``torch.inverse``: LU (``2/3 n^3``) then the inverse from
     it (LAWN 41 GETRI, ``4/3 n^3``): ``2 n^3``."""
@@ -196,7 +198,7 @@ def linalg_det(out, A, **_) -> Cost:
 
 
 # -- orthogonal factorizations ------------------------------------------------------------
-@REGISTRY.register(torch.ops.aten.linalg_qr)
+@REGISTRY.register(aten.linalg_qr)
 def linalg_qr(out, A, mode="reduced", **_) -> Cost:
     """``linalg.qr``: Householder QR (``2 q p^2 - 2/3 p^3``), plus forming Q from the ``p``
     reflectors: ``m x p`` (``mode="reduced"``), ``m x m`` (``"complete"``), none (``"r"``)."""
@@ -208,20 +210,20 @@ def linalg_qr(out, A, mode="reduced", **_) -> Cost:
     return _cost(flops * _batch(A))
 
 
-@REGISTRY.register(torch.ops.aten.geqrf)
+@REGISTRY.register(aten.geqrf)
 def geqrf(out, self, **_) -> Cost:
     """``torch.geqrf``: the reflectors and R only."""
     return _cost(geqrf_flops(self.shape[-2], self.shape[-1]) * _batch(self))
 
 
-@REGISTRY.register(torch.ops.aten.linalg_householder_product)
+@REGISTRY.register(aten.linalg_householder_product)
 def linalg_householder_product(out, input, tau, **_) -> Cost:
     """``linalg.householder_product`` (``orgqr``): the ``m x n`` Q of ``k = tau.shape[-1]``
     reflectors."""
     return _cost(orgqr_flops(input.shape[-2], input.shape[-1], tau.shape[-1]) * _batch(input))
 
 
-@REGISTRY.register(torch.ops.aten.ormqr)
+@REGISTRY.register(aten.ormqr)
 def ormqr(out, self, input2, input3, left=True, **_) -> Cost:
     """``torch.ormqr(A, tau, C)``: ``k = tau.shape[-1]`` reflectors applied to ``C``."""
     m, n = input3.shape[-2], input3.shape[-1]
@@ -244,27 +246,27 @@ def linalg_eigh(out, A, UPLO="L", compute_v=True, **_) -> Cost:
     return _cost(flops * _batch(A))
 
 
-@REGISTRY.register(torch.ops.aten.linalg_eig)
+@REGISTRY.register(aten.linalg_eig)
 def linalg_eig(out, self, **_) -> Cost:
     """``linalg.eig``/``eigvals`` (torch computes the vectors in both): the real Schur
     decomposition with Q by the Francis QR step, ``25 n^3`` (Golub & Van Loan §7.5.6)."""
     return _cost(25 * self.shape[-1] ** 3 * _batch(self))
 
 
-@REGISTRY.register(torch.ops.aten.linalg_ldl_factor_ex)
+@REGISTRY.register(aten.linalg_ldl_factor_ex)
 def linalg_ldl_factor_ex(out, self, **_) -> Cost:
     """``linalg.ldl_factor``/``ldl_factor_ex`` (Bunch-Kaufman, LAWN 41 SYTRF): ``n^3 / 3``."""
     return _cost(potrf_flops(self.shape[-1]) * _batch(self))
 
 
-@REGISTRY.register(torch.ops.aten.linalg_ldl_solve)
+@REGISTRY.register(aten.linalg_ldl_solve)
 def linalg_ldl_solve(out, LD, pivots, B, **_) -> Cost:
     """``linalg.ldl_solve``: two triangular solves, ``2 n^2`` per right-hand side (the
     block-diagonal D is a lower-order term)."""
     return _solve(LD, B, out, lu=False)
 
 
-@REGISTRY.register(torch.ops.aten.linalg_lstsq)
+@REGISTRY.register(aten.linalg_lstsq)
 def linalg_lstsq(out, self, b, **_) -> Cost:
     """``linalg.lstsq(A, B)`` (LAPACK GELS: QR of a tall ``A``, LQ of a wide one): the
     factorization, the ``p`` reflectors applied to the ``k`` right-hand sides, a triangular
@@ -279,7 +281,7 @@ def linalg_lstsq(out, self, b, **_) -> Cost:
     return _cost(flops * batch)
 
 
-@REGISTRY.register(torch.ops.aten.linalg_pinv)
+@REGISTRY.register(aten.linalg_pinv)
 def linalg_pinv(out, self, hermitian=False, **_) -> Cost:
     """``linalg.pinv``: a thin SVD (``eigh`` with vectors when ``hermitian``) and the
     product ``V diag(1/s) U^H``, ``m n p`` multiply-adds."""
@@ -289,7 +291,7 @@ def linalg_pinv(out, self, hermitian=False, **_) -> Cost:
     return _cost((decomposition + 2 * m * n * p) * _batch(self))
 
 
-@REGISTRY.register(torch.ops.aten.linalg_cross)
+@REGISTRY.register(aten.linalg_cross)
 def linalg_cross(out, self, other, **_) -> Cost:
     """Cross product of 3-vectors: each output element is ``a_j b_k - a_k b_j``, 3 FLOPs
     (not a matrix product: 0 MACs)."""

@@ -63,7 +63,7 @@ import math
 import torch
 
 from .elementwise import foreach
-from .registry import REGISTRY, Cost
+from .registry import REGISTRY, Cost, OpNames
 from .shapes import broadcast_shape, first_tensor, is_float, numel, prod
 
 __all__ = [
@@ -76,7 +76,7 @@ __all__ = [
     "foreach_norm", "foreach_max", "foreach_powsum",
 ]
 
-aten = torch.ops.aten
+aten = OpNames("aten")  # names: an op this torch lacks is skipped (registry.builtins_loading)
 
 # Private kernels (``_aminmax``, ``_unsafe_index_put``...) vary across torch versions: they are
 # named with ``missing_ok=True``.

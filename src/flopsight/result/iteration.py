@@ -15,6 +15,7 @@ from :mod:`.profile_result` at run time).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from .records import Profile
@@ -147,7 +148,7 @@ def iteration_stats(result: Profile) -> IterationStats:
 def _communication_time(result: Profile) -> CommunicationTime:
     flights = result.spans.get("communication", [])
     overlapped = sum(result.spans.get("communication_overlapped", []))
-    return CommunicationTime(max(sum(flights) - overlapped, 0.0), overlapped)
+    return CommunicationTime(max(math.fsum(flights) - overlapped, 0.0), overlapped)
 
 
 def _anatomy(result: Profile, latency: float, communication: CommunicationTime) -> StepAnatomy:
@@ -155,25 +156,26 @@ def _anatomy(result: Profile, latency: float, communication: CommunicationTime) 
     exposed time, at most the phase's wall time less its compute ops' time), its compute
     (its ops' time, at most what is left) and framework time (the rest); communication
     exposed outside the phases (at most the time outside them); and the rest of the span.
-    The six add up to its wall time."""
+    The six add up to its wall time. Sums are exact (``math.fsum``): Python 3.12 changed what
+    the built-in ``sum`` of floats returns in its last bits."""
     exposed_by_phase: dict[str, float] = {}
     for c in result.collectives():
         phase = "backward" if c.phase == "recompute" else c.phase
         exposed_by_phase[phase] = exposed_by_phase.get(phase, 0.0) + c.exposed
-    walls = {p: sum(result.spans.get(p, [])) for p in ("forward", "backward", "step")}
+    walls = {p: math.fsum(result.spans.get(p, [])) for p in ("forward", "backward", "step")}
     # a collective's flight can run past its phase's end (the other rank is late), so the
     # waiting charged to a phase is at most its wall time less the compute ops run in it
     computed = _compute_time(result)
     waited = {p: min(exposed_by_phase.get(p, 0.0), max(walls[p] - computed.get(p, 0.0), 0.0)) for p in walls}
     compute = {p: min(computed.get(p, 0.0), walls[p] - waited[p]) for p in walls}
-    outside = max(latency - sum(walls.values()), 0.0)
-    waited_outside = min(max(communication.exposed - sum(waited.values()), 0.0), outside)
+    outside = max(latency - math.fsum(walls.values()), 0.0)
+    waited_outside = min(max(communication.exposed - math.fsum(waited.values()), 0.0), outside)
     return StepAnatomy(
         forward=compute["forward"],
         backward=compute["backward"],
         step=compute["step"],
-        framework=sum(walls[p] - waited[p] - compute[p] for p in walls),
-        communication=sum(waited.values()) + waited_outside,
+        framework=math.fsum(walls[p] - waited[p] - compute[p] for p in walls),
+        communication=math.fsum(waited.values()) + waited_outside,
         other=outside - waited_outside,
     )
 

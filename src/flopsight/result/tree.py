@@ -48,7 +48,7 @@ class Phases(Mapping):
         if name.startswith("_"):
             raise AttributeError(name)
         if name not in PHASES:
-            raise AttributeError(_not_a_phase(name))
+            raise AttributeError(_not_a_phase(name), name=name, obj=None)
         return self._phases.get(name, ZERO_STATS)
 
     def __iter__(self) -> Iterator[str]:
@@ -98,7 +98,8 @@ class ModuleNode:
         try:
             return getattr(self.record, name)
         except AttributeError:
-            raise AttributeError(_no_attribute(name)) from None
+            # obj=None: the message already suggests, so Python (3.12+) adds no second suggestion
+            raise AttributeError(_no_attribute(name), name=name, obj=None) from None
 
     @property
     def forward(self) -> Stats:

@@ -4,7 +4,9 @@
 where it gives the dispatch mode's numbers at a fraction of its cost, and with the Python
 dispatch mode where a source needs each op in Python while it runs (memory tracking,
 collectives under torch.distributed), where the clock stamps ops on the device (CUDA
-events), inside another running native session, and where the recorder cannot be built.
+events), inside another running native session, where the recorder cannot be built, and
+where it does not count a small model as the Python path does (:mod:`.self_check`, once per
+process: a torch whose rules the recorder does not know).
 ``"native"`` asks for the recorder (an error when it cannot be built here; the same
 fall-backs otherwise, each named in ``result.metadata.backend_note``); ``"python"`` always
 uses the dispatch mode.
@@ -19,6 +21,7 @@ import os
 
 from ..timing import FakeClock, HostClock
 from .build import failure, load
+from .self_check import check
 
 __all__ = ["BACKENDS", "check_backend", "choose"]
 
@@ -59,4 +62,7 @@ def choose(backend: str, ctx) -> tuple[object | None, str | None]:
             raise RuntimeError(f"backend: 'native' was asked for, but the native recorder cannot be built here "
                                f"({failure()}); use backend='auto' or 'python'")
         return None, "the native recorder cannot be built here"
+    differs = check(recorder)
+    if differs is not None:
+        return None, f"the native recorder disagrees with the Python path on this torch ({differs})"
     return recorder, None

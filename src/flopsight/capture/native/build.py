@@ -88,17 +88,63 @@ def _build(quiet: bool):
     compiler = os.environ.get("CXX", "c++")  # what torch's tooling compiles with
     if not built and shutil.which(compiler) is None:
         raise BuildFailed(f"no C++ compiler: {compiler!r} is not on PATH")
+    failed = folder / _FAILED
+    identity = _compiler_identity(compiler)
+    earlier = _earlier_failure(failed, identity)
+    if earlier is not None:
+        raise BuildFailed(f"{earlier} (a build failed here before; not tried again until the source, torch or "
+                          f"the compiler changes: delete {failed} to retry)")
     if not quiet and not built:
         print(f"flopsight: building the native counting backend into {folder} (once for this torch, "
               "Python and platform; about half a minute)", file=sys.stderr)
-    with ignoring():  # torch's compiler-version notices
-        return cpp_extension.load(
-            name=name,
-            sources=[str(SOURCE)],
-            extra_cflags=["-O2", "-DNDEBUG"],  # RecordFunction's layout differs without NDEBUG
-            build_directory=str(folder),
-            verbose=False,
-        )
+    try:
+        with ignoring():  # torch's compiler-version notices
+            return cpp_extension.load(
+                name=name,
+                sources=[str(SOURCE)],
+                extra_cflags=["-O2", "-DNDEBUG"],  # RecordFunction's layout differs without NDEBUG
+                build_directory=str(folder),
+                verbose=False,
+            )
+    except Exception as e:
+        reason = _first_error(str(e))
+        with contextlib.suppress(OSError):  # a read-only cache: the next process tries again
+            failed.write_text(f"{identity}\n{reason}\n")
+        raise BuildFailed(reason) from e
+
+
+#: in a build folder: the compiler's identity, then why its build failed
+_FAILED = "build-failed.txt"
+
+
+def _compiler_identity(compiler: str) -> str:
+    """The compiler binary's path, size and time: what a new compiler (or an upgrade) changes."""
+    path = os.path.realpath(shutil.which(compiler) or compiler)
+    try:
+        st = os.stat(path)
+        return f"{path} {st.st_size} {int(st.st_mtime)}"
+    except OSError:
+        return path
+
+
+def _earlier_failure(failed: Path, identity: str) -> str | None:
+    """Why this source failed to build with this torch and this compiler, if it has."""
+    try:
+        first, _, reason = failed.read_text().partition("\n")
+    except OSError:
+        return None
+    return reason.strip() or "the build failed" if first == identity else None
+
+
+def _first_error(text: str) -> str:
+    r"""The compiler's first ``error:`` line in a failed build's output, else its last line.
+
+    >>> _first_error("[1/2] c++ ...\nrecorder.cpp:10:5: error: 'x' was not declared\nninja: build stopped")
+    "recorder.cpp:10:5: error: 'x' was not declared"
+    """
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    errors = [line for line in lines if "error:" in line]
+    return (errors or lines or ["the build failed"])[0 if errors else -1]
 
 
 def _import(name: str, library: Path):

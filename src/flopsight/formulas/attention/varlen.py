@@ -55,13 +55,12 @@ def varlen_attn_backward(result, /, query, key, value, cu_seq_q, cu_seq_k, max_q
 
 def register_varlen_ops(registry: Registry = REGISTRY) -> bool:
     """Register ``torch_attn::_varlen_attn``, ``_varlen_attn_out`` and ``_varlen_attn_backward``
-    in ``registry`` if ``torch.nn.attention.varlen`` has defined them; whether it had."""
-    ops = getattr(torch.ops, "torch_attn", None)
-    if ops is None or not hasattr(ops, "_varlen_attn"):
+    in ``registry``, those of them ``torch.nn.attention.varlen`` has defined (2.11 has no
+    ``_varlen_attn_out``); whether it defined the forward."""
+    if getattr(getattr(torch.ops, "torch_attn", None), "_varlen_attn", None) is None:
         return False
-    registry.register(ops._varlen_attn, ops._varlen_attn_out)(varlen_attn)
-    if hasattr(ops, "_varlen_attn_backward"):
-        registry.register(ops._varlen_attn_backward)(varlen_attn_backward)
+    registry.register("torch_attn::_varlen_attn", "torch_attn::_varlen_attn_out", missing_ok=True)(varlen_attn)
+    registry.register("torch_attn::_varlen_attn_backward", missing_ok=True)(varlen_attn_backward)
     return True
 
 

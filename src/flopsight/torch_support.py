@@ -1,0 +1,52 @@
+"""The torch releases flopsight supports and is tested on, and the one line a user of another sees.
+
+The floor is 2.9: on 2.6 the native recorder does not build (c10's ``IValue`` has no
+``toSymIntList``), a compiled model runs eagerly after it is profiled (a graph break at the
+module hook) and transformers' MoE experts run an op of its own (README, "Supported torch").
+``make test`` runs the pinned 2.13.0; ``make test-matrix`` (and CI) the other tested releases.
+
+>>> untested("2.13.0"), untested("2.10.1+cu128")
+(None, None)
+>>> print(untested("2.16.0"))
+flopsight: torch 2.16.0 is outside the tested range (2.9 to 2.15); counts may miss the ops it added or renamed
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from .formulas.availability import release
+
+__all__ = ["FLOOR", "NEWEST", "TESTED", "UntestedTorchWarning", "untested", "warn_if_untested"]
+
+#: the releases the suite runs on: the floor, the GPU image's, the pinned default and the newest
+TESTED = ("2.9.1", "2.11.0", "2.13.0", "2.15.0")
+FLOOR, NEWEST = "2.9", "2.15"
+
+
+class UntestedTorchWarning(UserWarning):
+    """The running torch is outside the releases flopsight is tested on; it still runs."""
+
+
+def untested(version: str) -> str | None:
+    """The line to show for torch ``version``, or None inside the tested range."""
+    if release(FLOOR) <= release(version) <= release(NEWEST):
+        return None
+    return (f"flopsight: torch {version} is outside the tested range ({FLOOR} to {NEWEST}); counts may miss "
+            "the ops it added or renamed")
+
+
+_warned = False
+
+
+def warn_if_untested() -> None:
+    """Say so once per process (at the first profile) when the running torch is untested."""
+    global _warned
+    if _warned:
+        return
+    _warned = True
+    import torch
+
+    line = untested(torch.__version__)
+    if line is not None:
+        warnings.warn(line, UntestedTorchWarning, stacklevel=3)
