@@ -267,3 +267,17 @@ def require(*needs: Any) -> None:
             pytest.skip(f"torch {torch.__version__} has no {need.name}")
         if isinstance(need, str) and importlib.util.find_spec(need) is None:
             pytest.skip(f"torch {torch.__version__} has no module {need}")
+
+
+def has_kernel(name: str, key: str) -> bool:
+    """Whether this torch has a kernel for op ``name`` (``"aten::foo"``) under dispatch key
+    ``key`` (``"Meta"``, ``"CompositeImplicitAutograd"``): kernels come and go between releases."""
+    return torch._C._dispatch_has_kernel_for_dispatch_key(name, key)
+
+
+def require_meta_kernel(device: str, name: str) -> None:
+    """Skip a meta-device case where this torch has no Meta kernel for op ``name``."""
+    import pytest
+
+    if device == "meta" and not has_kernel(name, "Meta"):
+        pytest.skip(f"torch {torch.__version__} has no Meta kernel for {name}")

@@ -22,7 +22,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import flopsight
 from flopsight.formulas.binding import Binder
-from helpers import kernel_cost, measure, measure_cpu_meta, measure_on, meta, ops_of, to_device
+from helpers import (kernel_cost, measure, measure_cpu_meta, measure_on, meta, ops_of, require, require_meta_kernel,
+                     to_device, torch_op)
 
 aten = torch.ops.aten
 
@@ -150,7 +151,8 @@ BIAS = meta(B, H, L, S)
 KERNEL_CASES = {
     "flash": (aten._scaled_dot_product_flash_attention, (*BHLE, 0.1, True), {}, dict(dropout=True)),
     "flash_defaults": (aten._scaled_dot_product_flash_attention, BHLE, {}, {}),
-    "flash_quantized": (aten._scaled_dot_product_flash_attention.quantized, (*BHLE, None, None, None, 0.1), {},
+    "flash_quantized": (torch_op("aten._scaled_dot_product_flash_attention.quantized"),  # not in 2.9
+                        (*BHLE, None, None, None, 0.1), {},
                         dict(dropout=True)),
     "efficient": (aten._scaled_dot_product_efficient_attention, (*BHLE, BIAS, True, 0.1), {},
                   dict(mask=True, dropout=True)),
@@ -175,6 +177,7 @@ KERNEL_CASES = {
 @pytest.mark.parametrize("name", list(KERNEL_CASES))
 def test_every_fused_kernel_counts_like_sdpa(name):
     op, args, kwargs, flags = KERNEL_CASES[name]
+    require(op)
     assert kernel_cost(op, *args, **kwargs) == sdpa_hand(B * H, L, S, E, EV, **flags)
 
 
@@ -206,21 +209,43 @@ def test_packed_sequences_of_unequal_length_are_bounded_without_reading_offsets(
         H, 10, 8, E, E)
 
 
-def test_varlen_attn_custom_ops():
+def _varlen_ops():
     """torch.nn.attention.varlen's custom ops (registered only when that module was imported
-    before flopsight: importing it costs ~1 s): the same packed-sequence count."""
+    before flopsight: importing it costs ~1 s), skipping on a torch without the module."""
+    require("torch.nn.attention.varlen")
     import torch.nn.attention.varlen  # noqa: F401  (defines the torch_attn ops)
 
+    return torch.ops.torch_attn
+
+
+def test_varlen_attn_custom_ops():
+    """torch.nn.attention.varlen's forward op: the same packed-sequence count."""
     from flopsight.formulas.attention import varlen_attn
 
-    ops = torch.ops.torch_attn
+    ops = _varlen_ops()
     args = (VARLEN_Q, VARLEN_K, VARLEN_V, CUM_Q, CUM_K, L, S)
     assert bound_cost(varlen_attn, ops._varlen_attn.default, *args, True) == sdpa_hand(2 * H, L, S, E, EV)
-    assert bound_cost(varlen_attn, ops._varlen_attn_out.default, meta(2 * L, H, EV), *args) == sdpa_hand(
-        2 * H, L, S, E, EV)
-    # paged KV cache (block_table, no key offsets): bounded by total_q * max_k
-    assert bound_cost(varlen_attn, ops._varlen_attn.default, VARLEN_Q, meta(4, 16, H, E), meta(4, 16, H, EV), CUM_Q,
-                      None, L, S, block_table=meta(2, 2)) == sdpa_hand(H, 2 * L, S, E, EV)
+
+
+def test_varlen_attn_out_custom_op():
+    from flopsight.formulas.attention import varlen_attn
+
+    _varlen_ops()
+    out_op = torch_op("torch_attn._varlen_attn_out.default")  # 2.11 has none
+    require(out_op)
+    args = (VARLEN_Q, VARLEN_K, VARLEN_V, CUM_Q, CUM_K, L, S)
+    assert bound_cost(varlen_attn, out_op, meta(2 * L, H, EV), *args) == sdpa_hand(2 * H, L, S, E, EV)
+
+
+def test_varlen_attn_paged_kv_cache():
+    """A paged KV cache (block_table, no key offsets): bounded by total_q * max_k."""
+    from flopsight.formulas.attention import varlen_attn
+
+    op = _varlen_ops()._varlen_attn.default
+    if "block_table" not in [a.name for a in op._schema.arguments]:  # 2.11's has none
+        pytest.skip(f"torch {torch.__version__}'s torch_attn::_varlen_attn has no block_table argument")
+    assert bound_cost(varlen_attn, op, VARLEN_Q, meta(4, 16, H, E), meta(4, 16, H, EV), CUM_Q, None, L, S,
+                      block_table=meta(2, 2)) == sdpa_hand(H, 2 * L, S, E, EV)
 
 
 @pytest.mark.any_backend
@@ -228,12 +253,15 @@ def test_varlen_ops_registered_when_imported_first():
     import subprocess
     import sys
 
+    require("torch.nn.attention.varlen")
+    # each torch_attn op this torch defines (2.11 has no _varlen_attn_out), as name=registered
     code = ("import torch, torch.nn.attention.varlen, flopsight; "
-            "from flopsight.formulas import REGISTRY; "
-            "print(REGISTRY.is_registered(torch.ops.torch_attn._varlen_attn), "
-            "REGISTRY.is_registered(torch.ops.torch_attn._varlen_attn_out))")
+            "from flopsight.formulas import REGISTRY; ops = torch.ops.torch_attn; "
+            "print(*(f'{n}={REGISTRY.is_registered(getattr(ops, n))}' for n in "
+            "('_varlen_attn', '_varlen_attn_out', '_varlen_attn_backward') if hasattr(ops, n)))")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert run.stdout.split() == ["True", "True"], run.stderr
+    registered = dict(word.split("=") for word in run.stdout.split())
+    assert "_varlen_attn" in registered and set(registered.values()) == {"True"}, (run.stdout, run.stderr)
 
 
 def test_efficient_forward_takes_maxima_from_its_outputs_when_not_given():
@@ -387,6 +415,7 @@ def _native_mha(mha, x, attn_mask, kpm, need_weights, average):
 @pytest.mark.parametrize("masks", ["none", "attn", "kpm", "both"])
 @pytest.mark.parametrize("need_weights, average", [(True, True), (True, False), (False, True)])
 def test_native_mha_equals_the_slow_path(device, masks, need_weights, average):
+    require_meta_kernel(device, "aten::_native_multi_head_attention")
     N, L, D, Hh = 3, 5, 8, 2
     x = torch.randn(N, L, D)
     # float masks, as nn.MultiheadAttention hands them on after _canonical_mask
@@ -471,6 +500,7 @@ def test_transformer_encoder_layer_with_padding_mask():
 @pytest.mark.parametrize("norm_first", [False, True])
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
 def test_native_encoder_layer_equals_the_slow_path(device, norm_first, activation):
+    require_meta_kernel(device, "aten::_transformer_encoder_layer_fwd")
     N, L, D, Hh, Ff = 2, 6, 8, 2, 16
     tel = nn.TransformerEncoderLayer(D, Hh, Ff, activation=activation, batch_first=True, norm_first=norm_first).eval()
     x = torch.randn(N, L, D)

@@ -153,6 +153,7 @@ def test_packed_sequences_exact_from_offsets():
 def test_varlen_attn_exact_from_offsets():
     """torch.nn.attention.varlen's ops with the offsets above: 272 scores (forward and
     backward); window_size [-1, 0] is causal: 156."""
+    helpers.require("torch.nn.attention.varlen")
     import torch.nn.attention.varlen  # noqa: F401
 
     effective = attention_registry(REGISTRY, "effective")  # built after the ops exist

@@ -14,7 +14,7 @@ import torch
 
 import flopsight
 from flopsight.formulas import REGISTRY
-from helpers import measure_cpu_meta, measure_on, ops_of
+from helpers import layer_backward, measure_cpu_meta, measure_on, ops_of
 
 N = 2 * 3 * 4  # elements of X() and of every result broadcast against it
 M = 3 * 4  # elements of Y()
@@ -255,12 +255,38 @@ INPLACE_AND_OUT = [
     case("lerp out=", lambda a, b, o: torch.lerp(a, b, 0.5, out=o), lambda: (X(), Y(), torch.empty(2, 3, 4)), 3 * N),
     case("eq out=", lambda a, b, o: torch.eq(a, b, out=o), lambda: (X(), Y(), torch.empty(2, 3, 4, dtype=torch.bool)), N),
     case("clamp out=", lambda a, o: torch.clamp(a, 0, 1, out=o), lambda: (X(), torch.empty(2, 3, 4)), N),
+    # the ldexp unit's other entry points (see test_ldexp_is_one_unit)
+    case("ldexp method", lambda a, b: a.ldexp(b), lambda: (X(), Y()), N),
+    case("ldexp_", lambda a, b: a.ldexp_(b), lambda: (X(), Y()), N),
+    case("torch.ldexp_", torch.ldexp_, lambda: (X(), Y()), N),
+    case("ldexp out=", lambda a, b, o: torch.ldexp(a, b, out=o), lambda: (X(), Y(), torch.empty(2, 3, 4)), N),
 ]
 
 
 @pytest.mark.parametrize("fn, inputs, flops", INPLACE_AND_OUT)
 def test_inplace_and_out_forms(fn, inputs, flops):
     assert measure_cpu_meta(fn, *inputs()) == (0, flops)
+
+
+# -- ldexp: a unit, because torch 2.9 decomposes it ------------------------------------------------
+def test_ldexp_is_one_unit():
+    """2.9 runs ``self * 2.0 ** other`` (pow on Y's M elements + mul on N: M + N), later
+    torches one ldexp kernel (N): counted whole, it is N everywhere."""
+    assert ops_of(torch.ldexp, X(), Y()) == {"ldexp": (1, 0, N)}
+
+
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+@pytest.mark.parametrize("grads, flops", [
+    ((True, False), M + N),  # self: g * 2**other, a pow on other's M elements and a mul on N
+    ((False, True), 3 * N),  # other: g * result * ln 2 (2N), summed down to its (3, 4) shape (N)
+    ((True, True), M + 4 * N),
+])
+def test_ldexp_backward(device, grads, flops):
+    """What the later kernel's derivative runs (2.9 reuses its forward's 2**other instead)."""
+    x, e = X().requires_grad_(grads[0]), Y().requires_grad_(grads[1])
+    (macs, backward_flops), ops = layer_backward(device, torch.ldexp, x, e)
+    assert (macs, backward_flops) == (0, flops)
+    assert ops == {"ldexp.backward": (1, 0, flops)}
 
 
 # -- _foreach_* (multi-tensor optimizer ops): the per-tensor costs, summed -------------------------

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from flopsight.formulas import Cost
-from helpers import layer_backward, measure_on, schema_cost
+from helpers import has_kernel, layer_backward, measure_on, require, schema_cost, torch_op
 
 aten = torch.ops.aten
 
@@ -60,6 +60,7 @@ CASES = [
 @pytest.mark.parametrize("device", ["cpu", "meta"])
 @pytest.mark.parametrize("name, call, shape, flops, op", CASES, ids=[c[0] for c in CASES])
 def test_interpolate_backward(name, call, shape, flops, op, device):
+    require(torch_op(op))  # 2.9 and 2.11 have no lanczos (antialias is bilinear and bicubic only)
     counted, ops = layer_backward(device, call, torch.randn(shape, requires_grad=True))
     assert counted == (0, flops)
     assert ops[op] == (1, 0, flops)
@@ -132,7 +133,12 @@ def test_backward_kernel_formulas_follow_their_schema(name, op, call, expected):
     assert schema_cost(op, *call) == Cost(*expected)
 
 
-def test_cpu_fallback_grid_sampler_backward_runs():
+def test_cpu_fallback_grid_sampler_backward_runs(backend):
+    name = "aten::_grid_sampler_2d_cpu_fallback_backward"
+    if backend != "native" and has_kernel(name, "CompositeImplicitAutograd"):
+        # the dispatch mode sees only its parts (zeros_like, empty_like); the native backend records it whole
+        pytest.skip(f"torch {torch.__version__}'s {name} is CompositeImplicitAutograd: "
+                    "a dispatch mode (the Python backend) sees only its parts, which cost 0")
     x, g = torch.randn(1, 2, 6, 6), torch.rand(1, 3, 4, 2) * 2 - 1
     go = torch.randn(1, 2, 3, 4)
     call = lambda: aten._grid_sampler_2d_cpu_fallback_backward(go, x, g, 0, 0, False)  # noqa: E731

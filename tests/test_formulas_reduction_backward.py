@@ -16,7 +16,7 @@ from torch import nn
 
 import flopsight
 from flopsight.formulas import Cost
-from helpers import formula_of, layer_backward, meta, python_backend_only
+from helpers import formula_of, layer_backward, meta, python_backend_only, require, torch_op
 
 aten = torch.ops.aten
 
@@ -122,8 +122,15 @@ def test_multi_tensor_reductions():
     assert formula_of(aten._foreach_norm)(norms, self=xs, ord=2) == Cost(0, (2 * 12 + 1) + (2 * 5 + 1))
     assert formula_of(aten._foreach_norm)(norms, self=xs, ord=float("inf")) == Cost(0, 2 * 17)  # abs, compare
     assert formula_of(aten._foreach_max)(norms, self=xs) == Cost(0, 17)  # a comparison per element
-    assert formula_of(aten._foreach_powsum)(norms, self=xs, ord=2) == Cost(0, 2 * 17)  # square, add (no root)
-    assert formula_of(aten._foreach_powsum)(norms, self=xs, ord=3) == Cost(0, 3 * 17)  # abs, pow, add
+
+
+def test_multi_tensor_power_sums():
+    powsum = torch_op("aten._foreach_powsum")  # 2.9 has none
+    require(powsum)
+    xs = [meta(3, 4), meta(5)]
+    norms = [meta(()), meta(())]
+    assert formula_of(powsum)(norms, self=xs, ord=2) == Cost(0, 2 * 17)  # square, add (no root)
+    assert formula_of(powsum)(norms, self=xs, ord=3) == Cost(0, 3 * 17)  # abs, pow, add
 
 
 def test_sparse_coalesce_adds_duplicate_values():

@@ -48,9 +48,20 @@ FREE = [
 ]
 
 
+def narrow_copy_has_a_derivative() -> bool:
+    """2.9's and 2.11's autograd raise "derivative for aten::narrow_copy is not implemented"."""
+    try:
+        torch.ones(2, 2, requires_grad=True).narrow_copy(1, 0, 1).sum().backward()
+    except RuntimeError:
+        return False
+    return True
+
+
 @pytest.mark.parametrize("device", ["cpu", "meta"])
 @pytest.mark.parametrize("name, fn, extra, op", FREE, ids=[c[0] for c in FREE])
 def test_backward_plumbing_is_free(device, name, fn, extra, op, backend):
+    if name == "narrow_copy" and not narrow_copy_has_a_derivative():
+        pytest.skip(f"torch {torch.__version__} has no derivative for aten::narrow_copy")
     if name in ("max dim", "topk") and device == "cpu":
         python_backend_only(backend)  # a plain run scatters in place
     total, ops = layer_backward(device, fn, X(), *extra)

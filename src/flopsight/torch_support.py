@@ -1,8 +1,8 @@
 """The torch releases flopsight supports and is tested on, and the one line a user of another sees.
 
-The floor is 2.9: on 2.6 the native recorder does not build (c10's ``IValue`` has no
-``toSymIntList``), a compiled model runs eagerly after it is profiled (a graph break at the
-module hook) and transformers' MoE experts run an op of its own (README, "Supported torch").
+The floor is 2.9: on 2.6 the native recorder does not compile, profiling a compiled model
+leaves a graph break at the module hook, and ops the formulas use do not exist (README,
+"Supported torch", has what was measured).
 ``make test`` runs the pinned 2.13.0; ``make test-matrix`` (and CI) the other tested releases.
 
 >>> untested("2.13.0"), untested("2.10.1+cu128")
@@ -13,6 +13,7 @@ flopsight: torch 2.16.0 is outside the tested range (2.9 to 2.15); counts may mi
 
 from __future__ import annotations
 
+import sys
 import warnings
 
 from .formulas.availability import release
@@ -49,4 +50,12 @@ def warn_if_untested() -> None:
 
     line = untested(torch.__version__)
     if line is not None:
-        warnings.warn(line, UntestedTorchWarning, stacklevel=3)
+        warnings.warn(line, UntestedTorchWarning, stacklevel=_callers_level())
+
+
+def _callers_level() -> int:
+    """The stack level of the first frame outside flopsight (where the user called it)."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] == "flopsight":
+        frame, level = frame.f_back, level + 1
+    return level

@@ -59,10 +59,10 @@ from typing import Any, Callable, Iterable
 import torch
 
 from .activation import activation_backward_flops
-from .registry import REGISTRY, Cost
+from .registry import REGISTRY, Cost, OpNames
 from .shapes import first_tensor, float_arithmetic, is_float, numel, result_numel, tensors
 
-aten = torch.ops.aten
+aten = OpNames("aten")  # names: an op this torch lacks is skipped (registry.builtins_loading)
 
 __all__ = [
     "pointwise", "scaled_add", "addcmul", "lerp", "equal", "allclose", "foreach", "packets", "elementwise_flops",
@@ -82,7 +82,7 @@ def packets(*names: str) -> list:
     for name in names:
         for n in (name, name + "_"):
             try:
-                found.append(getattr(aten, n))
+                found.append(getattr(torch.ops.aten, n))
             except AttributeError:  # no in-place twin (maximum_), or not in this torch
                 pass
     return found
@@ -193,6 +193,35 @@ def pointwise(out, /, **operands) -> Cost:
     the arguments are float tensors, never their names.
     """
     return _flops(1, out, operands.values())
+
+
+# -- ldexp: a unit, because torch 2.9 decomposes it ---------------------------------------------
+# torch 2.9's aten::ldexp is a composite, ``self * 2.0 ** other`` (a pow per element of
+# ``other``, then a mul), where later torches run one ldexp kernel: counted as a unit, it
+# costs the kernel's 1 per element, and its backward what the later kernel's derivative runs,
+# on every torch. Bound by the schemas of aten::ldexp / ldexp_ (``self``, ``other``; the
+# ``ldexp(x, i)`` overload of Python numbers is never called with tensors: 0).
+_LDEXP_FUNCTIONS = (torch.ldexp, torch.ldexp_, torch.Tensor.ldexp, torch.Tensor.ldexp_)
+
+
+def ldexp_backward(out, self=None, other=None, **_) -> Cost:
+    """The backward of ``ldexp(self, other) = self * 2**other`` over the ``N`` elements of
+    the result: for ``self``, ``grad * 2**other`` (a pow per element of a float ``other``,
+    then N); for ``other``, ``grad * result * ln 2`` (2N); each gradient summed down to its
+    operand's shape where that was broadcast (N)."""
+    n = result_numel(out, (self, other))
+    flops = 0
+    if getattr(self, "requires_grad", False):
+        flops += (numel(other) if is_float(other) else 0) + n + (n if numel(self) != n else 0)
+    if getattr(other, "requires_grad", False):
+        flops += 2 * n + (n if numel(other) != n else 0)
+    return Cost.of_flops(flops)
+
+
+@REGISTRY.register_unit(*_LDEXP_FUNCTIONS, name="ldexp", backward=ldexp_backward)
+def ldexp(out, self=None, other=None, **_) -> Cost:
+    """``torch.ldexp(self, other)`` (also in place): 1 per element of the result, as the kernel."""
+    return pointwise(out, self=self, other=other)
 
 
 # -- fused arithmetic: count each operation they fuse ------------------------------------------

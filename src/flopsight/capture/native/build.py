@@ -8,7 +8,9 @@ build is reused only where it is valid (this API is outside torch's stable ABI).
 cached build takes a few hundredths of a second; a first build, a minute or so.
 
 When there is no compiler or the build fails, :func:`load` says so in one line, once per
-process, and returns None: the caller counts with the Python path.
+process, and returns None: the caller counts with the Python path. A failed build is kept in
+its folder (``build-failed.txt``: the compiler, and the compiler's first error), so other
+processes do not try it again until the source, torch or the compiler changes.
 
 >>> cache_folder().name.startswith("torch-")
 True
@@ -92,8 +94,8 @@ def _build(quiet: bool):
     identity = _compiler_identity(compiler)
     earlier = _earlier_failure(failed, identity)
     if earlier is not None:
-        raise BuildFailed(f"{earlier} (a build failed here before; not tried again until the source, torch or "
-                          f"the compiler changes: delete {failed} to retry)")
+        raise BuildFailed(f"{earlier}; a build failed here before and is not tried again until the source, torch "
+                          f"or the compiler changes: delete {failed} to retry")
     if not quiet and not built:
         print(f"flopsight: building the native counting backend into {folder} (once for this torch, "
               "Python and platform; about half a minute)", file=sys.stderr)
@@ -172,7 +174,7 @@ def load(quiet: bool = False):
             reason = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
             _loaded["error"] = reason
             if not quiet:
-                print(f"flopsight: the native backend is not available ({reason[:200]}); "
+                print(f"flopsight: the native backend is not available ({reason[:600]}); "
                       "counting with the Python path", file=sys.stderr)
             return None
         _loaded["module"] = module
