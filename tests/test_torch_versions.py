@@ -2,6 +2,7 @@
 come and go, the private APIs probed by feature, imports flopsight must leave as they are, two
 profilers at once, the tested range."""
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -41,8 +42,6 @@ LACKS = {
 
 def _import_optional_modules():
     """Import each torch module whose import registers formulas (where this torch has it)."""
-    import importlib.util
-
     for name in REGISTRY.modules_on_import():
         if importlib.util.find_spec(name) is not None:
             __import__(name)
@@ -71,9 +70,9 @@ def test_every_registered_op_exists_or_is_absent_on_purpose():
     absent = expected_absent(torch.__version__)
     unexplained = set(REGISTRY.missing()) - set(ABSENT_ON_PURPOSE)
     assert not unexplained, f"registered ops this torch lacks, not in availability.ABSENT_ON_PURPOSE: {unexplained}"
-    for name in ABSENT_ON_PURPOSE:
-        if name.startswith("torch_attn::") and not _defined("torch_attn::_varlen_attn"):
-            continue  # a torch without torch.nn.attention.varlen at all (2.9)
+    for name, availability in ABSENT_ON_PURPOSE.items():
+        if availability.module is not None and importlib.util.find_spec(availability.module) is None:
+            continue  # defined by a module this torch does not have (varlen before 2.11)
         assert _defined(name) == (name not in absent), name
         assert REGISTRY.is_registered(name) if name not in absent else name in REGISTRY.missing(), name
 
@@ -106,7 +105,7 @@ print(json.dumps([imported, sorted(REGISTRY.missing()), sorted(expected_absent(t
     assert run.returncode == 0, run.stderr
     imported, missing, expected = json.loads(run.stdout.splitlines()[-1])
     assert missing == expected
-    if _defined("torch_attn::_varlen_attn") or RELEASE >= (2, 11):
+    if importlib.util.find_spec("torch.nn.attention.varlen") is not None:
         assert "torch.nn.attention.varlen" in imported
 
 

@@ -20,6 +20,7 @@ False
 
 from __future__ import annotations
 
+import importlib.util
 from typing import NamedTuple
 
 __all__ = ["Availability", "ABSENT_ON_PURPOSE", "expected_absent", "release"]
@@ -29,6 +30,8 @@ class Availability(NamedTuple):
     since: str | None
     until: str | None
     why: str
+    #: the module whose import defines the op (registered when it is imported), if any
+    module: str | None = None
 
 
 ABSENT_ON_PURPOSE: dict[str, Availability] = {
@@ -46,7 +49,8 @@ ABSENT_ON_PURPOSE: dict[str, Availability] = {
     "aten::_scaled_mm_v2": Availability("2.11", None, "the second scaled-matmul schema is new after 2.9"),
     "aten::_scaled_grouped_mm_v2": Availability("2.11", None, "the second scaled grouped-matmul schema is new after 2.9"),
     "torch_attn::_varlen_attn_out": Availability(
-        "2.13", None, "torch.nn.attention.varlen's out= variant is new after 2.11 (2.11 has _varlen_attn alone)"),
+        "2.13", None, "torch.nn.attention.varlen's out= variant is new after 2.11 (2.11 has _varlen_attn alone)",
+        module="torch.nn.attention.varlen"),
 }
 
 
@@ -61,7 +65,10 @@ def release(version: str) -> tuple[int, int]:
 
 
 def expected_absent(version: str) -> set[str]:
-    """The names of :data:`ABSENT_ON_PURPOSE` that torch ``version`` does not define."""
+    """The names of :data:`ABSENT_ON_PURPOSE` that torch ``version`` does not define, of those
+    it could register: an op defined by a module the installed torch does not have
+    (``torch.nn.attention.varlen`` before 2.11) is never registered, so never skipped."""
     v = release(version)
     return {name for name, a in ABSENT_ON_PURPOSE.items()
-            if (a.since is not None and v < release(a.since)) or (a.until is not None and v >= release(a.until))}
+            if ((a.since is not None and v < release(a.since)) or (a.until is not None and v >= release(a.until)))
+            and (a.module is None or importlib.util.find_spec(a.module) is not None)}
