@@ -393,7 +393,7 @@ def kineto_events(prof) -> list:
     return prof.profiler.kineto_results.events()
 
 
-#: Whether raw Kineto events say what they are (``activity_type()``: torch 2.12 and newer).
+#: Whether raw Kineto events say what they are (``activity_type()``: 2.13 and 2.15 have it, 2.9 and 2.11 not).
 KINETO_ACTIVITY_TYPES = hasattr(torch._C._autograd._KinetoEvent, "activity_type")
 _DEVICE_WORK = ("kernel", "gpu_memcpy", "gpu_memset")
 

@@ -15,7 +15,6 @@ True
 from __future__ import annotations
 
 import sys
-
 from typing import Callable
 
 __all__ = ["check", "use"]
@@ -27,8 +26,8 @@ _disagreement: list[Callable[[], str | None]] = []  # the check the profiler ins
 
 def use(disagreement: Callable[[], str | None]) -> None:
     """Check recorders with ``disagreement()``: None when the native recorder counts as the
-    Python path does, else what differed (installed by :mod:`flopsight.native_check`, which
-    runs the profiler, a layer above this one)."""
+    Python path does, else what differed. :mod:`flopsight.profiler` installs
+    :func:`flopsight.native_check.disagreement`, which runs the profiler (a layer above this one)."""
     _disagreement[:] = [disagreement]
 
 
