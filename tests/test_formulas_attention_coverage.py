@@ -76,8 +76,10 @@ def test_varlen_backward_formula_with_shared_kv_heads():
 def test_varlen_ops_registered_when_imported_after_flopsight():
     require("torch.nn.attention.varlen")
     # each torch_attn op this torch defines (2.11 has no _varlen_attn_out), as name=registered
-    code = ("import flopsight, torch, torch.nn.attention.varlen; "
-            "from flopsight.formulas import REGISTRY; ops = torch.ops.torch_attn; "
+    # flopsight's formulas loaded first, then the user's import: registered when a profile starts
+    code = ("import flopsight, torch; from flopsight.formulas import REGISTRY; "
+            "import torch.nn.attention.varlen; flopsight.profile(torch.nn.Linear(2, 2), torch.ones(1, 2)); "
+            "ops = torch.ops.torch_attn; "
             "print(*(f'{n}={REGISTRY.is_registered(getattr(ops, n))}' for n in "
             "('_varlen_attn', '_varlen_attn_out', '_varlen_attn_backward') if hasattr(ops, n)))")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

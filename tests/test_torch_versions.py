@@ -45,6 +45,7 @@ def _import_optional_modules():
     for name in REGISTRY.modules_on_import():
         if importlib.util.find_spec(name) is not None:
             __import__(name)
+    REGISTRY.register_imported()  # as the next profile would
 
 
 def _defined(name: str) -> bool:
@@ -84,21 +85,26 @@ def test_a_user_registration_of_an_op_this_torch_lacks_is_still_an_error():
 
 # -- imports flopsight must leave as they are ---------------------------------------------------------
 def test_importing_flopsight_first_leaves_the_users_own_torch_imports_working():
-    """In a fresh interpreter: flopsight (with its import hooks) first, then each torch module it
-    registers formulas for. Each import must work as without flopsight, and register what this
-    torch defines (2.11's varlen module lacks _varlen_attn_out: the user's import raised)."""
+    """In a fresh interpreter: flopsight first, then each torch module it registers formulas for.
+    Importing flopsight (its API and formulas too) changes neither the import system nor the
+    warning filters; each import works as without flopsight (on 2.11 the user's varlen import
+    raised), and the next profile registers what this torch defines."""
     code = """
-import importlib.util, json, warnings
+import importlib.util, json, sys, warnings
 warnings.simplefilter("error")
-import flopsight.formulas
+import torch
+finders, filters = list(sys.meta_path), list(warnings.filters)
+import flopsight
 from flopsight.formulas import REGISTRY
 from flopsight.formulas.availability import expected_absent
-import torch
+flopsight.profile  # the API, loaded on first use
+assert sys.meta_path == finders and warnings.filters == filters
 imported = []
 for name in REGISTRY.modules_on_import():
     if importlib.util.find_spec(name) is not None:
         __import__(name)
         imported.append(name)
+flopsight.profile(torch.nn.Linear(2, 2), torch.ones(1, 2))
 print(json.dumps([imported, sorted(REGISTRY.missing()), sorted(expected_absent(torch.__version__))]))
 """
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

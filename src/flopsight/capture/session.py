@@ -51,6 +51,7 @@ class CaptureSession:
 
     def __init__(self, options: CaptureOptions, *, registry: Registry, clock: Clock,
                  table: tuple[Row, ...] = PLAN):
+        registry.register_imported()  # the formulas of modules imported since the last session
         self.options = options
         self.ctx = ctx = CaptureContext.create(clock, registry, outside_to_root=options.outside_to_root,
                                                options=options, params=ModelParameters(options.infos))

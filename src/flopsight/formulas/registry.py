@@ -13,7 +13,7 @@ Two kinds of entries:
 A formula is a pure function of shapes that reads the op's arguments by their schema names:
 ``fn(out, **arguments) -> Cost`` where ``out`` is the op's result (see :mod:`.binding`).
 :meth:`Registry.resolve` pairs an overload with its formula and argument binder once.
-Ops that exist only once some module defines them are registered when it is imported
+Ops that exist only once some module defines them are registered once it has been imported
 (:meth:`Registry.when_imported`).
 
 >>> import torch
@@ -29,8 +29,6 @@ Stats(macs=24, flops=48)
 from __future__ import annotations
 
 import contextlib
-import importlib.abc
-import importlib.util
 import sys
 import warnings
 from typing import Any, Callable, Union
@@ -219,6 +217,7 @@ class Registry:
         self._resolved: dict[Any, Resolved] = {}
         self._tolerant = False  # while the built-in formula modules load (see builtins_loading)
         self._on_import: list[str] = []  # modules whose import registers formulas (when_imported)
+        self._waiting: dict[str, Callable[["Registry"], Any]] = {}  # of those, not imported yet
         #: grows with every change of an op's formula (what caches of costs are keyed by)
         self.version = 0
 
@@ -311,14 +310,14 @@ class Registry:
         return tuple(self._missing)
 
     def when_imported(self, module: str, register: Callable[["Registry"], Any]) -> None:
-        """Run ``register(self)`` once ``module`` is imported: at once if it already is, else
-        right after its code has run, the first time it is imported.
+        """Run ``register(self)`` once ``module`` has been imported: at once if it already is,
+        else when a capture session next starts after that import (:meth:`register_imported`).
 
-        For ops that exist only once a module defines them, when importing that module with
+        For ops that exist only once some module defines them, when importing that module with
         flopsight would cost too much (``torch.nn.attention.varlen``'s ``torch_attn`` ops:
-        ~1 s). ``register`` runs on this registry only: a copy made before the import lacks
-        what it adds, one made after has it. The hook waits on ``sys.meta_path`` and leaves it
-        at the first attempt to import ``module``; if that import fails, ``register`` never runs.
+        ~1 s). Nothing is hooked into the import system, so importing flopsight leaves the
+        user's own imports exactly as they were. A copy of the registry waits on the same
+        modules on its own.
 
         >>> reg = Registry()
         >>> reg.when_imported("sys", lambda r: r.zero_cost("aten::view"))  # imported: at once
@@ -326,10 +325,20 @@ class Registry:
         True
         """
         self._on_import.append(module)
-        if module in sys.modules:
-            register(self)
-        else:
-            sys.meta_path.insert(0, _AfterImport(module, lambda: register(self)))
+        self._waiting[module] = register
+        self.register_imported()
+
+    def register_imported(self) -> None:
+        """Run the registrations of :meth:`when_imported` whose module has been imported since
+        (each capture session calls this as it starts: a dict lookup per waiting module). One
+        that fails is warned about, and its ops stay unsupported."""
+        for module in [m for m in self._waiting if m in sys.modules]:
+            register = self._waiting.pop(module)
+            try:
+                register(self)
+            except Exception as e:
+                warnings.warn(f"flopsight: could not register the formulas of {module} ({e}); "
+                              "its ops are reported as unsupported", RuntimeWarning, stacklevel=2)
 
     def modules_on_import(self) -> tuple[str, ...]:
         """The modules whose import registers formulas here (:meth:`when_imported`)."""
@@ -431,6 +440,7 @@ class Registry:
         new._module_rules = dict(self._module_rules)
         new._functions = dict(self._functions)
         new._missing = list(self._missing)
+        new._on_import, new._waiting = list(self._on_import), dict(self._waiting)
         return new
 
     # -- lookup -----------------------------------------------------------------------
@@ -485,43 +495,6 @@ class Registry:
 
     def is_registered(self, op: OpLike) -> bool:
         return op_key(op) in self._ops
-
-
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Runs ``then()`` right after module ``name`` is first imported (then steps aside).
-
-    It stays on ``sys.meta_path`` until the module's code runs: a mere
-    ``importlib.util.find_spec`` of the module (which imports nothing) leaves it waiting."""
-
-    def __init__(self, name: str, then: Callable[[], Any]):
-        self.name, self.then = name, then
-        self._finding = False
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname != self.name or self._finding:
-            return None
-        self._finding = True
-        try:  # the other finders' spec (another hook waiting on the same module wraps it first)
-            spec = importlib.util.find_spec(fullname)
-        finally:
-            self._finding = False
-        loader = getattr(spec, "loader", None)
-        if loader is None or not hasattr(loader, "exec_module"):
-            return spec
-        exec_module, then, hook = loader.exec_module, self.then, self
-
-        def exec_then_register(module):
-            if hook in sys.meta_path:
-                sys.meta_path.remove(hook)
-            exec_module(module)
-            try:
-                then()
-            except Exception as e:  # the user's import must go on as if flopsight were not there
-                warnings.warn(f"flopsight: could not register the formulas of {fullname} ({e}); "
-                              "its ops are reported as unsupported", RuntimeWarning, stacklevel=2)
-
-        loader.exec_module = exec_then_register
-        return spec
 
 
 #: The process-wide default registry, filled by the formula modules of this package.

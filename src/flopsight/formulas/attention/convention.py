@@ -71,6 +71,7 @@ def attention_registry(registry: Registry, attention: str = "dense") -> Registry
     >>> sdpa.cost(None, sdpa.bind((q, q, q), {"is_causal": True}))
     Stats(macs=160, flops=340)
     """
+    registry.register_imported()  # what a module imported since defines, before it is copied
     if attention == "dense":
         return registry
     if attention != "effective":

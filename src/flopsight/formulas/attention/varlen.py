@@ -4,7 +4,8 @@ flash kernels count them.
 
 The ``torch_attn`` ops exist only once ``torch.nn.attention.varlen`` is imported, which
 costs ~1 s before ``torch._dynamo`` is loaded: too much for ``import flopsight``. They are
-registered when that module is imported, before or after flopsight
+registered once that module has been imported, before or after flopsight: at once, or when
+the next profile starts
 (:meth:`Registry.when_imported <flopsight.formulas.registry.Registry.when_imported>`).
 
 >>> import torch
