@@ -1,14 +1,15 @@
 # Two entry points, each doing all of its own setup on a fresh machine:
 #   make demo   profile a built-in model and print the report
 #   make test   run the whole test suite (PYTEST_ARGS="-k attention -x" passes pytest arguments)
-# and make test-fast: everything but the tests that start ranks or a browser;
+# and make lint: ruff over the code (make test runs it first);
+#     make test-fast: everything but the tests that start ranks or a browser;
 #     make test-matrix: the fast suite on every other tested torch (CI runs it)
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip install -q -c constraints.txt
 
-.PHONY: demo test test-fast test-matrix gpu-check clean
+.PHONY: demo lint test test-fast test-matrix gpu-check clean
 
 # torch is installed first and pinned, so `torch>=2.9` in pyproject is already satisfied
 # and pip never resolves it to the registry's CUDA build.
@@ -29,7 +30,11 @@ demo: $(VENV)/.core
 # environment says not to: every interpreter the tests start imports flopsight again
 test test-fast: export PYTHONDONTWRITEBYTECODE :=
 
-test: $(VENV)/.test
+# unused imports and variables, undefined names, lines over 120 columns (pyproject's [tool.ruff])
+lint: $(VENV)/.test
+	$(PY) -m ruff check -q src tests benchmarks examples .ci
+
+test: $(VENV)/.test lint
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 test-fast: $(VENV)/.test

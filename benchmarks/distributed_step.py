@@ -8,7 +8,8 @@ d_model 256, batch 8 x 64 tokens, AdamW); in each round it runs an un-profiled s
 one inside ``flopsight.Profiler(model, optimizer=opt, ...)`` for each variant: counting and
 communication (always on under torch.distributed) with and without rank 0 gathering both
 ranks' results, and with memory too; and, for reference, the step under an empty
-``TorchDispatchMode``: the least any counter built on a Python dispatch mode costs. Rank 0 prints the median over rounds of each variant's
+``TorchDispatchMode``: the least any counter built on a Python dispatch mode costs.
+Rank 0 prints the median over rounds of each variant's
 time over the un-profiled step's.
 
 In one process: the same model's forward under ``torch.no_grad()``, plain, under

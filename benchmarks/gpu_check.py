@@ -65,7 +65,8 @@ def judge_counts(runs: list[dict]) -> Verdict:
     compared = [r for r in runs if r["status"] in ("equal", "mismatch")]
     bad = [r for r in runs if r["status"] in ("mismatch", "error")]
     skipped = [r for r in runs if r["status"] == "skipped"]
-    figure = f"{len(compared) - sum(r['status'] == 'mismatch' for r in compared)}/{len(compared)} runs equal to CPU fp32"
+    equal = len(compared) - sum(r["status"] == "mismatch" for r in compared)
+    figure = f"{equal}/{len(compared)} runs equal to CPU fp32"
     figure += f", {len(skipped)} backend runs unsupported"
     details = {"runs": runs}
     if bad:
@@ -236,7 +237,8 @@ def judge_kernels(figures: dict, limit: float = 0.01) -> Verdict:
     total, unassigned = figures["seconds"], figures["unassigned_seconds"]
     share = unassigned / total if total > 0 else 1.0
     figure = (f"{figures['kernels']} {figures['source']} kernels in {figures['modules']} modules, "
-              f"{total * 1e3:.3f} ms; unassigned {unassigned * 1e3:.3f} ms = {100 * share:.2f}% (limit {100 * limit:g}%)")
+              f"{total * 1e3:.3f} ms; unassigned {unassigned * 1e3:.3f} ms = {100 * share:.2f}% "
+              f"(limit {100 * limit:g}%)")
     if figures["source"] != figures["expected_source"]:
         return Verdict(FAIL, f"kernels came from {figures['source']!r}, expected {figures['expected_source']!r}; "
                              + figure, figures)
@@ -475,9 +477,9 @@ def measure_counts(ctx: Ctx) -> list[dict]:
                     what = compare_counts(ref, _counts(result))
                     runs.append(dict(run, status="mismatch" if what else "equal", what=what,
                                      macs=result.total.forward.macs, sdpa_ops=_sdpa_ops(result)))
-                del dev_model
+                dev_model = None  # dropped, not deleted: closures above name them
                 ctx.free()
-        del model
+        model = None  # dropped, not deleted: closures above name them
     return runs
 
 
@@ -534,7 +536,7 @@ def measure_latency(ctx: Ctx) -> dict[str, dict]:
                      "deepspeed_ms": ds_ms, "timing": r.metadata.timing.method + "/" + r.metadata.timing.clock,
                      "top_level": list(r.total.children), "batch": batch, "seq": seq, "dtype": "float32",
                      "passes": passes}
-        del model
+        model = None  # dropped, not deleted: closures above name them
         ctx.free()
     return out
 
@@ -581,7 +583,7 @@ def measure_overhead(ctx: Ctx) -> dict:
     for _ in range(rounds):
         plain.append(ctx.wall_s(step))
         prof.append(ctx.wall_s(profiled))
-    del model, opt
+    model = opt = None  # dropped, not deleted: closures above name them
     ctx.free()
     return {"plain_s": plain, "profiled_s": prof}
 
@@ -662,7 +664,7 @@ def measure_memory(ctx: Ctx) -> dict:
                          "Linear): flopsight charges a saved storage to the first module that saves it"),
         "batch": batch, "seq": seq,
     }
-    del model, opt, prof, r
+    model = opt = prof = r = None  # dropped, not deleted: step() above names them
     ctx.free()
     return figures
 
@@ -709,7 +711,7 @@ def measure_efficiency(ctx: Ctx) -> dict:
     eff = efficiency(r)
     name = r.metadata.device_name
     peak = detect_peak(name) if name else None
-    del model, opt
+    model = opt = None  # dropped, not deleted: closures above name them
     ctx.free()
     return {"device_name": name, "peak_name": peak.name if peak else None, "mfu": eff.mfu,
             "dtype": eff.dtype, "peak_flops": eff.peak_flops, "reason": eff.reason,
@@ -842,7 +844,6 @@ def measure_compile_regions(ctx: Ctx) -> dict:
         counted = flopsight.profile(eager, x)
         result = flopsight.profile(regions, x, device_time=True)
     paths = [str(i) for i in range(len(regions))]
-    kernels = {p: result.module(p).record.kernels.get("forward", {}) for p in paths}
     inside = {p: sum(k.calls for k in kernels_of(result, p).values()) for p in paths}
     names = [name for rec in result.modules.values() for ks in rec.kernels.values() for name in ks]
     figures = {"blocks": len(paths), "compiled": list(result.metadata.compiled),

@@ -40,12 +40,18 @@ def build(stages: int, blocks: int, leaves: int, width: int = 8) -> nn.Module:
 # what the page does for each interaction, its script timed in the page with performance.now()
 # (the chart redraws and the table refreshes synchronously; the browser's paint comes after)
 INTERACTIONS = {
-    "size by latency": "(() => { const s = document.getElementById('metric'); s.value = 'latency'; s.dispatchEvent(new Event('change')); })()",
-    "phase backward": "(() => { const s = document.getElementById('phase'); s.value = 'backward'; s.dispatchEvent(new Event('change')); })()",
-    "colour by type": "(() => { const s = document.getElementById('colour'); s.value = 'type'; s.dispatchEvent(new Event('change')); })()",
-    "search '.7.'": "(() => { const s = document.getElementById('search'); s.value = '.7.'; s.dispatchEvent(new KeyboardEvent('keydown', {key: 'Enter'})); })()",
-    "clear search": "(() => { const s = document.getElementById('search'); s.value = ''; s.dispatchEvent(new KeyboardEvent('keydown', {key: 'Escape'})); })()",
-    "sort by FLOPs": "[...document.querySelectorAll('#table-head span')].find(s => s.textContent.startsWith('FLOPs')).click()",
+    "size by latency": "(() => { const s = document.getElementById('metric'); s.value = 'latency'; "
+                       "s.dispatchEvent(new Event('change')); })()",
+    "phase backward": "(() => { const s = document.getElementById('phase'); s.value = 'backward'; "
+                      "s.dispatchEvent(new Event('change')); })()",
+    "colour by type": "(() => { const s = document.getElementById('colour'); s.value = 'type'; "
+                      "s.dispatchEvent(new Event('change')); })()",
+    "search '.7.'": "(() => { const s = document.getElementById('search'); s.value = '.7.'; "
+                    "s.dispatchEvent(new KeyboardEvent('keydown', {key: 'Enter'})); })()",
+    "clear search": "(() => { const s = document.getElementById('search'); s.value = ''; "
+                    "s.dispatchEvent(new KeyboardEvent('keydown', {key: 'Escape'})); })()",
+    "sort by FLOPs": "[...document.querySelectorAll('#table-head span')]"
+                     ".find(s => s.textContent.startsWith('FLOPs')).click()",
     "select a module": "flopsightReport.select('42.7.13')",
     "select the root": "flopsightReport.select('')",
     "zoom into a stage": "flopsightReport.zoom('3')",
@@ -54,7 +60,8 @@ INTERACTIONS = {
 
 def timed_in_page(page, expression: str) -> float:
     """Seconds ``expression`` ran in the page, its synchronous redraws included."""
-    return page.evaluate(f"(() => {{ const t = performance.now(); {expression}; return (performance.now() - t) / 1000; }})()")
+    return page.evaluate(f"(() => {{ const t = performance.now(); {expression}; "
+                         f"return (performance.now() - t) / 1000; }})()")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -244,7 +244,8 @@ def rss_child(variant: str, layers: int, seq: int) -> None:
 def measure_rss(names: list[str], layers: int, seq: int) -> dict[str, dict]:
     out = {}
     for name in ["build only", *names]:
-        cmd = [sys.executable, os.path.abspath(__file__), "--rss-child", name, "--layers", str(layers), "--seq", str(seq)]
+        cmd = [sys.executable, os.path.abspath(__file__), "--rss-child", name, "--layers", str(layers),
+               "--seq", str(seq)]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
         out[name] = json.loads(proc.stdout.strip().splitlines()[-1])
     return out
@@ -358,7 +359,8 @@ def cpp_meta_child(layers: int, seq: int, rounds: int) -> None:
             model(ids, **kwargs)
 
     def medians() -> dict:
-        return {k: v["median_s"] for k, v in time_variants({"plain forward": plain, "empty dispatch mode": empty}, rounds).items()}
+        return {k: v["median_s"]
+                for k, v in time_variants({"plain forward": plain, "empty dispatch mode": empty}, rounds).items()}
 
     with torch.no_grad():
         before = medians()
@@ -511,7 +513,8 @@ def main(argv=None) -> None:
         rss = measure_rss(list(variants(None, None, {}, "")), opts.layers, opts.seq)
         print("| variant | peak RSS during it | over RSS before it |\n|---|---:|---:|")
         for key, r in rss.items():
-            print(f"| {key} | {r['ru_maxrss_kb'] / 1024:.0f} MiB | {(r['ru_maxrss_kb'] - r['rss_before_kb']) / 1024:+.1f} MiB |")
+            print(f"| {key} | {r['ru_maxrss_kb'] / 1024:.0f} MiB | "
+                  f"{(r['ru_maxrss_kb'] - r['rss_before_kb']) / 1024:+.1f} MiB |")
         return None
     model, ids, kwargs = build(opts.layers, opts.seq)
     print(f"torch {torch.__version__}; Llama {opts.layers} layers on meta, "

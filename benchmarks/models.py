@@ -67,7 +67,8 @@ class SmallCNN(nn.Module):
         self.features = nn.Sequential(
             _conv_bn(3, 32), nn.MaxPool2d(2), _conv_bn(32, 64), nn.MaxPool2d(2), _conv_bn(64, 128), nn.MaxPool2d(2)
         )
-        self.head = nn.Sequential(nn.Flatten(), nn.Dropout(0.2), nn.Linear(128 * 4 * 4, 256), nn.ReLU(), nn.Linear(256, 10))
+        self.head = nn.Sequential(nn.Flatten(), nn.Dropout(0.2), nn.Linear(128 * 4 * 4, 256), nn.ReLU(),
+                                  nn.Linear(256, 10))
 
     def forward(self, x):
         return self.head(self.features(x))
@@ -93,7 +94,8 @@ class InvertedResidual(nn.Module):
 class MobileNetV2(nn.Module):
     """MobileNetV2 (width 1.0): depthwise-separable inverted residual blocks."""
 
-    SETTINGS = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)]
+    SETTINGS = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),
+                (6, 320, 1, 1)]
 
     def __init__(self, num_classes: int = 1000):
         super().__init__()

@@ -156,7 +156,8 @@ def print_tables(results: dict[str, dict], keys: list[str]) -> None:
     for name, r in results.items():
         m = r["macs"]
         rel = f"{m['flopsight'] / m['deepspeed']:.3f}" if m["deepspeed"] else "-"
-        print(f"| {name} | {fmt_macs(m['flopsight'])} | {fmt_macs(m['deepspeed'])} | {fmt_macs(m['torch (flops/2)'])} | {rel} |")
+        print(f"| {name} | {fmt_macs(m['flopsight'])} | {fmt_macs(m['deepspeed'])} | "
+              f"{fmt_macs(m['torch (flops/2)'])} | {rel} |")
 
 
 def main(argv=None) -> None:

@@ -53,7 +53,8 @@ def pytest_configure(config):
         "markers", "python_backend(reason): counted on the Python backend only (the native one differs, for reason)")
     config.addinivalue_line(
         "markers", "any_backend: run once, whatever the backend (the test checks registration, not counts)")
-    config.addinivalue_line("markers", "multiprocess: starts other processes: ranks (torchrun, the deepspeed launcher) or an interpreter")
+    config.addinivalue_line(
+        "markers", "multiprocess: starts other processes: ranks (torchrun, the deepspeed launcher) or an interpreter")
     config.addinivalue_line("markers", "browser: drives headless Chromium")
     config.addinivalue_line("markers", "torch_versions: run by make test-matrix on every tested torch, "
                                        "whether or not it starts an interpreter")
@@ -180,7 +181,8 @@ def _scenarios(request, tmp_path_factory, launcher: str):
 
 @pytest.fixture(scope="session")
 def gloo_scenarios(request, tmp_path_factory):
-    """The folder of the torchrun launch: a folder of files per scenario (collectives, hf, lightning, attach, gather)."""
+    """The folder of the torchrun launch: a folder of files per scenario (collectives, hf, lightning, attach,
+    gather)."""
     return _scenarios(request, tmp_path_factory, "gloo")
 
 

@@ -85,7 +85,8 @@ class Chromium:
         # the browser reads commands on fd 3 and writes replies on fd 4: bash (dash takes no fd
         # above 9) moves our pipe ends, numbered 10 and up so they clobber neither, there
         script = f'exec "$0" "$@" 3<&{to_browser_r} 4>&{from_browser_w} {to_browser_r}<&- {from_browser_w}>&-'
-        self.process = subprocess.Popen(["bash", "-c", script, self.binary, *flags], pass_fds=(to_browser_r, from_browser_w),
+        self.process = subprocess.Popen(["bash", "-c", script, self.binary, *flags],
+                                        pass_fds=(to_browser_r, from_browser_w),
                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         os.close(to_browser_r)
         os.close(from_browser_w)
@@ -220,7 +221,8 @@ class Page:
                 d = p["exceptionDetails"]
                 found.append(f"exception: {d.get('exception', {}).get('description') or d.get('text')}")
             elif e["method"] == "Runtime.consoleAPICalled" and p["type"] in ("error", "assert", "warning"):
-                found.append(f"console.{p['type']}: " + " ".join(str(a.get("value", a.get("description"))) for a in p["args"]))
+                found.append(f"console.{p['type']}: "
+                             + " ".join(str(a.get("value", a.get("description"))) for a in p["args"]))
             elif e["method"] == "Log.entryAdded" and p["entry"]["level"] in ("error", "warning"):
                 found.append(f"log {p['entry']['level']}: {p['entry']['text']}")
         return found
@@ -264,7 +266,8 @@ class Page:
 
     def screenshot(self, full_page: bool = False) -> bytes:
         """The page as PNG bytes: the viewport, or the whole page with ``full_page``."""
-        return base64.b64decode(self.send("Page.captureScreenshot", format="png", captureBeyondViewport=full_page)["data"])
+        return base64.b64decode(self.send("Page.captureScreenshot", format="png",
+                                          captureBeyondViewport=full_page)["data"])
 
 
 # -- PNG ------------------------------------------------------------------------------------

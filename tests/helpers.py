@@ -198,7 +198,8 @@ def schema_cost(op: Any, out: Any, *positional: Any, registry: Registry | None =
     raise TypeError(f"no overload of {op} fits {len(positional)} positional arguments and {sorted(keywords)}")
 
 
-def kernel_cost(op: Any, *args: Any, out: Any = None, registry: Registry | None = None, **kwargs: Any) -> tuple[int, int]:
+def kernel_cost(op: Any, *args: Any, out: Any = None, registry: Registry | None = None,
+                **kwargs: Any) -> tuple[int, int]:
     """(MACs, FLOPs) of the formula registered for ``op`` (an overload; a packet means its
     ``.default``), its arguments bound by the schema as at dispatch: for kernels that cannot run
     here (CUDA), called with meta tensors in schema order. The formula must fit the schema."""

@@ -56,7 +56,8 @@ class JSC_Tiny(nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.seq_blocks = nn.Sequential(nn.BatchNorm1d(16), nn.ReLU(inplace=True), nn.Linear(16, 5), nn.ReLU(inplace=True))
+        self.seq_blocks = nn.Sequential(nn.BatchNorm1d(16), nn.ReLU(inplace=True), nn.Linear(16, 5),
+                                        nn.ReLU(inplace=True))
 
     def forward(self, x):
         return self.seq_blocks(x)

@@ -69,7 +69,8 @@ def factory_file(tmp_path):
 
         def with_kwargs(seq_len=4, **options):
             _called("with_kwargs " + ",".join(sorted(options)))
-            return torch.nn.Embedding(10, 4), {{"input": torch.zeros(options.get("batch_size", 1), seq_len, dtype=torch.long)}}
+            ids = torch.zeros(options.get("batch_size", 1), seq_len, dtype=torch.long)
+            return torch.nn.Embedding(10, 4), {{"input": ids}}
 
         class Broken(torch.nn.Module):
             def forward(self, x):
@@ -215,7 +216,8 @@ def test_a_failing_model_is_exit_status_1_with_the_error(capsys, factory_file):
     code, out, err = run(capsys, "profile", f"{factory_file}:broken")
     assert code == 1 and out == ""
     # one line: what, in which module (path and class), the message
-    assert err.startswith("flopsight: error: RuntimeError raised in module '<root>' (Broken): ") and "the model is broken" in err
+    assert (err.startswith("flopsight: error: RuntimeError raised in module '<root>' (Broken): ")
+            and "the model is broken" in err)
     assert len(err.strip().splitlines()) == 1 and "--traceback" in err
     with pytest.raises(RuntimeError, match="the model is broken"):
         main(["profile", f"{factory_file}:broken", "--traceback"])
@@ -330,7 +332,8 @@ def test_options_a_zoo_model_cannot_use_are_usage_errors(capsys):
     assert "argument --seq-len: resnet-18 takes images" in run(capsys, "profile", "resnet-18", "--seq-len", "4")[2]
     assert "argument --input-shape: bert-base takes token ids" in run(capsys, "profile", "bert-base",
                                                                        "--input-shape", "3,4")[2]
-    assert "argument --seq-len: gpt2 has 1024 learned positions" in run(capsys, "profile", "gpt2", "--seq-len", "2048")[2]
+    assert "argument --seq-len: gpt2 has 1024 learned positions" in run(capsys, "profile", "gpt2",
+                                                                        "--seq-len", "2048")[2]
     code, _, err = run(capsys, "profile", "bert-base", "--mode", "generate")
     assert code == 2 and "argument --mode: bert-base (BertModel) has no generate()" in err
 

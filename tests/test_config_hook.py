@@ -155,7 +155,8 @@ def test_output_file_in_a_missing_directory_is_created_as_deepspeed_does(tmp_pat
 # -- nothing to do, or never reached ----------------------------------------------------------
 def test_disabled_is_a_no_op(capsys):
     model, opt = make()
-    for config in ({"flops_profiler": {"enabled": False, "profile_step": 1}}, {"train_batch_size": 8, "flops_profiler": {}}, {}):
+    for config in ({"flops_profiler": {"enabled": False, "profile_step": 1}},
+                   {"train_batch_size": 8, "flops_profiler": {}}, {}):
         handle = flopsight.attach(model, opt, config)
         assert not handle.enabled and not handle.attached and "disabled" in repr(handle)
         assert hooks_of(opt) == (0, 0, 0, 0)
@@ -201,7 +202,8 @@ def test_an_error_in_the_loop_leaves_nothing_attached():
 @pytest.mark.parametrize(
     "config, message",
     [
-        ({"enabled": True, "profile_steps": 3}, r"unknown key 'profile_steps'.*ignored \(did you mean 'profile_step'\?\)"),
+        ({"enabled": True, "profile_steps": 3},
+         r"unknown key 'profile_steps'.*ignored \(did you mean 'profile_step'\?\)"),
         ({"flops_profiler": {"enabled": True, "depth": 2}}, r"config\['flops_profiler'\]: unknown key 'depth' in the"),
         ({"train_batch_size": 8, "flops_profile": {"enabled": True}}, r"no 'flops_profiler' block.*did you mean"),
     ],
@@ -226,7 +228,8 @@ def test_defaults_are_deepspeeds():
 @pytest.mark.parametrize(
     "config, error, message",
     [
-        ({"flops_profiler": {"enabled": "yes"}}, TypeError, r"config\['flops_profiler'\]\['enabled'\]: expected a bool, got 'yes'"),
+        ({"flops_profiler": {"enabled": "yes"}}, TypeError,
+         r"config\['flops_profiler'\]\['enabled'\]: expected a bool, got 'yes'"),
         ({"enabled": True, "profile_step": 0}, TypeError, r"config\['profile_step'\]: expected a positive int, got 0"),
         ({"enabled": True, "profile_step": 2.0}, TypeError, r"\['profile_step'\]: expected a positive int"),
         ({"enabled": True, "profile_step": True}, TypeError, r"\['profile_step'\]: expected a positive int"),

@@ -142,7 +142,8 @@ def test_every_line_of_deepspeeds_report_is_kept_or_its_difference_explained(rep
                   "world size:", "data parallel size:", "model parallel size:"):
         assert [l for l in theirs if l.startswith(label)] == [l for l in mine if l.startswith(label)], label
     if stage != 3:
-        assert [l for l in theirs if l.startswith("fwd MACs per GPU:")] == [l for l in mine if l.startswith("fwd MACs per GPU:")]
+        assert ([l for l in theirs if l.startswith("fwd MACs per GPU:")]
+                == [l for l in mine if l.startswith("fwd MACs per GPU:")])
     # the banner, the headers and Note 3, word for word
     for line in theirs:
         if line.startswith(("---", "Top ", "Each module profile", "Note: 1.", "2. Number", "3. The fwd latency")):

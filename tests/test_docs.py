@@ -125,7 +125,8 @@ def extending() -> dict:
     def my_kernel_backward(out, x, weight):
         return flopsight.Cost.of_product(2 * x.shape[0] * weight.numel())
 
-    return {"flopsight": flopsight, "FusedMLP": FusedMLP, "MyKernel": MyKernel, "my_kernel_backward": my_kernel_backward}
+    return {"flopsight": flopsight, "FusedMLP": FusedMLP, "MyKernel": MyKernel,
+            "my_kernel_backward": my_kernel_backward}
 
 
 _LIBRARIES: list = []
@@ -148,7 +149,8 @@ SETUPS = {
     "meta": lambda: {"torch": torch, "MyModel": MyModel, "config": {"vocab": 1000, "hidden": 64}},
     "extending": extending,
     "trainer": trainer,
-    "lightning": lambda: {"FlopsightCallback": pytest.importorskip("flopsight.integrations.lightning").FlopsightCallback},
+    "lightning": lambda: {
+        "FlopsightCallback": pytest.importorskip("flopsight.integrations.lightning").FlopsightCallback},
 }
 
 
@@ -251,7 +253,8 @@ def test_every_block_runs_as_written_or_says_why_not(page, tmp_path, monkeypatch
                 continue
             for argv, shows_status, heredoc in commands(code):
                 status = run_command(argv, heredoc, where)
-                assert status in ((0, 1) if shows_status else (0,)), f"{where}: `{shlex.join(argv)}` ended with {status}"
+                assert status in ((0, 1) if shows_status else (0,)), (
+                    f"{where}: `{shlex.join(argv)}` ended with {status}")
         if mark == "prints":
             missing = [text for text in said.split("; ") if text not in printed.getvalue()]
             assert not missing, f"{where}: the block does not print {missing}"

@@ -134,7 +134,8 @@ def test_efficiency_dict_is_json_ready():
     assert d["peak"]["name"] == "ridge 5" and d["peak"]["source"] == "test" and d["peak"]["ridge"] == 5.0
     assert d["peak"]["dtype"] == "fp32" and d["peak"]["flops_per_second"] == 5e12
     a = d["modules"]["a"]["forward"]
-    assert {k: a[k] for k in ("bytes", "intensity", "bound")} == {"bytes": 10_000, "intensity": 100.0, "bound": "compute"}
+    assert {k: a[k] for k in ("bytes", "intensity", "bound")} == {"bytes": 10_000, "intensity": 100.0,
+                                                                  "bound": "compute"}
     assert a["flops_per_second"] == pytest.approx(1e9) and a["fraction_of_peak"] == pytest.approx(2e-4)
     assert d["model"]["forward_fraction_of_peak"] == pytest.approx(1_012_000 / 0.0025 / 5e12)
 

@@ -17,7 +17,8 @@ def run_example(name, argv, capsys):
 
 
 def test_bert(capsys):
-    (flops, macs, params), out = run_example("bert.py", ["--batch-size", "1", "--seq-len", "16", "--layers", "1"], capsys)
+    (flops, macs, params), out = run_example("bert.py", ["--batch-size", "1", "--seq-len", "16", "--layers", "1"],
+                                             capsys)
     L, H, I = 16, 768, 3072
     # one layer (4LH^2 + 2L^2H + 2LHI) + pooler H^2 + classifier H*2 labels
     assert macs == "114.23 MMACs" and 4 * L * H * H + 2 * L * L * H + 2 * L * H * I + H * H + H * 2 == 114_230_784
@@ -33,14 +34,16 @@ def test_gpt2(capsys):
 
 
 def test_t5_generate(capsys):
-    (flops, macs, params), out = run_example("t5.py", ["--prompt-len", "4", "--new-tokens", "2", "--layers", "1"], capsys)
+    (flops, macs, params), out = run_example("t5.py", ["--prompt-len", "4", "--new-tokens", "2", "--layers", "1"],
+                                             capsys)
     assert "T5ForConditionalGeneration(" in out and "ops not counted" not in out
     assert macs.endswith("MACs") and not macs.startswith("0 ")
 
 
 @pytest.mark.parametrize("model, size", [("resnet50", "32"), ("vit", "224")])
 def test_vision(model, size, capsys):
-    (flops, macs, params), out = run_example("vision.py", ["--model", model, "--batch-size", "1", "--image-size", size], capsys)
+    (flops, macs, params), out = run_example("vision.py", ["--model", model, "--batch-size", "1", "--image-size", size],
+                                             capsys)
     assert "Top 3 modules" in out and "ops not counted" not in out
     # resnet50: torchvision's 25,557,032 less its 1000-class head (2048*1000+1000), plus a
     # 2-label head (2048*2+2) = 23,512,130; vit-base/16: embeddings 742,656 + 12 layers of

@@ -249,11 +249,13 @@ INPLACE_AND_OUT = [
     case("lerp_", lambda a, b: a.lerp_(b, 0.1), lambda: (X(), X()), 3 * N),  # Adam m
     case("add_ int", lambda a: a.add_(1), lambda: (I(),), 0),
     case("add out=", lambda a, b, o: torch.add(a, b, out=o), lambda: (X(), Y(), torch.empty(2, 3, 4)), N),
-    case("add out= alpha", lambda a, b, o: torch.add(a, b, alpha=2, out=o), lambda: (X(), Y(), torch.empty(2, 3, 4)), 2 * N),
+    case("add out= alpha", lambda a, b, o: torch.add(a, b, alpha=2, out=o), lambda: (X(), Y(), torch.empty(2, 3, 4)),
+         2 * N),
     case("mul out=", lambda a, b, o: torch.mul(a, b, out=o), lambda: (X(), Y(), torch.empty(2, 3, 4)), N),
     case("exp out=", lambda a, o: torch.exp(a, out=o), lambda: (X(), torch.empty(2, 3, 4)), N),
     case("lerp out=", lambda a, b, o: torch.lerp(a, b, 0.5, out=o), lambda: (X(), Y(), torch.empty(2, 3, 4)), 3 * N),
-    case("eq out=", lambda a, b, o: torch.eq(a, b, out=o), lambda: (X(), Y(), torch.empty(2, 3, 4, dtype=torch.bool)), N),
+    case("eq out=", lambda a, b, o: torch.eq(a, b, out=o), lambda: (X(), Y(), torch.empty(2, 3, 4, dtype=torch.bool)),
+         N),
     case("clamp out=", lambda a, o: torch.clamp(a, 0, 1, out=o), lambda: (X(), torch.empty(2, 3, 4)), N),
     # the ldexp unit's other entry points (see test_ldexp_is_one_unit)
     case("ldexp method", lambda a, b: a.ldexp(b), lambda: (X(), Y()), N),
@@ -307,9 +309,11 @@ FOREACH = [
     case("_foreach_pow scalar base", lambda a: torch._foreach_pow(2.0, a), lambda: (L(),), K),
     case("_foreach_maximum_", torch._foreach_maximum_, lambda: (L(), L()), K),
     case("_foreach_lerp_", lambda a, b: torch._foreach_lerp_(a, b, 0.1), lambda: (L(), L()), 3 * K),
-    case("_foreach_addcmul_ value", lambda a, b: torch._foreach_addcmul_(a, b, b, value=0.1), lambda: (L(), L()), 3 * K),
+    case("_foreach_addcmul_ value", lambda a, b: torch._foreach_addcmul_(a, b, b, value=0.1), lambda: (L(), L()),
+         3 * K),
     # per-tensor scalars: value 1 for the (3, 4) tensor (2 per element), 0.5 for the (5,) one (3)
-    case("_foreach_addcdiv_ scalars", lambda a, b: torch._foreach_addcdiv_(a, b, b, [1.0, 0.5]), lambda: (L(), L()), 2 * 12 + 3 * 5),
+    case("_foreach_addcdiv_ scalars", lambda a, b: torch._foreach_addcdiv_(a, b, b, [1.0, 0.5]), lambda: (L(), L()),
+         2 * 12 + 3 * 5),
     case("_foreach_sigmoid", torch._foreach_sigmoid, lambda: (L(),), K),
 ]
 

@@ -139,4 +139,5 @@ def test_sparse_coalesce_adds_duplicate_values():
     x = torch.sparse_coo_tensor(i, v, (5, 4), check_invariants=True)
     with flopsight.Profiler() as prof:
         x.coalesce()
-    assert {name: o.flops for name, o in prof.result.ops().items()}["aten._coalesce"] == 3 * 4  # one add per stored value
+    # one add per stored value
+    assert {name: o.flops for name, o in prof.result.ops().items()}["aten._coalesce"] == 3 * 4

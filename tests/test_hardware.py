@@ -135,8 +135,9 @@ def test_peak_validates_its_fields():
 
 
 def test_dtype_names():
-    assert [canonical_dtype(d) for d in (torch.float64, torch.float32, torch.bfloat16, torch.float16,
-                                         torch.float8_e5m2, torch.int8)] == ["fp64", "fp32", "bf16", "fp16", "fp8", "int8"]
+    assert ([canonical_dtype(d) for d in (torch.float64, torch.float32, torch.bfloat16, torch.float16,
+                                          torch.float8_e5m2, torch.int8)]
+            == ["fp64", "fp32", "bf16", "fp16", "fp8", "int8"])
     assert canonical_dtype("tf32") == "tf32"
     with pytest.raises(ValueError, match="dtype: expected one of"):
         canonical_dtype("complex64")
@@ -169,7 +170,8 @@ def test_cache_key_changes_with_the_torch_version(tmp_path):
     # an entry measured under another torch is not used
     other = cpu_cache_key("1.0.0")
     path = cpu_cache_path(tmp_path)
-    path.write_text(json.dumps({"version": 1, "entries": {other: {"flops": {"fp32": 123.0}, "memory_bandwidth": 456.0}}}))
+    path.write_text(json.dumps({"version": 1,
+                                "entries": {other: {"flops": {"fp32": 123.0}, "memory_bandwidth": 456.0}}}))
     peak = calibrate_cpu(["fp32"], seconds=0.05, cache_dir=tmp_path)
     assert peak.flops_for("fp32") != 123.0
     assert set(json.loads(path.read_text())["entries"]) == {other, cpu_cache_key()}

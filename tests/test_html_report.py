@@ -220,7 +220,8 @@ def test_save_and_get_model_profile_write_html(tmp_path, resnet):
 
 # -- in a real browser ----------------------------------------------------------------------
 CHROMIUM = find_chromium()
-browser_test = pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary on PATH (apt-get install chromium; .ci/run does)")
+browser_test = pytest.mark.skipif(CHROMIUM is None,
+                                  reason="no chromium binary on PATH (apt-get install chromium; .ci/run does)")
 
 
 @pytest.fixture(scope="module")
@@ -325,7 +326,8 @@ def test_browser_training_step_table_sort_and_search(browser, tmp_path, training
     drawn, _ = _chart_pixels(page)
     assert drawn > 0
     # sort by MACs (descending): the root first, then the bigger Linear
-    page.evaluate("[...document.querySelectorAll('#table-head span')].find(s => s.textContent.startsWith('MACs')).click()")
+    page.evaluate("[...document.querySelectorAll('#table-head span')]"
+                  ".find(s => s.textContent.startsWith('MACs')).click()")
     order = page.evaluate("[...document.querySelectorAll('#table-body .vrow:not([hidden])')]"
                           ".sort((a, b) => a.getBoundingClientRect().top - b.getBoundingClientRect().top)"
                           ".map(r => r.children[0].textContent)")
@@ -335,7 +337,8 @@ def test_browser_training_step_table_sort_and_search(browser, tmp_path, training
     page.send("Input.insertText", text="2")
     page.send("Input.dispatchKeyEvent", type="keyDown", key="Enter", code="Enter", windowsVirtualKeyCode=13)
     page.send("Input.dispatchKeyEvent", type="keyUp", key="Enter", code="Enter", windowsVirtualKeyCode=13)
-    page.wait_until("document.getElementById('detail-name') && document.getElementById('detail-name').textContent === '2'")
+    page.wait_until("document.getElementById('detail-name') && "
+                    "document.getElementById('detail-name').textContent === '2'")
     detail = _text(page, "detail")
     assert macs_to_string(training.module("2").backward.macs) in detail
     assert "1 match" in _text(page, "search-count")
@@ -452,11 +455,13 @@ def test_browser_table_keeps_paths_that_differ_at_their_end_apart(browser, tmp_p
                           ".map(c => [c.textContent, c.title])")
     shown = dict((title, text) for text, title in cells)
     # in tree order each row is its leaf, indented; the tooltip has the whole path
-    assert [shown[f"encoder.layer.0.attention.self.{n}"] for n in ("query", "key", "value")] == ["query", "key", "value"]
+    assert ([shown[f"encoder.layer.0.attention.self.{n}"] for n in ("query", "key", "value")]
+            == ["query", "key", "value"])
     page.evaluate("document.querySelectorAll('#table-head span')[3].click()")  # sort by a number column
     cells = page.evaluate("[...document.querySelectorAll('#table-body .vrow:not([hidden]) span:first-child')]"
                           ".map(c => [c.textContent, c.title])")
-    ends = {title.rsplit('.', 1)[-1]: text for text, title in cells if title.startswith("encoder.layer.0.attention.self.")}
+    ends = {title.rsplit('.', 1)[-1]: text
+            for text, title in cells if title.startswith("encoder.layer.0.attention.self.")}
     # sorted: whole paths, elided in the middle when too long, each still ending in its own name
     assert all(ends[n].endswith(n) for n in ("query", "key", "value")), ends
     assert page.problems() == []

@@ -57,7 +57,8 @@ def test_the_three_front_ends_write_the_same_way(tmp_path, capsys, fake_clock):
     # DeepSpeed facade: get_model_profile and FlopsProfiler.print_model_profile
     path = tmp_path / "gmp.txt"
     flopsight.get_model_profile(model, input_shape=(1, 4), output_file=str(path))
-    assert path.read_text().startswith("\n" + " DeepSpeed Flops Profiler ".center(78, "-")) and capsys.readouterr().out == ""
+    assert (path.read_text().startswith("\n" + " DeepSpeed Flops Profiler ".center(78, "-"))
+            and capsys.readouterr().out == "")
     with pytest.raises(TypeError, match="output_file: expected a path or None"):
         flopsight.get_model_profile(model, input_shape=(1, 4), output_file=3)
     prof = flopsight.FlopsProfiler(model)

@@ -99,7 +99,8 @@ def test_get_model_profile_keeps_deepspeeds_lines_and_adds_the_spread_after_them
     lines = capsys.readouterr().out.splitlines()
     labels = [line.split(":")[0] for line in lines]
     assert labels.index("fwd latency over 5 passes (median, IQR)") > labels.index("fwd latency")
-    assert labels.index("fwd latency over 5 passes (median, IQR)") > labels.index("op coverage (ops with a formula / ops seen)")
+    assert (labels.index("fwd latency over 5 passes (median, IQR)")
+            > labels.index("op coverage (ops with a formula / ops seen)"))
 
 
 def test_one_pass_says_its_noise_is_unknown_and_no_warm_up_is_named():

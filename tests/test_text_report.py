@@ -42,7 +42,8 @@ def test_flops_profiler_with_engine_info_golden(fake_clock, golden):
     prof.start_profile()
     model(torch.ones(4, 8))
     prof.stop_profile()
-    text = report_of(lambda out: prof.print_model_profile(profile_step=5, module_depth=1, top_modules=2, output_file=out))
+    text = report_of(lambda out: prof.print_model_profile(profile_step=5, module_depth=1, top_modules=2,
+                                                          output_file=out))
     prof.end_profile()
     golden("stack_flops_profiler.txt", text)
 
@@ -113,7 +114,8 @@ def aggregated_depths(text):
     return [int(d) for d in re.findall(r"^depth (\d+):", text, re.M)]
 
 
-@pytest.mark.parametrize("module_depth, depths", [(-1, [0, 1, 2]), (0, [0]), (1, [0, 1]), (2, [0, 1, 2]), (50, [0, 1, 2])])
+@pytest.mark.parametrize("module_depth, depths",
+                         [(-1, [0, 1, 2]), (0, [0]), (1, [0, 1]), (2, [0, 1, 2]), (50, [0, 1, 2])])
 def test_module_depth_prints_up_to_that_depth_including_the_deepest(module_depth, depths):
     result = flopsight.profile(JSC_Tiny(), torch.ones(4, 16))
     assert aggregated_depths(render_text(result, module_depth=module_depth)) == depths

@@ -290,7 +290,8 @@ def test_efficiency_block_prints_the_peak_beside_the_ratio(fake_clock):
         "<0.01%" if fraction < 0.01 else f"{round(fraction, 2):g}%")
     assert lines["peak (given, dense fp32)"].startswith("1 TFLOPS")
     # after the summary, before the aggregated profile
-    assert text.index("Efficiency (docs") < text.index("Aggregated Profile") and text.index("op coverage") < text.index("Efficiency (docs")
+    assert (text.index("Efficiency (docs") < text.index("Aggregated Profile")
+            and text.index("op coverage") < text.index("Efficiency (docs"))
 
 
 def test_efficiency_is_off_by_default_and_on_cpu_says_nothing_it_cannot_know(fake_clock):

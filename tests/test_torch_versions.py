@@ -190,7 +190,8 @@ def test_a_torch_outside_the_tested_range_gets_one_line_and_flopsight_runs(monke
     monkeypatch.setattr(torch, "__version__", "2.16.0")
     monkeypatch.setattr(support, "_warned", False)
     model, x = torch.nn.Linear(4, 3), torch.ones(2, 4)
-    with pytest.warns(UntestedTorchWarning, match=r"torch 2\.16\.0 is outside the tested range \(2\.9 to 2\.15\)") as seen:
+    with pytest.warns(UntestedTorchWarning,
+                      match=r"torch 2\.16\.0 is outside the tested range \(2\.9 to 2\.15\)") as seen:
         assert flopsight.profile(model, x).total.forward.macs == 24
     assert len([w for w in seen if w.category is UntestedTorchWarning]) == 1
     with warnings.catch_warnings():

@@ -122,7 +122,8 @@ def test_training_lines_are_deepspeeds_word_for_word_then_the_measured_ones(fake
     theirs = [l[:70].rstrip() for l in sample[start : sample.index("", start)]]
     mine = [l[:70].rstrip() for l in lines]
     assert len(theirs) == 18 and mine[: len(theirs)] == theirs
-    assert all(l.startswith(("measured ", "step anatomy", "GPU utilization", "op coverage", "noise:", "note:")) for l in mine[len(theirs):]), mine[len(theirs):]
+    assert all(l.startswith(("measured ", "step anatomy", "GPU utilization", "op coverage", "noise:", "note:"))
+               for l in mine[len(theirs):]), mine[len(theirs):]
     assert_aligned(text)
     assert "iter latency (sum of fwd, bwd and step latency)" in text  # DeepSpeed's notation, and its definition
 
@@ -428,7 +429,8 @@ def test_generate_summary_lines(fake_clock, tmp_path, golden):
     assert_aligned(text)
     latency = value(text, "generate() latency")
     seconds = float(latency.split()[0]) * {"s": 1, "ms": 1e-3, "us": 1e-6}[latency.split()[1]]
-    assert value(text, "tokens/second = batch size * new tokens / generate() latency") == f"{round(2 * 4 / seconds, 2):g}"
+    assert (value(text, "tokens/second = batch size * new tokens / generate() latency")
+            == f"{round(2 * 4 / seconds, 2):g}")
 
 
 def test_generate_with_a_single_new_token_has_no_decode_figures(fake_clock, tmp_path):

@@ -213,7 +213,8 @@ def test_an_embedding_and_lstm_language_model_gets_none():
     class LSTMLM(nn.Module):  # tokens in, logits out, but no attention layers
         def __init__(self):
             super().__init__()
-            self.embed, self.lstm, self.head = nn.Embedding(500, 32), nn.LSTM(32, 32, batch_first=True), nn.Linear(32, 500)
+            self.embed, self.lstm, self.head = (nn.Embedding(500, 32), nn.LSTM(32, 32, batch_first=True),
+                                                nn.Linear(32, 500))
 
         def forward(self, x):
             return self.head(self.lstm(self.embed(x))[0])

@@ -94,15 +94,19 @@ def meta_twin(factory, *inputs_shapes):
         ("bert", lambda: transformers.BertModel(transformers.BertConfig(num_hidden_layers=2)), {"input_ids": (2, 16)}),
         ("gpt2", lambda: transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=2)), {"input_ids": (2, 16)}),
         ("llama", lambda: transformers.LlamaForCausalLM(llama_config()), {"input_ids": (2, 16)}),
-        ("t5", lambda: transformers.T5Model(transformers.T5Config(num_layers=2)), {"input_ids": (2, 16), "decoder_input_ids": (2, 8)}),
-        ("vit", lambda: transformers.ViTModel(transformers.ViTConfig(num_hidden_layers=2)), {"pixel_values": (1, 3, 224, 224)}),
-        ("resnet", lambda: transformers.ResNetModel(transformers.ResNetConfig(depths=[1, 1, 1, 1])), {"pixel_values": (1, 3, 64, 64)}),
+        ("t5", lambda: transformers.T5Model(transformers.T5Config(num_layers=2)),
+         {"input_ids": (2, 16), "decoder_input_ids": (2, 8)}),
+        ("vit", lambda: transformers.ViTModel(transformers.ViTConfig(num_hidden_layers=2)),
+         {"pixel_values": (1, 3, 224, 224)}),
+        ("resnet", lambda: transformers.ResNetModel(transformers.ResNetConfig(depths=[1, 1, 1, 1])),
+         {"pixel_values": (1, 3, 64, 64)}),
     ],
 )
 def test_cpu_and_meta_give_identical_counts(name, factory, inputs):
     def make_inputs(device):
         return {
-            k: (torch.ones(shape, dtype=torch.long, device=device) if k.endswith("ids") else torch.ones(shape, device=device))
+            k: (torch.ones(shape, dtype=torch.long, device=device) if k.endswith("ids")
+                else torch.ones(shape, device=device))
             for k, shape in inputs.items()
         }
 

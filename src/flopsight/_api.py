@@ -13,7 +13,8 @@ from .torch_support import UntestedTorchWarning
 from .capture.timing import FakeClock
 from .formulas import REGISTRY, Cost
 from .integrations.attach import AttachedProfiler, attach
-from .integrations.deepspeed.api import FlopsProfiler, get_model_profile, get_module_duration, get_module_flops, get_module_macs
+from .integrations.deepspeed.api import (FlopsProfiler, get_model_profile, get_module_duration, get_module_flops,
+                                         get_module_macs)
 from .profiler import Profiler, profile
 from .renderers import output as _output  # noqa: F401  (installs the reporter result.render/save call)
 from .result.communication import Collective
@@ -85,7 +86,8 @@ def register_function(*functions, name=None, backward=None, registry=None):
     ...         (x,) = ctx.saved_tensors
     ...         return 2 * x * g
     >>> registry = flopsight.REGISTRY.copy()
-    >>> @flopsight.register_function(Square, registry=registry, backward=lambda out, x: flopsight.Cost.of_flops(2 * x.numel()))
+    >>> @flopsight.register_function(Square, registry=registry,
+    ...                              backward=lambda out, x: flopsight.Cost.of_flops(2 * x.numel()))
     ... def square(out, x):
     ...     return flopsight.Cost.of_flops(x.numel())
     >>> class M(torch.nn.Module):

@@ -73,7 +73,8 @@ def prime_modes() -> None:
     """
     global _primed
     if not _primed:
-        with ignoring("Failed to initialize NumPy"):  # torch's import notes a missing NumPy, which flopsight does not use
+        # torch's import notes a missing NumPy, which flopsight does not use
+        with ignoring("Failed to initialize NumPy"):
             import torch._dynamo  # noqa: F401
 
         _primed = True

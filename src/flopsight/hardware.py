@@ -91,7 +91,8 @@ class Peak:
     @classmethod
     def given(cls, flops_per_second: float, memory_bandwidth: float | None = None, name: str = "given") -> "Peak":
         """A peak the user states: the same FLOP/s whatever the dtype."""
-        if isinstance(flops_per_second, bool) or not isinstance(flops_per_second, (int, float)) or flops_per_second <= 0:
+        if (isinstance(flops_per_second, bool) or not isinstance(flops_per_second, (int, float))
+                or flops_per_second <= 0):
             raise ValueError(f"peak: expected a positive number of FLOP/s, got {flops_per_second!r}")
         return cls(name, {d: float(flops_per_second) for d in DTYPES}, memory_bandwidth, source="given by the user")
 
@@ -151,7 +152,8 @@ PEAKS: dict[str, Peak] = {p.name: p for p in (
     _nv("NVIDIA H200",         67,    67,    494.5,  989.5,  989.5,  1979,   1979,   4.8, _H200,
         f"H200 SXM; {_HALVED}; {_FP64_TC}"),
     _nv("NVIDIA B200",         37,    75,    1100,   2250,   2250,   4500,   4500,   7.7, _B200,
-        "HGX B200 per GPU (180 GB); the page gives only figures with sparsity for tf32/bf16/fp16/fp8/int8: halved here"),
+        "HGX B200 per GPU (180 GB); the page gives only figures with sparsity for tf32/bf16/fp16/fp8/int8: "
+        "halved here"),
     # torch sees each of the MI250X's two dies (GCDs) as its own device: the datasheet's
     # per-module figures (fp64/fp32 matrix 95.7, fp16/bf16 383, int8 383, 3.2768 TB/s) halved
     _nv("AMD Instinct MI250X (one GCD)", 47.85, 47.85, None, 191.5, 191.5, None,  191.5,  1.6384, _MI250X,

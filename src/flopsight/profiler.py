@@ -418,7 +418,8 @@ class Profiler:
     created it, activation checkpointing's recomputed forward is its own phase, and
     ``optimizer.step()`` (of ``optimizer``, or of any optimizer when None) is the step
     phase; ``optimizer`` may also be a wrapper with a ``step()`` of its own (a DeepSpeed ZeRO
-    optimizer), whose whole step is then timed. ``result.iteration`` sums up the span. ``batch_size`` overrides the batch size
+    optimizer), whose whole step is then timed. ``result.iteration`` sums up the span.
+    ``batch_size`` overrides the batch size
     read from the first dimension of each model call's first input. ``attention``,
     ``gather_timeout`` (every rank's result gathered on rank 0), ``memory``, ``backend`` and
     ``device_time`` as in :func:`profile` (kernels are recorded in the counting pass here: on
@@ -484,7 +485,8 @@ class Profiler:
         self.model = nn.Module() if model is None else check_model(model)
         model = self.model
         check_optimizer(optimizer)
-        if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
+        if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
+                                       or batch_size < 1):
             raise ValueError(f"batch_size: expected a positive int or None, got {batch_size!r}")
         self.optimizer = optimizer
         self.batch_size = batch_size

@@ -1,4 +1,5 @@
-"""Scenario ``compare`` of scenarios.py: DeepSpeed's own flops profiler and flopsight's engine drop-in on the same runs, their reports
+"""Scenario ``compare`` of scenarios.py: DeepSpeed's own flops profiler and flopsight's engine
+drop-in on the same runs, their reports
 side by side (tests/test_deepspeed_report_lines.py compares them line by line).
 
 On 2 CPU ranks started by DeepSpeed's launcher: for ZeRO stages 0 to 3 and gradient accumulation 1 and 2, trains

@@ -32,7 +32,8 @@ def torchrun(script: Path, *args: str, nproc: int = 2, timeout: float = 180) -> 
            str(script), *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
     if proc.returncode != 0:
-        raise AssertionError(f"torchrun {script.name} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+        raise AssertionError(f"torchrun {script.name} failed ({proc.returncode}):\n"
+                             f"{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
     return proc
 
 
@@ -72,7 +73,8 @@ def deepspeed_launch(script: Path, *args: str, cwd: Path, timeout: float = 600) 
 #: - "compare" first: DeepSpeed's own profiler counts every linear layer twice in a process
 #:   that has run a ZeRO-3 engine (ZeRO-3 leaves its patched linear behind), and "compare"
 #:   holds that profiler's lines against flopsight's.
-LAUNCHES = {"gloo": ("collectives", "hf", "lightning", "attach", "gather"), "deepspeed": ("compare", "engine", "zero_stages")}
+LAUNCHES = {"gloo": ("collectives", "hf", "lightning", "attach", "gather"),
+            "deepspeed": ("compare", "engine", "zero_stages")}
 #: scenarios left out where a package is missing (their test modules skip then)
 NEEDS = {"hf": "transformers", "lightning": "lightning"}
 

@@ -16,7 +16,7 @@ launch.py keeps one scenario's profiles from offsetting the next one's.
 A scenario that raises on a rank writes ``OUT/<name>/error.rank<r>.txt`` and ends that rank
 at once with status 1: the launcher then ends the other ranks, which would otherwise wait in
 a collective for it.
-"""
+"""  # noqa: E501  (the command lines, as typed)
 
 import contextlib
 import os

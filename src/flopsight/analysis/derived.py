@@ -55,7 +55,8 @@ def _generation(result: ProfileResult) -> dict[str, Any] | None:
     g = result.generation
     if g is None:
         return None
-    stats = {name: getattr(g, name)._asdict() for name in ("prefill", "decode", "per_step", "per_token", "total", "other")}
+    stats = {name: getattr(g, name)._asdict()
+             for name in ("prefill", "decode", "per_step", "per_token", "total", "other")}
     return {**stats, "encoder": g.encoder._asdict() if g.encoder is not None else None,
             "encoder_paths": list(g.encoder_paths), "new_tokens": g.new_tokens, "batch_size": g.batch_size,
             "decode_steps": [c.stats.latency for c in result.root_calls[1:]]}

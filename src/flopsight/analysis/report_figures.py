@@ -414,7 +414,8 @@ def _mean(stats: list[Stats], per: int) -> Stats:
                  sum(s.latency for s in stats) / per)
 
 
-def combined_figures(nodes: "list[ModuleNode] | tuple[ModuleNode, ...]", total: ModuleNode, per: int = 1) -> ModuleFigures:
+def combined_figures(nodes: "list[ModuleNode] | tuple[ModuleNode, ...]", total: ModuleNode,
+                     per: int = 1) -> ModuleFigures:
     """The figures of several modules as one line: their sum divided by ``per``.
 
     ``per=1`` sums them (every copy of a collapsed run of layers); ``per=len(nodes)`` gives

@@ -107,7 +107,8 @@ class ReportOptions:
             raise ValueError(f"top: expected an int >= 0, got {self.top!r}")
         if self.title is not None and not isinstance(self.title, str):
             raise TypeError(f"title: expected a str or None, got {type(self.title).__name__}")
-        if not (self.indent is DEFAULT or self.indent is None or _is_count(self.indent, 0) or isinstance(self.indent, str)):
+        if not (self.indent is DEFAULT or self.indent is None or _is_count(self.indent, 0)
+                or isinstance(self.indent, str)):
             raise TypeError(f"indent: expected None, an int >= 0 or a str, got {self.indent!r}")
 
     @classmethod
@@ -129,7 +130,8 @@ class ReportOptions:
         >>> ReportOptions(module_depth=3, detail_depth=1).table_depth, ReportOptions().table_depth
         (1, None)
         """
-        limits = [d for d in (self.module_depth if self.module_depth >= 0 else None, self.detail_depth) if d is not None]
+        limits = [d for d in (self.module_depth if self.module_depth >= 0 else None, self.detail_depth)
+                  if d is not None]
         return min(limits) if limits else None
 
     def indent_or(self, default: int | None) -> Any:

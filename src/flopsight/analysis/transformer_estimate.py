@@ -200,7 +200,8 @@ def transformer_shape(result: ProfileResult, config: Any = None, **given: Any) -
 
     # H·Q: heads x head dim where both are given or configured; else the query projection's
     # output; else the hidden size (a fused QKV projection hides the query's share)
-    heads = given.get("heads") or (_config_value(config, "num_attention_heads", "n_head") if config is not None else None)
+    heads = given.get("heads") or (_config_value(config, "num_attention_heads", "n_head")
+                                   if config is not None else None)
     head_dim = given.get("head_dim") or (_config_value(config, "head_dim") if config is not None else None)
     first_attention = next(result.module(a) for a in attention if _under(a, stack.children[0]))
     query = [_linear_dims(result.module(c)) for c in first_attention.children if c.rsplit(".", 1)[-1] in _QUERY_NAMES]
@@ -237,12 +238,14 @@ def transformer_shape(result: ProfileResult, config: Any = None, **given: Any) -
     head_params = 0 if head is None else head.params - (head_weight if tied else 0)
 
     experts = [n for n in nodes if n.name.rsplit(".", 1)[-1] == "experts"
-               and not any(_under(n.name, e.name) and n is not e for e in nodes if e.name.rsplit(".", 1)[-1] == "experts")]
+               and not any(_under(n.name, e.name) and n is not e
+                           for e in nodes if e.name.rsplit(".", 1)[-1] == "experts")]
     expert_params = sum(e.params for e in experts)
     fraction = None
     if experts:
-        n_experts = given.get("experts") or (_config_value(config, "num_local_experts", "num_experts", "n_routed_experts",
-                                                              "moe_num_experts") if config is not None else None)
+        n_experts = given.get("experts") or (_config_value(config, "num_local_experts", "num_experts",
+                                                           "n_routed_experts", "moe_num_experts")
+                                             if config is not None else None)
         top_k = given.get("experts_per_token") or (_config_value(config, "num_experts_per_tok", "moe_top_k")
                                                     if config is not None else None)
         if n_experts and top_k:
@@ -279,7 +282,8 @@ def transformer_check(result: ProfileResult, config: Any = None, *, layers: int 
     given = dict(layers=layers, hidden=hidden, heads=heads, head_dim=head_dim, vocab=vocab, batch_size=batch_size,
                  seq_len=seq_len, experts=experts, experts_per_token=experts_per_token, tied_embeddings=tied_embeddings)
     for key, value in given.items():
-        if value is not None and key != "tied_embeddings" and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+        if value is not None and key != "tied_embeddings" and (isinstance(value, bool) or not isinstance(value, int)
+                                                               or value <= 0):
             raise ValueError(f"{key}: expected a positive int, got {value!r}")
     if not isinstance(result, ProfileResult):
         raise TypeError(f"result: expected a flopsight ProfileResult, got {type(result).__name__}")

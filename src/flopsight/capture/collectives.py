@@ -81,7 +81,8 @@ def collective_ops() -> dict:
     """op overload -> (kind, payload argument, group argument) of every collective this
     torch build has."""
     ops = {}
-    for namespace, table, group_arg in (("c10d", _C10D, "process_group"), ("_c10d_functional", _FUNCTIONAL, "group_name")):
+    for namespace, table, group_arg in (("c10d", _C10D, "process_group"),
+                                        ("_c10d_functional", _FUNCTIONAL, "group_name")):
         ns = getattr(torch.ops, namespace)
         for name, (kind, payload) in table.items():
             try:

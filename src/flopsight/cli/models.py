@@ -34,8 +34,8 @@ from torch import nn
 
 from . import zoo
 
-__all__ = ["Target", "BadModel", "UsageError", "resolve", "default_dtype", "choose_device", "available_memory", "needed_bytes",
-           "split_factory_output", "call_factory"]
+__all__ = ["Target", "BadModel", "UsageError", "resolve", "default_dtype", "choose_device", "available_memory",
+           "needed_bytes", "split_factory_output", "call_factory"]
 
 
 class BadModel(ValueError):

@@ -108,7 +108,8 @@ def add_options(p: argparse.ArgumentParser, version: str) -> None:
     # SUPPRESS: absent, neither sets the other's value (parse() puts the default in)
     p.add_argument("model", nargs="?", default=argparse.SUPPRESS, metavar="MODEL",
                    help="a zoo name (flopsight list), a factory package.module:function or path/file.py:function "
-                        f"returning a model or (model, inputs), or a transformers config.json (default: {DEFAULT_MODEL})")
+                        "returning a model or (model, inputs), or a transformers config.json "
+                        f"(default: {DEFAULT_MODEL})")
     p.add_argument("--model", dest="model", default=argparse.SUPPRESS, help=argparse.SUPPRESS)  # the first CLI's
     inputs = p.add_argument_group("inputs")
     # batch size and dtype default to None, so a factory is passed only what the user set
@@ -140,7 +141,8 @@ def add_options(p: argparse.ArgumentParser, version: str) -> None:
     report.add_argument("--detailed", action=argparse.BooleanOptionalAction, default=True,
                         help="the per-module tree")
     report.add_argument("--detail-depth", type=non_negative_int, help="stop the per-module tree at this depth")
-    report.add_argument("--collapse", action="store_true", help="show repeated identical layers once, as (0-79): 80 x Layer")
+    report.add_argument("--collapse", action="store_true",
+                        help="show repeated identical layers once, as (0-79): 80 x Layer")
     report.add_argument("--ops", type=non_negative_int, metavar="N", help="add the N top operators of each module")
     report.add_argument("--peak", type=peak, metavar="FLOPS|DEVICE",
                         help='the hardware peak for MFU lines: FLOP/s (312e12) or a device name ("H100 SXM", "cpu")')
@@ -148,7 +150,8 @@ def add_options(p: argparse.ArgumentParser, version: str) -> None:
     report.add_argument("-o", "--output", metavar="FILE",
                         help="write the report to FILE, in the format its extension names (.txt .json .csv .ops.csv "
                              ".md .html .trace.json); default: stdout")
-    report.add_argument("--format", choices=FORMATS, help="the report's format (default: from -o's extension, else text)")
+    report.add_argument("--format", choices=FORMATS,
+                        help="the report's format (default: from -o's extension, else text)")
     report.add_argument("--force", action="store_true",
                         help="replace -o's FILE even if it is not a report (never the model's factory or config)")
     other = p.add_argument_group("other")

@@ -17,7 +17,6 @@ from .build import build, pick_device
 from .meta import meta_masks
 from ..capture.modules import failure_text
 from .models import BadModel, Target, UsageError, resolve
-from .options import DEFAULT_MODEL, MODES, add_options
 from .progress import Progress
 from .run import calls_per_run, run_forward, run_generate, run_train
 

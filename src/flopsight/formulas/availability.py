@@ -47,7 +47,8 @@ ABSENT_ON_PURPOSE: dict[str, Availability] = {
     "_c10d_functional::batch_p2p_ops": Availability("2.13", None, "functional point-to-point ops are new after 2.11"),
     "aten::_foreach_powsum": Availability("2.11", None, "foreach sum of powers is new after 2.9"),
     "aten::_scaled_mm_v2": Availability("2.11", None, "the second scaled-matmul schema is new after 2.9"),
-    "aten::_scaled_grouped_mm_v2": Availability("2.11", None, "the second scaled grouped-matmul schema is new after 2.9"),
+    "aten::_scaled_grouped_mm_v2": Availability(
+        "2.11", None, "the second scaled grouped-matmul schema is new after 2.9"),
     "torch_attn::_varlen_attn_out": Availability(
         "2.13", None, "torch.nn.attention.varlen's out= variant is new after 2.11 (2.11 has _varlen_attn alone)",
         module="torch.nn.attention.varlen"),

@@ -52,7 +52,8 @@ __all__ = [
     "trsm_flops", "potrf_flops", "getrf_flops", "geqrf_flops", "orgqr_flops", "ormqr_flops", "svd_flops",
     "linalg_solve_triangular", "triangular_solve", "linalg_solve", "linalg_cholesky_ex", "cholesky_solve",
     "cholesky_inverse", "linalg_lu", "linalg_lu_solve", "linalg_qr", "geqrf",
-    "linalg_householder_product", "ormqr", "linalg_svd", "linalg_eigh", "linalg_eig", "linalg_ldl_factor_ex", "linalg_ldl_solve", "linalg_inv_ex",
+    "linalg_householder_product", "ormqr", "linalg_svd", "linalg_eigh", "linalg_eig", "linalg_ldl_factor_ex",
+    "linalg_ldl_solve", "linalg_inv_ex",
     "linalg_det", "linalg_lstsq", "linalg_pinv", "linalg_cross",
 ]  # fmt: skip
 

@@ -25,7 +25,6 @@ Stats(macs=1280, flops=2560)
 
 from __future__ import annotations
 
-import torch
 
 from .activation import activation_flops
 from .registry import REGISTRY, Cost, OpNames

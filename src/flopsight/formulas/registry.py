@@ -416,7 +416,8 @@ class Registry:
             for f in functions:
                 # forward(ctx, *args) unless the class uses a separate setup_context
                 new_style = getattr(f, "setup_context", None) is not getattr(torch.autograd.Function, "setup_context")
-                self._functions[f] = Unit.of_method(f.forward, name or f.__name__, fn, backward, skip=0 if new_style else 1)
+                self._functions[f] = Unit.of_method(f.forward, name or f.__name__, fn, backward,
+                                                    skip=0 if new_style else 1)
             return fn
 
         return deco

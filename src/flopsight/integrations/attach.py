@@ -169,7 +169,8 @@ class AttachedProfiler:
                     self.result = as_first_step(self.result)
                 if _rank() != 0:
                     return
-                self.report = write(self.result, self.config.output_file, **_report_options(self.config, self._parallel))
+                self.report = write(self.result, self.config.output_file,
+                                    **_report_options(self.config, self._parallel))
         finally:
             self._detach()
 

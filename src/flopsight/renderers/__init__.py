@@ -4,7 +4,8 @@
 :func:`render` is the one way in for a result (``result.render(fmt)`` and, through
 :mod:`.output`, ``result.save(path)`` call it): its options become one checked
 :class:`~flopsight.analysis.report_options.ReportOptions`, the report model is made of the
-result and them, and each format reads the sections and fields it uses. A file's format comes from its extension (:func:`format_of`), the text
+result and them, and each format reads the sections and fields it uses.
+A file's format comes from its extension (:func:`format_of`), the text
 report for ``.txt`` and anything unknown, as DeepSpeed writes its report whatever the
 file's name.
 
@@ -66,4 +67,5 @@ def render(result, fmt: str = "text", **options: Any) -> str:
     from ..analysis.report_options import ReportOptions
 
     module, function = FORMATS[fmt]
-    return getattr(importlib.import_module(f"{__name__}.{module}"), function)(Report(result, ReportOptions.of(**options)))
+    return getattr(importlib.import_module(f"{__name__}.{module}"), function)(
+        Report(result, ReportOptions.of(**options)))

@@ -21,7 +21,8 @@ import json
 import math
 from typing import Sequence
 
-from ..analysis.diff import DIFF_FORMATS, METRICS, Caveat, Change, Gate, GateResult, ModuleDiff, ProfileDiff, metric_kind
+from ..analysis.diff import (DIFF_FORMATS, METRICS, Caveat, Change, Gate, GateResult, ModuleDiff, ProfileDiff,
+                             metric_kind)
 from ..analysis.diff.verdict import Cause, CollectiveChange, Verdict
 from .numbers import bytes_to_string, duration_to_string, number_to_string
 
@@ -250,8 +251,8 @@ def _total_lines(d: ProfileDiff) -> list[list[str]]:
         if metric in ("bwd_latency", "latency") and not (d.a.backward_passes or d.b.backward_passes):
             continue  # an inference profile: latency is the forward's
         note = _noise_note(noise[metric]) if kind == "time" else ""
-        out.append([label, format_value(kind, change.a), format_value(kind, change.b), format_signed(kind, change.delta),
-                    format_percent(change.relative), note])
+        out.append([label, format_value(kind, change.a), format_value(kind, change.b),
+                    format_signed(kind, change.delta), format_percent(change.relative), note])
     return out
 
 

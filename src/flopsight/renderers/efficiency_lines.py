@@ -7,8 +7,9 @@ and :func:`transformer_check_lines` build those from a result first.
 
 >>> import torch, flopsight
 >>> result = flopsight.profile(torch.nn.Linear(64, 64), torch.ones(32, 64), clock=flopsight.FakeClock())
->>> efficiency_lines(result, peak=1e12)[1:]
-[('fwd fraction of peak (peak 1 TFLOPS fp32, given)', '0.03%'), ('fwd bytes moved, arithmetic intensity', '33.02 KB, 8 FLOP/B')]
+>>> print(*efficiency_lines(result, peak=1e12)[1:], sep="\\n")
+('fwd fraction of peak (peak 1 TFLOPS fp32, given)', '0.03%')
+('fwd bytes moved, arithmetic intensity', '33.02 KB, 8 FLOP/B')
 """
 
 from __future__ import annotations

@@ -25,7 +25,8 @@ from ..result.memory import MemoryTotals
 from ..result.metadata import Metadata
 from ..result.stats import Stats
 from .efficiency_lines import format_efficiency
-from .numbers import bytes_to_string, duration_to_string, flops_to_string, macs_to_string, number_to_string, params_to_string
+from .numbers import (bytes_to_string, duration_to_string, flops_to_string, macs_to_string, number_to_string,
+                      params_to_string)
 
 __all__ = ["render_markdown", "format_markdown"]
 
@@ -115,7 +116,8 @@ def _operators(ops: tuple[tuple[str, Stats], ...], phase: str) -> list[str]:
         return []
     rows = [[_cell(name), str(s.calls), macs_to_string(s.macs), _n(s.flops),
              duration_to_string(s.latency)] for name, s in ops]
-    return [f"#### Top {len(rows)} operators by {phase} FLOPs", ""] + _table(["operator", "calls", "MACs", "FLOPs", "latency"], rows)
+    return [f"#### Top {len(rows)} operators by {phase} FLOPs", ""] + _table(
+        ["operator", "calls", "MACs", "FLOPs", "latency"], rows)
 
 
 def _memory(m: MemoryTotals | None) -> list[str]:
@@ -132,5 +134,5 @@ def _communication(calls: tuple[Collective, ...]) -> list[str]:
         return []
     rows = [[_cell(c.kind), _cell(c.module or "(model)"), c.phase, str(c.count), bytes_to_string(c.bytes),
              duration_to_string(c.latency)] for c in calls]
-    return ["#### Communication", ""] + _table(["collective", "module", "phase", "calls", "bytes per rank", "time"], rows,
-                                               ["---", "---", "---", "---:", "---:", "---:"])
+    return ["#### Communication", ""] + _table(["collective", "module", "phase", "calls", "bytes per rank", "time"],
+                                               rows, ["---", "---", "---", "---:", "---:", "---:"])

@@ -68,7 +68,7 @@ def check_output_file(output_file: Any, arg: str = "output_file", fmt: str | Non
     Traceback (most recent call last):
     ...
     ValueError: output_file: 'profile.yaml' ends in '.yaml', which names no report format; use one of .trace.json, .json, .ops.csv, .csv, .md, .markdown, .html, .htm, .txt (.log, .out or no ending: the text report too)
-    """
+    """  # noqa: E501  (a doctest's expected output, as printed)
     if output_file is None or output_file == "":
         return
     if not isinstance(output_file, (str, os.PathLike)):

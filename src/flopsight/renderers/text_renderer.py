@@ -389,7 +389,10 @@ class _Text:
             )
             self.kv("decode MACs per generated token = per step / batch size: ", macs_to_string(g.per_token.macs))
             self.kv("decode flops per generated token = per step / batch size: ", number_to_string(g.per_token.flops))
-            self.kv("decode latency per generated token = per step / batch size: ", duration_to_string(g.per_token.latency))
+            self.kv(
+                "decode latency per generated token = per step / batch size: ",
+                duration_to_string(g.per_token.latency),
+            )
             self.kv(
                 "decode tokens/second = batch size * decode steps / decode latency: ",
                 _count(gf.decode_tokens_per_second),
@@ -583,7 +586,8 @@ class _Text:
         if p.depth is not None:
             self.add(f"Modules down to depth {p.depth}.")
         if p.collapse:
-            self.add("A collapsed entry, 'layers.(0-11)' or 'layers.(0-11).attention', sums the operators of every copy.")
+            self.add("A collapsed entry, 'layers.(0-11)' or 'layers.(0-11).attention', "
+                     "sums the operators of every copy.")
         for entry in p.entries:
             label = self._op_label(entry)
             self.add("")
@@ -611,7 +615,8 @@ class _Text:
             f"Kernels: {what}; each charged to the module and phase of the operator that launched it "
             f"(docs/conventions/timing.md). Top {p.top} of each module, its submodules' included.",
             f"All kernels: {duration_to_string(p.seconds)}; outside the model's calls: "
-            f"{duration_to_string(p.unassigned_seconds)} ({_pct(100 * p.unassigned_seconds / p.seconds if p.seconds else 0)}).",
+            f"{duration_to_string(p.unassigned_seconds)} "
+            f"({_pct(100 * p.unassigned_seconds / p.seconds if p.seconds else 0)}).",
         )
         width = max([24, *(len(k.name) for e in p.entries for k in e.kernels)])
         width = min(width, 72)
@@ -623,7 +628,8 @@ class _Text:
                      f"    {'kernel':<{width}} {'calls':>7} {'time':>10} {'share':>8}")
             for k in e.kernels:
                 name = k.name if len(k.name) <= width else k.name[: width - 3] + "..."
-                self.add(f"    {name:<{width}} {_count(k.calls):>7} {duration_to_string(k.seconds):>10} {_pct(k.share):>8}")
+                self.add(f"    {name:<{width}} {_count(k.calls):>7} "
+                         f"{duration_to_string(k.seconds):>10} {_pct(k.share):>8}")
 
     @staticmethod
     def _op_label(e: OperatorEntry) -> str:
@@ -710,7 +716,7 @@ def render_text(result: ProfileResult, **options: Any) -> str:
     each: 72 = 25% Params, 128 MACs = 25% MACs, mean 1 ms = 11.11% latency, 272 KFLOPS, in_features=8, out_features=8, bias=True)
     >>> print(render_text(result, peak=1e12).split("Efficiency")[1].splitlines()[2].rstrip())
     fwd fraction of peak (peak 1 TFLOPS fp32, given):                       <0.01%
-    """
+    """  # noqa: E501  (a doctest's expected output, as printed)
     return format_text(Report(result, ReportOptions.of(**options)))
 
 

@@ -155,7 +155,8 @@ def _side(result: ProfileResult, label: str) -> Side:
                     result.memory is not None, samples)
     # several steps (or passes): one sample per step, per call of the step
     nf, nb = max(len(forward), 1), max(len(backward), 1)
-    samples = _per_call(steps.figures.get("forward") or steps.figures["wall"], steps.figures.get("backward", ()), nf, nb)
+    samples = _per_call(steps.figures.get("forward") or steps.figures["wall"], steps.figures.get("backward", ()),
+                        nf, nb)
     modules = {path: _per_call(phases.get("forward", ()),
                                [b + r for b, r in itertools.zip_longest(phases.get("backward", ()),
                                                                         phases.get("recompute", ()), fillvalue=0.0)],
@@ -400,7 +401,8 @@ class ProfileDiff:
             "summary": {"modules": len(self.modules), "changed": len(self.changed), "added": len(self.added),
                         "removed": len(self.removed)},
             "gates": [g.to_dict() for g in gates],
-            "verdict": {**self.verdict.to_dict(), "text": reporter().render(self.verdict, a=self.a.label, b=self.b.label)}
+            "verdict": {**self.verdict.to_dict(),
+                        "text": reporter().render(self.verdict, a=self.a.label, b=self.b.label)}
             if self.verdict is not None else None,
         }
 

@@ -209,7 +209,8 @@ def max_tokens(config: Any) -> int | None:
     models), None when it has no such limit (rotary or relative positions).
 
     >>> import transformers
-    >>> max_tokens(transformers.GPT2Config()), max_tokens(transformers.LlamaConfig()), max_tokens(transformers.T5Config())
+    >>> (max_tokens(transformers.GPT2Config()), max_tokens(transformers.LlamaConfig()),
+    ...  max_tokens(transformers.T5Config()))
     (1024, None, None)
     """
     if config is None:
@@ -256,7 +257,8 @@ def input_specs(kind: str, config: Any = None, *, batch_size: int = 1, seq_len: 
         frames = 2 * config.max_source_positions  # the encoder's two convs halve it to its positions
         features = InputSpec("input_features", (b, config.num_mel_bins, frames))
         return [features] if generate else [features, decoder]
-    raise ValueError(f"kind: expected one of {', '.join(('tensor', 'image', 'text', 'text2text', 'speech', 'text+image'))}, "
+    raise ValueError("kind: expected one of "
+                     f"{', '.join(('tensor', 'image', 'text', 'text2text', 'speech', 'text+image'))}, "
                      f"got {kind!r}")
 
 
