@@ -9,13 +9,18 @@ the suite itself checks each of these (this only reports them side by side).
 import contextlib
 import io
 import platform
+import sys
 import tempfile
+from pathlib import Path
 
 import torch
 import transformers
 
 import flopsight
 from flopsight.cli.main import main
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from models import gqa_llama_config  # noqa: E402  (the suite's own model: tests/models.py)
 
 
 def demo_macs() -> int:
@@ -34,10 +39,7 @@ def bert_macs(backend: str) -> int:
 
 
 def llama_macs() -> int:
-    config = transformers.LlamaConfig(hidden_size=256, intermediate_size=688, num_hidden_layers=2,
-                                      num_attention_heads=8, num_key_value_heads=4, vocab_size=1000,
-                                      max_position_embeddings=128)
-    model = transformers.LlamaForCausalLM(config).eval()
+    model = transformers.LlamaForCausalLM(gqa_llama_config()).eval()
     with torch.no_grad():
         return flopsight.profile(model, torch.ones(1, 32, dtype=torch.long),
                                  kwargs={"use_cache": False}).total.forward.macs

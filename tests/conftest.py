@@ -1,5 +1,6 @@
 """Suite-wide checks: every test must leave torch as it found it."""
 
+import functools
 import re
 
 import pytest
@@ -109,6 +110,7 @@ def _normalised(text: str) -> str:
     return text
 
 
+@functools.cache
 def _pinned_torch() -> str:
     """The torch release ``make test`` pins (constraints.txt)."""
     from pathlib import Path

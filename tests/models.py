@@ -150,3 +150,20 @@ def tiny_llama_config():
 
     return transformers.LlamaConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=4,
                                     num_key_value_heads=2, intermediate_size=64, vocab_size=100)
+
+
+def gqa_llama_config():
+    """A 2-layer Llama, 256 wide, with grouped-query attention (8 query heads, 4 KV heads): its
+    hand-derived counts are in tests/test_transformers_models.py; `.ci/version_row.py` reports it
+    on every tested torch."""
+    import transformers
+
+    return transformers.LlamaConfig(
+        hidden_size=256,
+        intermediate_size=688,
+        num_hidden_layers=2,
+        num_attention_heads=8,
+        num_key_value_heads=4,  # grouped-query attention
+        vocab_size=1000,
+        max_position_embeddings=128,
+    )

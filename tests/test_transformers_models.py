@@ -7,6 +7,7 @@ import flopsight
 
 transformers = pytest.importorskip("transformers")
 from helpers import gpt2_small  # noqa: E402
+from models import gqa_llama_config  # noqa: E402
 
 
 def bert_layer_macs(L, H, I):
@@ -57,22 +58,10 @@ def test_gpt2_small_lm_head(bert):
     assert result.unsupported_ops == {}
 
 
-def llama_config():
-    return transformers.LlamaConfig(
-        hidden_size=256,
-        intermediate_size=688,
-        num_hidden_layers=2,
-        num_attention_heads=8,
-        num_key_value_heads=4,  # grouped-query attention
-        vocab_size=1000,
-        max_position_embeddings=128,
-    )
-
-
 def test_llama_small_with_grouped_query_attention():
     L, H, I, N, V, heads, kv_heads = 32, 256, 688, 2, 1000, 8, 4
     kv = H // heads * kv_heads  # 128: K and V project to the KV heads only
-    model = transformers.LlamaForCausalLM(llama_config()).eval()
+    model = transformers.LlamaForCausalLM(gqa_llama_config()).eval()
     with torch.no_grad():
         result = flopsight.profile(model, torch.ones(1, L, dtype=torch.long), kwargs={"use_cache": False})
     attn = L * H * H + 2 * L * H * kv + L * H * H + 2 * L * L * H  # q, k, v, o; QK^T and AV over query heads
@@ -93,7 +82,7 @@ def meta_twin(factory, *inputs_shapes):
     [
         ("bert", lambda: transformers.BertModel(transformers.BertConfig(num_hidden_layers=2)), {"input_ids": (2, 16)}),
         ("gpt2", lambda: transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=2)), {"input_ids": (2, 16)}),
-        ("llama", lambda: transformers.LlamaForCausalLM(llama_config()), {"input_ids": (2, 16)}),
+        ("llama", lambda: transformers.LlamaForCausalLM(gqa_llama_config()), {"input_ids": (2, 16)}),
         ("t5", lambda: transformers.T5Model(transformers.T5Config(num_layers=2)),
          {"input_ids": (2, 16), "decoder_input_ids": (2, 8)}),
         ("vit", lambda: transformers.ViTModel(transformers.ViTConfig(num_hidden_layers=2)),

@@ -17,6 +17,8 @@ from __future__ import annotations
 import sys
 from typing import Callable
 
+import torch
+
 __all__ = ["check", "use"]
 
 _checked: dict[int, str | None] = {}  # id(recorder) -> None (agrees) or what differed
@@ -47,11 +49,5 @@ def check(recorder) -> str | None:
             _running[0] = False
         if _checked[key] is not None:
             print(f"flopsight: the native backend disagrees with the Python path on torch "
-                  f"{_torch_version()} ({_checked[key]}); counting with the Python path", file=sys.stderr)
+                  f"{torch.__version__} ({_checked[key]}); counting with the Python path", file=sys.stderr)
     return _checked[key]
-
-
-def _torch_version() -> str:
-    import torch
-
-    return torch.__version__
