@@ -535,8 +535,7 @@ def test_gate_result_holds_the_figures_not_the_text(base):
     assert r.beyond and r.tested and r.significant and not r.passed
     assert (r.samples, r.alpha, r.p_value) == ((10, 10), 0.01, pytest.approx(1 / 184756))
     assert r.message == str(r) == gate_message(r)
-    assert r.to_dict() == {"gate": "latency>+10%", "passed": False, "message": gate_message(r), "tested": True,
-                           "p_value": r.p_value}
+    assert r.to_dict() == {"gate": "latency>+10%", "passed": False, "tested": True, "p_value": r.p_value}  # no text
     (count,) = d.evaluate(["flops>0"])
     assert (count.a, count.b, count.beyond, count.tested, count.significant) == (840, 840, False, None, None)
     (unmeasured,) = d.evaluate(["memory>+1%"])
@@ -600,3 +599,21 @@ def test_every_public_name_still_imports_from_the_package():
     assert set(before_the_split) <= set(package.__all__)
     assert all(hasattr(package, name) for name in package.__all__)
     assert flopsight.diff is package.diff
+
+
+def test_the_diffs_dict_holds_data_and_its_json_the_words(base, wide):
+    """``to_dict`` is data only (caveats by kind, the verdict's figures, gates' outcomes); the
+    JSON format adds what the renderers word: the notes, the gates' messages, the verdict's text."""
+    import json
+
+    d = flopsight.diff(with_spans(base, A), with_spans(wide, [t * 1.3 for t in A]))
+    gates = d.evaluate(["flops>+1%"])
+    data = d.to_dict(gates=gates)
+    assert "notes" not in data and all("message" not in g for g in data["gates"])
+    assert data["verdict"] is None or "text" not in data["verdict"]
+    assert all(set(c) == {"kind", "figures"} for c in data["caveats"])
+    words = json.loads(d.render("json", gates=gates))
+    assert words["notes"] == d.notes and "caveats" not in words
+    assert words["gates"][0]["message"] == gate_message(gates[0])
+    if d.verdict is not None:
+        assert words["verdict"]["text"]

@@ -86,10 +86,20 @@ def test_write_to_a_stream_stdout_and_a_path_in_a_missing_folder(result, tmp_pat
         write(3)
 
 
-def test_the_data_model_reaches_the_renderers_through_the_reporter(result, tmp_path):
+@pytest.mark.multiprocess
+def test_the_data_model_reaches_the_renderers_by_name_with_nothing_installed(result, tmp_path):
+    """``render`` and ``save`` are thin calls into the renderers, found by their module's name:
+    importing flopsight loads no renderer and installs nothing."""
+    import subprocess
+    import sys
+
     from flopsight.renderers import output
 
-    assert reporting.reporter().write is output.write and reporting.reporter().render is output.render
+    assert reporting.renderers() is output
+    loaded = subprocess.run([sys.executable, "-c", "import sys, flopsight; "
+                             "print(any(m.startswith('flopsight.renderers') for m in sys.modules))"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    assert loaded == "False"
     result.save(tmp_path / "new" / "r.md", top=1)
     assert (tmp_path / "new" / "r.md").read_text() == result.render("md", top=1)
 

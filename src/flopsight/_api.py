@@ -16,7 +16,6 @@ from .integrations.attach import AttachedProfiler, attach
 from .integrations.deepspeed.api import (FlopsProfiler, get_model_profile, get_module_duration, get_module_flops,
                                          get_module_macs)
 from .profiler import Profiler, profile
-from .renderers import output as _output  # noqa: F401  (installs the reporter result.render/save call)
 from .result.communication import Collective
 from .result.metadata import Metadata, Timing
 from .result.profile_result import SCHEMA_VERSION, Coverage, ModelCall, ModuleStats, ProfileResult, load

@@ -2,8 +2,8 @@
 messages: a renderer only formats what the analysis found.
 
 :func:`render_diff` is what ``diff.render(fmt)`` writes and :func:`gate_message` what a
-:class:`~flopsight.analysis.diff.GateResult` says (its ``message``); both reach the data
-model through :mod:`flopsight.renderers.output`'s reporter.
+:class:`~flopsight.analysis.diff.GateResult` says (its ``message``); the data model's
+methods call them through :mod:`flopsight.renderers.output`.
 
 >>> import torch, flopsight
 >>> clock = flopsight.FakeClock()
@@ -200,6 +200,24 @@ def verdict_text(v: Verdict, a: str = "A", b: str = "B") -> str:
     return head + (": " + ", ".join(parts) if parts else "")
 
 
+def _json(d: ProfileDiff, all_modules: bool, gates: Sequence[GateResult]) -> dict:
+    """The diff's data (:meth:`~flopsight.analysis.diff.ProfileDiff.to_dict`) with its words:
+    the caveats as notes, each gate's message, the verdict's text."""
+    data = d.to_dict(all_modules, gates)
+    out = {}
+    for key, value in data.items():
+        if key == "caveats":
+            out["notes"] = d.notes
+        elif key == "gates":
+            out["gates"] = [{"gate": g["gate"], "passed": g["passed"], "message": gate_message(r),
+                             "tested": g["tested"], "p_value": g["p_value"]} for g, r in zip(value, gates)]
+        elif key == "verdict" and value is not None:
+            out["verdict"] = {**value, "text": verdict_text(d.verdict, a=d.a.label, b=d.b.label)}
+        else:
+            out[key] = value
+    return out
+
+
 def render_diff(d: ProfileDiff, fmt: str = "text", *, all_modules: bool = False,
                 gates: Sequence[GateResult] = ()) -> str:
     """``d`` as ``"text"``, ``"md"`` (Markdown tables for a pull request) or ``"json"``
@@ -208,7 +226,7 @@ def render_diff(d: ProfileDiff, fmt: str = "text", *, all_modules: bool = False,
     if fmt not in DIFF_FORMATS:
         raise ValueError(f"fmt: expected one of {', '.join(DIFF_FORMATS)}, got {fmt!r}")
     if fmt == "json":
-        return json.dumps(d.to_dict(all_modules, gates), indent=1, allow_nan=False) + "\n"
+        return json.dumps(_json(d, all_modules, gates), indent=1, allow_nan=False) + "\n"
     render = render_diff_markdown if fmt == "md" else render_diff_text
     return render(d, d.rows(all_modules), all_modules, list(gates))
 

@@ -2,9 +2,8 @@
 
 Every front-end goes through here (``result.save``, the DeepSpeed facade, the engine,
 :func:`flopsight.attach`, the command line, the trainer callbacks), and so do the data
-model's own ``render`` and ``save`` methods: this module installs itself as their
-:class:`~flopsight.result.reporting.Reporter` when it is imported. So they all treat a
-target alike:
+model's own ``render`` and ``save`` methods, which find it by name
+(:func:`flopsight.result.reporting.renderers`). So they all treat a target alike:
 
 * ``subject``: a :class:`~flopsight.ProfileResult`, a diff or a gate's outcome (see
   :func:`render`), or text already rendered, written as it is.
@@ -40,7 +39,6 @@ import sys
 import tempfile
 from typing import IO, Any
 
-from ..result import reporting
 from ..result.profile_result import ProfileResult
 from . import EXTENSIONS, format_of
 from . import render as render_result
@@ -257,12 +255,3 @@ def print_report(result: ProfileResult, output_file: str | os.PathLike | None = 
     """Write ``result``'s report (:func:`write`): DeepSpeed's name for it."""
     return write(result, output_file, **options)
 
-
-class _Reporter:
-    """This module as the data model's :class:`~flopsight.result.reporting.Reporter`."""
-
-    render = staticmethod(render)
-    write = staticmethod(write)
-
-
-reporting.install(_Reporter())

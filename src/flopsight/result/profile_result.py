@@ -36,7 +36,7 @@ from .kernels import KernelSummary
 from .memory import MemoryTotals
 from .metadata import Metadata
 from .records import ModelCall, ModuleStats
-from .reporting import reporter
+from .reporting import renderers
 from .samples import StepSamples
 from .stats import ZERO_STATS, Stats
 from .timeline import Timeline
@@ -287,8 +287,7 @@ class ProfileResult:
         """The profile as ``fmt``: ``"text"`` (DeepSpeed's report), ``"json"``, ``"csv"``,
         ``"md"``, ``"html"`` or ``"trace"`` (Chrome trace); ``options`` are the report's
         (see :mod:`flopsight.renderers`)."""
-        # through the reporter the renderers install: the data model never imports them
-        return reporter().render(self, fmt, **options)
+        return renderers().render(self, fmt, **options)  # a thin call: the data model imports no renderer
 
     def save(self, path: str | os.PathLike, fmt: str | None = None, *, force: bool = False, **options: Any) -> None:
         """Write the profile to ``path`` (its folder created when missing) in ``fmt``, by
@@ -297,7 +296,7 @@ class ProfileResult:
         other ending is an error that lists these). The write is atomic; an existing file
         that is not a report is refused unless ``force``. :func:`flopsight.load` reads a
         ``.json`` back."""
-        reporter().write(self, path, fmt, force=force, **options)
+        renderers().write(self, path, fmt, force=force, **options)
 
 
 def _alias_paths(stats: ModuleStats) -> list[str]:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, NamedTuple, Sequence
 
 from ...result.profile_result import ProfileResult, load
-from ...result.reporting import reporter
+from ...result.reporting import renderers
 from .verdict import Verdict, verdict
 from ...result.tree import PHASES, ModuleNode
 from .gates import Gate, GateResult, check_alpha, evaluate_gate, parse_gates
@@ -315,7 +315,7 @@ class ProfileDiff:
     @property
     def notes(self) -> list[str]:
         """The caveats as a reader is told them (the renderers word them)."""
-        return [reporter().render(c) for c in self.caveats]
+        return [renderers().render(c) for c in self.caveats]
 
     def module(self, path: str) -> ModuleDiff:
         """The row of module ``path`` (``""``: the model totals)."""
@@ -388,12 +388,13 @@ class ProfileDiff:
         return out
 
     def to_dict(self, all_modules: bool = False, gates: Sequence[GateResult] = ()) -> dict[str, Any]:
-        """The diff as a JSON-ready dict (the ``json`` format; documented in docs/diff.md)."""
+        """The diff as a JSON-ready dict of data (the ``json`` format adds the words: the
+        notes, the verdict's text and each gate's message; docs/diff.md)."""
         return {
             "flopsight_diff": DIFF_SCHEMA_VERSION,
             "a": _side_dict(self.a),
             "b": _side_dict(self.b),
-            "notes": list(self.notes),
+            "caveats": [{"kind": c.kind, "figures": list(c.figures)} for c in self.caveats],
             "units": {m: {"count": "count", "time": "seconds per call", "bytes": "bytes"}[k]
                       for m, (_, k) in METRICS.items()},
             "total": {**_row_dict(self.total), "noise": self.noise()},
@@ -401,17 +402,15 @@ class ProfileDiff:
             "summary": {"modules": len(self.modules), "changed": len(self.changed), "added": len(self.added),
                         "removed": len(self.removed)},
             "gates": [g.to_dict() for g in gates],
-            "verdict": {**self.verdict.to_dict(),
-                        "text": reporter().render(self.verdict, a=self.a.label, b=self.b.label)}
-            if self.verdict is not None else None,
+            "verdict": self.verdict.to_dict() if self.verdict is not None else None,
         }
 
     def render(self, fmt: str = "text", *, all_modules: bool = False, gates: Sequence[GateResult] = ()) -> str:
         """The diff as ``"text"``, ``"md"`` (Markdown tables for a pull request) or ``"json"``;
         changed modules only unless ``all_modules``; ``gates``: results of :meth:`evaluate` to
         report beside it (written by :func:`flopsight.renderers.diff_renderer.render_diff`)."""
-        # through the reporter the renderers install: analysis never imports the layer above it
-        return reporter().render(self, fmt, all_modules=all_modules, gates=gates)
+        # a thin call: analysis never imports the layer above it
+        return renderers().render(self, fmt, all_modules=all_modules, gates=gates)
 
 
 def _side_dict(side: Side) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Iterable, Sequence
 
-from ...result.reporting import reporter
+from ...result.reporting import renderers
 from .metrics import metric_kind
 from .stats import DEFAULT_ALPHA, mann_whitney_p, testable
 
@@ -169,16 +169,15 @@ class GateResult:
 
     @property
     def message(self) -> str:
-        # the renderers' gate_message, found through the reporter: analysis never imports them
-        return reporter().render(self)
+        # the renderers' gate_message, a thin call: analysis never imports the layer above it
+        return renderers().render(self)
 
     def __str__(self) -> str:
         return self.message
 
     def to_dict(self) -> dict[str, Any]:
-        """The outcome as the diff's JSON lists it (with the rendered ``message``)."""
-        return {"gate": self.gate.text, "passed": self.passed, "message": self.message,
-                "tested": self.tested, "p_value": self.p_value}
+        """The outcome as data (the diff's JSON adds its ``message``)."""
+        return {"gate": self.gate.text, "passed": self.passed, "tested": self.tested, "p_value": self.p_value}
 
 
 def evaluate_gate(gate: Gate, a: float | None, b: float | None, alpha: float,
