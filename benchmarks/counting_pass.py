@@ -23,8 +23,8 @@ import time
 import torch
 
 import flopsight
-from flopsight.capture.functions import FunctionInterceptor
-from flopsight.capture.modules import ModuleTracker
+from flopsight.capture.sources.functions import FunctionInterceptor
+from flopsight.capture.backends.native.calls import NativeCalls
 from overhead import build
 from pairing import load_deepspeed
 
@@ -41,7 +41,7 @@ WITHOUT = {
 @contextlib.contextmanager
 def without(parts: tuple[str, ...]):
     """The sources named by ``parts`` start nothing while this runs."""
-    classes = {"functions": FunctionInterceptor, "modules": ModuleTracker}
+    classes = {"functions": FunctionInterceptor, "modules": NativeCalls}
     saved = {name: classes[name].start for name in parts}
     for name in parts:
         classes[name].start = lambda self, ctx: None

@@ -41,7 +41,7 @@ def pytest_addoption(parser):
 BOTH_BACKENDS = {
     "test_attribution", "test_capture", "test_training", "test_transformers_models", "test_extensions",
     "test_coverage_sweep", "test_scripted", "test_devices", "test_generate_encoder_decoder",
-    "test_attention_option", "test_scope", "test_registry",
+    "test_attention_option", "test_scope", "test_registry", "test_backward_span",
 }
 DISPATCH_MODE_BRANCH = (
     "under a dispatch mode torch takes its tensor-subclass branch here (isTensorSubclassLike): the "
@@ -70,7 +70,7 @@ def pytest_generate_tests(metafunc):
 
 
 def _native_available() -> bool:
-    from flopsight.capture.native.build import load
+    from flopsight.capture.backends.native.build import load
 
     return load(quiet=True) is not None
 
@@ -92,7 +92,7 @@ def backend(request, monkeypatch):
 
 
 def pytest_report_header(config):
-    from flopsight.capture.native.build import failure, load
+    from flopsight.capture.backends.native.build import failure, load
 
     if load(quiet=True) is not None:
         return "flopsight backends: python and native (the counting tests run on both)"

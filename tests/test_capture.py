@@ -7,8 +7,9 @@ from flopsight._torch_private import tag_nodes
 from flopsight.capture.attribution import Attribution
 from flopsight.capture.build import build_result
 from flopsight.capture.context import CaptureContext, Overhead
-from flopsight.capture.counting import Counts
-from flopsight.capture.modules import CallRecord, ModuleCalls, describe
+from flopsight.capture.counts import Counts
+from flopsight.capture.calls import CallRecord, ModuleCalls
+from flopsight.capture.modules import describe
 from flopsight.capture.raw import RawCapture
 from flopsight.capture.tally import Tally
 from flopsight.capture.timing import FakeClock

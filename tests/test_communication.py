@@ -8,7 +8,7 @@ import torch
 
 import flopsight
 from flopsight.analysis.report_figures import communication_figures
-from flopsight.capture.collectives import collective_ops, payload_bytes
+from flopsight.capture.sources.collectives import collective_ops, payload_bytes
 from flopsight.result.communication import Collective, bandwidths
 
 from multirank.launch import rank_results
@@ -177,7 +177,7 @@ def test_fsdp2_gathers_each_layer_in_its_forward_and_reduce_scatters_in_the_back
 
 # -- where the overlap comes from, without ranks ---------------------------------------------------
 def test_in_flight_credits_each_collective_with_the_ops_run_during_it():
-    from flopsight.capture.collectives import InFlight, _Call, merged_flights
+    from flopsight.capture.sources.collectives import InFlight, _Call, merged_flights
 
     flight = InFlight()
     a = _Call("all_reduce", "", "backward", 4, 2, issued=1.0, returned=1.1)

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 import flopsight
-from flopsight.capture.nvml import DeviceUsageSource, open_nvml
+from flopsight.capture.sources.device_usage import DeviceUsageSource, open_nvml
 from flopsight.result.device_usage import DeviceUsage
 from flopsight.renderers.text_renderer import render_text
 from flopsight.result import ProfileResult

@@ -10,7 +10,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 import flopsight
-from flopsight.capture.kernels import BACKWARD_NODE, TraceEvent, attribute
+from flopsight.capture.sources.kernels import BACKWARD_NODE, TraceEvent, attribute
 from flopsight.result.kernels import Kernel, KernelSummary
 
 CALLS = {0: ("enc", "forward"), 1: ("enc.fc", "forward"), 2: ("enc.fc", "recompute")}

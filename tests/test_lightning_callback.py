@@ -206,7 +206,7 @@ def test_manual_optimization(tmp_path):
 
 def test_a_closure_run_by_the_step_is_forward_and_backward_not_step():
     """What Lightning's automatic optimization relies on: ``opt.step(closure)`` runs the
-    forward and backward from inside the step (flopsight.capture.optimizer)."""
+    forward and backward from inside the step (flopsight.capture.sources.optimizer)."""
     def measured(use_closure):
         torch.manual_seed(0)
         model = nn.Linear(IN, OUT)

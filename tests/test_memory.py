@@ -99,7 +99,7 @@ def test_the_report_prints_the_memory_lines():
 def test_nothing_watches_the_storages_once_profiling_stopped():
     import weakref
 
-    from flopsight.capture.storages import MemorySource
+    from flopsight.capture.sources.memory import MemorySource
 
     model = mlp()
     with flopsight.Profiler(model, memory=True) as prof:

@@ -18,7 +18,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 import flopsight
-from flopsight.capture.native.build import cache_folder, load
+from flopsight.capture.backends.native.build import cache_folder, load
 
 NATIVE = load(quiet=True) is not None
 needs_native = pytest.mark.skipif(not NATIVE, reason="the native backend cannot be built here")
@@ -357,7 +357,7 @@ def test_a_failed_build_is_not_tried_again_until_the_source_torch_or_compiler_ch
 
     from torch.utils import cpp_extension
 
-    from flopsight.capture.native import build
+    from flopsight.capture.backends.native import build
 
     if shutil.which(os.environ.get("CXX", "c++")) is None:
         pytest.skip("no C++ compiler here")
@@ -380,3 +380,77 @@ def test_a_failed_build_is_not_tried_again_until_the_source_torch_or_compiler_ch
     assert len(lines) == 3  # building, its failure, the kept failure: one line each
     monkeypatch.setattr(build, "_compiler_identity", lambda compiler: "another compiler")
     assert fresh_process_load() is None and len(tries) == 2  # a new compiler tries again
+
+
+class _ModesSeen(nn.Module):
+    """Records how many function modes are active each time it runs."""
+
+    def __init__(self, inner: nn.Module):
+        super().__init__()
+        self.inner, self.seen = inner, []
+
+    def forward(self, *args):
+        from flopsight._torch_private import active_function_modes
+
+        self.seen.append(len(active_function_modes()))
+        return self.inner(*args)
+
+
+@needs_native
+def test_a_native_session_installs_a_function_mode_only_where_a_python_unit_may_run(monkeypatch):
+    """No unit written in Python can run in an MLP with dropout (F.dropout reaches the builtin
+    dropout, which the recorder counts whole): no function mode, on either pass. An
+    nn.MultiheadAttention runs F.multi_head_attention_forward, a Python unit: the mode is there."""
+    monkeypatch.delitem(sys.modules, "torch.nn.attention.flex_attention", raising=False)  # flex cannot run
+    mlp = _ModesSeen(nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.1), nn.ReLU(), nn.Linear(8, 2)))
+    x = torch.randn(4, 8)
+    with flopsight.Profiler(mlp, backend="native") as prof:
+        mlp(x).sum().backward()
+    assert mlp.seen == [0] and prof.result.metadata.backend == "native"
+    with flopsight.Profiler(mlp, backend="python"):
+        mlp(x)
+    assert mlp.seen[-1] == 1
+
+    attention = _ModesSeen(nn.MultiheadAttention(8, 2, batch_first=True))
+    q = torch.randn(2, 3, 8)
+    with flopsight.Profiler(attention, backend="native") as native:
+        attention(q, q, q)
+    assert attention.seen == [1]
+    with flopsight.Profiler(attention, backend="python") as python:
+        attention(q, q, q)
+    assert counts(native.result) == counts(python.result)
+    assert "multi_head_attention" in native.result.module("inner").record.ops["forward"]
+
+
+@needs_native
+def test_units_that_reach_a_builtin_count_the_same_without_the_function_mode(monkeypatch):
+    """F.dropout, F.alpha_dropout, F.mish and F.rms_norm run the builtin unit the recorder
+    counts whole: the same counts as the Python backend's, which sees the functional."""
+    monkeypatch.delitem(sys.modules, "torch.nn.attention.flex_attention", raising=False)
+    F = torch.nn.functional
+
+    class Functionals(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(8, 8)
+
+        def forward(self, x):
+            x = F.dropout(self.fc(x), 0.2, training=True)
+            x = F.feature_alpha_dropout(F.alpha_dropout(x, 0.2, training=True), 0.2, training=True)
+            x = F.mish(x)
+            return F.rms_norm(x, (8,), eps=1e-6)
+
+    model = Functionals()
+    x = torch.randn(4, 8, requires_grad=True)
+    results = {}
+    for backend in ("python", "native"):
+        torch.manual_seed(0)
+        model.zero_grad(set_to_none=True)
+        x.grad = None
+        with flopsight.Profiler(model, backend=backend) as prof:
+            model(x).sum().backward()
+        results[backend] = prof.result
+    python, native = counts(results["python"]), counts(results["native"])
+    assert python == native
+    ops = results["native"].module("").record.ops
+    assert {"dropout", "alpha_dropout", "feature_alpha_dropout", "mish", "rms_norm"} <= set(ops["forward"])

@@ -3,8 +3,9 @@
 import torch
 
 import flopsight
-from flopsight.capture.counting import Counts
-from flopsight.capture.modules import ModuleCalls, describe
+from flopsight.capture.counts import Counts
+from flopsight.capture.calls import ModuleCalls
+from flopsight.capture.modules import describe
 from flopsight.capture.plan import PLAN, CaptureOptions, Row, plan
 from flopsight.capture.session import CaptureSession
 from flopsight.formulas import REGISTRY
@@ -18,11 +19,11 @@ def rows(**options):
 
 
 def test_the_table_picks_the_sources_the_options_ask_for():
-    counting = ["modules", "optimizer", "units", "autograd functions", "collectives", "functions", "counting", "spans"]
+    counting = ["optimizer", "units", "autograd functions", "collectives", "functions", "backend", "spans"]
     assert rows() == counting
-    assert rows(memory=True) == counting[:2] + ["memory"] + counting[2:]
-    assert rows(count=False) == ["modules", "optimizer", "spans"]  # a timing pass: module spans only
-    assert rows(count=False, memory=True) == ["modules", "optimizer", "spans"]
+    assert rows(memory=True) == counting[:1] + ["memory"] + counting[1:]
+    assert rows(count=False) == ["optimizer", "backend", "spans"]  # a timing pass: module spans only
+    assert rows(count=False, memory=True) == ["optimizer", "backend", "spans"]
 
 
 def test_a_new_source_is_one_row_and_collects_its_own_part():

@@ -10,7 +10,7 @@ import torch
 
 import flopsight
 from flopsight.analysis.ranks import rank_figures, spread
-from flopsight.capture.gather import check_gather_timeout, gather_ranks
+from flopsight.capture.sources.gather import check_gather_timeout, gather_ranks
 
 
 

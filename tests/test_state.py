@@ -256,7 +256,7 @@ def test_a_warning_the_model_issues_every_call_is_still_shown_once():
 
 
 def _native_built() -> bool:
-    from flopsight.capture.native.build import load
+    from flopsight.capture.backends.native.build import load
 
     return load(quiet=True) is not None
 

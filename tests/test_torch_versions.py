@@ -164,7 +164,7 @@ def test_two_profilers_overlapping_in_either_order_count_what_each_saw(backend, 
     """A starts, B starts, then either stops first: while both run, the one started last counts
     (Linear(4, 3) on 2 rows: 2 * 4 * 3 = 24 MACs a forward). Stopping A first crashed torch <= 2.9."""
     if backend == "native":
-        from flopsight.capture.native.build import load
+        from flopsight.capture.backends.native.build import load
 
         if load(quiet=True) is None:
             pytest.skip("the native backend cannot be built here")
@@ -201,7 +201,7 @@ def test_a_torch_outside_the_tested_range_gets_one_line_and_flopsight_runs(monke
 
 # -- the native recorder against the Python path -----------------------------------------------------
 def _native_or_skip():
-    from flopsight.capture.native.build import load
+    from flopsight.capture.backends.native.build import load
 
     recorder = load(quiet=True)
     if recorder is None:
@@ -211,7 +211,7 @@ def _native_or_skip():
 
 def test_the_native_recorder_counts_the_self_check_model_as_the_python_path_on_this_torch():
     """RecordFunction's layout, the composite-op rule, recompute and backward numbering: what
-    the self-check at load compares (capture/native/self_check.py)."""
+    the self-check at load compares (capture/backends/native/self_check.py)."""
     from flopsight.native_check import disagreement
     from flopsight.profiler import Profiler
 
@@ -220,7 +220,7 @@ def test_the_native_recorder_counts_the_self_check_model_as_the_python_path_on_t
 
 
 def test_a_recorder_that_disagrees_is_not_used_and_one_line_says_so(monkeypatch, capsys):
-    from flopsight.capture.native import self_check
+    from flopsight.capture.backends.native import self_check
 
     _native_or_skip()
     monkeypatch.setattr(self_check, "_checked", {})

@@ -153,10 +153,10 @@ def test_backward_of_an_unprofiled_forward_warns_and_goes_to_the_root():
     assert result.total.backward.macs == result.total.self.backward.macs == B * (16 * 32 + 2 * 32 * 8 + 2 * 8 * 4)
 
 
-def test_a_loss_that_does_not_require_grad_is_a_clear_error_and_leaves_nothing_behind():
+def test_a_loss_that_does_not_require_grad_raises_torchs_error_and_leaves_nothing_behind():
     model = mlp()
     prof = flopsight.Profiler(model)
-    with pytest.raises(RuntimeError, match="flopsight: backward\\(\\) on a tensor that does not require grad"):
+    with pytest.raises(RuntimeError, match="does not require grad"):
         with prof:
             with torch.no_grad():
                 loss = model(torch.randn(B, 16)).sum()

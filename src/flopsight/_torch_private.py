@@ -34,6 +34,7 @@ __all__ = [
     "prime_modes",
     "autograd_sequence_nr",
     "current_autograd_node",
+    "queue_engine_callback",
     "ACCUMULATE_GRAD_SEQUENCE_NR",
     "node_sequence_nr",
     "node_thread",
@@ -85,6 +86,12 @@ def prime_modes() -> None:
 autograd_sequence_nr = torch._C._autograd._get_sequence_nr
 #: The autograd node being executed by the backward pass, or None outside backward.
 current_autograd_node = torch._C._current_autograd_node
+
+
+def queue_engine_callback(callback) -> None:
+    """Run ``callback()`` when the autograd engine finishes the backward pass running now
+    (after its last node and the callbacks queued before this one; only from inside it)."""
+    torch.autograd.Variable._execution_engine.queue_callback(callback)
 #: ``AccumulateGrad`` nodes carry this sequence number instead of a creation index.
 ACCUMULATE_GRAD_SEQUENCE_NR = 2**64 - 1
 

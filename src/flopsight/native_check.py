@@ -1,12 +1,12 @@
 """The native recorder's check at load: a small model profiled on both backends.
 
 The first native session of a process runs :func:`disagreement` first (the profiler installs
-it into :mod:`flopsight.capture.native.self_check` with itself as ``profiler``): a forward with the
+it into :mod:`flopsight.capture.backends.native.self_check` with itself as ``profiler``): a forward with the
 composite ops that decompose (linear, matmul, conv2d, layer_norm, gelu), a block recomputed
 under activation checkpointing, and the backward. Any module's cost in any phase that differs
 between the recorder and the Python path keeps the recorder out of this process.
 
->>> from flopsight.capture.native.build import load
+>>> from flopsight.capture.backends.native.build import load
 >>> from flopsight.profiler import Profiler
 >>> load(quiet=True) is None or disagreement(Profiler) is None
 True

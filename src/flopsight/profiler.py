@@ -26,17 +26,20 @@ from ._torch_private import original_module
 from ._version import __version__
 from .native_check import disagreement
 from .capture.build import build_result
-from .capture.gather import DEFAULT_GATHER_TIMEOUT, announce, check_gather_timeout, gather_ranks, publish_failure
-from .capture.kernels import check_device_time
+from .capture.sources.gather import (DEFAULT_GATHER_TIMEOUT, announce, check_gather_timeout, gather_ranks,
+                                     publish_failure)
+from .capture.sources.kernels import check_device_time
 from .capture.inputs import batch_size, describe_inputs, model_device, model_dtype
-from .capture.modules import ModuleCalls, compiled_paths, describe
-from .capture.native import check_backend, self_check
-from .capture.optimizer import check_optimizer
+from .capture.calls import ModuleCalls
+from .capture.modules import compiled_paths, describe
+from .capture.backends import check_backend
+from .capture.backends.native import self_check
+from .capture.sources.optimizer import check_optimizer
 from .capture.parallel import check_parallel, detect_parallel, warn_data_parallel
 from .capture.plan import CaptureOptions
 from .capture.recursion import deep_enough
 from .capture.session import CaptureSession
-from .capture.spans import SpanTimes
+from .capture.sources.spans import SpanTimes
 from .capture.state import ModelState
 from .capture.timing import Clock, default_clock
 from .formulas import REGISTRY
@@ -402,7 +405,7 @@ def _nothing_stepped(optimizer: Any) -> bool:
 
 
 def with_ranks(result: ProfileResult, gather_timeout: float | None) -> ProfileResult:
-    """``result`` with every rank's result on rank 0 (see :mod:`flopsight.capture.gather`)."""
+    """``result`` with every rank's result on rank 0 (see :mod:`flopsight.capture.sources.gather`)."""
     if gather_timeout is None:
         return result
     ranks, notes = gather_ranks(result, gather_timeout)

@@ -54,7 +54,7 @@ def whole_call_bytes(out, bound) -> tuple[int, int]:
 
 class CallOwners:
     """Autograd sequence number -> path of the innermost module call whose forward created
-    that node, over the session's call log (``ctx.calls``, written by the module tracker).
+    that node, over the session's call log (``ctx.calls``, written by the call tracker).
 
     Sequence numbers count per thread: the forward's calls take the profiling thread's
     (``thread`` 0), a forward re-run on CUDA's backward thread (activation checkpointing)
@@ -240,7 +240,7 @@ class Attribution:
         its backward formula (if any) once the backward pass runs those nodes. Returns where
         it went (see :meth:`place`)."""
         read, written = whole_call_bytes(out, bound)
-        with self.ctx.unrecorded():  # its formulas' own ops (reading a mask's values) are not the model's
+        with self.ctx.backend.unrecorded():  # its formulas' own ops (reading a mask's values) are not the model's
             where = self.place(unit, t0, t1, (out, bound), None, read + written)
             if where is not None and unit.backward is not None and seq_end > seq_start:  # a backward will run
                 cost = self.evaluate(unit.backward_entry, out, bound)

@@ -19,13 +19,14 @@ from ..result.records import ModelCall, ModuleStats
 from ..result.stats import Stats, make_stats
 from ..result.timeline import Span, Timeline
 from ..result.tree import PHASES
-from .collectives import Communication
-from .counting import Counts
-from .kernels import KernelTimes
-from .modules import ModuleCalls, ModuleInfo
+from .sources.collectives import Communication
+from .counts import Counts
+from .sources.kernels import KernelTimes
+from .calls import ModuleCalls
+from .modules import ModuleInfo
 from .raw import RawCapture
-from .spans import SpanTimes
-from .storages import MemoryFigures
+from .sources.spans import SpanTimes
+from .sources.memory import MemoryFigures
 
 __all__ = ["build_result"]
 
@@ -158,7 +159,7 @@ def device_usage(counted: DeviceUsage | None, timed: DeviceUsage | None) -> Devi
 
 def _model_calls(module_calls: ModuleCalls, counted: Counts) -> list[ModelCall]:
     """One per top-level forward call: its cost from the counts, its time and batch size
-    from the module tracker."""
+    from the call tracker."""
     tops = counted.tops
     calls = []
     for i, (path, seconds, size) in enumerate(module_calls.top_calls):

@@ -1,7 +1,7 @@
 """What the capture sources of one session share: clock, overhead, phase, the module stack
 and the services every source may use.
 
-Each field has one writer: the module tracker owns the call stack and the call log, the span
+Each field has one writer: the call tracker owns the call stack and the call log, the span
 timer owns ``phase`` and ``last_phase`` (spans are where phases begin and end), the
 attribution object is the only one that writes the tally, the session sets ``paused``, and
 the sources that count a call whole (units, module rules, autograd functions) hold
@@ -48,6 +48,23 @@ class Overhead:
         self.seconds += self.now() - started
 
 
+class NoBackend:
+    """A context's backend before the session makes its own (:mod:`.backends`): nothing to
+    settle, pause or leave unrecorded."""
+
+    name = "python"
+    note = None
+
+    def settle(self) -> None:
+        pass
+
+    def pause(self, paused: bool) -> None:
+        pass
+
+    def unrecorded(self) -> Any:
+        return contextlib.nullcontext()
+
+
 @dataclass(eq=False)
 class CaptureContext:
     """The shared state of one capture session (see the module docstring for who writes what)."""
@@ -76,18 +93,11 @@ class CaptureContext:
     #: what the session was asked for (a :class:`~.plan.CaptureOptions`)
     options: Any = None
     #: called by every writer of ``stack``, ``phase``, ``suppressed`` and ``paused`` just
-    #: before it changes them: a source that charges ops later (the native recorder's)
-    #: charges what ran under the state that is ending
+    #: before it changes them: a backend that charges ops later (the native one) charges what
+    #: ran under the state that is ending (the backend sets it while it runs)
     settle: Callable[[], None] = lambda: None
-    #: a context in which the ops that run are not recorded (the profiler's own: a formula
-    #: reading a mask's values), for a source that records below Python (the native recorder)
-    unrecorded: Callable[[], Any] = contextlib.nullcontext
-    #: ``replay_call(kind, index, recompute, seq, stamp, overhead)``: a module call the native
-    #: hooks recorded, replayed onto the stack in order with the ops (see ``ModuleTracker``);
-    #: None while the module calls are tracked in Python
-    replay_call: Callable[..., None] | None = None
-    #: told when ``paused`` changes (the native hooks then ignore or see the model's calls)
-    pause_hooks: Callable[[bool], None] = lambda paused: None
+    #: the session's :class:`~.backends.Backend` (the hot path: ops, module calls, phase changes)
+    backend: Any = field(default_factory=NoBackend)
     _sources: dict = field(default_factory=dict)
 
     @classmethod
@@ -106,7 +116,7 @@ class CaptureContext:
         """Record nothing (a profile nested inside this one starts) or record again."""
         self.settle()
         self.paused = paused
-        self.pause_hooks(paused)
+        self.backend.pause(paused)
 
     def release(self) -> None:
         """The session is over: drop what ties its objects to each other (the sources, their

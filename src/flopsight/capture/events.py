@@ -8,15 +8,16 @@ starts) to what it needs, and publishes what it sees:
 * ``calls``: each call counted whole (a unit such as attention, an autograd function), as an
   :class:`OpEvent` of its unit; its own ops are not published (they are not counted again);
 * ``modules``: each module call's start and end (``call_begins(record)``, ``call_ends(record,
-  args, kwargs, output)``), from the module tracker;
-* ``forwards``: each top-level forward call's start (``forward_begins(record)``), from the
-  module tracker: a forward call from outside the model's modules;
+  args, kwargs, output)``), from the call tracker;
+* ``forwards``: each top-level forward call's start (``forward_begins(record)``) and return
+  (``forward_ends(record, output)``), from the backend's call tracking: a forward call from
+  outside the model's modules;
 * ``steps``: each optimizer step's start (``step_begins(optimizer)``), from the optimizer hooks;
 * ``phases``: each backward or step span's start and end (``phase_begins(kind)``,
   ``phase_ends(kind)``), from the span timer;
 * ``claims``: ops a source charges itself (op overload -> ``handler(event)``; the collectives);
 * ``functions``: torch functions a source runs itself (function -> ``handler(func, args,
-  kwargs)``, which must call ``func``), routed by the function interceptor;
+  kwargs)``, which must call ``func``), routed by the function interceptor (the units);
 * ``aside``: how to take op-level counting off while a call counted whole runs (set by the
   counting source while it runs; a no-op otherwise).
 

@@ -1,6 +1,6 @@
 """From a session's stamps to a :class:`~flopsight.result.timeline.Timeline`, once, when it resolves.
 
-Nothing is recorded for it while the model runs: the module tracker's call log and the span
+Nothing is recorded for it while the model runs: the call tracker's call log and the span
 timer's spans already hold each call's stamps and the profiler's overhead so far at each of
 them. A stamp's place on the timeline is the clock's seconds since the start of the span,
 less the overhead accrued since (host clocks): the overhead only grows, so this keeps the
@@ -49,7 +49,7 @@ def resolve_timeline(log, seconds: list[float], spans: list[tuple], collectives:
                      origin: tuple, host_origin: float, limit: int | None = None) -> Timeline:
     """The timeline of one session.
 
-    ``log``: the module tracker's call records (in order of start); ``seconds[i]``: the
+    ``log``: the call tracker's call records (in order of start); ``seconds[i]``: the
     seconds of ``log[i]`` its latency is made of; ``spans``: each of the span timer's
     ``(kind, start, end, overhead at start, overhead at end)`` with its seconds (the
     ``forward`` spans are the top-level forward calls); ``collectives``: the communication source's

@@ -2,17 +2,18 @@
 
 Each :class:`Row` names a source, how to make it from the session's context, and when it
 runs. Sources are made in the table's order (each subscribes to ``ctx.events`` in its
-constructor), started in that order and stopped in the reverse one: the module tracker
-first, the dispatch mode after the sources that watch it, the span timer last (the
-iteration span is the user's code, not the profiler's setup). Adding a measurement is one
-new file in ``capture/`` and one row here.
+constructor), started in that order and stopped in the reverse one. The backend (the hot
+path: ops, module calls, phase changes; :mod:`.backends`) is chosen once, made after every
+other source has subscribed (what they need decides which backend can serve them); the span
+timer is last (the iteration span is the user's code, not the profiler's setup). Adding a
+measurement is one new file in ``capture/sources/`` and one row here.
 
 >>> from flopsight.capture.context import CaptureContext
 >>> from flopsight.capture.timing import HostClock
 >>> from flopsight.formulas import REGISTRY
 >>> timing_pass = CaptureOptions(infos={}, count=False)
 >>> [row.name for row in plan(timing_pass, CaptureContext.create(HostClock(), REGISTRY))]
-['modules', 'optimizer', 'spans']
+['optimizer', 'backend', 'spans']
 """
 
 from __future__ import annotations
@@ -23,21 +24,19 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from . import native
-from .autograd_functions import AutogradFunctions
-from .collectives import CollectivesSource
-from .counting import CountingSource
-from .functions import FunctionInterceptor
-from .kernels import KernelTrace
-from .module_rules import ModuleRules
-from .modules import ModuleInfo, ModuleTracker
-from .native.source import NativeCountingSource
-from .nvml import DeviceUsageSource
-from .optimizer import OptimizerSteps
-from .spans import SpanTimer
-from .storages import MemorySource
+from .backends import choose
+from .modules import ModuleInfo
+from .sources.autograd_functions import AutogradFunctions
+from .sources.collectives import CollectivesSource
+from .sources.device_usage import DeviceUsageSource
+from .sources.functions import FunctionInterceptor
+from .sources.kernels import KernelTrace
+from .sources.memory import MemorySource
+from .sources.module_rules import ModuleRules
+from .sources.optimizer import OptimizerSteps
+from .sources.spans import SpanTimer
+from .sources.units import UnitSource
 from .timing import CudaEventClock
-from .units import UnitSource
 
 __all__ = ["CaptureOptions", "Row", "PLAN", "plan"]
 
@@ -80,18 +79,18 @@ class Row:
     name: str
     make: Callable[[Any], Any]
     when: Callable[[CaptureOptions, Any], bool] = lambda options, ctx: True
+    #: made after every other row (it reads what they subscribed to), started in its place
+    made_last: bool = False
 
 
 def _counting(options: CaptureOptions, ctx) -> bool:
     return options.count
 
 
-def counting_source(ctx):
-    """The native counting source where the session's backend allows it, else the dispatch mode."""
-    recorder, reason = native.choose(ctx.options.backend, ctx)
-    if recorder is not None:
-        return NativeCountingSource(ctx, recorder)
-    return CountingSource(ctx, note=reason)
+def backend(ctx):
+    """The session's backend (:func:`.backends.choose`), made the context's."""
+    ctx.backend = choose(ctx)
+    return ctx.backend
 
 
 def _gpu(ctx) -> DeviceUsageSource:
@@ -100,7 +99,6 @@ def _gpu(ctx) -> DeviceUsageSource:
 
 
 PLAN: tuple[Row, ...] = (
-    Row("modules", ModuleTracker),
     Row("optimizer", OptimizerSteps),
     # listening to every module call costs: only when some module class has a rule
     Row("module rules", ModuleRules, lambda o, ctx: o.count and ctx.registry.has_module_rules()),
@@ -109,8 +107,9 @@ PLAN: tuple[Row, ...] = (
     Row("autograd functions", AutogradFunctions, _counting),
     Row("collectives", CollectivesSource, _counting),
     Row("functions", FunctionInterceptor, _counting),
-    # after every source that watches ops: whether any does decides the backend
-    Row("counting", counting_source, _counting),
+    # made after every source that watches ops or calls (what they need decides the backend),
+    # started after the modes of the sources that route torch functions
+    Row("backend", backend, made_last=True),
     Row("device usage", _gpu, lambda o, ctx: isinstance(ctx.clock, CudaEventClock)),
     # started after the other sources, so their setup is not in its trace
     Row("kernels", KernelTrace, lambda o, ctx: o.kernels),

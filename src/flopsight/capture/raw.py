@@ -1,11 +1,11 @@
 """What one capture session measured: each source's own typed part, keyed by its type.
 
-A source's ``collect(ctx)`` returns its part (a :class:`~.modules.ModuleCalls`, a
-:class:`~.counting.Counts`, a :class:`~.spans.SpanTimes`...) or None when it has nothing to
+A source's ``collect(ctx)`` returns its part (a :class:`~.calls.ModuleCalls`, a
+:class:`~.counts.Counts`, a :class:`~.sources.spans.SpanTimes`...) or None when it has nothing to
 say; building the result reads the parts it knows, and a part nobody asked for is simply
 not there.
 
->>> from flopsight.capture.counting import Counts
+>>> from flopsight.capture.counts import Counts
 >>> raw = RawCapture(Counts(unsupported={"aten.weird": 1}))
 >>> raw.get(Counts).unsupported, raw.get(int)
 ({'aten.weird': 1}, None)

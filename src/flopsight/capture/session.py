@@ -5,7 +5,7 @@ A session builds one shared :class:`~.context.CaptureContext` (clock, overhead, 
 stack, the events sources subscribe to, the attribution object when it counts), makes the
 sources :func:`~.plan.plan` picks for its :class:`~.plan.CaptureOptions`, starts them in the
 table's order and stops them in the reverse one; each source's ``collect`` returns its own
-part. The timeline is placed from the parts of the module tracker, the span timer and the
+part. The timeline is placed from the parts of the call tracker, the span timer and the
 collectives. The profiler runs one counting session and, where it can, a separate timing
 session (module spans only), then builds the result from both (:mod:`.build`).
 
@@ -26,15 +26,15 @@ import time
 from ..formulas.registry import Registry
 from ..torch_support import warn_if_untested
 from .attribution import Attribution
-from .collectives import Communication
+from .sources.collectives import Communication
 from .context import CaptureContext
-from .modules import ModuleCalls
+from .calls import ModuleCalls
 from .notices import PROFILER_SHARE_LIMIT, warn_profiler_share
 from .params import ModelParameters
 from .placement import resolve_timeline
 from .plan import PLAN, CaptureOptions, Row, plan
 from .raw import RawCapture
-from .spans import SpanTimer, SpanTimes
+from .sources.spans import SpanTimer, SpanTimes
 from .timing import Clock
 
 __all__ = ["CaptureSession"]
@@ -57,11 +57,12 @@ class CaptureSession:
                                                options=options, params=ModelParameters(options.infos))
         if options.count:
             ctx.attribution = Attribution(ctx)
-        self._sources: list = []
-        for row in plan(options, ctx, table):
-            source = row.make(ctx)
+        rows = plan(options, ctx, table)
+        made = {}
+        for row in sorted(rows, key=lambda row: row.made_last):  # stable: table order otherwise
+            made[row.name] = source = row.make(ctx)
             ctx.add_source(source)
-            self._sources.append(source)
+        self._sources: list = [made[row.name] for row in rows]  # started in the table's order
         self._started: list = []
         self._host_origin = 0.0  # time.perf_counter() when the span started: collectives' origin
         self._now_origin: float | None = None
@@ -139,7 +140,12 @@ class CaptureSession:
     # -- resolution ---------------------------------------------------------------------
     def _collect(self) -> RawCapture:
         ctx = self.ctx
-        raw = RawCapture(*(source.collect(ctx) for source in self._sources if hasattr(source, "collect")))
+        parts = []
+        for source in self._sources:
+            if hasattr(source, "collect"):
+                part = source.collect(ctx)
+                parts.extend(part) if isinstance(part, tuple) else parts.append(part)
+        raw = RawCapture(*parts)
         calls, spans = raw.get(ModuleCalls), raw.get(SpanTimes)
         communication = raw.get(Communication)
         # without a timeline of its own (a counting pass timed by another), still the one

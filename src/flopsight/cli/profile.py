@@ -15,7 +15,7 @@ import torch
 from . import zoo
 from .build import build, pick_device
 from .meta import meta_masks
-from ..capture.modules import failure_text
+from ..capture.calls import failure_text
 from .models import BadModel, Target, UsageError, resolve
 from .progress import Progress
 from .run import calls_per_run, run_forward, run_generate, run_train

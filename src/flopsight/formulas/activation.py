@@ -219,7 +219,8 @@ def mish_builtin_backward(out, self, **_) -> Cost:
     return mish_unit_backward(out, self)
 
 
-@REGISTRY.register_unit(F.mish, name="mish", backward=mish_unit_backward)
+@REGISTRY.register_unit(F.mish, name="mish", backward=mish_unit_backward,
+                        reaches=_MISH_BUILTINS[0] if _MISH_BUILTINS else None)
 def mish_unit(out, input, **_) -> Cost:
     """``F.mish(input, inplace=False)``: 1 per element, as the ``mish`` kernel."""
     return activation(out, input)

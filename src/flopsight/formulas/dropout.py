@@ -137,23 +137,32 @@ def _tensor(input, self):
 
 
 # -- the torch.nn.functional level (F.dropout, nn.Dropout, ...) -----------------------------
-@REGISTRY.register_unit(F.dropout, name="dropout", backward=dropout_backward)
+@REGISTRY.register_unit(F.dropout, name="dropout", backward=dropout_backward, reaches=torch.dropout)
 def dropout(out, input, p=0.5, training=True, inplace=False, **_) -> Cost:
     return Cost.of_flops(dropout_flops(input, p, training))
 
 
-@REGISTRY.register_unit(F.dropout1d, F.dropout2d, F.dropout3d, name="feature_dropout", backward=dropout_backward)
+def _has_feature_dropout(modules) -> bool:
+    """Whether ``F.dropout1d/2d/3d`` may run: torch calls them from ``nn.Dropout1d/2d/3d``."""
+    return any(isinstance(m, (torch.nn.Dropout1d, torch.nn.Dropout2d, torch.nn.Dropout3d)) for m in modules)
+
+
+# not ``reaches=torch.feature_dropout``: an unbatched input is unsqueezed around it
+@REGISTRY.register_unit(F.dropout1d, F.dropout2d, F.dropout3d, name="feature_dropout", backward=dropout_backward,
+                        may_run=_has_feature_dropout)
 def feature_dropout(out, input, p=0.5, training=True, inplace=False, **_) -> Cost:
     # The mask is (N, C, 1, ...) and broadcast: still one multiply per input element.
     return Cost.of_flops(dropout_flops(input, p, training))
 
 
-@REGISTRY.register_unit(F.alpha_dropout, name="alpha_dropout", backward=alpha_dropout_backward)
+@REGISTRY.register_unit(F.alpha_dropout, name="alpha_dropout", backward=alpha_dropout_backward,
+                        reaches=torch.alpha_dropout)
 def alpha_dropout(out, input, p=0.5, training=False, inplace=False, **_) -> Cost:
     return Cost.of_flops(dropout_flops(input, p, training, kind="alpha"))
 
 
-@REGISTRY.register_unit(F.feature_alpha_dropout, name="feature_alpha_dropout", backward=alpha_dropout_backward)
+@REGISTRY.register_unit(F.feature_alpha_dropout, name="feature_alpha_dropout", backward=alpha_dropout_backward,
+                        reaches=torch.feature_alpha_dropout)
 def feature_alpha_dropout(out, input, p=0.5, training=False, inplace=False, **_) -> Cost:
     return Cost.of_flops(dropout_flops(input, p, training, kind="alpha"))
 

@@ -218,7 +218,9 @@ def ldexp_backward(out, self=None, other=None, **_) -> Cost:
     return Cost.of_flops(flops)
 
 
-@REGISTRY.register_unit(*_LDEXP_FUNCTIONS, name="ldexp", backward=ldexp_backward)
+# the Tensor methods dispatch to the same aten ops as the builtins
+@REGISTRY.register_unit(*_LDEXP_FUNCTIONS, name="ldexp", backward=ldexp_backward,
+                        reaches=(None, None, torch.ldexp, torch.ldexp_))
 def ldexp(out, self=None, other=None, **_) -> Cost:
     """``torch.ldexp(self, other)`` (also in place): 1 per element of the result, as the kernel."""
     return pointwise(out, self=self, other=other)

@@ -256,7 +256,8 @@ def rms_norm_backward(out, input, weight=None, **_) -> Cost:
     return rms_norm_backward_cost(input, weight, bool(getattr(input, "requires_grad", False)), want_weight)
 
 
-@REGISTRY.register_unit(*_RMS_FUNCTIONS, name="rms_norm", backward=rms_norm_backward)
+@REGISTRY.register_unit(*_RMS_FUNCTIONS, name="rms_norm", backward=rms_norm_backward,
+                        reaches=(getattr(torch, "rms_norm", None),) * len(_RMS_FUNCTIONS))
 def rms_norm(out, input, normalized_shape, weight=None, **_) -> Cost:
     """``F.rms_norm(input, normalized_shape, weight=None, eps=None)``."""
     return rms_norm_cost(input, weight)

@@ -151,21 +151,28 @@ class Unit:
     ``torch.lstm``, by the schema of the aten op of the same name whose overload fits the call.
     """
 
-    __slots__ = ("name", "formula", "backward", "backward_entry", "_binders")
+    __slots__ = ("name", "formula", "backward", "backward_entry", "_binders", "reaches", "may_run")
 
     def __init__(self, name: str, formula: Callable[..., Cost], backward: Callable[..., Cost] | None,
-                 binders: list[Binder]):
+                 binders: list[Binder], reaches: Callable | None = None,
+                 may_run: Callable[[list], bool] | None = None):
         self.name, self.formula, self.backward = name, formula, backward
         self.backward_entry = _UnitBackward(self) if backward is not None else None
         self._binders = binders
+        #: the builtin unit every call of this function reaches, at the same cost (``F.dropout``
+        #: calls ``torch.dropout``): a backend that records builtin units whole needs no handler
+        self.reaches = reaches
+        #: ``may_run(modules)``: whether a call can happen while these modules are profiled
+        #: (None: it always can); where no Python unit can run, no function mode is needed
+        self.may_run = may_run
 
     @classmethod
-    def of_function(cls, function: Callable, name: str, formula, backward) -> "Unit":
+    def of_function(cls, function: Callable, name: str, formula, backward, reaches=None, may_run=None) -> "Unit":
         binder = Binder.of_function(function)
         binders = [binder] if binder is not None else binder_for_builtin(function)
         if not binders:
             raise TypeError(f"register_unit: cannot read the arguments of {function!r} (no signature, no aten schema)")
-        return cls(name, formula, backward, binders)
+        return cls(name, formula, backward, binders, reaches, may_run)
 
     @classmethod
     def of_method(cls, method: Callable, name: str, formula, backward, skip: int = 1) -> "Unit":
@@ -345,7 +352,8 @@ class Registry:
         return tuple(self._on_import)
 
     def register_unit(
-        self, *functions: Callable, name: str, backward: Callable[..., Cost] | None = None
+        self, *functions: Callable, name: str, backward: Callable[..., Cost] | None = None,
+        reaches: Callable | tuple | None = None, may_run: Callable[[list], bool] | None = None,
     ) -> Callable[[Callable[..., Cost]], Callable[..., Cost]]:
         """Decorator: count calls of the torch-level ``functions`` as one unit named ``name``.
 
@@ -355,13 +363,21 @@ class Registry:
         require grad) and charged once, as ``<name>.backward``, when the backward pass runs
         the unit's autograd nodes, whichever kernels the device runs there. Without it the
         backward kernels are counted op by op.
+
+        ``reaches`` (for flopsight's own units): the builtin unit every call reaches with the
+        same cost (one per function, or one for all); ``may_run(modules)``: whether a call can
+        happen while ``modules`` are profiled (default: always). A native session installs no
+        function mode when no unit it cannot record itself may run.
         """
         if not functions:
             raise ValueError("register_unit: pass at least one function")
+        targets = reaches if isinstance(reaches, tuple) else (reaches,) * len(functions)
+        if len(targets) != len(functions):
+            raise ValueError("register_unit: reaches: one builtin per function")
 
         def deco(fn: Callable[..., Cost]) -> Callable[..., Cost]:
-            for f in functions:
-                self._units[f] = Unit.of_function(f, name, fn, backward)
+            for f, target in zip(functions, targets):
+                self._units[f] = Unit.of_function(f, name, fn, backward, target, may_run)
             return fn
 
         return deco

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Iterable, Iterator
 
@@ -63,7 +64,7 @@ def any_float(values: Iterable[Any]) -> bool:
 
 
 def nested_tensors(value: Any) -> Iterator[torch.Tensor]:
-    """Every tensor in ``value``: a tensor, or lists, tuples and dicts of them, in order.
+    """Every tensor in ``value``: a tensor, or lists, tuples, dicts and dataclasses of them, in order.
 
     >>> [t.shape[0] for t in nested_tensors([torch.ones(1), {"a": (torch.ones(2), None)}])]
     [1, 2]
@@ -73,6 +74,9 @@ def nested_tensors(value: Any) -> Iterator[torch.Tensor]:
     elif isinstance(value, (list, tuple, dict)):
         for v in value.values() if isinstance(value, dict) else value:
             yield from nested_tensors(v)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for f in dataclasses.fields(value):
+            yield from nested_tensors(getattr(value, f.name, None))
 
 
 def first_tensor(value: Any) -> torch.Tensor | None:

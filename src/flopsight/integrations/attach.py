@@ -51,7 +51,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from ..analysis.report_figures import ParallelInfo
 from ..analysis.report_options import ReportOptions
-from ..capture.optimizer import check_optimizer, wrap_method
+from ..capture.sources.optimizer import check_optimizer, wrap_method
 from ..capture.parallel import engine_parallel
 from ..profiler import Profiler, check_model
 from ..renderers.output import check_output_file, write

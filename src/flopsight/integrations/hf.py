@@ -38,8 +38,8 @@ except ImportError as e:  # the optional extra
     raise ImportError("flopsight.integrations.hf needs transformers: pip install 'flopsight[hf]'") from e
 
 from ..analysis.efficiency import efficiency
-from ..capture.gather import DEFAULT_GATHER_TIMEOUT, check_gather_timeout
-from ..capture.optimizer import wrap_method
+from ..capture.sources.gather import DEFAULT_GATHER_TIMEOUT, check_gather_timeout
+from ..capture.sources.optimizer import wrap_method
 from ..hardware import check_peak
 from ..profiler import Profiler, check_attention, check_count, with_ranks
 from ..renderers import EXTENSIONS

@@ -46,7 +46,7 @@ except ImportError as error:  # the core needs torch alone; this module needs Li
     ) from error
 
 from ..analysis.efficiency import Efficiency, efficiency
-from ..capture.gather import DEFAULT_GATHER_TIMEOUT, check_gather_timeout
+from ..capture.sources.gather import DEFAULT_GATHER_TIMEOUT, check_gather_timeout
 from ..hardware import Peak, lookup_peak, resolve_peak
 from ..profiler import Profiler, check_count, with_ranks
 from ..renderers.output import check_output_file, write

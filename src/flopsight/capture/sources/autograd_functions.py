@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 
-from .context import CaptureContext
+from ..context import CaptureContext
 from .units import publish_whole, run_whole
 
 __all__ = ["AutogradFunctions"]

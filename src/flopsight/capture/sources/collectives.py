@@ -25,12 +25,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .._torch_private import on_work_done, process_group_size, storage_key
-from ..formulas.binding import Binder
-from ..result.stats import ZERO_STATS
-from .context import CaptureContext
-from .events import OpEvent
-from .wrappers import local_shard
+from ..._torch_private import on_work_done, process_group_size, storage_key
+from ...formulas.binding import Binder
+from ...result.stats import ZERO_STATS
+from ..context import CaptureContext
+from ..events import OpEvent
+from ..wrappers import local_shard
 
 __all__ = ["CollectivesSource", "Communication", "InFlight", "COLLECTIVE_OPS", "payload_bytes", "merged_flights",
            "common_path"]

@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from ..result.device_usage import DeviceUsage
+from ...result.device_usage import DeviceUsage
 
 __all__ = ["DeviceUsageSource", "open_nvml", "nvml_unavailable", "handle_by_uuid", "utilization_since"]
 

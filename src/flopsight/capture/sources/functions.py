@@ -1,10 +1,10 @@
 """Capture source: one TorchFunctionMode for every source that acts on torch-level calls.
 
-Sources subscribe a handler per function to ``ctx.events.functions`` (units, the backward
-entry points); everything else passes straight through. One mode, one table: it is looked
-up for every torch call, and installed only when some source subscribed. In a native session
-the lookup runs in C (the recorder's ``function_mode_hook``), which also lets through the
-calls of the units the recorder counts whole when they are on plain tensors.
+Sources subscribe a handler per function to ``ctx.events.functions`` (the units); everything
+else passes straight through. One mode, one table: it is looked up for every torch call, and
+installed only where the backend needs it (:meth:`~..backends.Backend.function_routing`): a
+native session records the builtin units itself, so it installs the mode only where a unit
+written in Python may run, and runs its lookup in C.
 """
 
 from __future__ import annotations
@@ -14,9 +14,8 @@ from typing import Callable
 
 from torch.overrides import TorchFunctionMode
 
-from .._torch_private import active_function_modes, exit_mode
-from .context import CaptureContext
-from .native.source import NativeCountingSource
+from ..._torch_private import active_function_modes, exit_mode
+from ..context import CaptureContext
 
 __all__ = ["FunctionInterceptor"]
 
@@ -50,11 +49,10 @@ class FunctionInterceptor:
         self._paused = False
 
     def start(self, ctx: CaptureContext) -> None:
-        if self._handlers:
+        needed, hook = ctx.backend.function_routing(self._handlers)
+        if needed:
             self._mode = _InterceptMode(self._handlers)
-            native = ctx.get(NativeCountingSource)
-            if native is not None:  # the same routing in C, and the units it records whole let through
-                hook = native.recorder.function_mode_hook(self._handlers, set(native.passthrough))
+            if hook is not None:  # the same routing, faster (the native backend's, in C)
                 self._mode.__torch_function__ = types.MethodType(hook, self._mode)
             self._mode.__enter__()
 

@@ -28,8 +28,8 @@ from typing import Any
 
 import torch
 
-from .._torch_private import default_store
-from .modules import failure_text
+from ..._torch_private import default_store
+from ..calls import failure_text
 
 __all__ = ["gather_ranks", "announce", "publish_failure", "check_gather_timeout",
            "DEFAULT_GATHER_TIMEOUT", "UNANNOUNCED_WAIT"]
@@ -115,7 +115,7 @@ def gather_ranks(result, timeout: float = DEFAULT_GATHER_TIMEOUT) -> tuple[list,
     if rank != 0:
         store.set(f"{prefix}{rank}", json.dumps(result.to_dict()))
         return [], {}
-    from ..result.profile_result import ProfileResult
+    from ...result.profile_result import ProfileResult
 
     results: list = [result] + [None] * (world - 1)
     notes: dict[int, str] = {}

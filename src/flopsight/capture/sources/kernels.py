@@ -32,7 +32,7 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from .._torch_private import kineto_device_work, kineto_events, kineto_running, trace_range
+from ..._torch_private import kineto_device_work, kineto_events, kineto_running, trace_range
 
 __all__ = ["check_device_time", "KernelTrace", "KernelTimes", "TraceEvent", "attribute", "BACKWARD_NODE"]
 
@@ -199,7 +199,9 @@ def attribute(events: list[TraceEvent], call_of: Callable[[int], tuple[str, str]
             if name.startswith(_OPTIMIZER_STEP):  # torch's range around step(): ours starts inside it
                 found = ("", "step")
                 break
-            if name.startswith(BACKWARD_NODE):
+            if name.startswith(BACKWARD_NODE) or (cpu[i].fwd_thread and cpu[i].seq >= 0):
+                # the engine's range around a node, or the node's own (which keeps its sequence
+                # number where a range opened inside the engine's made the engine's lose it)
                 found = _node_owner(cpu[i], forward_op, owner)
                 break
             i = parent[i]
@@ -272,7 +274,13 @@ def _node_owner(node: TraceEvent, forward_op: dict, owner: Callable) -> tuple | 
 
 def _parents(cpu: list[TraceEvent]) -> list[int]:
     """Each event's enclosing event on its thread (-1 for none); ``cpu`` sorted by thread,
-    start, then longest first."""
+    start, then longest first.
+
+    >>> node, span, mm, after = (TraceEvent("node", 1, 0, 10), TraceEvent("flopsight/phase/backward", 1, 2, 20),
+    ...                          TraceEvent("mm", 1, 3, 5), TraceEvent("reduce", 1, 12, 14))
+    >>> _parents([node, span, mm, after])  # mm is the node's, the reduction after it the span's
+    [-1, -1, 0, 1]
+    """
     parent = [-1] * len(cpu)
     stack: list[int] = []
     thread = None
@@ -281,7 +289,13 @@ def _parents(cpu: list[TraceEvent]) -> list[int]:
             stack, thread = [], e.thread
         while stack and cpu[stack[-1]].end <= e.start:
             stack.pop()
-        if stack:
-            parent[i] = stack[-1]
-        stack.append(i)
+        k = len(stack)
+        if e.name.startswith(_PHASE):
+            # the backward span opens inside the first node the engine runs (a pre-hook) and
+            # outlives it: it goes beneath the ranges it outlives, which keep their ops
+            while k and cpu[stack[k - 1]].end < e.end:
+                k -= 1
+        if k:
+            parent[i] = stack[k - 1]
+        stack.insert(k, i)
     return parent

@@ -25,10 +25,10 @@ from functools import partial
 
 import torch
 
-from .._torch_private import storage_key
-from .context import CaptureContext
-from .events import OpEvent
-from .wrappers import gradients, local_shard, optimizer_state_tensors
+from ..._torch_private import storage_key
+from ..context import CaptureContext
+from ..events import OpEvent
+from ..wrappers import gradients, local_shard, optimizer_state_tensors
 
 __all__ = ["MemorySource", "MemoryFigures", "tensor_bytes"]
 

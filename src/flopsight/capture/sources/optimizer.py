@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-from .context import CaptureContext
+from ..context import CaptureContext
 from .functions import FunctionInterceptor
 from .spans import SpanTimer
 

@@ -2,9 +2,14 @@
 optimizer steps, and the phase they put the capture in.
 
 The span timer is the one writer of the current phase (``ctx.phase``) and of the phase that
-came last (``ctx.last_phase``): spans are where phases begin and end. Backward passes are
-timed around ``Tensor.backward`` / ``torch.autograd.backward`` / ``torch.autograd.grad``
-(routed to it by the function interceptor); nested calls belong to the outer one. Steps are
+came last (``ctx.last_phase``): spans are where phases begin and end. A backward span
+opens when the autograd engine reaches the first node of a top-level forward's outputs (a
+pre-hook on their ``grad_fn``, registered when that forward returns) and closes when the
+engine finishes that backward pass (a callback queued on the engine, run after the callbacks
+queued before it: a wrapper's gradient reduction). This covers ``Tensor.backward``,
+``torch.autograd.backward`` and ``torch.autograd.grad`` alike, with no function mode; a
+wrapper's own ``backward(loss)`` (DeepSpeed's engine) is timed around the call
+(:meth:`SpanTimer.run_backward`). Nested backward passes belong to the outer one. Steps are
 opened and closed by the optimizer hooks (:mod:`.optimizer`). A span's seconds leave out the
 profiler's own overhead inside it, where the clock allows (host clocks).
 """
@@ -15,14 +20,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .context import CaptureContext
-from .notices import warn_backward_elsewhere
+from ..._torch_private import queue_engine_callback
+from ...formulas.shapes import nested_tensors
+from ..context import CaptureContext
+from ..notices import warn_backward_elsewhere
 
-__all__ = ["SpanTimer", "SpanTimes", "BACKWARD_ENTRY_POINTS"]
-
-#: Where a backward pass starts from Python: timed as a whole, and checked for a loss that
-#: cannot be differentiated.
-BACKWARD_ENTRY_POINTS = (torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad)
+__all__ = ["SpanTimer", "SpanTimes"]
 
 
 @dataclass
@@ -51,10 +54,8 @@ class SpanTimer:
         self._open: dict[str, tuple] = {}  # kind -> (start stamp, overhead) of a span in progress
         self._outer_phase: list[str] = []  # the phase each open backward or step span interrupted
         self._gradless: list = []  # parameters without a gradient when the span began
+        self._node_hooks: list = []  # the pre-hooks on the top-level forwards' output nodes
         ctx.events.forwards.append(self)
-        if ctx.options.count:  # a timing pass times the forward calls only
-            for function in BACKWARD_ENTRY_POINTS:
-                ctx.events.functions[function] = self.run_backward
 
     def start(self, ctx: CaptureContext) -> None:
         # parameters without a gradient: one that gains one with no backward span here was
@@ -67,11 +68,17 @@ class SpanTimer:
     def stop(self, ctx: CaptureContext) -> None:
         # a span still open ends here: profiling stopped inside an optimizer step (DeepSpeed's
         # engine prints its profile from inside engine.step())
-        for kind in [k for k in self._open if k != "iteration"]:
-            self.end(kind)
+        self._close_backward()
+        if "step" in self._open:
+            self.end_step()
         self.end("iteration")
+        for hook in self._node_hooks:
+            hook.remove()
+        self._node_hooks.clear()
         gradless, self._gradless = self._gradless, []
-        if gradless and not any(s[0] == "backward" for s in self.spans) and any(p.grad is not None for p in gradless):
+        # counted: the backward span opens on whichever thread runs it, the counting follows
+        counted = any(phase == "backward" for _, phase in ctx.tally.ops)
+        if gradless and not counted and any(p.grad is not None for p in gradless):
             warn_backward_elsewhere()
 
     def collect(self, ctx: CaptureContext) -> SpanTimes:
@@ -93,8 +100,41 @@ class SpanTimer:
 
     # -- phases ----------------------------------------------------------------------------
     def forward_begins(self, record) -> None:
-        """A top-level forward call begins (from the module tracker)."""
+        """A top-level forward call begins (from the call tracker)."""
+        self._close_backward()  # a backward pass that raised never ran its engine callbacks
         self._ctx.last_phase = "forward"
+
+    def forward_ends(self, record, output) -> None:
+        """A top-level forward call returned ``output``: the backward pass of its tensors opens
+        the backward span (a pre-hook on each one's ``grad_fn``). A timing pass times the
+        forward calls only."""
+        if not self._ctx.options.count or not torch.is_grad_enabled():
+            return
+        hooked = set()
+        for tensor in nested_tensors(output):
+            node = tensor.grad_fn
+            if node is not None and id(node) not in hooked:
+                hooked.add(id(node))
+                self._node_hooks.append(node.register_prehook(self._backward_reached))
+
+    def _backward_reached(self, grad_outputs):
+        """The engine runs the first node of a profiled forward's outputs (on its thread)."""
+        if "backward" in self._open or self._ctx.paused:
+            return None
+        self._enter("backward")
+        self.begin("backward")
+        queue_engine_callback(self._backward_finishing)
+        return None
+
+    def _backward_finishing(self) -> None:
+        # queued when the pass began: callbacks queued since (DDP's gradient reduction, FSDP's
+        # post-backward) run after this one, and belong to the pass: end after them
+        queue_engine_callback(self._close_backward)
+
+    def _close_backward(self) -> None:
+        if "backward" in self._open:
+            self.end("backward")
+            self._leave()
 
     def begin_step(self) -> None:
         """``optimizer.step()`` begins: the step phase and its span."""
@@ -118,9 +158,9 @@ class SpanTimer:
         self._ctx.phase = self._outer_phase.pop() if self._outer_phase else "forward"
 
     def run_backward(self, func, args, kwargs):
-        """Run a backward entry point (``func(*args, **kwargs)``, its first argument the loss)
-        as a backward span. While it runs, what runs outside the autograd nodes (a wrapper's
-        gradient reduction after ``loss.backward()``) is the backward phase's."""
+        """Run a wrapper's ``backward(loss)`` (``func(*args, **kwargs)``) as a backward span:
+        while it runs, what runs outside the autograd nodes (its gradient reduction after
+        ``loss.backward()``) is the backward phase's."""
         ctx = self._ctx
         if "backward" in self._open or ctx.paused:
             return func(*args, **kwargs)

@@ -8,9 +8,9 @@ once from the unit's backward formula. Each call is published to ``ctx.events.ca
 
 from __future__ import annotations
 
-from .._torch_private import autograd_sequence_nr
-from .context import CaptureContext
-from .events import OpEvent
+from ..._torch_private import autograd_sequence_nr
+from ..context import CaptureContext
+from ..events import OpEvent
 
 __all__ = ["UnitSource", "run_whole", "publish_whole"]
 

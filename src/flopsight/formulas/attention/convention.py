@@ -92,5 +92,6 @@ def attention_registry(registry: Registry, attention: str = "dense") -> Registry
             backward = unit.backward
             if backward in _FAMILY:
                 backward = variant(backward)
-            new.register_unit(function, name=unit.name, backward=backward)(variant(unit.formula))
+            new.register_unit(function, name=unit.name, backward=backward, reaches=unit.reaches,
+                              may_run=unit.may_run)(variant(unit.formula))
     return new

@@ -224,8 +224,13 @@ def multi_head_attention_backward(
     return cost
 
 
+def _has_multi_head_attention(modules) -> bool:
+    """Whether ``F.multi_head_attention_forward`` may run: torch calls it from ``nn.MultiheadAttention``."""
+    return any(isinstance(m, torch.nn.MultiheadAttention) for m in modules)
+
+
 REGISTRY.register_unit(F.multi_head_attention_forward, name="multi_head_attention",
-                       backward=multi_head_attention_backward)(multi_head_attention)
+                       backward=multi_head_attention_backward, may_run=_has_multi_head_attention)(multi_head_attention)
 
 
 def _native_mask_entries(batch, heads, q_len, kv_len, mask, mask_type, *, effective) -> int:

@@ -24,7 +24,7 @@ from torch import nn
 from ...analysis.report_figures import ParallelInfo
 from ...analysis.report_options import ReportOptions
 from ...capture.modules import describe
-from ...capture.native import check_backend
+from ...capture.backends import check_backend
 from ...profiler import Profiler, as_args, as_kwargs, check_count, check_model, check_warm_up, profile
 from ...renderers.numbers import duration_to_string, macs_to_string, number_to_string, params_to_string
 from ...renderers.output import check_output_file, write

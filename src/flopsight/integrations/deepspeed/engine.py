@@ -29,8 +29,8 @@ from typing import Any
 
 from torch import nn
 
-from ...capture.gather import DEFAULT_GATHER_TIMEOUT
-from ...capture.optimizer import wrap_method
+from ...capture.sources.gather import DEFAULT_GATHER_TIMEOUT
+from ...capture.sources.optimizer import wrap_method
 from ...capture.parallel import engine_parallel
 from ...profiler import Profiler, check_count
 from .api import FlopsProfiler

@@ -1,49 +1,114 @@
-"""The native counting backend: which path counts a session's ops, and why.
+"""The native backend: ops through the recorder's ``RecordFunction`` callback (:mod:`.ops`),
+module calls through its C++ hooks (:mod:`.calls`), both in ``recorder.cpp``, built from source
+(:mod:`.build`) and checked against the Python backend once per process (:mod:`.self_check`).
 
-``backend="auto"`` (the default, or ``$FLOPSIGHT_BACKEND``) counts with the native recorder
-where it gives the dispatch mode's numbers at a fraction of its cost, and with the Python
-dispatch mode where a source needs each op in Python while it runs (memory tracking,
-collectives under torch.distributed), where the clock stamps ops on the device (CUDA
-events), inside another running native session, where the recorder cannot be built, and
-where it does not count a small model as the Python path does (:mod:`.self_check`, once per
-process: a torch whose rules the recorder does not know).
-``"native"`` asks for the recorder (an error when it cannot be built here; the same
-fall-backs otherwise, each named in ``result.metadata.backend_note``); ``"python"`` always
-uses the dispatch mode.
-
->>> check_backend("python")
-'python'
+It steps aside (for the Python backend, with a note saying why) where a source needs each op
+in Python while it runs (memory tracking, collectives under torch.distributed), where the
+clock stamps ops on the device (CUDA events), inside another running native session, where
+the recorder cannot be built, and where it does not count the check's model as the Python
+backend does. Its module calls go through Python hooks where the stamps are not the host's,
+where a source listens to each call (module rules), and for ``torch.compile``d modules.
 """
 
 from __future__ import annotations
 
-import os
+import contextlib
 
-from ..timing import FakeClock, HostClock
-from .build import failure, load
+from ...modules import compiled_paths
+from ...timing import FakeClock, HostClock
+from ..python.calls import PythonCalls
+from .build import IN_USE, failure, load, loaded
+from .calls import NativeCalls
+from .ops import NativeCountingSource
 from .self_check import check
 
-__all__ = ["BACKENDS", "check_backend", "choose"]
-
-BACKENDS = ("auto", "native", "python")
-ENVIRONMENT = "FLOPSIGHT_BACKEND"
-
-_in_use = [0]  # native sessions running: the recorder is one per process
+__all__ = ["NativeBackend", "native_backend"]
 
 
-def check_backend(backend: str | None) -> str:
-    """``backend`` checked (None: ``$FLOPSIGHT_BACKEND``, else ``"auto"``)."""
-    if backend is None:
-        value = os.environ.get(ENVIRONMENT, "").strip() or "auto"
-        if value not in BACKENDS:
-            raise ValueError(f"{ENVIRONMENT}: expected one of {', '.join(map(repr, BACKENDS))}, got {value!r}")
-        return value
-    if backend not in BACKENDS:
-        raise ValueError(f"backend: expected one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
-    return backend
+class NativeBackend:
+    """See the module docstring: ``ops``, the native counting (None in a timing session);
+    ``native_calls``, whether the C++ hooks track the module calls."""
+
+    name = "native"
+    note = None
+
+    def __init__(self, ctx, recorder, ops: NativeCountingSource | None, native_calls: bool):
+        self.ops = ops
+        if native_calls:
+            self.calls = NativeCalls(ctx, recorder, drains=ops is None)
+            if ops is not None:
+                ops.replay_call = self.calls.replay
+        else:
+            self.calls = PythonCalls(ctx)
+        self._ctx = ctx
+
+    def start(self, ctx) -> None:
+        self.calls.start(ctx)
+        if self.ops is not None:
+            try:
+                self.ops.start(ctx)
+            except BaseException:
+                self.calls.stop(ctx)
+                raise
+
+    def stop(self, ctx) -> None:
+        try:
+            if self.ops is not None:
+                self.ops.stop(ctx)  # charges the last records, replaying their calls
+        finally:
+            self.calls.stop(ctx)
+
+    def collect(self, ctx) -> tuple:
+        return self.calls.collect(ctx), self.ops.collect(ctx) if self.ops is not None else None
+
+    def settle(self) -> None:
+        self._ctx.settle()
+
+    def pause(self, paused: bool) -> None:
+        if isinstance(self.calls, NativeCalls):
+            self.calls.pause(paused)
+
+    def unrecorded(self):
+        return self.ops.unrecorded() if self.ops is not None else contextlib.nullcontext()
+
+    def function_routing(self, handlers: dict) -> tuple[bool, object]:
+        """Whether a function mode is needed, and its ``__torch_function__`` in C: the same
+        routing, with the units the recorder counts whole let through. Only where a unit it
+        cannot record may run (one written in Python, a user's, a handler that is not a unit)."""
+        if self.ops is None:
+            return bool(handlers), None
+        passthrough = self.ops.passthrough
+        registry, modules = self._ctx.registry, self._modules()
+        needed = any(_may_run(registry.unit(f), modules) for f in handlers if f not in passthrough)
+        return needed, self.ops.recorder.function_mode_hook(handlers, set(passthrough)) if needed else None
+
+    def _modules(self) -> list:
+        return [info.module for info in self._ctx.options.infos.values()]
 
 
-def choose(backend: str, ctx) -> tuple[object | None, str | None]:
+def _may_run(unit, modules: list) -> bool:
+    return unit is None or unit.may_run is None or bool(unit.may_run(modules))
+
+
+def native_backend(ctx) -> tuple[NativeBackend | None, str | None]:
+    """(the native backend for the session of ``ctx``, or None; why not, when it was asked for)."""
+    options = ctx.options
+    if options.backend == "python":
+        return None, None
+    compiled = bool(compiled_paths(options.infos))
+    if not options.count:  # a timing session: the C++ hooks when the recorder is built and free
+        if ctx.events.modules or compiled or not isinstance(ctx.clock, HostClock) or IN_USE[0]:
+            return None, None
+        recorder = loaded()  # a timing pass never builds it (the counting pass before it did)
+        return (NativeBackend(ctx, recorder, None, True), None) if recorder is not None else (None, None)
+    recorder, note = _counting_recorder(options.backend, ctx)
+    if recorder is None:
+        return None, note
+    ops = NativeCountingSource(ctx, recorder)
+    return NativeBackend(ctx, recorder, ops, ops.host_stamps and not ctx.events.modules and not compiled), None
+
+
+def _counting_recorder(backend: str, ctx) -> tuple[object | None, str | None]:
     """(the loaded recorder, or None for the Python path; why not native, or None) for a
     session asked for ``backend`` with context ``ctx`` (its sources already subscribed)."""
     if backend == "python":
@@ -54,7 +119,7 @@ def choose(backend: str, ctx) -> tuple[object | None, str | None]:
         return None, "memory tracking reads each op's tensors in Python while it runs"
     if not isinstance(ctx.clock, (HostClock, FakeClock)) or (backend == "auto" and isinstance(ctx.clock, FakeClock)):
         return None, f"ops are timed on the {ctx.clock.name} clock"
-    if _in_use[0]:
+    if IN_USE[0]:
         return None, "a native session is already running (profiles nested in it count in Python)"
     recorder = load(quiet=False)
     if recorder is None:

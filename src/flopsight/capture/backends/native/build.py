@@ -30,13 +30,15 @@ from pathlib import Path
 
 import torch
 
-from ..._quiet import ignoring
+from ...._quiet import ignoring
 
-__all__ = ["load", "loaded", "cache_folder", "BuildFailed", "SOURCE"]
+__all__ = ["load", "loaded", "cache_folder", "BuildFailed", "SOURCE", "IN_USE"]
 
 SOURCE = Path(__file__).with_name("recorder.cpp")
 
 _lock = threading.Lock()
+#: native sessions running (counting or timing): the recorder is one per process
+IN_USE = [0]
 _loaded: dict[str, object] = {}  # "module" -> the extension, "error" -> why it is not there
 
 

@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import contextlib
 import struct
-import time
 import warnings
 import weakref
 
 import torch
 
-from ..._torch_private import (
+from ...._torch_private import (
     ACCUMULATE_GRAD_SEQUENCE_NR,
     builtin_aten_op,
     function_modes_disabled,
@@ -37,17 +36,18 @@ from ..._torch_private import (
     op_schema,
     tensor_address,
 )
-from ...formulas.attention import entries as attention_entries
-from ...formulas.attention.convention import reads_values
-from ...formulas.registry import ZERO
-from ...result.stats import ZERO_STATS, Stats
-from ..attribution import whole_call_bytes
-from ..context import CaptureContext
-from ..counting import EAGER_STANCE, Counts, collect_counts
-from ..timing import HostClock
-from . import _in_use
+from ....formulas.attention import entries as attention_entries
+from ....formulas.attention.convention import reads_values
+from ....formulas.registry import ZERO
+from ....result.stats import ZERO_STATS, Stats
+from ...attribution import whole_call_bytes
+from ...context import CaptureContext
+from ...counts import EAGER_STANCE, Counts, collect_counts
+from ...timing import HostClock
+from .build import IN_USE
+from .calls import host_offset
 
-__all__ = ["NativeCountingSource", "CallRecords", "NO_NODE"]
+__all__ = ["NativeCountingSource", "NO_NODE"]
 
 NO_NODE = -(2**63)  # the recorder's node sequence number for an op outside the backward pass
 
@@ -150,8 +150,8 @@ class NativeCountingSource:
     def __init__(self, ctx: CaptureContext, recorder):
         self._ctx = ctx
         self._rec = recorder
-        #: the units that are aten ops: recorded whole here, so the function mode lets their calls
-        #: on plain tensors run as they are; a call on a tensor subclass that takes it over at
+        #: the units recorded whole here (aten ops, and functions that reach one), so the function
+        #: mode lets their calls on plain tensors run as they are; a call on a tensor subclass that takes it over at
         #: the torch-function level (a nested tensor's or CausalBias's own attention) still goes
         #: to the unit's Python handler, which counts it as on the Python path
         self.passthrough = _aten_units(ctx.registry)
@@ -161,6 +161,8 @@ class NativeCountingSource:
         self._running = False
         self._by_address: dict | None = None
         self._pending = recorder.pending_view().cast("q")  # records not yet charged
+        #: replays a module call the C++ hooks recorded (the backend's call tracker sets it)
+        self.replay_call = None
         clock = ctx.clock
         if isinstance(clock, HostClock):  # the recorder's stamps, moved onto the host clock
             self._offset = host_offset(recorder)
@@ -171,7 +173,7 @@ class NativeCountingSource:
 
     @property
     def recorder(self):
-        """The loaded extension (the module tracker installs its C++ hooks)."""
+        """The loaded extension (the call tracker installs its C++ hooks)."""
         return self._rec
 
     @property
@@ -187,10 +189,9 @@ class NativeCountingSource:
         except BaseException:
             EAGER_STANCE.release()
             raise
-        _in_use[0] += 1
+        IN_USE[0] += 1
         self._running = self._recording = True
         ctx.settle = self.settle
-        ctx.unrecorded = self.unrecorded
         ctx.events.aside = self.aside
 
     def stop(self, ctx: CaptureContext) -> None:
@@ -202,9 +203,9 @@ class NativeCountingSource:
             self._recording = False
             self.settle()
         finally:
-            _in_use[0] -= 1
+            IN_USE[0] -= 1
             ctx.settle = _nothing
-            ctx.unrecorded = ctx.events.aside = contextlib.nullcontext
+            ctx.events.aside = contextlib.nullcontext
             EAGER_STANCE.release()
 
     def collect(self, ctx: CaptureContext) -> Counts:
@@ -270,7 +271,7 @@ class NativeCountingSource:
         """Charge the op records (when ``counting``) and replay the module calls among them."""
         attribution = self._ctx.attribution
         place_at = attribution.place_at
-        replay_call = self._ctx.replay_call
+        replay_call = self.replay_call
         costs, offset, stamp = self._tables.costs, self._offset, self._stamp
         for op_id, sig, node_seq, seq_before, seq_after, t0, t1, variable in records:
             if op_id < 0:  # a module call entered or left (recorder.cpp's kEnter, kExit)
@@ -367,54 +368,18 @@ class NativeCountingSource:
         return known
 
 
-def host_offset(recorder) -> float:
-    """Seconds to add to a recorder stamp (ns * 1e-9) to put it on the host clock."""
-    return time.perf_counter() - recorder.clock_ns() * 1e-9
-
-
-class CallRecords:
-    """A timing session's module calls through the recorder's C++ hooks (no op is recorded):
-    installed as ``ctx.settle``, it replays the calls recorded so far onto the module stack."""
-
-    def __init__(self, ctx: CaptureContext, recorder):
-        self._ctx, self._rec = ctx, recorder
-        self._pending = recorder.pending_view().cast("q")
-        self._offset = host_offset(recorder)
-
-    def __enter__(self) -> "CallRecords":
-        _in_use[0] += 1
-        self._ctx.settle = self.settle
-        return self
-
-    def __exit__(self, *exc) -> None:
-        try:
-            self.settle()
-        finally:
-            self._ctx.settle = _nothing
-            _in_use[0] -= 1
-
-    def settle(self) -> None:
-        if not self._pending[0]:
-            return
-        ctx = self._ctx
-        overhead = ctx.overhead.seconds
-        h0 = ctx.overhead.begin()
-        replay_call, offset = ctx.replay_call, self._offset
-        # ops_known past every operator: none is handed over (a counting drain still gets them)
-        for kind, index, recompute, seq, _, t, _, _ in self._rec.drain(2**31 - 1)[0]:
-            replay_call(kind, index, recompute, seq, t * 1e-9 + offset, overhead)
-        ctx.overhead.end(h0)
-
-
 _ATEN_UNITS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # registry -> (version, functions)
 
 
 def _aten_units(registry) -> frozenset:
-    """The registry's units that are builtin aten ops (``torch.lstm_cell``...), per version."""
+    """The registry's units the recorder counts whole, per version: those that are builtin aten
+    ops (``torch.lstm_cell``...) and the functions that reach one at the same cost (``F.dropout``)."""
     known = _ATEN_UNITS.get(registry)
     if known is None or known[0] != registry.version:
+        units = registry.units()
+        aten = {f for f in units if builtin_aten_op(f) is not None}
         known = _ATEN_UNITS[registry] = (registry.version, frozenset(
-            f for f in registry.units() if builtin_aten_op(f) is not None))
+            aten | {f for f, unit in units.items() if unit.reaches is not None and unit.reaches in aten}))
     return known[1]
 
 

@@ -1,0 +1,54 @@
+"""The Python backend: ops through a dispatch mode (:mod:`.ops`), module calls through Python
+hooks (:mod:`.calls`). It serves every case, so it is the fallback, and the check the native
+backend is tested against."""
+
+from __future__ import annotations
+
+import contextlib
+
+from .calls import PythonCalls
+from .ops import CountingSource
+
+__all__ = ["PythonBackend"]
+
+
+class PythonBackend:
+    """See the module docstring; ``note``: why the native backend was not used."""
+
+    name = "python"
+
+    def __init__(self, ctx, note: str | None = None):
+        self.note = note
+        self.calls = PythonCalls(ctx)
+        self.ops = CountingSource(ctx, note) if ctx.options.count else None
+
+    def start(self, ctx) -> None:
+        self.calls.start(ctx)
+        if self.ops is not None:
+            try:
+                self.ops.start(ctx)
+            except BaseException:
+                self.calls.stop(ctx)
+                raise
+
+    def stop(self, ctx) -> None:
+        try:
+            if self.ops is not None:
+                self.ops.stop(ctx)
+        finally:
+            self.calls.stop(ctx)
+
+    def collect(self, ctx) -> tuple:
+        return self.calls.collect(ctx), self.ops.collect(ctx) if self.ops is not None else None
+
+    def settle(self) -> None:  # ops are charged as they run
+        pass
+
+    def pause(self, paused: bool) -> None:  # the hooks read ctx.paused
+        pass
+
+    def unrecorded(self):  # a formula's ops run inside the dispatch mode's handler: not seen
+        return contextlib.nullcontext()
+
+    def function_routing(self, handlers: dict) -> tuple[bool, object]:  # every unit is seen in Python
+        return bool(handlers), None

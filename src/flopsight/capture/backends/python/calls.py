@@ -1,0 +1,139 @@
+"""The Python backend's module-call tracking: two process-wide Python hooks (a forward
+pre-hook and an always-called forward hook) see every module call; calls of modules outside
+the model are ignored. Installing and removing them costs the same whatever the size of the
+model. The root also gets a pre-hook with keyword arguments, to record what the model was
+first called with.
+
+Every call is appended to the session's call log (``ctx.calls``) and pushed on its stack
+(``ctx.stack``); the sources subscribed to ``ctx.events.modules`` hear of each call's start
+(``call_begins(record)``) and end (``call_ends(record, args, kwargs, output)``), those
+subscribed to ``ctx.events.forwards`` of each top-level forward call's start
+(``forward_begins(record)``) and return (``forward_ends(record, output)``).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+import torch
+from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+
+from ...._torch_private import autograd_sequence_nr, current_autograd_node, remove_global_hook, tag_nodes
+from ....formulas.shapes import nested_tensors
+from ...calls import CallRecord, CallTracking, autocast_dtypes, choose_path, note_error, unwind
+from ...modules import compiled_paths
+
+__all__ = ["PythonCalls"]
+
+
+class PythonCalls(CallTracking):
+    """Tracks module calls with Python hooks (see the module docstring)."""
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self._handles: list = []
+
+    def start(self, ctx) -> None:
+        pre, post = self.hooks(ctx)
+        if compiled_paths(ctx.options.infos):
+            # dynamo traces the module hooks of the calls inside a compiled region: it would
+            # break its graph at a C hook, and at each clock read in a Python one, and warn;
+            # so Python hooks, disabled for dynamo: they run as they are
+            pre, post = torch.compiler.disable(pre), torch.compiler.disable(post)
+        try:
+            self.install(ctx, pre, post)
+        except BaseException:
+            self.stop(ctx)
+            raise
+
+    def install(self, ctx, pre, post) -> None:
+        """Install ``pre`` and ``post`` as the global module hooks, and the root's inputs hook."""
+        self._handles.append(register_module_forward_pre_hook(pre))
+        # keyword arguments only for listeners that read them (module rules)
+        self._handles.append(register_module_forward_hook(post, always_call=True,
+                                                          with_kwargs=bool(ctx.events.modules)))
+        if not self.root_is_script:
+            self._handles.append(self.root.register_forward_pre_hook(self.record_inputs(ctx), with_kwargs=True))
+
+    def stop(self, ctx) -> None:
+        for handle in self._handles:
+            remove_global_hook(handle)
+        self._handles.clear()
+
+    def hooks(self, ctx):
+        """(pre-hook, post-hook) that keep the stack and the call log."""
+        stack, log, paths_of, top_calls = ctx.stack, ctx.calls, self.paths, self.top_calls
+        listeners, forwards = ctx.events.modules, ctx.events.forwards
+        overhead, stamp, now = ctx.overhead, ctx.clock.stamp, ctx.overhead.now
+        overhead_end = overhead.end
+        home = threading.get_ident()  # the profiling thread: its sequence numbers are thread 0's
+        script_root, record_inputs = (self.root, self.record_inputs(ctx)) if self.root_is_script else (None, None)
+
+        def pre_hook(module, args):
+            paths = paths_of.get(id(module))
+            if paths is None or ctx.paused:  # not a module of this model (or an ignored one)
+                return
+            ctx.settle()  # the stack is about to change: ops recorded so far ran under the old one
+            h0 = now()
+            top = stack[-1] if stack else None
+            path = paths[0] if len(paths) == 1 else choose_path(paths, top.path if top else None)
+            # a forward that runs while the backward pass executes a node is activation
+            # checkpointing re-running it
+            phase = "recompute" if current_autograd_node() is not None else ctx.phase
+            rec = CallRecord(len(log), path, phase, module, top.index if top else -1, sys.exc_info()[1])
+            if phase == "recompute" and threading.get_ident() != home:  # CUDA's backward thread
+                rec.thread = threading.get_ident()
+            if top is None and phase == "forward":
+                rec.top_id = len(top_calls)
+                top_calls.append(rec)
+                if self.autocast is None:
+                    self.autocast = autocast_dtypes()
+                for listener in forwards:
+                    listener.forward_begins(rec)
+            rec.seq_start = autograd_sequence_nr()
+            log.append(rec)
+            stack.append(rec)
+            for listener in listeners:
+                listener.call_begins(rec)
+            if module is script_root:  # a scripted root: no kwargs hook, record its inputs here
+                record_inputs(module, args, {})
+            overhead_end(h0)
+            rec.ovh_start = overhead.seconds
+            rec.start = stamp()
+
+        def post_hook(module, args, *kwargs_output):
+            # (kwargs, output); torch's path for a forward that raised passes (output,) only
+            if id(module) not in paths_of or ctx.paused:
+                return
+            ctx.settle()  # before the end stamp: a host clock leaves its time out as overhead
+            end = stamp()
+            h0 = now()
+            ovh_end = overhead.seconds
+            rec = unwind(stack, module)
+            if rec is None:
+                return
+            rec.seq_end = autograd_sequence_nr()
+            exc = sys.exc_info()[1]
+            failed = exc is not None and exc is not rec.exc
+            if failed:
+                # Called from torch's except-block: the forward raised (checkpointing also
+                # stops a recompute early by raising, which is not the model failing).
+                error = note_error(rec, exc, root=len(stack) == 1 and rec.phase == "forward")
+                if error is not None:
+                    self.error = error
+            else:
+                rec.end = end
+                rec.ovh_end = ovh_end
+                if rec.thread:  # its nodes are numbered by this thread's counter: say so on them
+                    tag_nodes(nested_tensors(kwargs_output[-1]), rec.seq_start, rec.seq_end, rec.thread)
+            for listener in listeners:  # while the call is still the innermost one
+                kwargs = kwargs_output[0] if len(kwargs_output) == 2 else {}
+                listener.call_ends(rec, args, kwargs, None if failed else kwargs_output[-1])
+            stack.pop()
+            if rec.top_id >= 0 and not failed:
+                for listener in forwards:
+                    listener.forward_ends(rec, kwargs_output[-1])
+            overhead_end(h0)
+
+        return pre_hook, post_hook
