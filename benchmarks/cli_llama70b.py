@@ -44,6 +44,7 @@ def by_stage(seq_len: int) -> None:
     from flopsight.cli import zoo
     from flopsight.cli.meta import meta_masks
     from flopsight.cli.run import run_forward
+    from flopsight.options import ProfileOptions
     from flopsight.renderers.text_renderer import render_text
 
     stages["import torch, transformers, flopsight"] = time.perf_counter() - start
@@ -56,7 +57,7 @@ def by_stage(seq_len: int) -> None:
     stages["build on meta"] = time.perf_counter() - start
     start = time.perf_counter()
     with meta_masks():
-        result = run_forward(model, args, kwargs, warm_up=0)
+        result = run_forward(model, args, kwargs, ProfileOptions(warm_up=0))
     stages["profiled forward"] = time.perf_counter() - start
     start = time.perf_counter()
     text = render_text(result, profile_step=0, top_modules=3)

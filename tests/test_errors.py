@@ -80,7 +80,7 @@ def test_output_file_that_is_a_directory_is_an_error_before_the_model_runs(tmp_p
 
 @pytest.mark.parametrize("warm_up", [-1, 1.5, "2", True])
 def test_warm_up_must_be_a_non_negative_int(warm_up):
-    with pytest.raises(ValueError, match="warm_up: expected a non-negative int"):
+    with pytest.raises(ValueError, match="warm_up: expected an int >= 0"):
         flopsight.profile(model(), torch.ones(1, 4), warm_up=warm_up)
 
 

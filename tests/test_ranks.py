@@ -110,7 +110,7 @@ def test_parallel_sizes_are_given_or_detected():
     assert prof.result.metadata.parallel == {"world": 1, "tp": 2, "zero_stage": 0}
     with pytest.raises(ValueError, match="parallel: unknown key 'mp'"):
         check_parallel({"mp": 2})
-    with pytest.raises(ValueError, match=r"parallel\['dp'\]: expected an int >= 1, got 0"):
+    with pytest.raises(ValueError, match=r"parallel\['dp'\]: expected a positive int, got 0"):
         check_parallel({"dp": 0})
     with pytest.raises(TypeError, match="parallel: expected a dict"):
         flopsight.Profiler(torch.nn.Linear(2, 2), parallel=[2])

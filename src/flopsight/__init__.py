@@ -12,6 +12,7 @@ __all__ = [
     "__version__",
     "profile",
     "Profiler",
+    "ProfileOptions",
     "ProfileResult",
     "ModuleStats",
     "Collective",

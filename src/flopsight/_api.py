@@ -15,6 +15,7 @@ from .formulas import REGISTRY, Cost
 from .integrations.attach import AttachedProfiler, attach
 from .integrations.deepspeed.api import (FlopsProfiler, get_model_profile, get_module_duration, get_module_flops,
                                          get_module_macs)
+from .options import ProfileOptions
 from .profiler import Profiler, profile
 from .result.communication import Collective
 from .result.metadata import Metadata, Timing

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import platform
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import torch
 from torch import nn
@@ -26,36 +26,25 @@ from ._torch_private import original_module
 from ._version import __version__
 from .native_check import disagreement
 from .capture.build import build_result
-from .capture.sources.gather import (DEFAULT_GATHER_TIMEOUT, announce, check_gather_timeout, gather_ranks,
-                                     publish_failure)
-from .capture.sources.kernels import check_device_time
+from .capture.sources.gather import announce, gather_ranks, publish_failure
 from .capture.inputs import batch_size, describe_inputs, model_device, model_dtype
 from .capture.calls import ModuleCalls
 from .capture.modules import compiled_paths, describe
-from .capture.backends import check_backend
 from .capture.backends.native import self_check
-from .capture.sources.optimizer import check_optimizer
-from .capture.parallel import check_parallel, detect_parallel, warn_data_parallel
+from .capture.parallel import detect_parallel, warn_data_parallel
 from .capture.plan import CaptureOptions
 from .capture.recursion import deep_enough
 from .capture.session import CaptureSession
 from .capture.sources.spans import SpanTimes
 from .capture.state import ModelState
 from .capture.timing import Clock, default_clock
-from .formulas import REGISTRY
-from .formulas.attention import ATTENTION_CONVENTIONS, attention_registry
 from .formulas.registry import Registry
+from .options import CALL_ONLY, SPAN_ONLY, ProfileOptions
 from .result.metadata import Metadata, Timing
 from .result.profile_result import ProfileResult
 from .result.steps import combine_steps
 
-__all__ = ["profile", "Profiler", "MODES", "TIMINGS"]
-
-#: What ``mode`` may name: the method that is profiled.
-MODES = ("forward", "generate")
-#: How latency is kept free of the counting overhead.
-TIMINGS = ("auto", "separate", "subtract")
-
+__all__ = ["profile", "Profiler", "ProfileOptions", "CallProfile", "open_session"]
 
 # -- argument checks ---------------------------------------------------------------------
 def check_model(model: Any) -> nn.Module:
@@ -64,23 +53,8 @@ def check_model(model: Any) -> nn.Module:
     return model
 
 
-def check_warm_up(warm_up: Any) -> int:
-    if isinstance(warm_up, bool) or not isinstance(warm_up, int) or warm_up < 0:
-        raise ValueError(f"warm_up: expected a non-negative int, got {warm_up!r}")
-    return warm_up
-
-
-def check_count(value: Any, arg: str) -> int:
-    """``value`` if it is a positive int (``repeat``, ``steps``), else ValueError naming ``arg``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{arg}: expected a positive int (how many to profile), got {value!r}")
-    return value
-
-
 def method_name(model: nn.Module, mode: str, func_name: str | None) -> str:
     """The method to profile: ``func_name`` if given, else the one ``mode`` names."""
-    if mode not in MODES:
-        raise ValueError(f"mode: expected one of {', '.join(map(repr, MODES))}, got {mode!r}")
     name = func_name if func_name is not None else mode
     if not isinstance(name, str) or not callable(getattr(model, name, None)):
         arg = "func_name" if func_name is not None else "mode"
@@ -106,35 +80,11 @@ def as_kwargs(kwargs: Any) -> dict:
     return dict(kwargs)
 
 
-def ignore_predicate(ignore_modules: Iterable[type] | type | None) -> Callable[[nn.Module], bool]:
-    """``isinstance`` test for module types whose costs are folded into their parent
-    (a list of types, or one type as DeepSpeed users often write it)."""
-    if not ignore_modules:
-        return lambda m: False
-    if isinstance(ignore_modules, type):
-        ignore_modules = (ignore_modules,)
-    elif not isinstance(ignore_modules, Iterable) or isinstance(ignore_modules, (str, bytes)):
-        raise TypeError(
-            f"ignore_modules: expected an nn.Module subclass or a list of them, got {type(ignore_modules).__name__}"
-        )
-    types = tuple(ignore_modules)
-    bad = [t for t in types if not (isinstance(t, type) and issubclass(t, nn.Module))]
-    if bad:
-        raise TypeError(f"ignore_modules: expected nn.Module subclasses, got {bad[0]!r}")
-    return lambda m: isinstance(m, types)
-
-
 def _world() -> tuple[int, int]:
     dist = torch.distributed
     if dist.is_available() and dist.is_initialized():
         return dist.get_world_size(), dist.get_rank()
     return 1, 0
-
-
-def check_attention(attention: Any) -> str:
-    if attention not in ATTENTION_CONVENTIONS:
-        raise ValueError(f"attention: expected one of {', '.join(map(repr, ATTENTION_CONVENTIONS))}, got {attention!r}")
-    return attention
 
 
 #: torch's new per-backend fp32 precision names, in the legacy API's words
@@ -216,31 +166,32 @@ def _timing(clock: Clock, separate: bool, compiled: bool = False) -> Timing:
     return Timing(method, clock.name, note)
 
 
+# -- sessions ------------------------------------------------------------------------------
+def open_session(infos: dict, options: ProfileOptions, registry: Registry, clock: Clock, *, count: bool = True,
+                 timeline: bool = True, outside_to_root: bool = False, kernels: bool | None = None) -> CaptureSession:
+    """A started capture session of the modules ``infos`` for ``options``: how :func:`profile`'s
+    passes and :class:`Profiler`'s steps are all captured (``count``: count ops, else time
+    module spans only; ``kernels``: record kernels, default ``options.device_time``)."""
+    capture = CaptureOptions(infos, count=count, memory=options.memory, timeline=timeline,
+                             outside_to_root=outside_to_root, optimizer=options.optimizer, ignore=options.ignore,
+                             backend=options.backend, kernels=options.device_time if kernels is None else kernels)
+    session = CaptureSession(capture, registry=registry, clock=clock)
+    session.start()
+    return session
+
+
 # -- profile() -----------------------------------------------------------------------------
-def profile(
-    model: nn.Module,
-    args: Any = (),
-    kwargs: dict | None = None,
-    *,
-    warm_up: int = 1,
-    repeat: int = 1,
-    mode: str = "forward",
-    func_name: str | None = None,
-    ignore_modules: Iterable[type] | None = None,
-    timing: str = "auto",
-    attention: str = "dense",
-    clock: Clock | None = None,
-    registry: Registry | None = None,
-    gather_timeout: float | None = DEFAULT_GATHER_TIMEOUT,
-    memory: bool = False,
-    backend: str | None = None,
-    device_time: bool = False,
-) -> ProfileResult:
+def profile(model: nn.Module, args: Any = (), kwargs: dict | None = None, *, options: ProfileOptions | None = None,
+            **fields: Any) -> ProfileResult:
     """Profile one call of ``model`` (its forward, ``generate``, or any method).
 
     Args:
         model: the module to profile.
         args, kwargs: what the method is called with (a single tensor is accepted as args).
+        options: a :class:`~flopsight.ProfileOptions`; ``fields`` are its fields, given
+            here directly (they override ``options``'):
+
+    The fields a call takes:
         warm_up: un-measured calls before the measured ones.
         repeat: how many calls are timed: latencies are their medians, each call's figures
             are kept in ``result.samples`` (counts come from one call: they do not vary).
@@ -276,111 +227,113 @@ def profile(
     flags are restored, and every pass sees the same RNG state. Grad mode is the
     caller's: wrap the call in ``torch.no_grad()`` to profile inference.
     """
-    check_model(model)
-    args, kwargs = as_args(args), as_kwargs(kwargs)
-    warm_up = check_warm_up(warm_up)
-    repeat = check_count(repeat, "repeat")
-    if gather_timeout is not None:
-        gather_timeout = check_gather_timeout(gather_timeout)
-    if not isinstance(memory, bool):
-        raise TypeError(f"memory: expected a bool, got {type(memory).__name__}")
-    backend = check_backend(backend)
-    device_time = check_device_time(device_time)
-    name = method_name(model, mode, func_name)
-    if timing not in TIMINGS:
-        raise ValueError(f"timing: expected one of {', '.join(map(repr, TIMINGS))}, got {timing!r}")
-    ignore = ignore_predicate(ignore_modules)
-    registry = attention_registry(registry or REGISTRY, check_attention(attention))
-    warn_data_parallel(model)
+    options = ProfileOptions.of(options, **fields).refuse(
+        SPAN_ONLY, "profile()", "it profiles one call; Profiler profiles a span of your own code")
+    return CallProfile(model, args, kwargs, options).run()
 
-    # Count on the eager module: a dispatch mode run through a torch.compile'd wrapper
-    # can leave it running eagerly afterwards. Time the model as given.
-    target = original_module(model)
-    # forward goes through __call__ so the root's hooks fire; other methods (generate)
-    # call the model themselves
-    count_call, time_call = (target, model) if name == "forward" else (getattr(target, name), getattr(model, name))
-    infos = describe(target)
-    compiled = model is not target
-    if compiled:
-        # Compiled code runs fused and skips hooks added after compilation: time the
-        # compiled model as a whole, through its wrapper, in a separate pass.
-        timing = "separate"
-        time_infos = {"": dataclasses.replace(infos[""], module=model)}
-    else:
-        time_infos = infos
-    # compiled regions, the model's or its modules': each compiles on its first call, which no
-    # timed call may be
-    regions = ("",) if compiled else compiled_paths(infos)
-    clock = clock or default_clock(model_device(target, args, kwargs))
-    separate = timing == "separate" or (timing == "auto" and warm_up >= 1)
-    state = ModelState(target)
-    passes = 0
 
-    def quiet_compiled():
-        # torch notes that global hooks (the user's, or a session's) also fire for the compiled
-        # wrapper: intended
-        return ignoring(r"Using `torch.compile\(module\)` when there are global hooks") if regions \
-            else contextlib.nullcontext()
+class CallProfile:
+    """One call of a model profiled (:func:`profile`): warm-ups, then a counting pass and
+    timed passes, each captured by :func:`open_session` as :class:`Profiler`'s steps are, the
+    model rewound to the same state before each."""
 
-    def rewind() -> None:  # every pass starts from the snapshot (the first one already does)
-        nonlocal passes
-        if passes:
-            state.rewind()
-        passes += 1
+    def __init__(self, model: nn.Module, args: Any, kwargs: Any, options: ProfileOptions):
+        check_model(model)
+        self.args, self.kwargs = as_args(args), as_kwargs(kwargs)
+        self.options = options
+        self.name = method_name(model, options.mode, options.func_name)
+        self.registry = options.formulas
+        warn_data_parallel(model)
+        # Count on the eager module: a dispatch mode run through a torch.compile'd wrapper
+        # can leave it running eagerly afterwards. Time the model as given.
+        self.model, self.target = model, original_module(model)
+        # forward goes through __call__ so the root's hooks fire; other methods (generate)
+        # call the model themselves
+        self.count_call, self.time_call = ((self.target, model) if self.name == "forward"
+                                           else (getattr(self.target, self.name), getattr(model, self.name)))
+        self.infos = describe(self.target)
+        self.compiled = model is not self.target
+        timing = options.timing
+        if self.compiled:
+            # Compiled code runs fused and skips hooks added after compilation: time the
+            # compiled model as a whole, through its wrapper, in a separate pass.
+            timing = "separate"
+            self.time_infos = {"": dataclasses.replace(self.infos[""], module=model)}
+        else:
+            self.time_infos = self.infos
+        # compiled regions, the model's or its modules': each compiles on its first call, which no
+        # timed call may be
+        self.regions = ("",) if self.compiled else compiled_paths(self.infos)
+        self.clock = options.clock or default_clock(model_device(self.target, self.args, self.kwargs))
+        self.separate = timing == "separate" or (timing == "auto" and options.warm_up >= 1)
+        self.state = ModelState(self.target)
+        self.passes = 0
 
-    def captured(count: bool, timeline: bool = True):
-        rewind()
-        # the whole call is the model's: ops between its module calls (generate()'s sampling) are the root's
-        options = CaptureOptions(infos if count else time_infos, count=count, memory=memory, timeline=timeline,
-                                 outside_to_root=True, ignore=ignore, backend=backend,
-                                 kernels=device_time and (not count or not separate))
-        session = CaptureSession(options, registry=registry, clock=clock)
-        session.start()
+    def run(self) -> ProfileResult:
+        options = self.options
+        announce()  # under torch.distributed: rank 0 waits for the ranks that profile
         try:
-            with quiet_compiled():
-                (count_call if count else time_call)(*args, **kwargs)
+            with deep_enough(max(info.depth for info in self.infos.values())):
+                counts, times = self._passes()
+        except BaseException as e:
+            if options.gather_timeout is not None:
+                publish_failure(e)  # rank 0 learns what failed here instead of waiting for it
+            raise
+        finally:
+            self.state.restore()
+        separate = self.separate
+        first = (counts if separate else times[0]).get(ModuleCalls)
+        meta = run_metadata(self.target, self.args, self.kwargs, autocast=first.autocast if first is not None else None,
+                            mode=options.mode, method=self.name, warm_up=options.warm_up, attention=options.attention,
+                            compiled=self.regions, timing=_timing(self.clock, separate, self.compiled),
+                            parallel=detect_parallel(self.target))
+        timed = [build_result(self.infos, counts if separate else t, t if separate else None, ignored=options.ignore,
+                              metadata=meta) for t in times]
+        # no warm-up: the first timed call may be the model's first (lazy initialisation, caches)
+        return with_ranks(combine_steps(timed, "pass", first_step=options.warm_up == 0), options.gather_timeout)
+
+    def _passes(self):
+        """(the counting pass's capture or None, the timed passes' captures)."""
+        warm_up, repeat = self.options.warm_up, self.options.repeat
+        if self.separate:
+            # doubles as the first warm-up (not of a compiled model: it ran the eager module); the
+            # timing passes' timelines are the result's
+            counts = self._captured(count=True, timeline=False)
+            for _ in range(compiled_warm_ups(warm_up) if self.regions else warm_up - 1):
+                self._plain()
+            return counts, [self._captured(count=False) for _ in range(repeat)]
+        for _ in range(compiled_warm_ups(warm_up) if self.regions else warm_up):
+            self._plain()
+        return None, [self._captured(count=True) for _ in range(repeat)]
+
+    def _captured(self, count: bool, timeline: bool = True):
+        self._rewind()
+        # the whole call is the model's: ops between its module calls (generate()'s sampling) are the root's
+        session = open_session(self.infos if count else self.time_infos, self.options, self.registry, self.clock,
+                               count=count, timeline=timeline, outside_to_root=True,
+                               kernels=self.options.device_time and (not count or not self.separate))
+        try:
+            with self._quiet_compiled():
+                (self.count_call if count else self.time_call)(*self.args, **self.kwargs)
         finally:
             raw = session.stop()
         return raw
 
-    def plain() -> None:
-        rewind()
-        with quiet_compiled():
-            time_call(*args, **kwargs)
+    def _plain(self) -> None:
+        self._rewind()
+        with self._quiet_compiled():
+            self.time_call(*self.args, **self.kwargs)
 
-    def run_passes():
-        """(the counting pass's capture or None, the timed passes' captures)."""
-        if separate:
-            # doubles as the first warm-up (not of a compiled model: it ran the eager module); the
-            # timing passes' timelines are the result's
-            counts = captured(count=True, timeline=False)
-            for _ in range(compiled_warm_ups(warm_up) if regions else warm_up - 1):
-                plain()
-            return counts, [captured(count=False) for _ in range(repeat)]
-        for _ in range(compiled_warm_ups(warm_up) if regions else warm_up):
-            plain()
-        return None, [captured(count=True) for _ in range(repeat)]
+    def _rewind(self) -> None:  # every pass starts from the snapshot (the first one already does)
+        if self.passes:
+            self.state.rewind()
+        self.passes += 1
 
-    announce()  # under torch.distributed: rank 0 waits for the ranks that profile
-    depth = max(info.depth for info in infos.values())
-    try:
-        with deep_enough(depth):
-            counts, times = run_passes()
-    except BaseException as e:
-        if gather_timeout is not None:
-            publish_failure(e)  # rank 0 learns what failed here instead of waiting for it
-        raise
-    finally:
-        state.restore()
-
-    first = (counts if separate else times[0]).get(ModuleCalls)
-    meta = run_metadata(target, args, kwargs, autocast=first.autocast if first is not None else None, mode=mode,
-                        method=name, warm_up=warm_up, attention=attention, compiled=regions,
-                        timing=_timing(clock, separate, compiled), parallel=detect_parallel(target))
-    timed = [build_result(infos, counts if separate else t, t if separate else None, ignored=ignore, metadata=meta)
-             for t in times]
-    # no warm-up: the first timed call may be the model's first (lazy initialisation, caches)
-    return with_ranks(combine_steps(timed, "pass", first_step=warm_up == 0), gather_timeout)
+    def _quiet_compiled(self):
+        # torch notes that global hooks (the user's, or a session's) also fire for the compiled
+        # wrapper: intended
+        return ignoring(r"Using `torch.compile\(module\)` when there are global hooks") if self.regions \
+            else contextlib.nullcontext()
 
 
 def compiled_warm_ups(warm_up: int) -> int:
@@ -423,7 +376,8 @@ class Profiler:
     phase; ``optimizer`` may also be a wrapper with a ``step()`` of its own (a DeepSpeed ZeRO
     optimizer), whose whole step is then timed. ``result.iteration`` sums up the span.
     ``batch_size`` overrides the batch size
-    read from the first dimension of each model call's first input. ``attention``,
+    read from the first dimension of each model call's first input. Options come as a
+    :class:`~flopsight.ProfileOptions` (``options``) or as its fields directly: ``attention``,
     ``gather_timeout`` (every rank's result gathered on rank 0), ``memory``, ``backend`` and
     ``device_time`` as in :func:`profile` (kernels are recorded in the counting pass here: on
     CUDA their GPU times are the kernels' own, on the CPU the operators' times include the
@@ -459,40 +413,15 @@ class Profiler:
     (False, 3, 8)
     """
 
-    def __init__(
-        self,
-        model: nn.Module | None = None,
-        *,
-        optimizer: Any = None,  # a torch optimizer, a wrapper with a step() (ZeRO) or None
-        batch_size: int | None = None,
-        ignore_modules: Iterable[type] | None = None,
-        attention: str = "dense",
-        clock: Clock | None = None,
-        registry: Registry | None = None,
-        gather_timeout: float | None = DEFAULT_GATHER_TIMEOUT,
-        memory: bool = False,
-        parallel: dict | None = None,
-        backend: str | None = None,
-        steps: int | None = None,
-        device_time: bool = False,
-    ):
-        self._parallel = check_parallel(parallel)
-        self._steps = check_count(steps, "steps") if steps is not None else None
-        if not isinstance(memory, bool):
-            raise TypeError(f"memory: expected a bool, got {type(memory).__name__}")
-        self._memory = memory
-        self._backend = check_backend(backend)
-        self._device_time = check_device_time(device_time)
-        self._gather_timeout = check_gather_timeout(gather_timeout) if gather_timeout is not None else None
+    def __init__(self, model: nn.Module | None = None, *, options: ProfileOptions | None = None, **fields: Any):
+        options = ProfileOptions.of(options, **fields).refuse(
+            CALL_ONLY, "Profiler", "it profiles the code you run; flopsight.profile() profiles one call")
+        self.options = options
         self._everything = model is None  # no model: count all the span runs, at the root
         self.model = nn.Module() if model is None else check_model(model)
         model = self.model
-        check_optimizer(optimizer)
-        if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
-                                       or batch_size < 1):
-            raise ValueError(f"batch_size: expected a positive int or None, got {batch_size!r}")
-        self.optimizer = optimizer
-        self.batch_size = batch_size
+        self.optimizer = options.optimizer
+        self.batch_size = options.batch_size
         self._target = original_module(model)
         if self._target is not model:
             # Running the counting modes through compiled code leaves the model running
@@ -502,10 +431,7 @@ class Profiler:
                 "de-optimizing it; profile model._orig_mod here, or use flopsight.profile(model, ...), "
                 "which counts on the eager module and times the compiled one"
             )
-        self._ignore = ignore_predicate(ignore_modules)
-        self._clock = clock
-        self._attention = check_attention(attention)
-        self._registry = attention_registry(registry or REGISTRY, attention)
+        self._registry = options.formulas
         self._session: CaptureSession | None = None
         self._infos = None
         self._result: ProfileResult | None = None
@@ -537,13 +463,9 @@ class Profiler:
     def _open(self) -> None:
         # the device a step ran on, once one did: a CPU-offloaded model's first step finds its GPU by its inputs
         device = self._ran_on or model_device(self._target, everything=self._everything)
-        clock = self._clock or default_clock(device)
-        options = CaptureOptions(self._infos, memory=self._memory, outside_to_root=self._everything,
-                                 optimizer=self.optimizer, ignore=self._ignore, backend=self._backend,
-                                 kernels=self._device_time)
-        session = CaptureSession(options, registry=self._registry, clock=clock)
-        session.start()
-        self._session = session
+        clock = self.options.clock or default_clock(device)
+        self._session = open_session(self._infos, self.options, self._registry, clock,
+                                     outside_to_root=self._everything)
 
     def step(self) -> None:
         """End one step (call it after each ``optimizer.step()``): it is measured on its own
@@ -553,7 +475,7 @@ class Profiler:
         if session is None:
             return
         self._measured.append(self._build(session, session.stop()))
-        if self._steps is not None and len(self._measured) >= self._steps:
+        if self.options.steps is not None and len(self._measured) >= self.options.steps:
             self._finish()
         else:
             self._open()
@@ -579,7 +501,8 @@ class Profiler:
         self._room.close()  # the recursion limit as it was
         measured, self._measured = self._measured, []
         self._snapshot = None
-        self._result = with_ranks(combine_steps(measured, "step", first_step=self._first_step), self._gather_timeout)
+        self._result = with_ranks(combine_steps(measured, "step", first_step=self._first_step),
+                                  self.options.gather_timeout)
         return self._result
 
     def snapshot(self) -> ProfileResult:
@@ -599,13 +522,13 @@ class Profiler:
         args, kwargs = (calls.first_inputs if calls is not None else None) or ((), {})
         meta = run_metadata(self._target, args, kwargs, everything=self._everything,
                             autocast=calls.autocast if calls is not None else None, mode="custom",
-                            attention=self._attention,
+                            attention=self.options.attention,
                             batch_size_given=self.batch_size, timing=_timing(session.clock, False),
-                            parallel=detect_parallel(self._target, given=self._parallel),
+                            parallel=detect_parallel(self._target, given=self.options.parallel),
                             compiled=compiled_paths(self._infos))
         if meta.device_type not in ("cpu", "meta"):
             self._ran_on = torch.device(meta.device)
-        return build_result(self._infos, raw, ignored=self._ignore, metadata=meta)
+        return build_result(self._infos, raw, ignored=self.options.ignore, metadata=meta)
 
     @property
     def result(self) -> ProfileResult:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
+from .._checks import check_int
 from ..result.iteration import COLLECTIVE_NAMESPACES
 from ..result.profile_result import ProfileResult
 from ..result.stats import Stats, make_stats
@@ -50,8 +51,7 @@ def by_depth_and_type(
     """Per depth (0 .. ``depth``, all when -1 or larger than the model), the ``top``
     module types by summed params, inclusive MACs and inclusive latency of ``phase``
     (``top=0`` lists none, as in DeepSpeed)."""
-    if isinstance(top, bool) or not isinstance(top, int) or top < 0:
-        raise ValueError(f"top: expected an int >= 0, got {top!r}")
+    check_int(top, "top", low=0)
     deepest = max_depth(result)
     last = deepest if depth < 0 or depth > deepest else depth
     per_depth: list[dict[str, list]] = [{} for _ in range(last + 1)]

@@ -25,6 +25,7 @@ import difflib
 from dataclasses import dataclass
 from typing import Any
 
+from .._checks import is_int
 from ..hardware import canonical_dtype, check_peak
 from ..result.tree import PHASES
 from .report_figures import ParallelInfo
@@ -42,12 +43,8 @@ class _FormatDefault:
 DEFAULT: Any = _FormatDefault()
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _is_count(value: Any, minimum: int) -> bool:
-    return _is_int(value) and value >= minimum
+    return is_int(value) and value >= minimum
 
 
 @dataclass(frozen=True)
@@ -81,7 +78,7 @@ class ReportOptions:
     indent: Any = DEFAULT
 
     def __post_init__(self) -> None:
-        if not _is_int(self.profile_step):
+        if not is_int(self.profile_step):
             raise TypeError(f"profile_step: expected an int, got {self.profile_step!r}")
         if not _is_count(self.module_depth, -1):
             raise ValueError(f"module_depth: expected an int >= -1 (-1: every depth), got {self.module_depth!r}")
@@ -89,7 +86,7 @@ class ReportOptions:
             raise ValueError(f"top_modules: expected an int >= 0, got {self.top_modules!r}")
         if self.parallel is not None and not isinstance(self.parallel, ParallelInfo):
             raise TypeError(f"parallel: expected a ParallelInfo or None, got {type(self.parallel).__name__}")
-        if not (_is_int(self.recompute_fwd_factor) or isinstance(self.recompute_fwd_factor, float)):
+        if not (is_int(self.recompute_fwd_factor) or isinstance(self.recompute_fwd_factor, float)):
             raise TypeError(f"recompute_fwd_factor: expected a number, got {self.recompute_fwd_factor!r}")
         if self.ops is not None and not _is_count(self.ops, 0):
             raise ValueError(f"ops: expected None or an int >= 0 (operators per module; 0: no table), got {self.ops!r}")

@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._checks import check_int
 from ..result.metadata import Inputs, TensorSpec
 from ..result.profile_result import ProfileResult
 from ..result.tree import ModuleNode
@@ -282,9 +283,8 @@ def transformer_check(result: ProfileResult, config: Any = None, *, layers: int 
     given = dict(layers=layers, hidden=hidden, heads=heads, head_dim=head_dim, vocab=vocab, batch_size=batch_size,
                  seq_len=seq_len, experts=experts, experts_per_token=experts_per_token, tied_embeddings=tied_embeddings)
     for key, value in given.items():
-        if value is not None and key != "tied_embeddings" and (isinstance(value, bool) or not isinstance(value, int)
-                                                               or value <= 0):
-            raise ValueError(f"{key}: expected a positive int, got {value!r}")
+        if key != "tied_embeddings":
+            check_int(value, key, low=1, optional=True)
     if not isinstance(result, ProfileResult):
         raise TypeError(f"result: expected a flopsight ProfileResult, got {type(result).__name__}")
     shape = transformer_shape(result, config, **given)

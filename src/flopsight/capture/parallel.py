@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from .._checks import check_int
 from ..result.metadata import PARALLEL_KEYS
 
 __all__ = ["detect_parallel", "engine_parallel", "check_parallel", "warn_data_parallel"]
@@ -31,9 +32,7 @@ def check_parallel(given: Any) -> dict | None:
     for key, value in given.items():
         if key not in PARALLEL_KEYS:
             raise ValueError(f"parallel: unknown key {key!r}; known keys: {', '.join(PARALLEL_KEYS)}")
-        low = 0 if key == "zero_stage" else 1
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"parallel[{key!r}]: expected an int >= {low}, got {value!r}")
+        check_int(value, f"parallel[{key!r}]", low=0 if key == "zero_stage" else 1)
     return dict(given)
 
 

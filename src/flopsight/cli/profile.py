@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from ..options import ProfileOptions
 from . import zoo
 from .build import build, pick_device
 from .meta import meta_masks
@@ -112,12 +113,13 @@ def render(args: argparse.Namespace, result: Any, label: str, warm_up: int) -> s
 def run_mode(args: argparse.Namespace, model: torch.nn.Module, call_args: tuple, call_kwargs: dict, warm_up: int,
              progress: Progress) -> Any:
     """Profile the model as ``--mode`` says."""
-    common = dict(warm_up=warm_up, attention=args.attention, progress=progress, repeat=args.repeat)
+    options = ProfileOptions(warm_up=warm_up, attention=args.attention, repeat=args.repeat)
     if args.mode == "train":
-        return run_train(model, call_args, call_kwargs, **common)
+        return run_train(model, call_args, call_kwargs, options, progress=progress)
     if args.mode == "generate":
-        return run_generate(model, call_args, call_kwargs, max_new_tokens=args.max_new_tokens, **common)
-    return run_forward(model, call_args, call_kwargs, **common)
+        return run_generate(model, call_args, call_kwargs, options, max_new_tokens=args.max_new_tokens,
+                            progress=progress)
+    return run_forward(model, call_args, call_kwargs, options, progress=progress)
 
 
 def cmd_profile(args: argparse.Namespace) -> int:

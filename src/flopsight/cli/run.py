@@ -4,9 +4,9 @@ whole training step, each through flopsight's own API (:func:`flopsight.profile`
 
 >>> import torch
 >>> model = torch.nn.Sequential(torch.nn.Linear(4, 3))
->>> run_forward(model, (torch.ones(2, 4),), {}, warm_up=0).total.forward.macs
+>>> run_forward(model, (torch.ones(2, 4),), {}, ProfileOptions(warm_up=0)).total.forward.macs
 24
->>> result = run_train(model, (torch.ones(2, 4),), {}, warm_up=0)
+>>> result = run_train(model, (torch.ones(2, 4),), {}, ProfileOptions(warm_up=0))
 >>> result.total.forward.macs, result.total.backward.macs > 0
 (24, True)
 """
@@ -21,6 +21,7 @@ from typing import Any, Iterator
 import torch
 from torch import nn
 
+from ..options import ProfileOptions
 from ..profiler import Profiler, profile
 from ..result.profile_result import ProfileResult
 from .progress import Progress
@@ -57,12 +58,12 @@ def calls_per_run(mode: str, warm_up: int, max_new_tokens: int = 1, repeat: int 
     return (warm_up + repeat) * (max_new_tokens if mode == "generate" else 1)
 
 
-def run_forward(model: nn.Module, args: tuple, kwargs: dict, *, warm_up: int, attention: str = "dense",
-                progress: Progress | None = None, repeat: int = 1) -> ProfileResult:
-    """``repeat`` inference forwards, profiled (eval mode, no autograd)."""
+def run_forward(model: nn.Module, args: tuple, kwargs: dict, options: ProfileOptions, *,
+                progress: Progress | None = None) -> ProfileResult:
+    """``options.repeat`` inference forwards after ``options.warm_up``, profiled (eval mode, no autograd)."""
     model.eval()
     with torch.no_grad(), calls_counted(model, progress):
-        return profile(model, args, kwargs, warm_up=warm_up, attention=attention, repeat=repeat)
+        return profile(model, args, kwargs, options=options)
 
 
 def generation_options(model: nn.Module, max_new_tokens: int) -> dict:
@@ -79,13 +80,13 @@ def generation_options(model: nn.Module, max_new_tokens: int) -> dict:
     return options
 
 
-def run_generate(model: nn.Module, args: tuple, kwargs: dict, *, warm_up: int, max_new_tokens: int,
-                 attention: str = "dense", progress: Progress | None = None, repeat: int = 1) -> ProfileResult:
-    """``repeat`` ``generate()`` calls of ``max_new_tokens`` tokens, profiled (prefill and decode)."""
+def run_generate(model: nn.Module, args: tuple, kwargs: dict, options: ProfileOptions, *, max_new_tokens: int,
+                 progress: Progress | None = None) -> ProfileResult:
+    """``options.repeat`` ``generate()`` calls of ``max_new_tokens`` tokens, profiled (prefill and decode)."""
     model.eval()
     kwargs = {**kwargs, **generation_options(model, max_new_tokens)}
     with torch.no_grad(), calls_counted(model, progress):
-        return profile(model, args, kwargs, warm_up=warm_up, mode="generate", attention=attention, repeat=repeat)
+        return profile(model, args, kwargs, options=options.replace(mode="generate"))
 
 
 def _forward_parameters(model: nn.Module) -> Mapping[str, inspect.Parameter]:
@@ -143,11 +144,11 @@ def loss_of(output: Any) -> torch.Tensor:
     return first.mean()
 
 
-def run_train(model: nn.Module, args: tuple, kwargs: dict, *, warm_up: int, attention: str = "dense",
-              progress: Progress | None = None, repeat: int = 1) -> ProfileResult:
-    """``warm_up`` training steps, then ``repeat`` profiled: forward, ``backward()`` of the
-    loss and an AdamW step, under :class:`flopsight.Profiler` (the optimizer's step is its
-    own phase; each step measured on its own, times their medians)."""
+def run_train(model: nn.Module, args: tuple, kwargs: dict, options: ProfileOptions, *,
+              progress: Progress | None = None) -> ProfileResult:
+    """``options.warm_up`` training steps, then ``options.repeat`` profiled: forward,
+    ``backward()`` of the loss and an AdamW step, under :class:`flopsight.Profiler` (the
+    optimizer's step is its own phase; each step measured on its own, times their medians)."""
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
 
@@ -157,10 +158,12 @@ def run_train(model: nn.Module, args: tuple, kwargs: dict, *, warm_up: int, atte
         optimizer.zero_grad(set_to_none=True)
 
     with calls_counted(model, progress):
-        for _ in range(warm_up):
+        for _ in range(options.warm_up):
             step()
-        with Profiler(model, optimizer=optimizer, attention=attention, steps=repeat) as prof:
-            for _ in range(repeat):
+        span = options.replace(warm_up=ProfileOptions.warm_up, repeat=ProfileOptions.repeat, optimizer=optimizer,
+                               steps=options.repeat)
+        with Profiler(model, options=span) as prof:
+            for _ in range(options.repeat):
                 step()
                 prof.step()
     return prof.result

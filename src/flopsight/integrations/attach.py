@@ -53,6 +53,7 @@ from ..analysis.report_figures import ParallelInfo
 from ..analysis.report_options import ReportOptions
 from ..capture.sources.optimizer import check_optimizer, wrap_method
 from ..capture.parallel import engine_parallel
+from ..options import ProfileOptions
 from ..profiler import Profiler, check_model
 from ..renderers.output import check_output_file, write
 from ..result.profile_result import ProfileResult
@@ -92,9 +93,10 @@ class AttachedProfiler:
             torch_optimizer = isinstance(optimizer, torch.optim.Optimizer)
             # built now so a bad model or batch_size fails at attach, not at step N; a
             # wrapper's (ZeRO's, the engine's) whole step() and backward() are measured
-            self._profiler = Profiler(model, batch_size=batch_size, optimizer=None if torch_optimizer else optimizer,
-                                      parallel=engine_parallel(optimizer) if _is_engine(optimizer) else None,
-                                      memory=config.memory)
+            options = ProfileOptions(batch_size=batch_size, optimizer=None if torch_optimizer else optimizer,
+                                     parallel=engine_parallel(optimizer) if _is_engine(optimizer) else None,
+                                     memory=config.memory)
+            self._profiler = Profiler(model, options=options)
             if torch_optimizer:
                 self._removers.append(optimizer.register_step_post_hook(self._after_step).remove)
             else:  # a wrapper has no step hooks: count its steps around its own step()

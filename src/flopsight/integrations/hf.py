@@ -37,16 +37,18 @@ try:
 except ImportError as e:  # the optional extra
     raise ImportError("flopsight.integrations.hf needs transformers: pip install 'flopsight[hf]'") from e
 
+from .._checks import check_int
 from ..analysis.efficiency import efficiency
-from ..capture.sources.gather import DEFAULT_GATHER_TIMEOUT, check_gather_timeout
+from ..capture.sources.gather import DEFAULT_GATHER_TIMEOUT
 from ..capture.sources.optimizer import wrap_method
 from ..hardware import check_peak
-from ..profiler import Profiler, check_attention, check_count, with_ranks
+from ..options import ProfileOptions
+from ..profiler import Profiler, with_ranks
 from ..renderers import EXTENSIONS
 from ..renderers.output import write
 from ..result.profile_result import ProfileResult
 from ..result.steps import as_first_step
-from .trainer_metrics import check_bool, check_dtype, named, step_figures
+from .trainer_metrics import check_dtype, named, step_figures
 
 __all__ = ["FlopsightCallback", "step_metrics", "PREFIX", "LOGGED"]
 
@@ -58,10 +60,7 @@ logger = logging.getLogger(__name__)
 
 # -- argument checks ---------------------------------------------------------------------
 def _check_profile_step(step: Any) -> int:
-    if isinstance(step, bool) or not isinstance(step, int) or step < 1:
-        raise ValueError(f"profile_step: expected a positive int (1 is the Trainer's first optimizer step), "
-                         f"got {step!r}")
-    return step
+    return check_int(step, "profile_step", low=1, what="1 is the Trainer's first optimizer step")
 
 
 def _check_output(output: Any) -> tuple[str, ...]:
@@ -80,12 +79,6 @@ def _check_output(output: Any) -> tuple[str, ...]:
             raise ValueError(f"output: {name!r} has no report ending; expected one of {', '.join(EXTENSIONS)}")
         checked.append(name)
     return tuple(checked)
-
-
-def _check_batch_size(size: Any) -> int | None:
-    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
-        raise ValueError(f"batch_size: expected a positive int or None, got {size!r}")
-    return size
 
 
 # -- the logged figures ---------------------------------------------------------------------
@@ -224,14 +217,14 @@ class FlopsightCallback(TrainerCallback):
         steps: int = 1,
     ):
         self.profile_step = _check_profile_step(profile_step)
-        self.steps = check_count(steps, "steps")
+        #: what each profiled step measures (its steps, batch size and gathering are this callback's)
+        self.options = ProfileOptions(memory=memory, attention=attention, batch_size=batch_size, steps=steps,
+                                      gather_timeout=gather_timeout)
+        self.steps, self.memory, self.attention = self.options.steps, self.options.memory, self.options.attention
+        self.batch_size, self.gather_timeout = self.options.batch_size, self.options.gather_timeout
         self.outputs = _check_output(output)
         self.peak = check_peak(peak)
         self.dtype = check_dtype(dtype)
-        self.memory = check_bool(memory, "memory")
-        self.gather_timeout = check_gather_timeout(gather_timeout) if gather_timeout is not None else None
-        self.attention = check_attention(attention)
-        self.batch_size = _check_batch_size(batch_size)
         self.result: ProfileResult | None = None
         self.metrics: dict[str, float] = {}
         self.written: list[str] = []
@@ -284,8 +277,7 @@ class FlopsightCallback(TrainerCallback):
             warnings.warn("flopsight: the Trainer gave its callbacks no model; nothing is profiled", UserWarning)
             return
         # gathering is done on success only: a failed step must not wait for the other ranks
-        profiler = Profiler(model, batch_size=self.batch_size, attention=self.attention, memory=self.memory,
-                            gather_timeout=None)
+        profiler = Profiler(model, options=self.options.replace(steps=None, gather_timeout=None))
         step = _Step(profiler, trainer)
         try:
             if trainer is not None:  # the Trainer has no event for a step that raised: guard its parts

@@ -45,14 +45,16 @@ except ImportError as error:  # the core needs torch alone; this module needs Li
         "flopsight.integrations.lightning needs Lightning 2: pip install 'flopsight[lightning]'"
     ) from error
 
+from .._checks import check_int
 from ..analysis.efficiency import Efficiency, efficiency
-from ..capture.sources.gather import DEFAULT_GATHER_TIMEOUT, check_gather_timeout
+from ..capture.sources.gather import DEFAULT_GATHER_TIMEOUT
 from ..hardware import Peak, lookup_peak, resolve_peak
-from ..profiler import Profiler, check_count, with_ranks
+from ..options import ProfileOptions
+from ..profiler import Profiler, with_ranks
 from ..renderers.output import check_output_file, write
 from ..result.profile_result import ProfileResult
 from ..result.steps import as_first_step
-from .trainer_metrics import check_bool, check_dtype, named, step_figures
+from .trainer_metrics import check_dtype, named, step_figures
 
 __all__ = ["FlopsightCallback", "METRICS", "PREFIX", "step_metrics", "global_metrics"]
 
@@ -85,9 +87,7 @@ METRICS = {
 
 # -- argument checks: each names its argument ------------------------------------------
 def _check_step(step: Any) -> int:
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise ValueError(f"profile_step: expected an int >= 0 (a trainer.global_step value), got {step!r}")
-    return step
+    return check_int(step, "profile_step", low=0, what="a trainer.global_step value")
 
 
 def _check_output(output: Any) -> str | None:
@@ -231,14 +231,15 @@ class FlopsightCallback(Callback):
     ):
         super().__init__()
         self.profile_step = _check_step(profile_step)
-        self.steps = check_count(steps, "steps")
+        #: what each profiled step measures (its steps and gathering are this callback's)
+        self.options = ProfileOptions(memory=memory, steps=steps, gather_timeout=gather_timeout)
+        self.steps, self.memory = self.options.steps, self.options.memory
+        self.gather_timeout = self.options.gather_timeout
         self._current = self.profile_step  # the global_step of the step being profiled
         self.output = _check_output(output)
         self.peak = _check_peak(peak)
         self.dtype = check_dtype(dtype)
-        self.memory = check_bool(memory, "memory")
         self.batch_size_fn = _check_batch_size_fn(batch_size_fn)
-        self.gather_timeout = None if gather_timeout is None else check_gather_timeout(gather_timeout)
         self.result: ProfileResult | None = None
         self.metrics: dict[str, float] = {}
         self.path: str | None = None
@@ -303,7 +304,7 @@ class FlopsightCallback(Callback):
     # -- profiling -----------------------------------------------------------------------
     def _start(self, pl_module) -> None:
         # gathered here only after a step that completed: a failed step must not wait on ranks
-        self._profiler = Profiler(pl_module, memory=self.memory, gather_timeout=None)
+        self._profiler = Profiler(pl_module, options=self.options.replace(steps=None, gather_timeout=None))
         self._batches = self._samples = 0
         self._current = self.profile_step
         self._profiler.start()

@@ -28,7 +28,7 @@ from ..analysis.report_figures import parallel_of, rate, training_figures
 from ..hardware import canonical_dtype
 from ..result.profile_result import ProfileResult
 
-__all__ = ["StepFigures", "step_figures", "named", "check_bool", "check_dtype"]
+__all__ = ["StepFigures", "step_figures", "named", "check_dtype"]
 
 
 @dataclass(frozen=True)
@@ -106,12 +106,6 @@ def named(figures: StepFigures, names: dict[str, str], prefix: str = "") -> dict
     order, the figures that are None left out."""
     picked = {prefix + name: getattr(figures, field) for name, field in names.items()}
     return {name: value for name, value in picked.items() if value is not None}
-
-
-def check_bool(value: Any, arg: str) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{arg}: expected a bool, got {type(value).__name__}")
-    return value
 
 
 def check_dtype(dtype: Any) -> str | None:

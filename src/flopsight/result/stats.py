@@ -16,6 +16,7 @@ Stats(macs=6, flops=15)
 from __future__ import annotations
 
 from typing import NamedTuple
+from .._checks import is_int
 
 __all__ = ["Stats", "ZERO_STATS", "make_stats"]
 
@@ -47,7 +48,7 @@ class Stats(NamedTuple):
         return _make(Stats, (a0 + b0, a1 + b1, a2 + b2, a3 + b3))
 
     def __mul__(self, k: int) -> "Stats":  # type: ignore[override]
-        if isinstance(k, bool) or not isinstance(k, int):
+        if not is_int(k):
             return NotImplemented
         m, f, t, c = self
         return _make(Stats, (m * k, f * k, t * k, c * k))

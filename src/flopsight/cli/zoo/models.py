@@ -23,6 +23,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from ..._checks import check_int
 from .configs import ARCHITECTURES, Architecture
 
 __all__ = [
@@ -143,8 +144,7 @@ def build(name: str, batch_size: int = 1) -> tuple[nn.Module, tuple]:
     legacy = {_key(n): n for n in MODELS}
     if _key(name) not in legacy:
         raise ValueError(f"name: expected one of {', '.join(sorted(MODELS))}, got {name!r}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size: expected a positive int, got {batch_size!r}")
+    check_int(batch_size, "batch_size", low=1)
     builder, inputs = MODELS[legacy[_key(name)]]
     return builder().eval(), inputs(batch_size)
 

@@ -21,11 +21,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..._checks import is_int
 from ...analysis.report_figures import ParallelInfo
 from ...analysis.report_options import ReportOptions
 from ...capture.modules import describe
-from ...capture.backends import check_backend
-from ...profiler import Profiler, as_args, as_kwargs, check_count, check_model, check_warm_up, profile
+from ...options import ProfileOptions
+from ...profiler import CallProfile, Profiler, as_args, as_kwargs, check_model
 from ...renderers.numbers import duration_to_string, macs_to_string, number_to_string, params_to_string
 from ...renderers.output import check_output_file, write
 from ...renderers.text_renderer import render_aggregated
@@ -102,7 +103,8 @@ class FlopsProfiler:
             self._profiler.stop()
         self._result = None
         # DeepSpeed's API profiles where it is called (often rank 0 only): no gathering
-        self._profiler = Profiler(self.model, optimizer=None, ignore_modules=ignore_list, gather_timeout=None).start()
+        self._profiler = Profiler(self.model, options=ProfileOptions(ignore_modules=ignore_list, gather_timeout=None)
+                                  ).start()
         self.started = True
         self._register()
 
@@ -268,7 +270,7 @@ def _check_input_shape(input_shape: Any) -> tuple[int, ...]:
     ok = (
         isinstance(input_shape, tuple)
         and len(input_shape) >= 1
-        and all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in input_shape)
+        and all(is_int(d) and d > 0 for d in input_shape)
     )
     if not ok:
         raise TypeError(f"input_shape: expected a non-empty tuple of positive ints, got {input_shape!r}")
@@ -327,9 +329,10 @@ def get_model_profile(
     their medians, the report gives their spread), as in :func:`flopsight.profile`.
     """
     check_model(model)
-    check_warm_up(warm_up)
-    check_count(repeat, "repeat")
-    backend = check_backend(backend)
+    # per rank, as DeepSpeed's: no gathering
+    profile_options = ProfileOptions(warm_up=warm_up, mode=mode, func_name=func_name, ignore_modules=ignore_modules,
+                                     attention=attention, timing=timing, gather_timeout=None, backend=backend,
+                                     repeat=repeat)
     args, kwargs = as_args(args), as_kwargs(kwargs)
     if input_shape is not None:
         if args:  # DeepSpeed builds the input from input_shape and ignores args
@@ -346,11 +349,7 @@ def get_model_profile(
     flags = [(m, m.training) for m in model.modules()]
     model.eval()
     try:
-        result = profile(
-            model, args, kwargs, warm_up=warm_up, mode=mode, func_name=func_name, ignore_modules=ignore_modules,
-            attention=attention, timing=timing, gather_timeout=None,  # per rank, as DeepSpeed's
-            backend=backend, repeat=repeat,
-        )
+        result = CallProfile(model, args, kwargs, profile_options).run()
     finally:
         for m, flag in flags:
             if m.training is not flag:  # nn.Module.__setattr__ is slow: write only what changed

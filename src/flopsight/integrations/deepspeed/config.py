@@ -11,6 +11,7 @@ import os
 import warnings
 from dataclasses import dataclass
 from typing import Any, Mapping
+from ..._checks import is_int
 
 __all__ = ["FlopsProfilerConfig", "parse_config"]
 
@@ -39,23 +40,19 @@ class FlopsProfilerConfig:
     memory: bool = True
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 # key -> (what it must be, check)
 _CHECKS = {
     "enabled": ("a bool", lambda v: isinstance(v, bool)),
-    "profile_step": ("a positive int", lambda v: _is_int(v) and v >= 1),
-    "module_depth": ("an int >= -1", lambda v: _is_int(v) and v >= -1),
-    "top_modules": ("an int >= 0", lambda v: _is_int(v) and v >= 0),
+    "profile_step": ("a positive int", lambda v: is_int(v) and v >= 1),
+    "module_depth": ("an int >= -1", lambda v: is_int(v) and v >= -1),
+    "top_modules": ("an int >= 0", lambda v: is_int(v) and v >= 0),
     "detailed": ("a bool", lambda v: isinstance(v, bool)),
     "output_file": ("a path or None", lambda v: v is None or isinstance(v, (str, os.PathLike))),
     "recompute_fwd_factor": (
         "a non-negative number",
         lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0,
     ),
-    "steps": ("a positive int (flopsight's key: steps profiled from profile_step on)", lambda v: _is_int(v) and v >= 1),
+    "steps": ("a positive int (flopsight's key: steps profiled from profile_step on)", lambda v: is_int(v) and v >= 1),
     "memory": ("a bool (flopsight's key: count memory too)", lambda v: isinstance(v, bool)),
 }
 

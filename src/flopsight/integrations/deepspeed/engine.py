@@ -32,7 +32,8 @@ from torch import nn
 from ...capture.sources.gather import DEFAULT_GATHER_TIMEOUT
 from ...capture.sources.optimizer import wrap_method
 from ...capture.parallel import engine_parallel
-from ...profiler import Profiler, check_count
+from ...options import ProfileOptions
+from ...profiler import Profiler
 from .api import FlopsProfiler
 from .config import FlopsProfilerConfig, parse_config
 
@@ -64,8 +65,7 @@ def install(*, memory: bool | None = None, steps: int | None = None) -> None:
     and ``steps`` keys (which DeepSpeed ignores), else memory on and one step."""
     if memory is not None and not isinstance(memory, bool):
         raise TypeError(f"memory: expected a bool or None, got {type(memory).__name__}")
-    if steps is not None:
-        check_count(steps, "steps")
+    ProfileOptions(steps=steps)  # checked here, before any engine runs
     _OPTIONS.update(memory=memory, steps=steps)
     if _REPLACED:
         return
@@ -142,9 +142,9 @@ class EngineProfiler(FlopsProfiler):
         """Start measuring the engine's step on this rank (rank 0 gathers every rank's into
         ``result.ranks``); ``keep``: as this profiler's own profile (its result, its modules
         readable by the module getters), not only measured for rank 0."""
-        self._profiler = Profiler(self.model, optimizer=engine, ignore_modules=ignore_list,
-                                  gather_timeout=DEFAULT_GATHER_TIMEOUT, parallel=engine_parallel(engine),
-                                  memory=self._memory).start()
+        options = ProfileOptions(optimizer=engine, ignore_modules=ignore_list, gather_timeout=DEFAULT_GATHER_TIMEOUT,
+                                 parallel=engine_parallel(engine), memory=self._memory)
+        self._profiler = Profiler(self.model, options=options).start()
         if keep:
             self._result = None
             self.started = True
