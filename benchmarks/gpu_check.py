@@ -208,7 +208,7 @@ def judge_compile(figures: dict) -> Verdict:
 
 
 def judge_compile_regions(figures: dict) -> Verdict:
-    """A model whose blocks are compiled one by one, profiled with ``device_time=True``:
+    """A model whose blocks are compiled one by one, profiled with ``kernels=True``:
     PASS when the result names every compiled block, each has kernels charged to it, none of
     them compilation's, and the counts equal the eager model's."""
     figure = (f"{len(figures['compiled'])} of {figures['blocks']} blocks named compiled, "
@@ -800,7 +800,7 @@ def measure_native(ctx: Ctx) -> dict:
 
 def measure_kernels(ctx: Ctx) -> dict:
     """A BERT-base bf16 training step (forward with its loss, backward, AdamW step) inside
-    ``flopsight.Profiler(model, optimizer=opt, device_time=True)``, after two plain steps:
+    ``flopsight.Profiler(model, optimizer=opt, kernels=True)``, after two plain steps:
     how many kernels ran, their device time, and what no module was charged with."""
     import flopsight
 
@@ -808,7 +808,7 @@ def measure_kernels(ctx: Ctx) -> dict:
     for _ in range(2):
         step()
     opt.zero_grad(set_to_none=True)  # outside the span: user code, not the model's
-    with flopsight.Profiler(model, optimizer=opt, device_time=True) as prof:
+    with flopsight.Profiler(model, optimizer=opt, kernels=True) as prof:
         step(zero_grad=False)
     result = prof.result
     summary = result.kernels
@@ -819,7 +819,7 @@ def measure_kernels(ctx: Ctx) -> dict:
     return {"source": summary.source, "expected_source": "cuda" if ctx.cuda else "cpu",
             "seconds": summary.seconds, "unassigned_seconds": summary.unassigned_seconds,
             "kernels": kernels, "modules": sum(1 for rec in result.modules.values() if rec.kernels),
-            "device_time": dict(result.total.device_time),
+            "kernel_time": dict(result.total.kernel_time),
             "top_unassigned": {name: [k.calls, k.seconds] for name, k in unassigned}}
 
 
@@ -828,7 +828,7 @@ def measure_kernels(ctx: Ctx) -> dict:
 
 def measure_compile_regions(ctx: Ctx) -> dict:
     """The MLP stack with each block ``torch.compile``d on its own, profiled with
-    ``device_time=True`` (no call before: flopsight must warm each region up itself), against
+    ``kernels=True`` (no call before: flopsight must warm each region up itself), against
     the eager stack's counts: which modules the result names compiled, each region's kernels,
     and any kernel or op of compilation (dynamo, inductor) in the timed pass."""
     import torch
@@ -842,13 +842,13 @@ def measure_compile_regions(ctx: Ctx) -> dict:
         regions[i] = torch.compile(regions[i])
     with torch.no_grad():
         counted = flopsight.profile(eager, x)
-        result = flopsight.profile(regions, x, device_time=True)
+        result = flopsight.profile(regions, x, kernels=True)
     paths = [str(i) for i in range(len(regions))]
     inside = {p: sum(k.calls for k in kernels_of(result, p).values()) for p in paths}
     names = [name for rec in result.modules.values() for ks in rec.kernels.values() for name in ks]
     figures = {"blocks": len(paths), "compiled": list(result.metadata.compiled),
                "region_kernels": sum(inside.values()),
-               "region_ms": sum(result.module(p).device_time.get("forward", 0.0) for p in paths) * 1e3,
+               "region_ms": sum(result.module(p).kernel_time.get("forward", 0.0) for p in paths) * 1e3,
                "regions_without_kernels": [p for p in paths if not inside[p]],
                "compile_events": sum(1 for n in names if "dynamo" in n or "inductor" in n.lower() and "compile" in n),
                # the compiled tree has a wrapper level more ('0._orig_mod.up'): the totals compare

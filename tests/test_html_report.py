@@ -407,7 +407,7 @@ def test_browser_numbers_are_formatted_as_flopsight_units(browser, tmp_path, evi
 @browser_test
 def test_browser_detail_panel_lists_a_modules_kernels(browser, tmp_path):
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
-    result = flopsight.profile(model, torch.ones(4, 16), device_time=True)
+    result = flopsight.profile(model, torch.ones(4, 16), kernels=True)
     page = _open(browser, tmp_path, "kernels", result)
     _click_module(page, "0")
     kernels = _text(page, "kernels")

@@ -1,4 +1,4 @@
-"""Kernels per module (``device_time=True``): the attribution of a trace's kernels to module
+"""Kernels per module (``kernels=True``): the attribution of a trace's kernels to module
 calls, spans and backward nodes, on synthetic traces that stand for CUDA ones (kernels tied to
 ops by correlation id, a backward pass on a thread of its own), and on real CPU runs."""
 
@@ -147,38 +147,38 @@ class Net(nn.Module):
         return self.fc2(self.act(self.fc1(x)))
 
 
-def test_profile_records_each_modules_kernels_and_the_op_tables_device_time():
+def test_profile_records_each_modules_kernels_and_the_op_tables_kernel_time():
     model = Net()
-    result = flopsight.profile(model, torch.randn(4, 16), device_time=True)
+    result = flopsight.profile(model, torch.randn(4, 16), kernels=True)
     assert result.kernels.source == "cpu" and result.kernels.unassigned == {}
     fc1 = result.module("fc1").record
     assert "aten::addmm" in fc1.kernels["forward"] and fc1.kernels["forward"]["aten::addmm"].calls == 1
     # the matmul's time is the counted op's: aten.addmm, a row of the operator table
-    assert set(fc1.op_device_time["forward"]) >= {"aten.addmm"}
-    assert fc1.op_device_time["forward"]["aten.addmm"] >= fc1.kernels["forward"]["aten::addmm"].seconds
+    assert set(fc1.op_kernel_time["forward"]) >= {"aten.addmm"}
+    assert fc1.op_kernel_time["forward"]["aten.addmm"] >= fc1.kernels["forward"]["aten::addmm"].seconds
     assert "aten::relu" in result.module("act").record.kernels["forward"]
     # inclusive device time: the root's is every module's, which is every kernel's
-    assert result.total.device_time["forward"] == pytest.approx(result.kernels.seconds)
-    assert result.total.device_time["forward"] == pytest.approx(
-        sum(result.module(p).device_time["forward"] for p in ("fc1", "act", "fc2")), rel=0.5)
+    assert result.total.kernel_time["forward"] == pytest.approx(result.kernels.seconds)
+    assert result.total.kernel_time["forward"] == pytest.approx(
+        sum(result.module(p).kernel_time["forward"] for p in ("fc1", "act", "fc2")), rel=0.5)
     assert flopsight.ProfileResult.from_dict(result.to_dict()) == result
     # off by default: nothing recorded, nothing in the file
     plain = flopsight.profile(model, torch.randn(4, 16))
-    assert plain.kernels is None and plain.total.device_time == {} and plain.to_dict()["kernels"] is None
+    assert plain.kernels is None and plain.total.kernel_time == {} and plain.to_dict()["kernels"] is None
 
 
 def test_a_training_step_charges_backward_and_step_kernels():
     model = Net()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     x = torch.randn(4, 16)
-    with flopsight.Profiler(model, optimizer=opt, device_time=True) as prof:
+    with flopsight.Profiler(model, optimizer=opt, kernels=True) as prof:
         model(x).sum().backward()
         opt.step()
     result = prof.result
     fc2 = result.module("fc2").record.kernels
     assert "aten::mm" in fc2["backward"]  # AddmmBackward0's gradient matmuls
     assert "aten::threshold_backward" in result.module("act").record.kernels["backward"]
-    assert result.total.device_time["step"] > 0  # SGD's updates, at the root
+    assert result.total.kernel_time["step"] > 0  # SGD's updates, at the root
     # the loss (sum) and its backward node were made outside the model: nobody's
     assert "aten::sum" in result.kernels.unassigned
 
@@ -193,7 +193,7 @@ def test_checkpointed_module_has_recompute_kernels():
             return checkpoint(self.inner, x, use_reentrant=False)
 
     model = Checkpointed()
-    with flopsight.Profiler(model, device_time=True) as prof:
+    with flopsight.Profiler(model, kernels=True) as prof:
         model(torch.randn(4, 16, requires_grad=True)).sum().backward()
     fc1 = prof.result.module("inner.fc1").record.kernels
     assert {"forward", "recompute", "backward"} <= set(fc1)
@@ -201,20 +201,20 @@ def test_checkpointed_module_has_recompute_kernels():
 
 
 def test_ignored_modules_kernels_are_their_parents():
-    result = flopsight.profile(Net(), torch.randn(4, 16), device_time=True, ignore_modules=[nn.ReLU])
+    result = flopsight.profile(Net(), torch.randn(4, 16), kernels=True, ignore_modules=[nn.ReLU])
     assert "aten::relu" in result.module("").record.kernels["forward"]
 
 
-def test_device_time_refuses_a_running_torch_profiler_before_the_model_runs():
+def test_kernels_refuses_a_running_torch_profiler_before_the_model_runs():
     calls = []
     model = Net()
     model.register_forward_hook(lambda *a: calls.append(1))
     with torch.profiler.profile():
-        with pytest.raises(RuntimeError, match="device_time: torch.profiler is already running"):
-            flopsight.profile(model, torch.randn(4, 16), device_time=True)
+        with pytest.raises(RuntimeError, match="kernels: torch.profiler is already running"):
+            flopsight.profile(model, torch.randn(4, 16), kernels=True)
     assert calls == []
-    with pytest.raises(TypeError, match="device_time: expected a bool"):
-        flopsight.Profiler(model, device_time="yes")
+    with pytest.raises(TypeError, match="kernels: expected a bool"):
+        flopsight.Profiler(model, kernels="yes")
 
 
 def test_kernel_summary_round_trips():
@@ -224,7 +224,7 @@ def test_kernel_summary_round_trips():
 
 
 def test_text_report_has_the_device_column_and_the_kernels_per_module():
-    result = flopsight.profile(Net(), torch.randn(4, 16), device_time=True)
+    result = flopsight.profile(Net(), torch.randn(4, 16), kernels=True)
     text = result.render("text", ops=3)
     assert "Kernels per GPU" in text and "CPU operators, each by its self time" in text
     section = text[text.index("Kernels per GPU"):]
@@ -257,3 +257,16 @@ def test_operators_that_make_the_host_wait_are_named_on_cuda():
     on_gpu = result.updated(metadata=dataclasses.replace(result.metadata, device_type="cuda", device="cuda:0"))
     line = next(line for line in on_gpu.render("text").splitlines() if line.startswith("host syncs"))
     assert "2 calls: aten._local_scalar_dense x1 in '<root>' (fwd), aten.nonzero x1 in '<root>' (fwd)" in line
+
+
+def test_one_name_kernels_and_the_old_ones_still_read():
+    """``kernels=True`` turns kernels per module on; ``device_time=True`` (its old name) still
+    does, with a DeprecationWarning; a file with ``op_device_time`` loads into ``op_kernel_time``."""
+    from flopsight.result.records import ModuleStats
+
+    with pytest.warns(DeprecationWarning, match="device_time= is now kernels="):
+        result = flopsight.profile(Net(), torch.randn(4, 16), device_time=True)
+    assert result.kernels is not None and result.total.kernel_time["forward"] > 0
+    old = result.module("fc1").record.to_dict()
+    old["op_device_time"] = old.pop("op_kernel_time")
+    assert ModuleStats.from_dict(old).op_kernel_time == result.module("fc1").record.op_kernel_time

@@ -208,7 +208,7 @@ def test_a_timing_pass_after_a_native_count_tracks_modules_in_cpp(name):
     counting, timing = hooks_seen
     recorder = load(quiet=True)
     assert (recorder.module_pre in counting, recorder.module_pre in timing) == ((name == "native",) * 2)
-    assert result.metadata.timing.method == "separate-pass"
+    assert result.metadata.timing.method == "separate"
     for path in ("", "inner", "inner.0", "inner.1"):
         forward = result.modules[path].phases["forward"]
         assert forward.calls == 1 and forward.latency > 0, path

@@ -14,7 +14,7 @@ from flopsight import ProfileOptions
 
 @pytest.mark.parametrize("field, value, error, message", [
     ("memory", "yes", TypeError, "memory: expected a bool, got str"),
-    ("device_time", 1, TypeError, "device_time: expected a bool"),
+    ("kernels", 1, TypeError, "kernels: expected a bool"),
     ("attention", "causal", ValueError, "attention: expected one of 'dense', 'effective'"),
     ("backend", "cuda", ValueError, "backend: expected one of 'auto', 'native', 'python'"),
     ("ignore_modules", [int], TypeError, "ignore_modules: expected nn.Module subclasses"),

@@ -313,7 +313,7 @@ def test_a_compiled_submodule_is_warmed_up_named_and_timed_as_one_region():
             return self.b(self.a(x))
 
     model = Net()
-    result = flopsight.profile(model, torch.ones(2, 8), device_time=True)
+    result = flopsight.profile(model, torch.ones(2, 8), kernels=True)
     # compiled before the timed pass: its kernels (here the CPU's ops) hold no compilation
     assert len(compiles) == 1
     assert not any("dynamo" in name for name in result.module("b").record.kernels.get("forward", {}))
@@ -331,7 +331,7 @@ def test_no_mark_of_a_global_hook_is_left_behind():
     from torch.nn.modules import module as torch_module
 
     model = nn.Sequential(nn.Linear(2, 2))
-    flopsight.profile(model, torch.ones(1, 2), memory=True, device_time=True)
+    flopsight.profile(model, torch.ones(1, 2), memory=True, kernels=True)
     assert not torch_module._has_any_global_hook()
 
 

@@ -19,7 +19,7 @@ def test_fake_clock_latencies_are_exact_in_the_separate_timing_pass():
     # child calls (conv1, pool, conv2, pool, fc1, fc2, fc3) takes a pre and a post
     # stamp, then root post: the root spans 15 steps, each leaf call 1 step.
     result = flopsight.profile(LeNet(), torch.ones(1, 3, 32, 32), clock=flopsight.FakeClock(step=1e-3))
-    assert result.metadata.timing == Timing("separate-pass", "fake")
+    assert result.metadata.timing == Timing("separate", "fake")
     assert result.module("conv1").forward.latency == pytest.approx(1e-3)
     assert result.module("pool").forward.latency == pytest.approx(2e-3)  # called twice
     assert result.total.forward.latency == pytest.approx(15e-3)
@@ -71,7 +71,7 @@ def test_latency_excludes_the_counting_overhead():
     # clock: all of it is the profiler's own time, none of it latency
     assert clock.t == 200.0
     assert result.total.forward.latency == 0.0
-    assert result.metadata.timing.method == "overhead-subtracted"
+    assert result.metadata.timing.method == "subtract"
 
 
 def test_real_clock_latencies_are_positive_and_additive():
@@ -131,3 +131,16 @@ def test_a_snapshot_is_built_once_until_something_runs():
     second = prof.snapshot()
     assert second is not first and second.total.forward.calls == 2
     prof.stop()
+
+
+def test_the_timing_method_takes_the_options_words_and_old_files_load():
+    """``metadata.timing.method`` is ``profile(timing=...)``'s word; a file written with the
+    old names (``separate-pass``...) reads as the new ones."""
+    from flopsight.result.metadata import Metadata
+
+    model = nn.Linear(4, 2)
+    for timing in ("separate", "subtract"):
+        result = flopsight.profile(model, torch.ones(1, 4), timing=timing, clock=flopsight.FakeClock())
+        assert result.metadata.timing.method == timing
+    for old, new in (("separate-pass", "separate"), ("overhead-subtracted", "subtract"), ("single-pass", "single")):
+        assert Metadata.from_dict({"timing": {"method": old, "clock": "fake"}}).timing.method == new

@@ -205,7 +205,7 @@ def test_recompute_calls_have_their_own_phase():
 def test_the_separate_timing_pass_s_spans_are_taken():
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU())
     result = flopsight.profile(model, torch.ones(2, 4), warm_up=1, clock=flopsight.FakeClock(step=1e-3))
-    assert result.metadata.timing.method == "separate-pass"
+    assert result.metadata.timing.method == "separate"
     calls = result.timeline.calls
     # the timing pass has no counting between the stamps: one fake tick per stamp
     assert [(c.path, c.start, c.duration, c.parent) for c in calls] == [
@@ -427,11 +427,11 @@ def test_chromium_s_trace_engine_reads_every_lane_and_its_nesting(result, ranks)
 
 def test_module_spans_carry_their_kernels_when_recorded():
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU())
-    result = flopsight.profile(model, torch.ones(2, 4), device_time=True)
+    result = flopsight.profile(model, torch.ones(2, 4), kernels=True)
     spans = {e["args"]["module"]: e["args"] for e in json.loads(result.render("trace"))["traceEvents"]
              if e.get("cat") == "module"}
     assert "aten::addmm" in spans["0"]["kernels"] and spans["0"]["kernels"]["aten::addmm"]["calls"] == 1
     # the root's device time is its own kernels' and its submodules'
-    assert spans[""]["device_time_us"] == pytest.approx(result.total.device_time["forward"] * 1e6, abs=1e-3)
+    assert spans[""]["kernel_time_us"] == pytest.approx(result.total.kernel_time["forward"] * 1e6, abs=1e-3)
     plain = flopsight.profile(model, torch.ones(2, 4))
     assert all("kernels" not in e.get("args", {}) for e in json.loads(plain.render("trace"))["traceEvents"])

@@ -21,6 +21,7 @@ True
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Iterable
 
@@ -30,7 +31,7 @@ from ._checks import check_bool, check_choice, check_int
 from .capture.backends import check_backend
 from .capture.parallel import check_parallel
 from .capture.sources.gather import DEFAULT_GATHER_TIMEOUT, check_gather_timeout
-from .capture.sources.kernels import check_device_time
+from .capture.sources.kernels import check_kernels
 from .capture.sources.optimizer import check_optimizer
 from .capture.timing import Clock
 from .formulas import REGISTRY
@@ -53,7 +54,7 @@ SPAN_ONLY = ("optimizer", "batch_size", "parallel", "steps")
 class ProfileOptions:
     """What a profile measures and how (see :func:`flopsight.profile` for each field).
 
-    Everywhere: ``memory``, ``device_time``, ``attention`` (``"dense"`` or ``"effective"``),
+    Everywhere: ``memory``, ``kernels``, ``attention`` (``"dense"`` or ``"effective"``),
     ``backend`` (``"auto"``, ``"native"``, ``"python"``; None reads ``$FLOPSIGHT_BACKEND``),
     ``ignore_modules`` (module types folded into their parent), ``registry`` (the formulas),
     ``clock``, ``gather_timeout`` (seconds rank 0 waits for each rank; None: no gathering).
@@ -62,7 +63,7 @@ class ProfileOptions:
     """
 
     memory: bool = False
-    device_time: bool = False
+    kernels: bool = False
     attention: str = "dense"
     backend: str | None = None
     ignore_modules: Any = None
@@ -82,7 +83,7 @@ class ProfileOptions:
     def __post_init__(self) -> None:
         checked = {
             "memory": check_bool(self.memory, "memory"),
-            "device_time": check_device_time(self.device_time),
+            "kernels": check_kernels(self.kernels),
             "attention": check_choice(self.attention, "attention", ATTENTION_CONVENTIONS),
             "backend": check_backend(self.backend),
             "ignore_modules": _module_types(self.ignore_modules),
@@ -106,6 +107,9 @@ class ProfileOptions:
         """``options`` (default: all defaults) with ``changes``; an unknown name is a TypeError naming it."""
         if options is not None and not isinstance(options, ProfileOptions):
             raise TypeError(f"options: expected a flopsight.ProfileOptions or None, got {type(options).__name__}")
+        if "device_time" in changes:  # its name before "kernels": one name per concept
+            warnings.warn("flopsight: device_time= is now kernels= (the same option)", DeprecationWarning, stacklevel=3)
+            changes["kernels"] = changes.pop("device_time")
         known = {f.name for f in fields(cls)}
         for name in changes:
             if name not in known:

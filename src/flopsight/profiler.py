@@ -157,11 +157,11 @@ def run_metadata(model: nn.Module, args: tuple, kwargs: dict, *, everything: boo
 
 def _timing(clock: Clock, separate: bool, compiled: bool = False) -> Timing:
     if separate:
-        method = "separate-pass"
+        method = "separate"
     elif clock.subtracts_overhead:
-        method = "overhead-subtracted"
+        method = "subtract"
     else:
-        method = "single-pass"
+        method = "single"
     note = "latency of the whole compiled call only; counts from the eager module" if compiled else None
     return Timing(method, clock.name, note)
 
@@ -171,10 +171,10 @@ def open_session(infos: dict, options: ProfileOptions, registry: Registry, clock
                  timeline: bool = True, outside_to_root: bool = False, kernels: bool | None = None) -> CaptureSession:
     """A started capture session of the modules ``infos`` for ``options``: how :func:`profile`'s
     passes and :class:`Profiler`'s steps are all captured (``count``: count ops, else time
-    module spans only; ``kernels``: record kernels, default ``options.device_time``)."""
+    module spans only; ``kernels``: record kernels, default ``options.kernels``)."""
     capture = CaptureOptions(infos, count=count, memory=options.memory, timeline=timeline,
                              outside_to_root=outside_to_root, optimizer=options.optimizer, ignore=options.ignore,
-                             backend=options.backend, kernels=options.device_time if kernels is None else kernels)
+                             backend=options.backend, kernels=options.kernels if kernels is None else kernels)
     session = CaptureSession(capture, registry=registry, clock=clock)
     session.start()
     return session
@@ -217,10 +217,10 @@ def profile(model: nn.Module, args: Any = (), kwargs: dict | None = None, *, opt
             same numbers at a fraction of the cost), ``"python"`` (a dispatch mode) or
             ``"auto"`` (native where it can count, see ``result.metadata.backend``);
             None: ``$FLOPSIGHT_BACKEND``, else ``"auto"``.
-        device_time: also record kernels per module with torch.profiler in the timed pass:
+        kernels: also record kernels per module with torch.profiler in the timed pass:
             on CUDA each kernel's GPU time, on the CPU each operator's self time, charged to
             the module and phase of the op that launched it (``result.kernels``,
-            ``result.module(path).record.kernels`` and ``.device_time``; see
+            ``result.module(path).record.kernels`` and ``.kernel_time``; see
             :mod:`flopsight.result.kernels`).
 
     The model is left as found: buffers (BatchNorm statistics), RNG state and training
@@ -311,7 +311,7 @@ class CallProfile:
         # the whole call is the model's: ops between its module calls (generate()'s sampling) are the root's
         session = open_session(self.infos if count else self.time_infos, self.options, self.registry, self.clock,
                                count=count, timeline=timeline, outside_to_root=True,
-                               kernels=self.options.device_time and (not count or not self.separate))
+                               kernels=self.options.kernels and (not count or not self.separate))
         try:
             with self._quiet_compiled():
                 (self.count_call if count else self.time_call)(*self.args, **self.kwargs)
@@ -379,7 +379,7 @@ class Profiler:
     read from the first dimension of each model call's first input. Options come as a
     :class:`~flopsight.ProfileOptions` (``options``) or as its fields directly: ``attention``,
     ``gather_timeout`` (every rank's result gathered on rank 0), ``memory``, ``backend`` and
-    ``device_time`` as in :func:`profile` (kernels are recorded in the counting pass here: on
+    ``kernels`` as in :func:`profile` (kernels are recorded in the counting pass here: on
     CUDA their GPU times are the kernels' own, on the CPU the operators' times include the
     counting). ``parallel`` gives sizes the run's own objects do not tell (e.g.
     ``{"tp": 4, "pp": 2}``); the world size, a DeviceMesh's named dimensions and a

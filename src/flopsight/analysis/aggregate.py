@@ -72,12 +72,12 @@ def by_depth_and_type(
 class OpRow:
     """One operator's figures in one phase: its summed cost (MACs, FLOPs, latency, calls),
     the bytes it read and wrote (None when the result holds no bytes at all: saved before
-    flopsight captured them) and its kernels' device seconds (None unless ``device_time=True``)."""
+    flopsight captured them) and its kernels' device seconds (None unless ``kernels=True``)."""
 
     name: str
     stats: Stats
     bytes: int | None
-    device_time: float | None = None
+    kernel_time: float | None = None
 
 
 #: op name -> [macs, flops, latency, calls, bytes, device seconds]: what the tallies are summed in
@@ -133,7 +133,7 @@ def inclusive_op_time(result: ProfileResult) -> dict[str, dict[str, float]]:
 
 def _own(rec, phase: str) -> _Tally:
     moved = rec.bytes_moved.get(phase, {})
-    device = rec.op_device_time.get(phase, {})
+    device = rec.op_kernel_time.get(phase, {})
     return {name: [s.macs, s.flops, s.latency, s.calls, moved.get(name, 0), device.get(name, 0.0)]
             for name, s in rec.ops.get(phase, {}).items()}
 
@@ -188,7 +188,7 @@ def model_ops(result: ProfileResult, phase: str = "forward") -> list[OpRow]:
     for rec in result.modules.values():
         for name, b in rec.bytes_moved.get(phase, {}).items():
             moved[name] = moved.get(name, 0) + b
-        for name, t in rec.op_device_time.get(phase, {}).items():
+        for name, t in rec.op_kernel_time.get(phase, {}).items():
             device[name] = device.get(name, 0.0) + t
     with_bytes, with_device = has_bytes(result), result.kernels is not None
     return [OpRow(name, s, moved.get(name, 0) if with_bytes else None, device.get(name, 0.0) if with_device else None)

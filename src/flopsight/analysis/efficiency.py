@@ -84,7 +84,7 @@ class Efficiency:
     forward_flops_per_second: float | None = None
     forward_fraction: float | None = None
     #: what the modules' rates divide by: ``"latency"`` (their spans) or ``"device"`` (their
-    #: CUDA kernels' GPU time, with ``device_time=True``); the model's figures use wall time
+    #: CUDA kernels' GPU time, with ``kernels=True``); the model's figures use wall time
     time_source: str = "latency"
 
     @property
@@ -224,7 +224,7 @@ def efficiency(result: ProfileResult, peak: Any = None, *, dtype: str | None = N
                 continue
             stats = node.inclusive[phase]
             b = moved[node.name].get(phase, 0) if moved is not None else None
-            seconds = node.device_time.get(phase, 0.0) if on_device else stats.latency
+            seconds = node.kernel_time.get(phase, 0.0) if on_device else stats.latency
             phases[phase] = _phase(stats.flops, seconds if timed else 0.0, b, peak_flops, bandwidth, ridge)
         modules[node.name] = phases
 

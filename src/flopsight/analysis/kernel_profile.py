@@ -1,10 +1,10 @@
-"""The kernel tables of a report (``device_time=True``): per module, with its submodules',
+"""The kernel tables of a report (``kernels=True``): per module, with its submodules',
 for each phase, its top kernels with their calls, device time and share of the module's.
 
 >>> import torch, flopsight
 >>> from flopsight.analysis.report_options import ReportOptions
 >>> model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU())
->>> p = kernel_profile(flopsight.profile(model, torch.ones(2, 4), device_time=True), ReportOptions())
+>>> p = kernel_profile(flopsight.profile(model, torch.ones(2, 4), kernels=True), ReportOptions())
 >>> p.source, [e.path for e in p.entries][:3], "aten::addmm" in [k.name for k in p.entries[0].kernels]
 ('cpu', ['', '0', '1'], True)
 """

@@ -50,7 +50,7 @@ def build_result(
     timed_calls = times.get(ModuleCalls) or ModuleCalls()
     memory = counts.get(MemoryFigures)
     kernel_times = times.get(KernelTimes) or counts.get(KernelTimes)
-    kernels, op_device_time = _kernels(kernel_times, counted.ops) if kernel_times is not None else ({}, {})
+    kernels, op_kernel_time = _kernels(kernel_times, counted.ops) if kernel_times is not None else ({}, {})
     phases_of: dict[str, list[str]] = {}
     for path, phase in {*counted.ops, *module_calls.calls, *timed_calls.latency}:
         phases_of.setdefault(path, []).append(phase)
@@ -93,7 +93,7 @@ def build_result(
             bytes_moved=moved,
             layer=info.layer,
             kernels=kernels.get(path, {}),
-            op_device_time=op_device_time.get(path, {}),
+            op_kernel_time=op_kernel_time.get(path, {}),
         )
     error = module_calls.error or (timed_calls.error if times is not counts else None)
     if error and not metadata.error:

@@ -8,6 +8,7 @@ state and the collection the two backends' call trackers share
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -15,7 +16,7 @@ from torch import nn
 from .inputs import batch_size
 from .scripted import is_scripted
 
-__all__ = ["CallRecord", "unwind", "ModuleCalls", "CallTracking", "choose_path", "autocast_dtypes",
+__all__ = ["CallRecord", "unwind", "ModuleCalls", "TopCall", "CallTracking", "choose_path", "autocast_dtypes",
            "note_error", "failure_text"]
 
 
@@ -73,6 +74,14 @@ class CallRecord:
         self.thread = 0
 
 
+class TopCall(NamedTuple):
+    """A top-level forward call: its module path, its seconds, its batch size (None: unknown)."""
+
+    path: str
+    seconds: float
+    batch_size: int | None
+
+
 @dataclass
 class ModuleCalls:
     """The call tracker's part of a raw capture: per (path, phase), the calls and the
@@ -84,8 +93,8 @@ class ModuleCalls:
 
     calls: dict[tuple[str, str], int] = field(default_factory=dict)
     latency: dict[tuple[str, str], float] = field(default_factory=dict)
-    #: per top-level forward call: (module path, seconds, batch size)
-    top_calls: list[tuple[str, float, int | None]] = field(default_factory=list)
+    #: each top-level forward call
+    top_calls: list[TopCall] = field(default_factory=list)
     first_inputs: tuple | None = None  # (args, kwargs) of the first top-level module call
     #: device type -> the autocast dtype enabled for it when the first top-level call began
     #: (read inside the span: users enter autocast around the forward, not around the profiler)
@@ -176,7 +185,7 @@ class CallTracking:
             part.latency[key] = part.latency.get(key, 0.0) + max(span[rec.index] - children[rec.index], 0.0)
             if rec.parent >= 0:
                 children[rec.parent] += span[rec.index]
-        part.top_calls = [(rec.path, span[rec.index], rec.batch_size) for rec in self.top_calls]
+        part.top_calls = [TopCall(rec.path, span[rec.index], rec.batch_size) for rec in self.top_calls]
         return part
 
 

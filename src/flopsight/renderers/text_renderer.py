@@ -580,9 +580,9 @@ class _Text:
             "Percentages are of the entry's operators in that phase. latency: the operators' own time, measured in "
             "the counting pass. bytes: read and written by the operators (docs/conventions/bytes.md).",
         )
-        if any(o.row.device_time is not None for e in p.entries for t in e.tables for o in t.by_flops + t.by_latency):
+        if any(o.row.kernel_time is not None for e in p.entries for t in e.tables for o in t.by_flops + t.by_latency):
             self.add("device: the time of the kernels the operator launched, measured in the timed pass "
-                     "(device_time=True; see the kernels per module below).")
+                     "(kernels=True; see the kernels per module below).")
         if p.depth is not None:
             self.add(f"Modules down to depth {p.depth}.")
         if p.collapse:
@@ -642,14 +642,14 @@ class _Text:
         return f"{e.path} ({e.type_name})"
 
     def _op_table(self, title: str, top: int, what: str, ranked: tuple[OperatorShare, ...], width: int) -> None:
-        device = any(o.row.device_time is not None for o in ranked)  # kernels recorded: their time too
+        device = any(o.row.kernel_time is not None for o in ranked)  # kernels recorded: their time too
         self.add(f"{title}, top {top} by {what}:",
                  f"    {'operator':<{width}} {'calls':>7} {'MACs':>13} {'flops':>10} {'% flops':>8} "
                  f"{'latency':>10} {'% latency':>9} {'bytes':>10}" + (f" {'device':>10}" if device else ""))
         for o in ranked:
             r, s = o.row, o.row.stats
             moved = bytes_to_string(r.bytes) if r.bytes is not None else "-"
-            kernels = f" {duration_to_string(r.device_time or 0.0):>10}" if device else ""
+            kernels = f" {duration_to_string(r.kernel_time or 0.0):>10}" if device else ""
             self.add(f"    {r.name:<{width}} {_count(s.calls):>7} {macs_to_string(s.macs):>13} "
                      f"{number_to_string(s.flops):>10} {_pct(o.flops_share):>8} "
                      f"{duration_to_string(s.latency):>10} {_pct(o.latency_share):>9} {moved:>10}{kernels}")

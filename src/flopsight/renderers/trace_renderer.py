@@ -5,7 +5,7 @@ and ``dur`` in microseconds) in ``traceEvents``, one process per rank (``pid`` =
 named ``rank N``) and one thread per lane: ``iteration``, ``forward`` and ``recompute``
 (module calls, nested by time: a flame), ``backward`` and ``step`` (timed whole), and
 ``communication`` (collectives). Each module span's args hold the module's MACs and FLOPs
-in that phase (with ``device_time=True``, its kernels' time and its own top kernels); each
+in that phase (with ``kernels=True``, its kernels' time and its own top kernels); each
 collective's its kind, bytes and module. See ``docs/trace.md``.
 
 >>> import json, torch, flopsight
@@ -163,8 +163,8 @@ def _module_args(result, path: str, phase: str) -> dict:
     if phase in PHASES:
         stats = node.inclusive[phase]
         args.update(calls=stats.calls, macs=stats.macs, flops=stats.flops)
-    if phase in node.device_time:  # device_time=True: its kernels' time with its submodules'
-        args["device_time_us"] = round(node.device_time[phase] * 1e6, 3)
+    if phase in node.kernel_time:  # kernels=True: its kernels' time with its submodules'
+        args["kernel_time_us"] = round(node.kernel_time[phase] * 1e6, 3)
     kernels = node.record.kernels.get(phase)
     if kernels:  # and its own kernels, by name
         args["kernels"] = {name: {"calls": k.calls, "us": round(k.seconds * 1e6, 3)}

@@ -1,4 +1,4 @@
-"""Kernels per module: what ``device_time=True`` measured with torch.profiler.
+"""Kernels per module: what ``kernels=True`` measured with torch.profiler.
 
 On CUDA a *kernel* is one CUDA kernel, memcpy or memset, timed on the GPU by CUPTI; on the
 CPU it is one aten operator's self time (its time less the operators it called). Each is
@@ -37,7 +37,7 @@ class Kernel(NamedTuple):
 
 @dataclass(frozen=True)
 class KernelSummary:
-    """What ``device_time=True`` measured over the whole span: ``source`` (``"cuda"`` or
+    """What ``kernels=True`` measured over the whole span: ``source`` (``"cuda"`` or
     ``"cpu"``, see the module docstring), ``seconds`` (every kernel's time, the model's or
     not) and ``unassigned`` (name -> :class:`Kernel` of those launched outside the model's
     calls: user code around a profiled module, the profiler's own)."""

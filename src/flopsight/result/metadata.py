@@ -1,11 +1,11 @@
 """What a result records about the run besides the measurements: typed records.
 
->>> m = Metadata(model="Linear", device="cpu", timing=Timing("separate-pass", "perf_counter"),
+>>> m = Metadata(model="Linear", device="cpu", timing=Timing("separate", "perf_counter"),
 ...              parallel={"world": 2, "dp": 2}, inputs={"args": ["int64[4, 128]"], "kwargs": {}})
 >>> Metadata.from_dict(m.to_dict()) == m
 True
 >>> m.timing.method, m.world_size, m.parallel.dp, m.inputs.args[0].shape
-('separate-pass', 1, 2, (4, 128))
+('separate', 1, 2, (4, 128))
 >>> Metadata.from_dict({"device": "cuda:0"}).device_name    # results saved before it was recorded
 ''
 """
@@ -160,13 +160,19 @@ class Inputs(Mapping):
         return {"args": _plain(self._written["args"]), "kwargs": _plain(self._written["kwargs"])}
 
 
+#: the timing methods' names in files written before they took ``profile(timing=...)``'s words
+_OLD_TIMING_NAMES = {"separate-pass": "separate", "overhead-subtracted": "subtract", "single-pass": "single"}
+
+
 @dataclass(frozen=True)
 class Timing:
     """How latencies were measured.
 
-    ``method``: ``separate-pass`` (counted in one pass, timed in another with module hooks
-    only), ``overhead-subtracted`` (one pass, the profiler's own measured time taken out) or
-    ``single-pass``. ``clock``: ``perf_counter``, ``cuda_events`` or ``fake``.
+    ``method``, in the words of ``profile(timing=...)``: ``separate`` (counted in one pass,
+    timed in another with module hooks only), ``subtract`` (one pass, the profiler's own
+    measured time taken out) or ``single`` (one pass, nothing taken out). ``clock``:
+    ``perf_counter``, ``cuda_events`` or ``fake``. Older files name them
+    ``separate-pass``, ``overhead-subtracted`` and ``single-pass``: read as these.
     """
 
     method: str = ""
@@ -243,5 +249,7 @@ class Metadata:
         if unknown:
             raise ValueError(f"metadata: unknown field(s) {', '.join(unknown)}")
         values = dict(data)
-        values["timing"] = Timing(**values.get("timing", {}))
+        timing = dict(values.get("timing", {}))
+        timing["method"] = _OLD_TIMING_NAMES.get(timing.get("method", ""), timing.get("method", ""))
+        values["timing"] = Timing(**timing)
         return cls(**values)

@@ -103,7 +103,7 @@ class ProfileResult:
     #: ``first_step`` (:mod:`flopsight.result.samples`); the result's latencies are medians.
     #: None in files saved before it was recorded
     samples: StepSamples | None = None
-    #: what ``device_time=True`` measured over the span (:mod:`flopsight.result.kernels`): the
+    #: what ``kernels=True`` measured over the span (:mod:`flopsight.result.kernels`): the
     #: kernels' total and those of no module; each module's are in ``modules[path].kernels``.
     #: None when kernels were not recorded
     kernels: KernelSummary | None = None

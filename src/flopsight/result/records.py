@@ -94,14 +94,14 @@ class ModuleStats(NamedTuple):
     #: a linear or embedding layer's sizes (None for other modules; not written to files:
     #: its ``extra_repr`` says them)
     layer: LayerSizes | None = None
-    #: per phase, its own kernels (``device_time=True``): name -> :class:`~.kernels.Kernel`,
+    #: per phase, its own kernels (``kernels=True``): name -> :class:`~.kernels.Kernel`,
     #: most time first; and per phase, per operator of ``ops``, its kernels' device seconds
     kernels: dict[str, dict[str, Kernel]] = {}
-    op_device_time: dict[str, dict[str, float]] = {}
+    op_kernel_time: dict[str, dict[str, float]] = {}
 
     @property
-    def device_time(self) -> dict[str, float]:
-        """Per phase, the device seconds of its own kernels (``device_time=True``)."""
+    def kernel_time(self) -> dict[str, float]:
+        """Per phase, the device seconds of its own kernels (``kernels=True``)."""
         return {phase: sum(k.seconds for k in kernels.values()) for phase, kernels in self.kernels.items()}
 
     def to_dict(self) -> dict[str, Any]:
@@ -111,11 +111,11 @@ class ModuleStats(NamedTuple):
         d["ops"] = {ph: {name: s._asdict() for name, s in ops.items()} for ph, ops in self.ops.items()}
         d["memory"] = asdict(self.memory) if self.memory is not None else {}
         d["bytes_moved"] = {ph: dict(ops) for ph, ops in self.bytes_moved.items()}
-        # written only where kernels were recorded (device_time=True): not on every module of every file
-        del d["kernels"], d["op_device_time"]
+        # written only where kernels were recorded (kernels=True): not on every module of every file
+        del d["kernels"], d["op_kernel_time"]
         if self.kernels:
             d["kernels"] = {ph: kernels_to_dict(k) for ph, k in self.kernels.items()}
-            d["op_device_time"] = {ph: dict(ops) for ph, ops in self.op_device_time.items()}
+            d["op_kernel_time"] = {ph: dict(ops) for ph, ops in self.op_kernel_time.items()}
         del d["layer"]
         return d
 
@@ -129,7 +129,8 @@ class ModuleStats(NamedTuple):
         d["memory"] = ModuleMemory(**d["memory"]) if d.get("memory") else None
         d["bytes_moved"] = {ph: dict(ops) for ph, ops in d.get("bytes_moved", {}).items()}
         d["kernels"] = {ph: kernels_from_dict(k) for ph, k in d.get("kernels", {}).items()}
-        d["op_device_time"] = {ph: dict(ops) for ph, ops in d.get("op_device_time", {}).items()}
+        older = d.pop("op_device_time", {})  # its name in files written before
+        d["op_kernel_time"] = {ph: dict(ops) for ph, ops in d.get("op_kernel_time", older).items()}
         d["layer"] = LayerSizes.from_extra_repr(d.get("type_name", ""), d.get("extra_repr", ""))
         return cls(**d)
 

@@ -81,7 +81,7 @@ class ModuleNode:
     AttributeError: a module has no attribute 'fowrard' (did you mean 'forward'?)
     """
 
-    __slots__ = ("record", "self", "inclusive", "ran", "_activations", "_peak_backward", "_device_time")
+    __slots__ = ("record", "self", "inclusive", "ran", "_activations", "_peak_backward", "_kernel_time")
 
     def __init__(self, record: ModuleStats, inclusive: Mapping[str, Stats], ran: bool):
         self.record = record
@@ -92,7 +92,7 @@ class ModuleNode:
         # inclusive once built: its subtree's saved activations, the highest backward peak in it
         self._activations = record.memory.activations if record.memory else 0
         self._peak_backward = record.memory.peak_backward if record.memory else 0
-        self._device_time = record.device_time if record.kernels else {}
+        self._kernel_time = record.kernel_time if record.kernels else {}
 
     def __getattr__(self, name: str):
         try:
@@ -132,11 +132,11 @@ class ModuleNode:
         return ModuleMemory(self._activations, self.record.memory.peak, self._peak_backward)
 
     @property
-    def device_time(self) -> dict[str, float]:
+    def kernel_time(self) -> dict[str, float]:
         """Per phase, the device seconds of the kernels it and its submodules launched
-        (``device_time=True``; empty otherwise): see :mod:`flopsight.result.kernels`. Its own
+        (``kernels=True``; empty otherwise): see :mod:`flopsight.result.kernels`. Its own
         kernels, by name, are in ``record.kernels``."""
-        return self._device_time
+        return self._kernel_time
 
     @property
     def params_frozen(self) -> int:
@@ -165,14 +165,14 @@ def build_tree(modules: Mapping[str, ModuleStats]) -> dict[str, ModuleNode]:
         acc = {phase: list(s) for phase, s in own.items()}
         activations = record.memory.activations if record.memory else 0
         peak_backward = record.memory.peak_backward if record.memory else 0
-        device_time = dict(record.device_time) if record.kernels else {}
+        kernel_time = dict(record.kernel_time) if record.kernels else {}
         for child in record.children:
             node = nodes[child]
             ran = ran or node.ran
             activations += node._activations
             peak_backward = max(peak_backward, node._peak_backward)
-            for phase, seconds in node._device_time.items():
-                device_time[phase] = device_time.get(phase, 0.0) + seconds
+            for phase, seconds in node._kernel_time.items():
+                kernel_time[phase] = kernel_time.get(phase, 0.0) + seconds
             for phase, sub in node.inclusive._phases.items():
                 # a child's calls are its own: inclusive calls stay the module's
                 mine = acc.get(phase)
@@ -185,5 +185,5 @@ def build_tree(modules: Mapping[str, ModuleStats]) -> dict[str, ModuleNode]:
         node = nodes[record.name] = ModuleNode(record, {p: make_stats(*v) for p, v in acc.items()}, ran)
         node._activations = activations
         node._peak_backward = peak_backward
-        node._device_time = device_time
+        node._kernel_time = kernel_time
     return dict(reversed(list(nodes.items())))

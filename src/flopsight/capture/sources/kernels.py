@@ -1,5 +1,5 @@
 """Capture source: kernels per module, from torch.profiler running in the same pass
-(``device_time=True``).
+(``kernels=True``).
 
 While the pass runs, each module call is a named range in torch.profiler's trace
 (``flopsight/call/<index in the call log>``) and so is each step and backward span
@@ -34,7 +34,7 @@ import torch
 
 from ..._torch_private import kineto_device_work, kineto_events, kineto_running, trace_range
 
-__all__ = ["check_device_time", "KernelTrace", "KernelTimes", "TraceEvent", "attribute", "BACKWARD_NODE"]
+__all__ = ["check_kernels", "KernelTrace", "KernelTimes", "TraceEvent", "attribute", "BACKWARD_NODE"]
 
 _CALL, _PHASE = "flopsight/call/", "flopsight/phase/"
 #: the name torch.profiler gives the autograd engine's run of one backward node
@@ -46,18 +46,18 @@ _OPTIMIZER_STEP = "Optimizer.step#"
 _CHAIN = 6
 
 
-def check_device_time(value) -> bool:
+def check_kernels(value) -> bool:
     """``value`` if it is a bool and torch.profiler is free to record, else a clear error
     (before the model runs)."""
     if not isinstance(value, bool):
-        raise TypeError(f"device_time: expected a bool, got {type(value).__name__}")
+        raise TypeError(f"kernels: expected a bool, got {type(value).__name__}")
     if value and kineto_running():
         raise RuntimeError(_BUSY)
     return value
 
 
-_BUSY = ("device_time: torch.profiler is already running; it records one profile at a time, so stop "
-         "yours or profile with device_time=False")
+_BUSY = ("kernels: torch.profiler is already running; it records one profile at a time, so stop "
+         "yours or profile with kernels=False")
 
 
 class TraceEvent(NamedTuple):

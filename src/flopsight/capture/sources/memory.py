@@ -20,12 +20,13 @@ each optimizer step (``.steps``); a saved tensor belongs where the attribution o
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import partial
 
 import torch
 
 from ..._torch_private import storage_key
+from ...result.memory import Buffer
 from ..context import CaptureContext
 from ..events import OpEvent
 from ..wrappers import gradients, local_shard, optimizer_state_tensors
@@ -73,7 +74,7 @@ class MemorySource:
         self.peaks: dict[tuple[str, str], int] = {}  # (path, phase) -> peak bytes over its calls
         self.phase_peaks: dict[str, int] = {}
         self.live = 0
-        self.largest: tuple = (0, "", "", "")  # (bytes, op, path, phase) of the largest storage allocated
+        self.largest = Buffer(0, "", "", "")  # the largest storage allocated
         self._saved: set = set()
         #: storage key -> (bytes, weak reference calling back when it is freed) of the
         #: storages allocated while profiling and alive
@@ -107,7 +108,7 @@ class MemorySource:
             "activations": sum(self.activations.values()),
             "peak": max(self.phase_peaks.values(), default=0),
             "phase_peaks": dict(self.phase_peaks),
-            "largest_buffer": dict(zip(("bytes", "op", "module", "phase"), self.largest)) if self.largest[0] else None,
+            "largest_buffer": asdict(self.largest) if self.largest.bytes else None,
         })
 
     def _gradient_bytes(self) -> int:
@@ -151,8 +152,8 @@ class MemorySource:
         storage = t.untyped_storage()
         nbytes = storage.nbytes()
         self._tracked[key] = (nbytes, weakref.ref(storage, partial(self._freed, key)))
-        if nbytes > self.largest[0]:
-            self.largest = (nbytes, getattr(entry, "name", None) or "an op", path, phase)
+        if nbytes > self.largest.bytes:
+            self.largest = Buffer(nbytes, getattr(entry, "name", None) or "an op", path, phase)
         self.live += nbytes
         live = self.live
         if self._call_max and live > self._call_max[-1][1]:

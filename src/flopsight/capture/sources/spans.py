@@ -17,6 +17,7 @@ profiler's own overhead inside it, where the clock allows (host clocks).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 import torch
 
@@ -25,16 +26,30 @@ from ...formulas.shapes import nested_tensors
 from ..context import CaptureContext
 from ..notices import warn_backward_elsewhere
 
-__all__ = ["SpanTimer", "SpanTimes"]
+__all__ = ["SpanTimer", "SpanTimes", "SpanStamps", "TimedSpan"]
+
+
+class SpanStamps(NamedTuple):
+    """One span: its kind, its start and end stamps, the profiler's own seconds at each."""
+
+    kind: str
+    start: Any
+    end: Any
+    ovh_start: float
+    ovh_end: float
+
+
+class TimedSpan(NamedTuple):
+    stamps: SpanStamps
+    seconds: float  # its wall seconds, the profiler's own left out where the clock allows
 
 
 @dataclass
 class SpanTimes:
-    """The span timer's part of a raw capture: each span as ``((kind, start stamp, end
-    stamp, overhead at start, overhead at end), seconds)`` in the order they ended, and
-    ``origin``, (stamp, overhead) where the iteration began (None before it began)."""
+    """The span timer's part of a raw capture: each span (:class:`TimedSpan`) in the order they
+    ended, and ``origin``, (stamp, overhead) where the iteration began (None before it began)."""
 
-    timed: list[tuple[tuple, float]] = field(default_factory=list)
+    timed: list[TimedSpan] = field(default_factory=list)
     origin: tuple | None = None
 
     def seconds(self) -> dict[str, list[float]]:
@@ -46,7 +61,7 @@ class SpanTimes:
 
 
 class SpanTimer:
-    """Records ``(kind, start stamp, end stamp, overhead at start, overhead at end)``."""
+    """Records each span's :class:`SpanStamps`."""
 
     def __init__(self, ctx: CaptureContext):
         self._ctx = ctx
@@ -84,7 +99,7 @@ class SpanTimer:
     def collect(self, ctx: CaptureContext) -> SpanTimes:
         origin = next(((start, overhead) for kind, start, _, overhead, _ in self.spans if kind == "iteration"),
                       self._open.get("iteration"))
-        return SpanTimes([(s, ctx.span_seconds(*s[1:])) for s in self.spans], origin)
+        return SpanTimes([TimedSpan(s, ctx.span_seconds(*s[1:])) for s in self.spans], origin)
 
     # -- spans ---------------------------------------------------------------------------
     def begin(self, kind: str) -> None:
@@ -96,7 +111,8 @@ class SpanTimer:
         if kind in ("backward", "step"):
             self._ctx.last_phase = kind
         if opened is not None:
-            self.spans.append((kind, opened[0], self._ctx.clock.stamp(), opened[1], self._ctx.overhead.seconds))
+            ctx = self._ctx
+            self.spans.append(SpanStamps(kind, opened[0], ctx.clock.stamp(), opened[1], ctx.overhead.seconds))
 
     # -- phases ----------------------------------------------------------------------------
     def forward_begins(self, record) -> None:

@@ -701,7 +701,7 @@
         t.macs += s.macs; t.flops += s.flops; t.latency += s.latency; t.calls += s.calls;
         const moved = n.m.bytes_moved && n.m.bytes_moved[ph];
         if (moved && typeof moved[name] === "number") t.bytes += moved[name];
-        const device = n.m.op_device_time && n.m.op_device_time[ph];
+        const device = n.m.op_kernel_time && n.m.op_kernel_time[ph];
         if (device && typeof device[name] === "number") t.device += device[name];
         totals.set(name, t);
       }
@@ -822,7 +822,7 @@
     return [...totals.entries()].sort((a, b) => b[1].seconds - a[1].seconds || (a[0] < b[0] ? -1 : 1));
   }
 
-  // its kernels with its submodules', per phase: recorded with device_time=True
+  // its kernels with its submodules', per phase: recorded with kernels=True
   function renderKernels(box, node) {
     if (!DATA.kernels) return;
     const section = el("div", { id: "kernels" });

@@ -24,6 +24,7 @@ import contextlib
 import struct
 import warnings
 import weakref
+from typing import Any, NamedTuple
 
 import torch
 
@@ -50,6 +51,18 @@ from .calls import host_offset
 __all__ = ["NativeCountingSource", "NO_NODE"]
 
 NO_NODE = -(2**63)  # the recorder's node sequence number for an op outside the backward pass
+
+
+class Costed(NamedTuple):
+    """What one signature costs: its registry ``entry`` (None: an operator torch.ops does not
+    know), ``cost`` (None: no formula), the bytes it moves (a unit's: the bytes it reads);
+    for a unit, its ``backward`` cost (None for an op) and the bytes it ``written``."""
+
+    entry: Any
+    cost: Any
+    nbytes: int
+    backward: Any = None
+    written: int = 0
 
 
 class _RecordedNode:
@@ -131,7 +144,7 @@ class _RegistryTables:
         self.version = registry.version
         self.names, self.units = operator_names(registry)
         self.ops: list[_Op | None] = []  # by operator id
-        self.costs: dict[int, tuple] = {}  # signature -> (entry, cost, bytes moved)
+        self.costs: dict[int, Costed] = {}  # signature -> what it costs
 
     def forget(self) -> None:
         self.ops.clear()
@@ -282,7 +295,7 @@ class NativeCountingSource:
             known = costs.get(sig)
             if known is None:
                 known = self._cost(op_id, sig)
-            entry, cost, nbytes = known[:3]
+            entry, cost, nbytes, backward, written = known
             if entry is None:
                 continue
             if node_seq == NO_NODE:
@@ -295,10 +308,10 @@ class NativeCountingSource:
                 t0, t1 = t0 * 1e-9 + offset, t1 * 1e-9 + offset
             else:
                 t0, t1 = stamp(), stamp()
-            if len(known) == 3:
+            if backward is None:
                 place_at(node, seq_after, entry, t0, t1, (), cost, nbytes)
             else:  # a unit: (unit, cost, read, backward cost, written)
-                attribution.charge_whole_costed(node, seq_after, entry, t0, t1, cost, known[3], nbytes, known[4],
+                attribution.charge_whole_costed(node, seq_after, entry, t0, t1, cost, backward, nbytes, written,
                                                 seq_before, seq_after)
 
     def _parameter(self, address: int):
@@ -309,16 +322,16 @@ class NativeCountingSource:
             self._by_address = {tensor_address(p): p for p in params.tensors} if params is not None else {}
         return self._by_address.get(address)
 
-    def _cost(self, op_id: int, sig: int) -> tuple:
+    def _cost(self, op_id: int, sig: int) -> "Costed":
         """(entry, cost or None, bytes moved) of a signature, costed on meta tensors of its
         shapes (cached), or on an op's own values (not cached: ``sig < 0``)."""
         with self.unrecorded():  # the formulas' and the meta tensors' ops are not the model's
             return self._costed(op_id, sig)
 
-    def _costed(self, op_id: int, sig: int) -> tuple:
+    def _costed(self, op_id: int, sig: int) -> "Costed":
         op = self._op(op_id)
         if op is None:  # an operator torch.ops does not know: not counted
-            return None, None, 0
+            return Costed(None, None, 0)
         key, inputs, outputs = self._values.get(sig) or (self._rec.signature(sig), None, None)
         if inputs is None or outputs is None:  # described by the signature: meta tensors of its shapes
             described = _decode(key, _dtypes(self._rec))
@@ -343,13 +356,13 @@ class NativeCountingSource:
                 entry, cost = _Failed(entry, e), None
             if sig >= 0 and attention_entries.values_read() != reads:  # it wanted values it was not given
                 _warn_values(entry.name)
-        known = (entry, cost, nbytes)
+        known = Costed(entry, cost, nbytes)
         if sig >= 0:
             self._tables.costs[sig] = known
         return known
 
 
-    def _cost_unit(self, unit, out, args, kwargs, sig: int) -> tuple:
+    def _cost_unit(self, unit, out, args, kwargs, sig: int) -> "Costed":
         """(unit, cost or None, bytes read, backward cost, bytes written) of a unit's call."""
         bound = unit.bind(args, kwargs)  # None if no schema fits: its formula then fails
         read, written = whole_call_bytes(out, bound)
@@ -362,7 +375,7 @@ class NativeCountingSource:
         backward = ZERO_STATS
         if unit.backward is not None:
             backward = self._ctx.attribution.evaluate(unit.backward_entry, out, bound)
-        known = (entry, cost, read, backward, written)
+        known = Costed(entry, cost, read, backward, written)
         if sig >= 0:
             self._tables.costs[sig] = known
         return known
