@@ -41,7 +41,7 @@ def pytest_addoption(parser):
 BOTH_BACKENDS = {
     "test_attribution", "test_capture", "test_training", "test_transformers_models", "test_extensions",
     "test_coverage_sweep", "test_scripted", "test_devices", "test_generate_encoder_decoder",
-    "test_attention_option", "test_scope", "test_registry", "test_backward_span",
+    "test_attention_option", "test_scope", "test_registry", "test_backward_span", "test_memory",
 }
 DISPATCH_MODE_BRANCH = (
     "under a dispatch mode torch takes its tensor-subclass branch here (isTensorSubclassLike): the "

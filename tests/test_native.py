@@ -306,8 +306,10 @@ def test_auto_counts_natively_where_it_can_and_says_why_not(monkeypatch):
     model, x = nn.Linear(2, 2), torch.ones(1, 2)
     meta = flopsight.profile(model, x).metadata
     assert (meta.backend, meta.backend_note) == ("native", None)
-    meta = flopsight.profile(model, x, memory=True).metadata
-    assert meta.backend == "python" and "memory tracking" in meta.backend_note
+    meta = flopsight.profile(model, x, memory=True).metadata  # from the allocators' reports
+    assert (meta.backend, meta.backend_note) == ("native", None)
+    meta = flopsight.profile(nn.Linear(2, 2, device="meta"), x.to("meta"), memory=True).metadata
+    assert meta.backend == "python" and "meta device" in meta.backend_note
     meta = flopsight.profile(model, x, clock=flopsight.FakeClock()).metadata
     assert meta.backend == "python" and "fake clock" in meta.backend_note
     assert flopsight.profile(model, x, backend="python").metadata.backend_note is None

@@ -184,6 +184,25 @@ class Attribution:
         ctx.tally.add(path, phase, entry.name, cost, t0, t1, 1, top_id, nbytes)
         return path, phase
 
+    def locate(self, node, seq_after: int | None = None) -> tuple[str, str] | None:
+        """Where something that happened now, while autograd node ``node`` ran (None: none),
+        belongs, as :meth:`place_at` decides for an op, without charging anything: (module
+        path, phase), or None when it is not the profiled model's (a block of memory the
+        native backend saw allocated)."""
+        ctx = self.ctx
+        stack = ctx.stack
+        if node is None or (stack and stack[-1].phase == "recompute"):
+            if stack:
+                return stack[-1].path, stack[-1].phase
+            if ctx.phase != "forward" or ctx.outside_to_root:
+                return "", ctx.phase
+            return None
+        whole = self._whole_call_of(node)
+        if whole is not None:
+            return whole.path, "backward"
+        path = self._backward_owner(node)
+        return (path, "backward") if path is not None else None
+
     def charge_collective(self, entry, t0, t1, owner: str | None = None) -> tuple[str, str]:
         """Charge a collective op like any free op and say where the collective belongs:
         (path, phase). One issued by a gradient hook while the backward pass accumulates a

@@ -191,7 +191,7 @@ def _module_memory(memory: MemoryFigures | None, path: str) -> ModuleMemory | No
         return None
     peaks = memory.peaks
     return ModuleMemory(memory.activations.get(path, 0), peaks.get((path, "forward"), 0),
-                        peaks.get((path, "backward"), 0))
+                        peaks.get((path, "backward"), 0), memory.temporaries.get(path, 0))
 
 
 def _collectives(calls) -> tuple[Collective, ...]:

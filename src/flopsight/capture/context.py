@@ -54,6 +54,7 @@ class NoBackend:
 
     name = "python"
     note = None
+    tracks_memory = False
 
     def settle(self) -> None:
         pass

@@ -15,6 +15,10 @@ starts) to what it needs, and publishes what it sees:
 * ``steps``: each optimizer step's start (``step_begins(optimizer)``), from the optimizer hooks;
 * ``phases``: each backward or step span's start and end (``phase_begins(kind)``,
   ``phase_ends(kind)``), from the span timer;
+* ``allocations``: each block of memory the model allocated (``allocated(nbytes, path, phase,
+  op)``) and each one it released (``freed(nbytes)``), from the backend (the Python one reads
+  ops' output storages, the native one the allocators' reports); only where the backend
+  ``tracks_memory``, else the memory source reads ``ops`` itself;
 * ``claims``: ops a source charges itself (op overload -> ``handler(event)``; the collectives);
 * ``functions``: torch functions a source runs itself (function -> ``handler(func, args,
   kwargs)``, which must call ``func``), routed by the function interceptor (the units);
@@ -64,6 +68,7 @@ class Events:
         self.forwards: list = []
         self.steps: list = []
         self.phases: list = []
+        self.allocations: list = []
         self.claims: dict[Any, Callable[[OpEvent], None]] = {}
         self.functions: dict[Callable, Callable] = {}
         self.aside: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
@@ -76,8 +81,8 @@ class Events:
 
     def clear(self) -> None:
         """Drop every subscription (the session is over: no bound method of a source outlives it)."""
-        for subscribers in (self.ops, self.calls, self.modules, self.forwards, self.steps, self.phases, self.claims,
-                            self.functions):
+        for subscribers in (self.ops, self.calls, self.modules, self.forwards, self.steps, self.phases,
+                            self.allocations, self.claims, self.functions):
             subscribers.clear()
         self.aside = contextlib.nullcontext
 

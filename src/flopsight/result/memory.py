@@ -23,11 +23,15 @@ class ModuleMemory:
     """One module: ``activations``, bytes its forward saved for the backward pass (its
     submodules included, each storage once); ``peak``, the most bytes live while one call of
     its forward ran; ``peak_backward``, the most bytes live when an op of its (or a
-    submodule's) backward allocated."""
+    submodule's) backward allocated; ``temporaries``, the most bytes one op of it (or of a
+    submodule), forward or backward, allocated and released before it returned (an im2col
+    buffer, attention scores), on top of the live bytes then: seen by the native backend
+    only, from the allocators' reports (docs/conventions/memory.md)."""
 
     activations: int = 0
     peak: int = 0
     peak_backward: int = 0
+    temporaries: int = 0
 
 
 @dataclass(frozen=True)

@@ -81,7 +81,7 @@ class ModuleNode:
     AttributeError: a module has no attribute 'fowrard' (did you mean 'forward'?)
     """
 
-    __slots__ = ("record", "self", "inclusive", "ran", "_activations", "_peak_backward", "_kernel_time")
+    __slots__ = ("record", "self", "inclusive", "ran", "_activations", "_peak_backward", "_temporaries", "_kernel_time")
 
     def __init__(self, record: ModuleStats, inclusive: Mapping[str, Stats], ran: bool):
         self.record = record
@@ -92,6 +92,7 @@ class ModuleNode:
         # inclusive once built: its subtree's saved activations, the highest backward peak in it
         self._activations = record.memory.activations if record.memory else 0
         self._peak_backward = record.memory.peak_backward if record.memory else 0
+        self._temporaries = record.memory.temporaries if record.memory else 0
         self._kernel_time = record.kernel_time if record.kernels else {}
 
     def __getattr__(self, name: str):
@@ -129,7 +130,7 @@ class ModuleNode:
         forward (submodules included), and its forward and backward peaks."""
         if not self.record.memory:
             return None
-        return ModuleMemory(self._activations, self.record.memory.peak, self._peak_backward)
+        return ModuleMemory(self._activations, self.record.memory.peak, self._peak_backward, self._temporaries)
 
     @property
     def kernel_time(self) -> dict[str, float]:
@@ -165,12 +166,14 @@ def build_tree(modules: Mapping[str, ModuleStats]) -> dict[str, ModuleNode]:
         acc = {phase: list(s) for phase, s in own.items()}
         activations = record.memory.activations if record.memory else 0
         peak_backward = record.memory.peak_backward if record.memory else 0
+        temporaries = record.memory.temporaries if record.memory else 0
         kernel_time = dict(record.kernel_time) if record.kernels else {}
         for child in record.children:
             node = nodes[child]
             ran = ran or node.ran
             activations += node._activations
             peak_backward = max(peak_backward, node._peak_backward)
+            temporaries = max(temporaries, node._temporaries)
             for phase, seconds in node._kernel_time.items():
                 kernel_time[phase] = kernel_time.get(phase, 0.0) + seconds
             for phase, sub in node.inclusive._phases.items():
@@ -185,5 +188,6 @@ def build_tree(modules: Mapping[str, ModuleStats]) -> dict[str, ModuleNode]:
         node = nodes[record.name] = ModuleNode(record, {p: make_stats(*v) for p, v in acc.items()}, ran)
         node._activations = activations
         node._peak_backward = peak_backward
+        node._temporaries = temporaries
         node._kernel_time = kernel_time
     return dict(reversed(list(nodes.items())))

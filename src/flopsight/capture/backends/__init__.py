@@ -42,6 +42,9 @@ class Backend(Protocol):
     name: str
     #: why the native backend was not used, when it was not (None when nothing was asked of it)
     note: str | None
+    #: whether it publishes the model's memory to ``ctx.events.allocations`` (else the memory
+    #: source reads each op's outputs)
+    tracks_memory: bool
 
     def start(self, ctx) -> None:
         """Install the module-call tracking, then the op capture."""

@@ -60,6 +60,8 @@ class MemoryFigures:
     activations: dict[str, int] = field(default_factory=dict)
     peaks: dict[tuple[str, str], int] = field(default_factory=dict)
     totals: dict = field(default_factory=dict)
+    #: per module path, the most bytes one of its ops held only while it ran (native only)
+    temporaries: dict[str, int] = field(default_factory=dict)
 
 
 class MemorySource:
@@ -73,6 +75,8 @@ class MemorySource:
         self.activations: dict[str, int] = {}  # module path -> bytes its forward saved
         self.peaks: dict[tuple[str, str], int] = {}  # (path, phase) -> peak bytes over its calls
         self.phase_peaks: dict[str, int] = {}
+        self.temporaries: dict[str, int] = {}  # module path -> most bytes one op held while it ran
+        self._temporary = 0  # bytes of the running op's temporaries
         self.live = 0
         self.largest = Buffer(0, "", "", "")  # the largest storage allocated
         self._saved: set = set()
@@ -82,12 +86,18 @@ class MemorySource:
         self._call_max: list[list] = []  # [call record, running max] of the calls on the stack
         self._hooks = None
         self._active = False
-        ctx.events.ops.append(self._op)
         ctx.events.modules.append(self)
         ctx.events.steps.append(self)
 
     # -- lifecycle ----------------------------------------------------------------------
     def start(self, ctx: CaptureContext) -> None:
+        # live bytes from the allocators' reports where the backend reads them (native), else
+        # from each op's output storages, read here (the Python backend publishes every op)
+        if ctx.backend.tracks_memory:
+            ctx.events.allocations.append(self)
+        else:  # the outputs of each op, and of each call counted whole (its ops are not published)
+            ctx.events.ops.append(self._op)
+            ctx.events.calls.append(self._op)
         self._active = True
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack)
         self._hooks.__enter__()
@@ -101,7 +111,7 @@ class MemorySource:
 
     def collect(self, ctx: CaptureContext) -> MemoryFigures:
         params = ctx.params.tensors
-        return MemoryFigures(dict(self.activations), dict(self.peaks), {
+        return MemoryFigures(dict(self.activations), dict(self.peaks), temporaries=dict(self.temporaries), totals={
             "params": tensor_bytes(local_shard(p) for p in params),
             "grads": max(self.grads_at_step, self._gradient_bytes()),
             "optimizer_state": tensor_bytes(optimizer_state_tensors(self._optimizer)),
@@ -152,8 +162,19 @@ class MemorySource:
         storage = t.untyped_storage()
         nbytes = storage.nbytes()
         self._tracked[key] = (nbytes, weakref.ref(storage, partial(self._freed, key)))
+        self.allocated(nbytes, path, phase, getattr(entry, "name", None))
+
+    def allocated(self, nbytes: int, path: str, phase: str, op: str | None = None, temporary: bool = False) -> None:
+        """``nbytes`` more are live, allocated by ``op`` for module ``path`` in ``phase``; a
+        ``temporary`` block (the op releases it before it returns: the native backend's
+        allocator view) is named on its own (``temporaries``), not added to the live bytes."""
+        if temporary:
+            self._temporary += nbytes
+            if self._temporary > self.temporaries.get(path, 0):
+                self.temporaries[path] = self._temporary
+            return
         if nbytes > self.largest.bytes:
-            self.largest = Buffer(nbytes, getattr(entry, "name", None) or "an op", path, phase)
+            self.largest = Buffer(nbytes, op or "an op", path, phase)
         self.live += nbytes
         live = self.live
         if self._call_max and live > self._call_max[-1][1]:
@@ -165,8 +186,15 @@ class MemorySource:
 
     def _freed(self, key, _ref=None) -> None:
         tracked = self._tracked.pop(key, None)
-        if tracked is not None and self._active:
-            self.live -= tracked[0]
+        if tracked is not None:
+            self.freed(tracked[0])
+
+    def freed(self, nbytes: int, temporary: bool = False) -> None:
+        """``nbytes`` allocated while profiling were released."""
+        if temporary:
+            self._temporary -= nbytes
+        elif self._active:
+            self.live -= nbytes
 
     # -- optimizer steps (an optimizer-steps listener) -------------------------------------
     def step_begins(self, optimizer) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 
 from ...modules import compiled_paths
+from ...._torch_private import kineto_running
 from ...timing import FakeClock, HostClock
 from ..python.calls import PythonCalls
 from .build import IN_USE, failure, load, loaded
@@ -34,6 +35,8 @@ class NativeBackend:
 
     def __init__(self, ctx, recorder, ops: NativeCountingSource | None, native_calls: bool):
         self.ops = ops
+        #: memory from the allocators' reports (published to ``ctx.events.allocations``)
+        self.tracks_memory = ops is not None and ops.memory
         if native_calls:
             self.calls = NativeCalls(ctx, recorder, drains=ops is None)
             if ops is not None:
@@ -86,6 +89,19 @@ class NativeBackend:
         return [info.module for info in self._ctx.options.infos.values()]
 
 
+def _no_native_memory(recorder, options, params) -> str | None:
+    """Why the allocators' reports cannot be read in this session (None: they can): they go to
+    the one profiler state of the thread, which torch.profiler takes while it runs; the meta
+    device has no allocator."""
+    if params is not None and any(t.is_meta for t in params.tensors):
+        return "memory on the meta device is read from the tensors (no allocator reports it)"
+    if options.kernels:
+        return "memory is tracked in Python while torch.profiler records kernels (kernels=True)"
+    if recorder.profiler_state() or kineto_running():
+        return "memory is tracked in Python while torch.profiler runs"
+    return None
+
+
 def _may_run(unit, modules: list) -> bool:
     return unit is None or unit.may_run is None or bool(unit.may_run(modules))
 
@@ -104,7 +120,11 @@ def native_backend(ctx) -> tuple[NativeBackend | None, str | None]:
     recorder, note = _counting_recorder(options.backend, ctx)
     if recorder is None:
         return None, note
-    ops = NativeCountingSource(ctx, recorder)
+    if options.memory:
+        why = _no_native_memory(recorder, options, ctx.params)
+        if why is not None:
+            return None, why
+    ops = NativeCountingSource(ctx, recorder, memory=options.memory)
     return NativeBackend(ctx, recorder, ops, ops.host_stamps and not ctx.events.modules and not compiled), None
 
 
@@ -116,7 +136,7 @@ def _counting_recorder(backend: str, ctx) -> tuple[object | None, str | None]:
     if ctx.events.claims:
         return None, "collectives under torch.distributed are timed op by op in Python"
     if ctx.events.ops:
-        return None, "memory tracking reads each op's tensors in Python while it runs"
+        return None, "a source reads each op's tensors in Python while it runs"
     if not isinstance(ctx.clock, (HostClock, FakeClock)) or (backend == "auto" and isinstance(ctx.clock, FakeClock)):
         return None, f"ops are timed on the {ctx.clock.name} clock"
     if IN_USE[0]:

@@ -51,6 +51,7 @@ from .calls import host_offset
 __all__ = ["NativeCountingSource", "NO_NODE"]
 
 NO_NODE = -(2**63)  # the recorder's node sequence number for an op outside the backward pass
+MEMORY = -3  # a memory record's op (recorder.cpp's kMemory)
 
 
 class Costed(NamedTuple):
@@ -160,9 +161,12 @@ class NativeCountingSource:
 
     backend = "native"
 
-    def __init__(self, ctx: CaptureContext, recorder):
+    def __init__(self, ctx: CaptureContext, recorder, memory: bool = False):
         self._ctx = ctx
         self._rec = recorder
+        #: also track memory: the blocks the allocators report, published to ``ctx.events.allocations``
+        self.memory = memory
+        self._blocks: dict[int, tuple] = {}  # address -> (bytes, temporary) of the model's blocks alive
         #: the units recorded whole here (aten ops, and functions that reach one), so the function
         #: mode lets their calls on plain tensors run as they are; a call on a tensor subclass that takes it over at
         #: the torch-function level (a nested tensor's or CausalBias's own attention) still goes
@@ -198,8 +202,12 @@ class NativeCountingSource:
         self._tables = _TABLES.configure(self._rec, ctx.registry)
         EAGER_STANCE.acquire()
         try:
+            if self.memory and not self._rec.start_memory():  # checked when the backend was chosen
+                raise RuntimeError("memory: torch.profiler's state is on this thread; profile with backend='python'")
             self._rec.start()
         except BaseException:
+            if self.memory:
+                self._rec.stop_memory()
             EAGER_STANCE.release()
             raise
         IN_USE[0] += 1
@@ -212,6 +220,8 @@ class NativeCountingSource:
             return
         self._running = False
         try:
+            if self.memory:
+                self._rec.stop_memory()
             self._rec.stop()
             self._recording = False
             self.settle()
@@ -286,7 +296,11 @@ class NativeCountingSource:
         place_at = attribution.place_at
         replay_call = self.replay_call
         costs, offset, stamp = self._tables.costs, self._offset, self._stamp
+        temporaries = _temporaries(records) if self.memory else {}
         for op_id, sig, node_seq, seq_before, seq_after, t0, t1, variable in records:
+            if op_id == MEMORY:  # a block allocated (seq_before > 0 bytes) or released
+                self._block(sig, node_seq, seq_before, seq_after, variable, temporaries.get(variable))
+                continue
             if op_id < 0:  # a module call entered or left (recorder.cpp's kEnter, kExit)
                 replay_call(op_id, sig, node_seq, seq_before, t0 * 1e-9 + offset, overhead)
                 continue
@@ -313,6 +327,39 @@ class NativeCountingSource:
             else:  # a unit: (unit, cost, read, backward cost, written)
                 attribution.charge_whole_costed(node, seq_after, entry, t0, t1, cost, backward, nbytes, written,
                                                 seq_before, seq_after)
+
+    def _block(self, op_id: int, node_seq: int, nbytes: int, seq_after: int, address: int,
+               temporary: list | None) -> None:
+        """A block of ``nbytes`` the allocator handed out while op ``op_id`` ran (-1: none) and
+        autograd node ``node_seq`` ran; a negative ``nbytes``: the block at ``address`` went back.
+        ``temporary``: the addresses' blocks of this batch that their op released before it
+        returned (see :func:`_temporaries`), consumed in order."""
+        listeners = self._ctx.events.allocations
+        if nbytes < 0:
+            kept = self._blocks.pop(address, None)
+            if kept is not None:
+                for listener in listeners:
+                    listener.freed(kept[0], kept[1])
+            return
+        is_temporary = bool(temporary) and temporary.pop(0)
+        where = self._ctx.attribution.locate(self._node(node_seq, 0), seq_after)
+        if where is None:  # not the model's: neither is its release
+            return
+        self._blocks[address] = (nbytes, is_temporary)
+        name = None
+        if op_id >= 0:
+            op = self._op(op_id)
+            name = op.entry.name if op is not None else None
+        for listener in listeners:
+            listener.allocated(nbytes, where[0], where[1], name, is_temporary)
+
+    def _node(self, node_seq: int, variable: int):
+        """What attribution reads of the autograd node a record ran in (None: none)."""
+        if node_seq == NO_NODE:
+            return None
+        if node_seq == -1:
+            node_seq = ACCUMULATE_GRAD_SEQUENCE_NR
+        return _RecordedNode(node_seq, self._parameter(variable) if variable else None)
 
     def _parameter(self, address: int):
         """The model's parameter at TensorImpl ``address`` (the recorder knows an
@@ -379,6 +426,28 @@ class NativeCountingSource:
         if sig >= 0:
             self._tables.costs[sig] = known
         return known
+
+
+def _temporaries(records: list) -> dict[int, list]:
+    """Which of a batch's allocations are an op's temporaries: blocks released before the next
+    op record (an op is recorded when it returns, after what it allocated), so inside the op
+    that made them. Address -> for each of its allocations in the batch, in order, whether it is
+    one (a block freed in a later batch was not)."""
+    out: dict[int, list] = {}
+    since_op: dict[int, tuple] = {}  # address -> (its list, index) of the blocks allocated since the last op
+    for op_id, _, _, nbytes, _, _, _, address in records:
+        if op_id == MEMORY:
+            if nbytes > 0:
+                flags = out.setdefault(address, [])
+                since_op[address] = (flags, len(flags))
+                flags.append(False)
+            else:
+                opened = since_op.pop(address, None)
+                if opened is not None:
+                    opened[0][opened[1]] = True
+        elif op_id >= 0:
+            since_op.clear()
+    return out
 
 
 _ATEN_UNITS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # registry -> (version, functions)

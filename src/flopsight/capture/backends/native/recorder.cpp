@@ -33,8 +33,12 @@
 #include <torch/csrc/autograd/functions/accumulate_grad.h>
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/profiler/orchestration/observer.h>
+#include <c10/util/Logging.h>
+#include <c10/util/ThreadLocalDebugInfo.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -468,6 +472,104 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext*) {
   g_pending = static_cast<int64_t>(g_records.size());
 }
 
+// -- memory: what the allocators report ------------------------------------------------------
+// c10's allocators (CPU, CUDA's caching allocator, pinned host memory) report each block they
+// hand out and take back to the thread-local PROFILER_STATE when its memoryProfilingEnabled()
+// holds. A session that tracks memory pushes one of its own there: a ProfilerStateBase whose
+// config is Disabled (so torch.profiler's checks see no profiler running) with memory
+// profiling on. Each block allocated while recording, and its release, goes into the record
+// stream as a kMemory record (sig: the innermost recorded op running on that thread, -1 for
+// none; node_seq: the autograd node running; seq_before: the bytes, negative when released;
+// seq_after: the thread's sequence counter; accumulated: the block's address), so Python
+// replays them in order with the ops and module calls, as the Python path sees tensors.
+// Blocks allocated before the session (or while not recording) are not tracked: their release
+// is not either. The autograd engine carries the state into its threads (ThreadLocalState).
+constexpr int32_t kMemory = -3;
+
+std::atomic<bool> g_memory{false};
+std::unordered_map<void*, int64_t> g_blocks;  // under g_lock: blocks allocated while recording, alive
+
+int32_t innermost_op() {
+  for (size_t d = t_depth; d > 0; --d) {
+    const Frame& frame = t_frames[d - 1];
+    if (frame.recorded || frame.fallback) return frame.op;
+  }
+  return -1;
+}
+
+struct MemoryState final : torch::profiler::impl::ProfilerStateBase {
+  MemoryState()
+      : ProfilerStateBase(torch::profiler::impl::ProfilerConfig(torch::profiler::impl::ProfilerState::Disabled,
+                                                                /*report_input_shapes=*/false,
+                                                                /*profile_memory=*/true)) {}
+
+  bool memoryProfilingEnabled() const override { return g_memory.load(std::memory_order_relaxed); }
+
+  void reportMemoryUsage(void* ptr, int64_t bytes, size_t, size_t, c10::Device) override {
+    if (!g_memory.load(std::memory_order_relaxed) || bytes == 0) return;
+    int64_t t = now_ns();
+    int64_t node_seq = kNoNode;
+    if (auto node = torch::autograd::get_current_node()) node_seq = static_cast<int64_t>(node->sequence_nr());
+    int64_t seq = static_cast<int64_t>(at::sequence_number::peek());
+    int32_t op = bytes > 0 && t_generation == g_generation.load(std::memory_order_relaxed) ? innermost_op() : -1;
+    std::lock_guard<std::mutex> guard(g_lock);
+    if (bytes > 0) {
+      if (!g_on.load(std::memory_order_relaxed)) return;  // the profiler's own
+      g_blocks[ptr] = bytes;
+    } else {
+      auto it = g_blocks.find(ptr);
+      if (it == g_blocks.end()) return;  // allocated before the session, or not recorded
+      bytes = -it->second;
+      g_blocks.erase(it);
+    }
+    g_records.push_back(Record{kMemory, op, node_seq, bytes, seq, t, t, reinterpret_cast<intptr_t>(ptr)});
+    g_pending = static_cast<int64_t>(g_records.size());
+  }
+
+  torch::profiler::impl::ActiveProfilerType profilerType() override {
+    return torch::profiler::impl::ActiveProfilerType::NONE;
+  }
+};
+
+std::shared_ptr<MemoryState> g_memory_state;
+int g_log_level = 0;  // c10's log level before the session raised it
+
+// Track memory on this thread (and the autograd threads it starts); false when another
+// profiler's state is there (torch.profiler running): that session tracks memory in Python.
+bool start_memory() {
+  if (c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE) != nullptr) return false;
+  {
+    std::lock_guard<std::mutex> guard(g_lock);
+    g_blocks.clear();
+  }
+  g_memory_state = std::make_shared<MemoryState>();
+  c10::ThreadLocalDebugInfo::_push(c10::DebugInfoKind::PROFILER_STATE, g_memory_state);
+  // c10's CPU allocator logs a warning for a block released while memory is reported that it
+  // saw allocated before: every tensor made before the session, expected here (put back at stop)
+  g_log_level = FLAGS_caffe2_log_level;
+  FLAGS_caffe2_log_level = std::max(g_log_level, 2);  // errors only
+  g_memory.store(true);
+  return true;
+}
+
+void stop_memory() {
+  g_memory.store(false);
+  auto state = std::move(g_memory_state);
+  if (!state) return;
+  FLAGS_caffe2_log_level = g_log_level;
+  // ours is taken off when it is the innermost debug info of this thread (it always is, unless
+  // the session is stopped on another thread or inside a torch.profiler started after it: then
+  // it stays there, reporting nothing, as g_memory is off)
+  if (c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE) == state.get()) {
+    try {
+      c10::ThreadLocalDebugInfo::_pop(c10::DebugInfoKind::PROFILER_STATE);
+    } catch (const c10::Error&) {
+    }
+  }
+  std::lock_guard<std::mutex> guard(g_lock);
+  g_blocks.clear();
+}
+
 // -- module boundaries -------------------------------------------------------------------
 // torch's two process-wide module hooks (a forward pre-hook and an always-called forward
 // hook), in C++: a call of a module of the profiled model goes into the record stream as an
@@ -793,6 +895,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_recording", &set_recording, "Record ops (True) or let them pass unrecorded (False).");
   m.def("set_thread_enabled", &set_thread_enabled, py::arg("on"),
         "RecordFunction on this thread on or off (returns whether it was on).");
+  m.def("start_memory", &start_memory,
+        "Track the blocks the allocators report, into the record stream (false: torch.profiler's state is "
+        "on this thread, memory is not tracked here).");
+  m.def("stop_memory", &stop_memory, "Stop tracking memory.");
+  m.def("profiler_state", []() { return c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE) != nullptr; },
+        "Whether a profiler's state (torch.profiler's) is on this thread.");
   m.def("pending_view", &pending_view, "The number of records not yet drained, as an int64 buffer.");
   m.def("drain", &drain, py::arg("ops_known"), "Hand over and forget what was recorded so far.");
   m.def("clock_ns", &clock_ns, "The recorder's clock (steady_clock) in nanoseconds.");

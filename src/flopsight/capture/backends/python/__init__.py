@@ -16,6 +16,7 @@ class PythonBackend:
     """See the module docstring; ``note``: why the native backend was not used."""
 
     name = "python"
+    tracks_memory = False  # the memory source reads each op's output storages itself
 
     def __init__(self, ctx, note: str | None = None):
         self.note = note
