@@ -456,3 +456,29 @@ def test_units_that_reach_a_builtin_count_the_same_without_the_function_mode(mon
     assert python == native
     ops = results["native"].module("").record.ops
     assert {"dropout", "alpha_dropout", "feature_alpha_dropout", "mish", "rms_norm"} <= set(ops["forward"])
+
+
+@needs_native
+def test_without_a_function_mode_a_subclass_that_takes_a_unit_over_is_still_counted_whole(monkeypatch):
+    """A jagged nested tensor runs its own attention in Python (its ``__torch_function__``): with
+    no function mode, the session routes it to the unit through the subclass, counted as the
+    Python backend counts it, and puts the subclass back as it was."""
+    from torch.nested._internal.nested_tensor import NestedTensor
+
+    monkeypatch.delitem(sys.modules, "torch.nn.attention.flex_attention", raising=False)
+    original = NestedTensor.__dict__["__torch_function__"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the nested tensors' prototype notice
+        leaf = torch.nested.nested_tensor([torch.randn(n, 2 * 8) for n in (3, 5, 2)], layout=torch.jagged)
+    q = leaf.unflatten(-1, (2, 8)).transpose(1, 2)  # (B, H=2, j, E=8)
+    results = {}
+    for backend in ("python", "native"):
+        with flopsight.Profiler(backend=backend) as prof:
+            torch.nn.functional.scaled_dot_product_attention(q, q, q)
+        results[backend] = prof.result
+    # scores H * (3*3 + 5*5 + 2*2) = 2 * 38 = 76 (padded to 5: 150); MACs 76 * E=8 * 2 products = 1216
+    for result in results.values():
+        sdpa = result.ops("forward")["scaled_dot_product_attention"]
+        assert (sdpa.calls, sdpa.macs) == (1, 1216)
+    assert results["native"].metadata.backend == "native"
+    assert NestedTensor.__dict__["__torch_function__"] is original

@@ -34,6 +34,7 @@ __all__ = [
     "prime_modes",
     "autograd_sequence_nr",
     "current_autograd_node",
+    "torch_function_subclasses",
     "queue_engine_callback",
     "ACCUMULATE_GRAD_SEQUENCE_NR",
     "node_sequence_nr",
@@ -86,6 +87,21 @@ def prime_modes() -> None:
 autograd_sequence_nr = torch._C._autograd._get_sequence_nr
 #: The autograd node being executed by the backward pass, or None outside backward.
 current_autograd_node = torch._C._current_autograd_node
+
+
+def torch_function_subclasses() -> list[type]:
+    """The tensor subclasses defined so far that take torch-level calls over in Python: those
+    whose own ``__torch_function__`` is a classmethod other than torch's disabled one (a jagged
+    nested tensor's, a MaskedTensor's), parents first."""
+    disabled = torch._C._disabled_torch_function_impl
+    found, todo = [], list(torch.Tensor.__subclasses__())
+    while todo:
+        cls = todo.pop(0)
+        todo.extend(cls.__subclasses__())
+        own = cls.__dict__.get("__torch_function__")
+        if isinstance(own, classmethod) and own.__func__ is not getattr(disabled, "__func__", disabled):
+            found.append(cls)
+    return found
 
 
 def queue_engine_callback(callback) -> None:

@@ -4,20 +4,22 @@ Sources subscribe a handler per function to ``ctx.events.functions`` (the units)
 else passes straight through. One mode, one table: it is looked up for every torch call, and
 installed only where the backend needs it (:meth:`~..backends.Backend.function_routing`): a
 native session records the builtin units itself, so it installs the mode only where a unit
-written in Python may run, and runs its lookup in C.
+written in Python may run, and runs its lookup in C. Without a mode, the calls a tensor
+subclass takes over in Python still reach their handler (:class:`SubclassRoutes`).
 """
 
 from __future__ import annotations
 
+import threading
 import types
 from typing import Callable
 
 from torch.overrides import TorchFunctionMode
 
-from ..._torch_private import active_function_modes, exit_mode
+from ..._torch_private import active_function_modes, exit_mode, torch_function_subclasses
 from ..context import CaptureContext
 
-__all__ = ["FunctionInterceptor"]
+__all__ = ["FunctionInterceptor", "SubclassRoutes"]
 
 _NO_KWARGS: dict = {}
 
@@ -39,6 +41,59 @@ class _InterceptMode(TorchFunctionMode):
         return handler(func, args, kwargs)
 
 
+class SubclassRoutes:
+    """Where no function mode runs, the calls a tensor subclass takes over in Python (a jagged
+    nested tensor's own attention) still reach their handler: while routes are open, each such
+    subclass's ``__torch_function__`` is wrapped (put back exactly when the last route closes;
+    a subclass defined meanwhile is not). Routes open and close in any order: the innermost
+    open one routes; inside a handler, nothing is routed again (as inside a mode's handler).
+    """
+
+    _open: list = []  # the routes open, innermost last
+    _saved: dict = {}  # class -> its own __torch_function__ as it was
+    _inside = threading.local()  # .depth: handlers running on this thread
+
+    def __init__(self, handlers: dict) -> None:
+        self.handlers = handlers
+
+    def open(self) -> None:
+        routes = SubclassRoutes
+        if not routes._open:
+            for cls in torch_function_subclasses():
+                original = cls.__dict__["__torch_function__"]
+                routes._saved[cls] = original
+                cls.__torch_function__ = classmethod(_routed(original))
+        routes._open.append(self)
+
+    def close(self) -> None:
+        routes = SubclassRoutes
+        if self in routes._open:
+            routes._open.remove(self)
+        if not routes._open:
+            saved, routes._saved = routes._saved, {}
+            for cls, original in saved.items():
+                cls.__torch_function__ = original
+
+
+def _routed(original: classmethod):
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        inside = SubclassRoutes._inside
+        if not getattr(inside, "depth", 0) and SubclassRoutes._open:
+            try:
+                handler = SubclassRoutes._open[-1].handlers.get(func)
+            except TypeError:  # an unhashable callable has no handler
+                handler = None
+            if handler is not None:
+                inside.depth = 1
+                try:
+                    return handler(func, args, kwargs or {})
+                finally:
+                    inside.depth = 0
+        return original.__get__(None, cls)(func, types, args, kwargs)
+
+    return __torch_function__
+
+
 class FunctionInterceptor:
     """Capture source: routes the functions subscribed to ``ctx.events.functions`` to their
     handler (``handler(func, args, kwargs) -> result``, which must call ``func``)."""
@@ -46,6 +101,7 @@ class FunctionInterceptor:
     def __init__(self, ctx: CaptureContext) -> None:
         self._handlers: dict[Callable, Callable] = ctx.events.functions
         self._mode: _InterceptMode | None = None
+        self._routes: SubclassRoutes | None = None
         self._paused = False
 
     def start(self, ctx: CaptureContext) -> None:
@@ -55,11 +111,17 @@ class FunctionInterceptor:
             if hook is not None:  # the same routing, faster (the native backend's, in C)
                 self._mode.__torch_function__ = types.MethodType(hook, self._mode)
             self._mode.__enter__()
+        elif self._handlers:  # plain tensors' calls are the backend's; a subclass's still come here
+            self._routes = SubclassRoutes(self._handlers)
+            self._routes.open()
 
     def stop(self, ctx: CaptureContext) -> None:
         mode, self._mode = self._mode, None
         if mode is not None and not self._paused:
             exit_mode(mode)  # another profiler's mode may have entered above it
+        routes, self._routes = self._routes, None
+        if routes is not None:
+            routes.close()
         self._paused = False
 
     def pause(self) -> None:
