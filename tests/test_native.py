@@ -482,3 +482,36 @@ def test_without_a_function_mode_a_subclass_that_takes_a_unit_over_is_still_coun
         assert (sdpa.calls, sdpa.macs) == (1, 1216)
     assert results["native"].metadata.backend == "native"
     assert NestedTensor.__dict__["__torch_function__"] is original
+
+
+def _count_positive(t):
+    from flopsight.formulas.attention.entries import read_values
+
+    return read_values(lambda v: int((v > 0).sum()), t)
+
+
+@needs_native
+def test_an_op_whose_user_formula_reads_values_is_costed_on_them_and_the_metadata_says_so():
+    """A formula that reads values (one that calls read_values, or one registered with
+    reads_values=True) has its op's values kept by the recorder and costed on them in Python:
+    the same count as the Python backend's, named in result.metadata.on_values."""
+    from flopsight.formulas.attention.entries import read_values
+
+    direct = flopsight.REGISTRY.copy()
+
+    @flopsight.register_formula("aten::relu", registry=direct)
+    def relu(out, self, **_):  # one FLOP per positive input (calls read_values: known as reading)
+        return flopsight.Cost.of_flops(read_values(lambda v: int((v > 0).sum()), self))
+
+    declared = flopsight.REGISTRY.copy()
+    flopsight.register_formula("aten::relu", registry=declared, reads_values=True)(
+        lambda out, self, **_: flopsight.Cost.of_flops(_count_positive(self)))
+
+    x = torch.tensor([[-1.0, 2.0, 3.0, -4.0], [5.0, -6.0, 7.0, 8.0]])  # 5 positive
+    for registry in (direct, declared):
+        for backend in ("python", "native"):
+            with flopsight.Profiler(nn.ReLU(), registry=registry, backend=backend) as prof:
+                prof.model(x)
+            result = prof.result
+            assert result.total.forward.flops == 5, backend
+            assert result.metadata.on_values == (("aten.relu",) if backend == "native" else ())

@@ -33,9 +33,11 @@ from .renderers.numbers import (
 )
 
 
-def register_formula(*ops, registry=None):
+def register_formula(*ops, registry=None, reads_values: bool = False):
     """Decorator: count ``ops`` (aten or ``torch.library`` ops) with ``fn(out, **arguments) -> Cost``,
     the op's arguments by their schema names (``print(torch.ops.aten.mm.default._schema)``).
+    ``reads_values=True``: it reads tensor values (a mask's kept entries): the native backend
+    then costs each call on its values, in Python (``result.metadata.on_values`` lists them).
 
     >>> import torch, flopsight
     >>> registry = flopsight.REGISTRY.copy()  # or leave registry out to change the global one
@@ -45,7 +47,7 @@ def register_formula(*ops, registry=None):
     >>> flopsight.profile(torch.nn.Linear(3, 2, bias=False), torch.ones(4, 3), registry=registry).total.forward.macs
     24
     """
-    return (registry or REGISTRY).register(*ops)
+    return (registry or REGISTRY).register(*ops, reads_values=reads_values)
 
 
 def mark_zero_cost(*ops, registry=None) -> None:

@@ -99,7 +99,8 @@ def build_result(
     if error and not metadata.error:
         metadata = dataclasses.replace(metadata, error=error)
     if counts.get(Counts) is not None:
-        metadata = dataclasses.replace(metadata, backend=counted.backend, backend_note=counted.backend_note)
+        metadata = dataclasses.replace(metadata, backend=counted.backend, backend_note=counted.backend_note,
+                                       on_values=counted.on_values)
     calls = _model_calls(module_calls, counted)
     spans = _spans(counts)
     if times is not counts:  # latencies from the timing pass, counts from the counting pass

@@ -27,13 +27,15 @@ class Counts:
     #: and why not native when it was not
     backend: str = "python"
     backend_note: str | None = None
+    #: the operators the native backend costed on their values, in Python (see Metadata.on_values)
+    on_values: tuple[str, ...] = ()
 
 
-def collect_counts(ctx: CaptureContext, backend: str, note: str | None = None) -> Counts:
+def collect_counts(ctx: CaptureContext, backend: str, note: str | None = None, on_values=()) -> Counts:
     """What the context's tally holds, as the counting source's part of a raw capture."""
     tally = ctx.tally
     return Counts(tally.resolve(ctx.clock.seconds, ctx.clock.scale), tally.bytes_moved(),
-                  dict(tally.unsupported), [list(t) for t in tally.tops], backend, note)
+                  dict(tally.unsupported), [list(t) for t in tally.tops], backend, note, tuple(sorted(on_values)))
 
 
 class _EagerStance:

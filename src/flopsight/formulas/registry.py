@@ -120,6 +120,10 @@ def _as_cost(value: Any, name: str) -> Cost:
     raise TypeError(f"formula for {name} returned {value!r}; expected flopsight.Cost(macs, flops)")
 
 
+#: the attribute ``register(..., reads_values=True)`` sets on a formula
+READS_VALUES = "_flopsight_reads_values"
+
+
 class Resolved:
     """An op overload paired with its formula and argument binder (built once per overload).
 
@@ -245,7 +249,7 @@ class Registry:
         return keys
 
     def register(
-        self, *ops: OpLike, missing_ok: bool = False
+        self, *ops: OpLike, missing_ok: bool = False, reads_values: bool = False
     ) -> Callable[[Callable[..., Cost]], Callable[..., Cost]]:
         """Decorator: ``fn`` counts every op in ``ops`` (replacing any earlier formula).
 
@@ -257,6 +261,11 @@ class Registry:
         installed torch does not define are skipped instead of raising: private kernels come
         and go between releases and builds (CUDA, ROCm, MPS, CPU-only). The
         names skipped are listed by :meth:`missing`.
+
+        ``reads_values=True``: the formula reads tensor values (through
+        :func:`~flopsight.formulas.attention.entries.read_values`), so the native backend keeps
+        these ops' values and costs each call on them, in Python (a formula that calls
+        ``read_values`` itself is known as one without it).
 
         >>> reg = Registry()
         >>> @reg.register("aten::mm", "aten::no_such_kernel", missing_ok=True)
@@ -276,6 +285,8 @@ class Registry:
             if not callable(fn):
                 raise TypeError(f"register: formula must be callable, got {type(fn).__name__}")
             reject_var_positional(fn, ", ".join(map(str, keys)) or "no op")
+            if reads_values:
+                setattr(fn, READS_VALUES, True)
             for key in keys:
                 self._ops[key] = fn
             self._resolved.clear()

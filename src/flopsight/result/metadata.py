@@ -225,6 +225,10 @@ class Metadata:
     backend: str = ""
     #: why the Python path counted although the native one was asked for (or was the default)
     backend_note: str | None = None
+    #: the operators the native backend handed to Python with their values, each call costed on
+    #: them: those whose formulas read values (attention's masks, a user's ``reads_values``
+    #: formula) and those a signature cannot describe (nested, sparse tensors)
+    on_values: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.parallel is not None and not isinstance(self.parallel, Parallelism):
@@ -233,6 +237,8 @@ class Metadata:
             object.__setattr__(self, "inputs", Inputs(self.inputs))
         if not isinstance(self.compiled, tuple):
             object.__setattr__(self, "compiled", tuple(self.compiled))
+        if not isinstance(self.on_values, tuple):
+            object.__setattr__(self, "on_values", tuple(self.on_values))
 
     def to_dict(self) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -240,6 +246,7 @@ class Metadata:
         d["parallel"] = self.parallel.to_dict() if self.parallel is not None else None
         d["inputs"] = self.inputs.to_dict() if self.inputs is not None else None
         d["compiled"] = list(self.compiled)
+        d["on_values"] = list(self.on_values)
         return d
 
     @classmethod

@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 from typing import Callable
 
-from ..registry import Registry
+from ..registry import READS_VALUES, Registry
 
 __all__ = ["ATTENTION_CONVENTIONS", "attention_registry", "effective_family", "reads_values"]
 
@@ -37,11 +37,23 @@ def effective_family(fn: Callable) -> Callable:
 
 
 def reads_values(formula: Callable | None) -> bool:
-    """Whether ``formula`` is one of the attention family's (or its effective variant), whose
-    count may read tensor values: a mask's kept entries, a packed batch's offsets."""
+    """Whether ``formula``'s count may read tensor values: the attention family's (or its
+    effective variant: a mask's kept entries, a packed batch's offsets), a formula registered
+    with ``reads_values=True``, or one whose code calls :func:`~.entries.read_values`. The
+    native backend keeps such an op's values and costs it on them, in Python.
+
+    >>> from flopsight.formulas.attention.entries import read_values
+    >>> def mine(out, input, **_):
+    ...     return read_values(lambda t: int(t.count_nonzero()), input)
+    >>> reads_values(mine), reads_values(lambda out, **_: None)
+    (True, False)
+    """
     if formula is None:
         return False
-    return formula in _FAMILY or getattr(formula, "func", None) in _FAMILY
+    if formula in _FAMILY or getattr(formula, "func", None) in _FAMILY or getattr(formula, READS_VALUES, False):
+        return True
+    code = getattr(formula, "__code__", None)  # read_values as a global, or from an enclosing function
+    return code is not None and ("read_values" in code.co_names or "read_values" in code.co_freevars)
 
 
 def _effective(formula: Callable) -> Callable:

@@ -174,6 +174,7 @@ class NativeCountingSource:
         self.passthrough = _aten_units(ctx.registry)
         self._tables: _RegistryTables | None = None
         self._values: dict[int, tuple] = {}  # signature -> (key, inputs, outputs) handed over
+        self._on_values: set[str] = set()  # the operators costed on their own values
         self._recording = False
         self._running = False
         self._by_address: dict | None = None
@@ -234,7 +235,7 @@ class NativeCountingSource:
     def collect(self, ctx: CaptureContext) -> Counts:
         if self._running:  # a snapshot while running: what ran so far
             self.settle()
-        return collect_counts(ctx, self.backend)
+        return collect_counts(ctx, self.backend, on_values=self._on_values)
 
     @contextlib.contextmanager
     def aside(self):
@@ -380,6 +381,8 @@ class NativeCountingSource:
         if op is None:  # an operator torch.ops does not know: not counted
             return Costed(None, None, 0)
         key, inputs, outputs = self._values.get(sig) or (self._rec.signature(sig), None, None)
+        if inputs is not None:  # its values were kept: costed on them
+            self._on_values.add(op.entry.name)
         if inputs is None or outputs is None:  # described by the signature: meta tensors of its shapes
             described = _decode(key, _dtypes(self._rec))
             inputs = described[0] if inputs is None else inputs
@@ -513,8 +516,8 @@ def _warn_values(name: str) -> None:
     if name not in _warned:
         _warned.add(name)
         warnings.warn(f"flopsight: the formula for {name} reads tensor values, which the native backend "
-                      "does not keep for it: counted on shapes alone; use backend='python' to count it "
-                      "on values", RuntimeWarning, stacklevel=2)
+                      "does not keep for it: counted on shapes alone; register it with reads_values=True "
+                      "(or use backend='python') to count it on values", RuntimeWarning, stacklevel=2)
 
 
 # -- signatures (recorder.cpp's describe) -------------------------------------------------
