@@ -8,7 +8,11 @@ starts) to what it needs, and publishes what it sees:
 * ``calls``: each call counted whole (a unit such as attention, an autograd function), as an
   :class:`OpEvent` of its unit; its own ops are not published (they are not counted again);
 * ``modules``: each module call's start and end (``call_begins(record)``, ``call_ends(record,
-  args, kwargs, output)``), from the call tracker;
+  args, kwargs, output)``), from the call tracker, as they happen (a listener there keeps
+  the calls in Python hooks);
+* ``calls_in_order``: the same two, heard in order with the ops and blocks of memory around
+  them, perhaps later than they happened (``call_ends`` gets no arguments or output): the
+  native backend replays them from its C++ hooks' records;
 * ``forwards``: each top-level forward call's start (``forward_begins(record)``) and return
   (``forward_ends(record, output)``), from the backend's call tracking: a forward call from
   outside the model's modules;
@@ -65,6 +69,7 @@ class Events:
         self.ops: list[Callable[[OpEvent], None]] = []
         self.calls: list[Callable[[OpEvent], None]] = []
         self.modules: list = []
+        self.calls_in_order: list = []
         self.forwards: list = []
         self.steps: list = []
         self.phases: list = []
@@ -81,8 +86,8 @@ class Events:
 
     def clear(self) -> None:
         """Drop every subscription (the session is over: no bound method of a source outlives it)."""
-        for subscribers in (self.ops, self.calls, self.modules, self.forwards, self.steps, self.phases,
-                            self.allocations, self.claims, self.functions):
+        for subscribers in (self.ops, self.calls, self.modules, self.calls_in_order, self.forwards, self.steps,
+                            self.phases, self.allocations, self.claims, self.functions):
             subscribers.clear()
         self.aside = contextlib.nullcontext
 

@@ -86,7 +86,7 @@ class MemorySource:
         self._call_max: list[list] = []  # [call record, running max] of the calls on the stack
         self._hooks = None
         self._active = False
-        ctx.events.modules.append(self)
+        ctx.events.calls_in_order.append(self)  # in order with the blocks: the C++ hooks serve it
         ctx.events.steps.append(self)
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -129,6 +129,7 @@ class MemorySource:
     def _pack(self, tensor):
         ctx = self._ctx
         if not ctx.paused and isinstance(tensor, torch.Tensor):
+            ctx.settle()  # the calls the native hooks recorded so far: the module saving it is on the stack
             path = ctx.attribution.current_module()
             if path is None:
                 return tensor

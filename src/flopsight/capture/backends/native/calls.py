@@ -32,6 +32,7 @@ class NativeCalls(PythonCalls):
     def __init__(self, ctx, recorder, drains: bool):
         super().__init__(ctx)
         self._ctx = ctx
+        self._in_order = ctx.events.calls_in_order
         self._rec = recorder
         self._modules: list = []
         self._records = CallRecords(ctx, recorder, self.replay) if drains else None
@@ -80,13 +81,17 @@ class NativeCalls(PythonCalls):
             rec.start = stamp
             log.append(rec)
             stack.append(rec)
+            for listener in self._in_order:
+                listener.call_begins(rec)
             return
         rec = unwind(stack, module)
         if rec is not None:
-            stack.pop()
             rec.seq_end = seq
             rec.end = stamp
             rec.ovh_end = overhead
+            for listener in self._in_order:  # while the call is still the innermost one
+                listener.call_ends(rec, None, None, None)
+            stack.pop()
 
 
 class CallRecords:

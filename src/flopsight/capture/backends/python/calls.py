@@ -65,6 +65,7 @@ class PythonCalls(CallTracking):
         """(pre-hook, post-hook) that keep the stack and the call log."""
         stack, log, paths_of, top_calls = ctx.stack, ctx.calls, self.paths, self.top_calls
         listeners, forwards = ctx.events.modules, ctx.events.forwards
+        in_order = ctx.events.calls_in_order  # heard as they happen: in order with the ops
         overhead, stamp, now = ctx.overhead, ctx.clock.stamp, ctx.overhead.now
         overhead_end = overhead.end
         home = threading.get_ident()  # the profiling thread: its sequence numbers are thread 0's
@@ -95,6 +96,8 @@ class PythonCalls(CallTracking):
             log.append(rec)
             stack.append(rec)
             for listener in listeners:
+                listener.call_begins(rec)
+            for listener in in_order:
                 listener.call_begins(rec)
             if module is script_root:  # a scripted root: no kwargs hook, record its inputs here
                 record_inputs(module, args, {})
@@ -130,6 +133,8 @@ class PythonCalls(CallTracking):
             for listener in listeners:  # while the call is still the innermost one
                 kwargs = kwargs_output[0] if len(kwargs_output) == 2 else {}
                 listener.call_ends(rec, args, kwargs, None if failed else kwargs_output[-1])
+            for listener in in_order:
+                listener.call_ends(rec, None, None, None)
             stack.pop()
             if rec.top_id >= 0 and not failed:
                 for listener in forwards:
