@@ -3,11 +3,12 @@ module calls through its C++ hooks (:mod:`.calls`), both in ``recorder.cpp``, bu
 (:mod:`.build`) and checked against the Python backend once per process (:mod:`.self_check`).
 
 It steps aside (for the Python backend, with a note saying why) where a source needs each op
-in Python while it runs (memory tracking, collectives under torch.distributed), where the
-clock stamps ops on the device (CUDA events), inside another running native session, where
-the recorder cannot be built, and where it does not count the check's model as the Python
-backend does. Its module calls go through Python hooks where the stamps are not the host's,
-where a source listens to each call (module rules), and for ``torch.compile``d modules.
+in Python while it runs (collectives under torch.distributed), where memory cannot come from
+the allocators' reports (the meta device, torch.profiler holding them), where the clock stamps
+ops on the device (CUDA events), inside another running native session, where the recorder
+cannot be built, and where it does not count the check's model as the Python backend does.
+Its module calls go through Python hooks where the stamps are not the host's, where a source
+listens to each call as it happens (module rules, kernels), and for ``torch.compile``d modules.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import contextlib
 from ...modules import compiled_paths
 from ...._torch_private import kineto_running
 from ...timing import FakeClock, HostClock
+from ..composed import CallsAndOps
 from ..python.calls import PythonCalls
 from .build import IN_USE, failure, load, loaded
 from .calls import NativeCalls
@@ -26,7 +28,7 @@ from .self_check import check
 __all__ = ["NativeBackend", "native_backend"]
 
 
-class NativeBackend:
+class NativeBackend(CallsAndOps):
     """See the module docstring: ``ops``, the native counting (None in a timing session);
     ``native_calls``, whether the C++ hooks track the module calls."""
 
@@ -44,25 +46,6 @@ class NativeBackend:
         else:
             self.calls = PythonCalls(ctx)
         self._ctx = ctx
-
-    def start(self, ctx) -> None:
-        self.calls.start(ctx)
-        if self.ops is not None:
-            try:
-                self.ops.start(ctx)
-            except BaseException:
-                self.calls.stop(ctx)
-                raise
-
-    def stop(self, ctx) -> None:
-        try:
-            if self.ops is not None:
-                self.ops.stop(ctx)  # charges the last records, replaying their calls
-        finally:
-            self.calls.stop(ctx)
-
-    def collect(self, ctx) -> tuple:
-        return self.calls.collect(ctx), self.ops.collect(ctx) if self.ops is not None else None
 
     def settle(self) -> None:
         self._ctx.settle()

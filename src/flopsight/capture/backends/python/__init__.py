@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import contextlib
 
+from ..composed import CallsAndOps
 from .calls import PythonCalls
 from .ops import CountingSource
 
 __all__ = ["PythonBackend"]
 
 
-class PythonBackend:
+class PythonBackend(CallsAndOps):
     """See the module docstring; ``note``: why the native backend was not used."""
 
     name = "python"
@@ -22,25 +23,6 @@ class PythonBackend:
         self.note = note
         self.calls = PythonCalls(ctx)
         self.ops = CountingSource(ctx, note) if ctx.options.count else None
-
-    def start(self, ctx) -> None:
-        self.calls.start(ctx)
-        if self.ops is not None:
-            try:
-                self.ops.start(ctx)
-            except BaseException:
-                self.calls.stop(ctx)
-                raise
-
-    def stop(self, ctx) -> None:
-        try:
-            if self.ops is not None:
-                self.ops.stop(ctx)
-        finally:
-            self.calls.stop(ctx)
-
-    def collect(self, ctx) -> tuple:
-        return self.calls.collect(ctx), self.ops.collect(ctx) if self.ops is not None else None
 
     def settle(self) -> None:  # ops are charged as they run
         pass

@@ -1,0 +1,32 @@
+"""What both backends are made of (:class:`CallsAndOps`): their module-call tracking and their
+op capture, started, stopped and collected in one order."""
+
+from __future__ import annotations
+
+__all__ = ["CallsAndOps"]
+
+
+class CallsAndOps:
+    """What both backends are made of: ``calls`` (module-call tracking, started first, stopped
+    last) and ``ops`` (op capture, None in a session that counts nothing)."""
+
+    calls = ops = None
+
+    def start(self, ctx) -> None:
+        self.calls.start(ctx)
+        if self.ops is not None:
+            try:
+                self.ops.start(ctx)
+            except BaseException:
+                self.calls.stop(ctx)
+                raise
+
+    def stop(self, ctx) -> None:
+        try:
+            if self.ops is not None:
+                self.ops.stop(ctx)  # charges what is left (the native backend replays its calls)
+        finally:
+            self.calls.stop(ctx)
+
+    def collect(self, ctx) -> tuple:
+        return self.calls.collect(ctx), self.ops.collect(ctx) if self.ops is not None else None
