@@ -29,4 +29,7 @@ class CallsAndOps:
             self.calls.stop(ctx)
 
     def collect(self, ctx) -> tuple:
-        return self.calls.collect(ctx), self.ops.collect(ctx) if self.ops is not None else None
+        """The parts of the raw capture: the calls', and the ops' (one part, or a tuple of them:
+        a backend's own measurement is one more part, read by whoever knows its type)."""
+        ops = self.ops.collect(ctx) if self.ops is not None else None
+        return (self.calls.collect(ctx), *(ops if isinstance(ops, tuple) else (ops,)))
