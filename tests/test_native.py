@@ -399,11 +399,10 @@ class _ModesSeen(nn.Module):
 
 
 @needs_native
-def test_a_native_session_installs_a_function_mode_only_where_a_python_unit_may_run(monkeypatch):
+def test_a_native_session_installs_a_function_mode_only_where_a_python_unit_may_run():
     """No unit written in Python can run in an MLP with dropout (F.dropout reaches the builtin
     dropout, which the recorder counts whole): no function mode, on either pass. An
     nn.MultiheadAttention runs F.multi_head_attention_forward, a Python unit: the mode is there."""
-    monkeypatch.delitem(sys.modules, "torch.nn.attention.flex_attention", raising=False)  # flex cannot run
     mlp = _ModesSeen(nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.1), nn.ReLU(), nn.Linear(8, 2)))
     x = torch.randn(4, 8)
     with flopsight.Profiler(mlp, backend="native") as prof:
@@ -425,10 +424,9 @@ def test_a_native_session_installs_a_function_mode_only_where_a_python_unit_may_
 
 
 @needs_native
-def test_units_that_reach_a_builtin_count_the_same_without_the_function_mode(monkeypatch):
+def test_units_that_reach_a_builtin_count_the_same_without_the_function_mode():
     """F.dropout, F.alpha_dropout, F.mish and F.rms_norm run the builtin unit the recorder
     counts whole: the same counts as the Python backend's, which sees the functional."""
-    monkeypatch.delitem(sys.modules, "torch.nn.attention.flex_attention", raising=False)
     F = torch.nn.functional
 
     class Functionals(nn.Module):
@@ -459,13 +457,12 @@ def test_units_that_reach_a_builtin_count_the_same_without_the_function_mode(mon
 
 
 @needs_native
-def test_without_a_function_mode_a_subclass_that_takes_a_unit_over_is_still_counted_whole(monkeypatch):
+def test_without_a_function_mode_a_subclass_that_takes_a_unit_over_is_still_counted_whole():
     """A jagged nested tensor runs its own attention in Python (its ``__torch_function__``): with
     no function mode, the session routes it to the unit through the subclass, counted as the
     Python backend counts it, and puts the subclass back as it was."""
     from torch.nested._internal.nested_tensor import NestedTensor
 
-    monkeypatch.delitem(sys.modules, "torch.nn.attention.flex_attention", raising=False)
     original = NestedTensor.__dict__["__torch_function__"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the nested tensors' prototype notice
@@ -515,3 +512,33 @@ def test_an_op_whose_user_formula_reads_values_is_costed_on_them_and_the_metadat
             result = prof.result
             assert result.total.forward.flops == 5, backend
             assert result.metadata.on_values == (("aten.relu",) if backend == "native" else ())
+
+
+@needs_native
+def test_flex_attention_is_routed_to_its_unit_without_a_function_mode():
+    """flex attention is a higher-order operator the dispatcher never sees: a native session
+    routes its calls through the operator's class while it runs (no function mode), counting it
+    as the Python backend does, and puts the class back as it was."""
+    from torch._higher_order_ops.flex_attention import FlexAttentionHOP
+    from torch.nn.attention.flex_attention import flex_attention
+
+    from flopsight._torch_private import active_function_modes
+
+    class Flex(nn.Module):
+        def forward(self, q):
+            self.modes = len(active_function_modes())
+            return flex_attention(q, q, q)
+
+    original = FlexAttentionHOP.__dict__.get("__call__")
+    model, q = Flex(), torch.randn(2, 2, 64, 16)
+    found = {}
+    for backend in ("python", "native"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # flex_attention's notice that it runs unfused without compile
+            with flopsight.Profiler(model, backend=backend) as prof:
+                model(q)
+        ops = prof.result.ops("forward")
+        found[backend] = (ops["flex_attention"].calls, ops["flex_attention"].macs, model.modes)
+    # B*H*L*S = 2*2*64*64 = 16384 scores; MACs 16384 * E=16 * 2 products = 524288
+    assert found == {"python": (1, 524288, 1), "native": (1, 524288, 0)}
+    assert FlexAttentionHOP.__dict__.get("__call__") is original

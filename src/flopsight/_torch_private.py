@@ -35,6 +35,7 @@ __all__ = [
     "autograd_sequence_nr",
     "current_autograd_node",
     "torch_function_subclasses",
+    "is_higher_order_op",
     "queue_engine_callback",
     "ACCUMULATE_GRAD_SEQUENCE_NR",
     "node_sequence_nr",
@@ -87,6 +88,12 @@ def prime_modes() -> None:
 autograd_sequence_nr = torch._C._autograd._get_sequence_nr
 #: The autograd node being executed by the backward pass, or None outside backward.
 current_autograd_node = torch._C._current_autograd_node
+
+
+def is_higher_order_op(f) -> bool:
+    """Whether ``f`` is a higher-order operator (flex attention's): a Python object the
+    dispatcher never sees, called through its class's ``__call__``."""
+    return isinstance(f, torch._ops.HigherOrderOperator)
 
 
 def torch_function_subclasses() -> list[type]:

@@ -48,7 +48,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .registry import REGISTRY, Cost, OpNames
+from .registry import REGISTRY, Cost, OpNames, forward_names
 from .shapes import is_float, numel
 
 __all__ = [
@@ -143,8 +143,12 @@ def dropout(out, input, p=0.5, training=True, inplace=False, **_) -> Cost:
 
 
 def _has_feature_dropout(modules) -> bool:
-    """Whether ``F.dropout1d/2d/3d`` may run: torch calls them from ``nn.Dropout1d/2d/3d``."""
-    return any(isinstance(m, (torch.nn.Dropout1d, torch.nn.Dropout2d, torch.nn.Dropout3d)) for m in modules)
+    """Whether ``F.dropout1d/2d/3d`` may run among ``modules``: ``nn.Dropout1d/2d/3d`` call
+    them, and so may a module whose ``forward`` names one."""
+    named = {"dropout1d", "dropout2d", "dropout3d"}
+    return any(isinstance(m, (torch.nn.Dropout1d, torch.nn.Dropout2d, torch.nn.Dropout3d))
+               or named & set(forward_names(m))
+               for m in modules)
 
 
 # not ``reaches=torch.feature_dropout``: an unbatched input is unsqueezed around it

@@ -29,6 +29,7 @@ Stats(macs=24, flops=48)
 from __future__ import annotations
 
 import contextlib
+import inspect
 import sys
 import warnings
 from typing import Any, Callable, Union
@@ -122,6 +123,20 @@ def _as_cost(value: Any, name: str) -> Cost:
 
 #: the attribute ``register(..., reads_values=True)`` sets on a formula
 READS_VALUES = "_flopsight_reads_values"
+
+
+def forward_names(module) -> tuple[str, ...]:
+    """The global and attribute names ``module``'s class's own ``forward`` code uses (what a
+    unit's ``may_run`` reads: ``F.multi_head_attention_forward`` in it); () for a forward that
+    is not Python code (a scripted module's).
+
+    >>> import torch
+    >>> "linear" in forward_names(torch.nn.Linear(2, 2))
+    True
+    """
+    forward = inspect.getattr_static(type(module), "forward", None)
+    code = getattr(forward, "__code__", None) if inspect.isfunction(forward) else None
+    return code.co_names if code is not None else ()
 
 
 class Resolved:

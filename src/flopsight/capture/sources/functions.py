@@ -16,7 +16,7 @@ from typing import Callable
 
 from torch.overrides import TorchFunctionMode
 
-from ..._torch_private import active_function_modes, exit_mode, torch_function_subclasses
+from ..._torch_private import active_function_modes, exit_mode, is_higher_order_op, torch_function_subclasses
 from ..context import CaptureContext
 
 __all__ = ["FunctionInterceptor", "SubclassRoutes"]
@@ -42,11 +42,13 @@ class _InterceptMode(TorchFunctionMode):
 
 
 class SubclassRoutes:
-    """Where no function mode runs, the calls a tensor subclass takes over in Python (a jagged
-    nested tensor's own attention) still reach their handler: while routes are open, each such
-    subclass's ``__torch_function__`` is wrapped (put back exactly when the last route closes;
-    a subclass defined meanwhile is not). Routes open and close in any order: the innermost
-    open one routes; inside a handler, nothing is routed again (as inside a mode's handler).
+    """Where no function mode runs, the calls that bypass the backend still reach their handler:
+    those a tensor subclass takes over in Python (a jagged nested tensor's own attention), and
+    the higher-order operators that are units (flex attention). While routes are open, each such
+    subclass's ``__torch_function__`` and each such operator's class's ``__call__`` is wrapped
+    (put back exactly when the last route closes; a subclass defined meanwhile is not). Routes
+    open and close in any order: the innermost open one routes; inside a handler, nothing is
+    routed again (as inside a mode's handler).
     """
 
     _open: list = []  # the routes open, innermost last
@@ -61,8 +63,12 @@ class SubclassRoutes:
         if not routes._open:
             for cls in torch_function_subclasses():
                 original = cls.__dict__["__torch_function__"]
-                routes._saved[cls] = original
+                routes._saved[(cls, "__torch_function__")] = original
                 cls.__torch_function__ = classmethod(_routed(original))
+            for cls in {type(f) for f in self.handlers if is_higher_order_op(f)}:
+                original = cls.__dict__.get("__call__", _INHERITED)
+                routes._saved[(cls, "__call__")] = original
+                cls.__call__ = _routed_call(cls.__call__)
         routes._open.append(self)
 
     def close(self) -> None:
@@ -71,24 +77,50 @@ class SubclassRoutes:
             routes._open.remove(self)
         if not routes._open:
             saved, routes._saved = routes._saved, {}
-            for cls, original in saved.items():
-                cls.__torch_function__ = original
+            for (cls, name), original in saved.items():
+                if original is _INHERITED:
+                    delattr(cls, name)
+                else:
+                    setattr(cls, name, original)
+
+
+_INHERITED = object()  # a class that had no attribute of its own
+
+
+def _handler_of(func):
+    """The innermost open route's handler of ``func`` (None: none, or inside a handler)."""
+    if getattr(SubclassRoutes._inside, "depth", 0) or not SubclassRoutes._open:
+        return None
+    try:
+        return SubclassRoutes._open[-1].handlers.get(func)
+    except TypeError:  # an unhashable callable has no handler
+        return None
+
+
+def _handled(handler, func, args, kwargs):
+    inside = SubclassRoutes._inside
+    inside.depth = 1
+    try:
+        return handler(func, args, kwargs or {})
+    finally:
+        inside.depth = 0
+
+
+def _routed_call(original):
+    def __call__(self, *args, **kwargs):
+        handler = _handler_of(self)
+        if handler is not None:
+            return _handled(handler, self, args, kwargs)
+        return original(self, *args, **kwargs)
+
+    return __call__
 
 
 def _routed(original: classmethod):
     def __torch_function__(cls, func, types, args=(), kwargs=None):
-        inside = SubclassRoutes._inside
-        if not getattr(inside, "depth", 0) and SubclassRoutes._open:
-            try:
-                handler = SubclassRoutes._open[-1].handlers.get(func)
-            except TypeError:  # an unhashable callable has no handler
-                handler = None
-            if handler is not None:
-                inside.depth = 1
-                try:
-                    return handler(func, args, kwargs or {})
-                finally:
-                    inside.depth = 0
+        handler = _handler_of(func)
+        if handler is not None:
+            return _handled(handler, func, args, kwargs)
         return original.__get__(None, cls)(func, types, args, kwargs)
 
     return __torch_function__

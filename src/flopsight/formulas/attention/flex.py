@@ -26,7 +26,6 @@ Stats(macs=512, flops=1088)
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import torch
@@ -121,10 +120,4 @@ def flex_attention_backward(out, query, key, value, score_mod, block_mask, scale
     return dense_backward(dims, query, key, value, None, grads=grads, dropout_p=0.0, scores=scores)
 
 
-def _flex_attention_imported(modules) -> bool:
-    """Whether flex attention may run: only code that imported its module can call it."""
-    return "torch.nn.attention.flex_attention" in sys.modules
-
-
-REGISTRY.register_unit(flex_attention_ops()[0], name="flex_attention", backward=flex_attention_backward,
-                       may_run=_flex_attention_imported)(flex_attention)
+REGISTRY.register_unit(flex_attention_ops()[0], name="flex_attention", backward=flex_attention_backward)(flex_attention)

@@ -25,7 +25,7 @@ from ..elementwise import elementwise_flops
 from ..matmul import linear_cost
 from ..norm import layer_norm_flops
 from ..reduction import mean_flops
-from ..registry import REGISTRY, Cost
+from ..registry import REGISTRY, Cost, forward_names
 from ..shapes import numel
 from .backward import attention_backward_cost, requires_grad, summed_back
 from .convention import effective_family
@@ -225,8 +225,11 @@ def multi_head_attention_backward(
 
 
 def _has_multi_head_attention(modules) -> bool:
-    """Whether ``F.multi_head_attention_forward`` may run: torch calls it from ``nn.MultiheadAttention``."""
-    return any(isinstance(m, torch.nn.MultiheadAttention) for m in modules)
+    """Whether ``F.multi_head_attention_forward`` may run among ``modules``: an
+    ``nn.MultiheadAttention`` calls it, and so may a module whose ``forward`` names it."""
+    return any(isinstance(m, torch.nn.MultiheadAttention)
+               or "multi_head_attention_forward" in forward_names(m)
+               for m in modules)
 
 
 REGISTRY.register_unit(F.multi_head_attention_forward, name="multi_head_attention",

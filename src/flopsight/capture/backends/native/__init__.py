@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import contextlib
 
+from torch import nn
+
 from ...modules import compiled_paths
-from ...._torch_private import kineto_running
+from ...._torch_private import is_higher_order_op, kineto_running
 from ...timing import FakeClock, HostClock
 from ..composed import CallsAndOps
 from ..python.calls import PythonCalls
@@ -65,11 +67,18 @@ class NativeBackend(CallsAndOps):
             return bool(handlers), None
         passthrough = self.ops.passthrough
         registry, modules = self._ctx.registry, self._modules()
-        needed = any(_may_run(registry.unit(f), modules) for f in handlers if f not in passthrough)
+        # a higher-order operator (flex attention) is routed through its class without a mode
+        needed = any(_may_run(registry.unit(f), modules) for f in handlers
+                     if f not in passthrough and not is_higher_order_op(f))
         return needed, self.ops.recorder.function_mode_hook(handlers, set(passthrough)) if needed else None
 
-    def _modules(self) -> list:
-        return [info.module for info in self._ctx.options.infos.values()]
+    def _modules(self) -> list | None:
+        """The profiled modules; None when the session counts a span of code with no model in
+        it (a bare root): then any unit may run."""
+        modules = [info.module for info in self._ctx.options.infos.values()]
+        if len(modules) == 1 and type(modules[0]) is nn.Module:
+            return None
+        return modules
 
 
 def _no_native_memory(recorder, options, params) -> str | None:
@@ -85,8 +94,8 @@ def _no_native_memory(recorder, options, params) -> str | None:
     return None
 
 
-def _may_run(unit, modules: list) -> bool:
-    return unit is None or unit.may_run is None or bool(unit.may_run(modules))
+def _may_run(unit, modules: list | None) -> bool:
+    return unit is None or unit.may_run is None or modules is None or bool(unit.may_run(modules))
 
 
 def native_backend(ctx) -> tuple[NativeBackend | None, str | None]:
