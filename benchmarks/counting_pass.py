@@ -9,7 +9,9 @@ side (flopsight's native and Python backends, DeepSpeed's profiler): the profile
 before the timed call and stopped after it, so the figure is what counting costs the pass;
 what a profile costs on its own (start, stop, building the result) is
 ``benchmarks/fixed_cost.py``'s. The table gives, per side, the median over rounds of its time
-over the plain forward's in the same round, and the spread (interquartile range).
+over the plain forward's in the same round, and the spread (interquartile range); and the
+host time the pass added per op the forward runs, free ones included: (profiled - plain) /
+ops, the proxy for what a launch-bound GPU would idle per op.
 Everything runs under ``torch.no_grad()``.
 """
 
@@ -87,10 +89,21 @@ def sides(model, breakdown: bool = False):
     return out
 
 
-def measure(name: str, rounds: int, breakdown: bool = False) -> dict[str, list[float]]:
+def ops_run(model, args, kwargs) -> int:
+    """How many aten ops one forward dispatches, free ones (views) included: the calls the
+    Python backend's dispatch mode sees (the native recorder records only the ops that cost)."""
+    with flopsight.Profiler(model, backend="python") as prof:
+        model(*args, **kwargs)
+    return sum(op.calls for op in prof.result.ops().values())
+
+
+def measure(name: str, rounds: int, breakdown: bool = False) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """(side -> the ratio of each round, side -> the host seconds the pass added per op the
+    forward runs: (counted - plain) / ops)."""
     model, args, kwargs = build(name)
     runs = sides(model, breakdown)
     ratios: dict[str, list[float]] = {k: [] for k in runs}
+    per_op: dict[str, list[float]] = {k: [] for k in runs}
 
     def timed() -> float:
         t0 = time.perf_counter()
@@ -103,6 +116,7 @@ def measure(name: str, rounds: int, breakdown: bool = False) -> dict[str, list[f
             timed()
             stop(prof)
         timed()
+        ops = ops_run(model, args, kwargs)
         for _ in range(rounds):
             for key, (start, stop) in runs.items():
                 plain = timed()
@@ -112,7 +126,8 @@ def measure(name: str, rounds: int, breakdown: bool = False) -> dict[str, list[f
                 finally:
                     stop(prof)
                 ratios[key].append(counted / plain)
-    return ratios
+                per_op[key].append((counted - plain) / ops)
+    return ratios, per_op
 
 
 def main(argv=None) -> None:
@@ -126,13 +141,15 @@ def main(argv=None) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.rounds} interleaved rounds\n")
-    print("| model | side | pass / plain forward (median) | spread (IQR) |")
-    print("|---|---|---:|---:|")
+    print("| model | side | pass / plain forward (median) | spread (IQR) | host time added per op (median) |")
+    print("|---|---|---:|---:|---:|")
     for name in args.models.split(","):
-        for key, r in measure(name, args.rounds, args.breakdown).items():
+        ratios, per_op = measure(name, args.rounds, args.breakdown)
+        for key, r in ratios.items():
             r = sorted(r)
             q1, q3 = r[len(r) // 4], r[3 * len(r) // 4]
-            print(f"| {name} | {key} | {statistics.median(r):.2f}x | {q1:.2f}-{q3:.2f} |", flush=True)
+            added = f"{statistics.median(per_op[key]) * 1e6:.2f} us"
+            print(f"| {name} | {key} | {statistics.median(r):.2f}x | {q1:.2f}-{q3:.2f} | {added} |", flush=True)
 
 
 if __name__ == "__main__":
