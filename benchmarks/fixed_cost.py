@@ -10,7 +10,7 @@ forward's, and the spread (interquartile range):
 
 * flopsight ``Profiler`` on the native and the Python backend (counts, times, builds the result)
 * flopsight ``Profiler`` on the native backend, result built too (``prof.result.total``)
-* DeepSpeed's ``FlopsProfiler`` start/stop/``get_total_flops``/end, if installed
+* DeepSpeed's ``FlopsProfiler`` start/stop/``get_total_macs``/end, if installed
 """
 
 from __future__ import annotations
@@ -21,39 +21,19 @@ import statistics
 import torch
 from torch import nn
 
-import flopsight
-from pairing import load_deepspeed, paired_rounds
+from pairing import paired_rounds, whole_profiles
+
+
+#: the table's name of each side of :func:`~pairing.whole_profiles`
+LABELS = {"native": "flopsight Profiler, native", "python": "flopsight Profiler, python",
+          "deepspeed": "DeepSpeed FlopsProfiler"}
 
 
 def variants(model, x):
     def plain():
         model(x)
 
-    def flopsight_pass(backend):
-        def run():
-            with flopsight.Profiler(model, backend=backend) as prof:
-                model(x)
-            return prof.result.total.forward.macs
-
-        return run
-
-    out = {"flopsight Profiler, native": flopsight_pass("native"),
-           "flopsight Profiler, python": flopsight_pass("python")}
-    ds = load_deepspeed()
-    if ds is not None:
-        FlopsProfiler = ds[1]
-
-        def deepspeed():
-            prof = FlopsProfiler(model)
-            prof.start_profile()
-            model(x)
-            prof.stop_profile()
-            flops = prof.get_total_flops()
-            prof.end_profile()
-            return flops
-
-        out["DeepSpeed FlopsProfiler"] = deepspeed
-    return plain, out
+    return plain, {LABELS[side]: run for side, run in whole_profiles(model, plain).items()}
 
 
 def main(argv=None) -> None:

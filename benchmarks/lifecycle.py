@@ -19,36 +19,12 @@ import statistics
 
 import torch
 
-import flopsight
 from overhead import build
-from pairing import load_deepspeed, paired_rounds
+from pairing import paired_rounds, whole_profiles
 
 
-def sides(model, args, kwargs) -> dict:
-    """name -> a whole profiled forward, returning its total MACs."""
-    def flopsight_side(backend: str):
-        def run():
-            with flopsight.Profiler(model, backend=backend) as prof:
-                model(*args, **kwargs)
-            return prof.result.total.forward.macs
-        return run
-
-    out = {"flopsight, native": flopsight_side("native"), "flopsight, python": flopsight_side("python")}
-    ds = load_deepspeed()
-    if ds is not None:
-        FlopsProfiler = ds[1]
-
-        def deepspeed():
-            prof = FlopsProfiler(model)
-            prof.start_profile()
-            model(*args, **kwargs)
-            prof.stop_profile()
-            macs = prof.get_total_macs()
-            prof.end_profile()
-            return macs
-
-        out["DeepSpeed"] = deepspeed
-    return out
+#: the table's name of each side of :func:`~pairing.whole_profiles`
+LABELS = {"native": "flopsight, native", "python": "flopsight, python", "deepspeed": "DeepSpeed"}
 
 
 def main(argv=None) -> None:
@@ -64,7 +40,8 @@ def main(argv=None) -> None:
     print("|---|---|---:|---:|")
     for name in args.models.split(","):
         model, call_args, call_kwargs = build(name)
-        runs = sides(model, call_args, call_kwargs)
+        runs = {LABELS[side]: run for side, run in
+                whole_profiles(model, lambda: model(*call_args, **call_kwargs)).items()}
         for run in runs.values():  # warm every path (the native build, lazy imports)
             run()
         rounds = paired_rounds(lambda: model(*call_args, **call_kwargs), runs, args.rounds)

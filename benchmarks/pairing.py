@@ -17,7 +17,7 @@ import time
 import warnings
 from typing import Callable
 
-__all__ = ["paired_rounds", "median_seconds", "quiet", "load_deepspeed"]
+__all__ = ["paired_rounds", "median_seconds", "quiet", "load_deepspeed", "whole_profiles"]
 
 
 def paired_rounds(plain: Callable[[], object], runs: dict[str, Callable[[], object]], rounds: int) -> dict[str, dict]:
@@ -66,3 +66,36 @@ def load_deepspeed():
         return None
     logger.setLevel("ERROR")
     return get_model_profile, FlopsProfiler
+
+
+def whole_profiles(model, call: Callable[[], object]) -> dict[str, Callable[[], object]]:
+    """Everything a user pays for one profile around ``call()`` (a forward of ``model``), start to
+    result, per side: ``"native"`` and ``"python"`` (``with flopsight.Profiler(model)``, then the
+    result read) and, when DeepSpeed imports, ``"deepspeed"`` (``start_profile()`` ...
+    ``stop_profile()``, the totals read, ``end_profile()``). Each returns the MACs it counted."""
+    import flopsight
+
+    def flopsight_side(backend: str):
+        def run():
+            with flopsight.Profiler(model, backend=backend) as prof:
+                call()
+            return prof.result.total.forward.macs
+
+        return run
+
+    out = {"native": flopsight_side("native"), "python": flopsight_side("python")}
+    ds = load_deepspeed()
+    if ds is not None:
+        FlopsProfiler = ds[1]
+
+        def deepspeed():
+            prof = FlopsProfiler(model)
+            prof.start_profile()
+            call()
+            prof.stop_profile()
+            macs = prof.get_total_macs()
+            prof.end_profile()
+            return macs
+
+        out["deepspeed"] = deepspeed
+    return out

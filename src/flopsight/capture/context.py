@@ -50,14 +50,11 @@ class Overhead:
 
 class NoBackend:
     """A context's backend before the session makes its own (:mod:`.backends`): nothing to
-    settle, pause or leave unrecorded."""
+    pause or leave unrecorded."""
 
     name = "python"
     note = None
     tracks_memory = False
-
-    def settle(self) -> None:
-        pass
 
     def pause(self, paused: bool) -> None:
         pass

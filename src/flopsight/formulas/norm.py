@@ -257,7 +257,7 @@ def rms_norm_backward(out, input, weight=None, **_) -> Cost:
 
 
 @REGISTRY.register_unit(*_RMS_FUNCTIONS, name="rms_norm", backward=rms_norm_backward,
-                        reaches=(getattr(torch, "rms_norm", None),) * len(_RMS_FUNCTIONS))
+                        reaches=getattr(torch, "rms_norm", None))
 def rms_norm(out, input, normalized_shape, weight=None, **_) -> Cost:
     """``F.rms_norm(input, normalized_shape, weight=None, eps=None)``."""
     return rms_norm_cost(input, weight)

@@ -5,9 +5,10 @@ A backend owns the three things that run per op or per module call:
 * **op capture and costing**: each aten op (and each unit the recorder sees whole), charged
   through the attribution object with the registry's formulas;
 * **module-call tracking**: the stack of active calls and the call log (:mod:`..calls`);
-* **phase changes**: ``settle()`` is called by every writer of the state that decides where a
-  cost goes (the stack, the phase, a call counted whole, a pause) just before it changes it,
-  so that a backend that charges later charges what ran under the state that is ending.
+* **phase changes**: ``ctx.settle()`` is called by every writer of the state that decides
+  where a cost goes (the stack, the phase, a call counted whole, a pause) just before it changes
+  it; a backend that charges later (the native one) installs it while it runs, to charge what
+  ran under the state that is ending.
 
 Two implementations: :mod:`.python` (a dispatch mode and Python module hooks: the fallback,
 and the check in tests) and :mod:`.native` (``RecordFunction`` and C++ module hooks, in
@@ -55,9 +56,6 @@ class Backend(Protocol):
     def collect(self, ctx) -> tuple:
         """Its parts of the raw capture: :class:`~..calls.ModuleCalls`, and
         :class:`~..counts.Counts` when it counts."""
-
-    def settle(self) -> None:
-        """The state that decides where a cost goes is about to change: charge what ran under it."""
 
     def pause(self, paused: bool) -> None:
         """Record nothing (a profile nested inside this one runs) or record again."""

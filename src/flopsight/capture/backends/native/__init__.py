@@ -49,9 +49,6 @@ class NativeBackend(CallsAndOps):
             self.calls = PythonCalls(ctx)
         self._ctx = ctx
 
-    def settle(self) -> None:
-        self._ctx.settle()
-
     def pause(self, paused: bool) -> None:
         if isinstance(self.calls, NativeCalls):
             self.calls.pause(paused)
@@ -122,9 +119,8 @@ def native_backend(ctx) -> tuple[NativeBackend | None, str | None]:
 
 def _counting_recorder(backend: str, ctx) -> tuple[object | None, str | None]:
     """(the loaded recorder, or None for the Python path; why not native, or None) for a
-    session asked for ``backend`` with context ``ctx`` (its sources already subscribed)."""
-    if backend == "python":
-        return None, None
+    session asked for ``backend`` (not ``"python"``) with context ``ctx`` (its sources already
+    subscribed)."""
     if ctx.events.claims:
         return None, "collectives under torch.distributed are timed op by op in Python"
     if ctx.events.ops:

@@ -46,7 +46,7 @@ from ...context import CaptureContext
 from ...counts import EAGER_STANCE, Counts, collect_counts
 from ...timing import HostClock
 from .build import IN_USE
-from .calls import host_offset
+from .calls import _nothing, host_offset
 
 __all__ = ["NativeCountingSource", "NO_NODE"]
 
@@ -313,12 +313,7 @@ class NativeCountingSource:
             entry, cost, nbytes, backward, written = known
             if entry is None:
                 continue
-            if node_seq == NO_NODE:
-                node = None
-            else:
-                if node_seq == -1:
-                    node_seq = ACCUMULATE_GRAD_SEQUENCE_NR
-                node = _RecordedNode(node_seq, self._parameter(variable) if variable else None)
+            node = None if node_seq == NO_NODE else self._node(node_seq, variable)
             if offset is not None:
                 t0, t1 = t0 * 1e-9 + offset, t1 * 1e-9 + offset
             else:
@@ -358,7 +353,7 @@ class NativeCountingSource:
         """What attribution reads of the autograd node a record ran in (None: none)."""
         if node_seq == NO_NODE:
             return None
-        if node_seq == -1:
+        if node_seq == -1:  # AccumulateGrad
             node_seq = ACCUMULATE_GRAD_SEQUENCE_NR
         return _RecordedNode(node_seq, self._parameter(variable) if variable else None)
 
@@ -583,7 +578,3 @@ def _value(key: bytes, pos: int, dtypes: list):
         real, imag = struct.unpack_from("<dd", key, pos)
         return complex(real, imag), pos + 16
     raise ValueError(f"flopsight: unknown value tag {tag!r} in a native signature")
-
-
-def _nothing() -> None:
-    pass

@@ -24,9 +24,6 @@ class PythonBackend(CallsAndOps):
         self.calls = PythonCalls(ctx)
         self.ops = CountingSource(ctx, note) if ctx.options.count else None
 
-    def settle(self) -> None:  # ops are charged as they run
-        pass
-
     def pause(self, paused: bool) -> None:  # the hooks read ctx.paused
         pass
 
