@@ -186,14 +186,27 @@ def test_in_flight_credits_each_collective_with_the_ops_run_during_it():
     flight.add(b)
     flight.ran(1.5, 2.5)  # overlaps a by 1.0 (1.5..2.5), b by 0.5 (2.0..2.5)
     a.done = 3.0
-    flight.completed_one()
     flight.ran(2.8, 3.5)  # a ends at 3.0: 0.2 more for a; b still in flight: 0.7
     assert (round(a.overlapped, 9), round(b.overlapped, 9)) == (1.2, 1.2)
-    assert flight.busy and [c.kind for c in flight.calls] == ["all_gather"]  # a is done: dropped
+    assert [c.kind for c in flight.calls] == ["all_gather"]  # a is done before this op ended: dropped
     b.done = 4.0
     # flights 1..3 and 2..4 merge into 1..4 (3 s), of which the largest share, 1.2 s, was compute
     ((start, end, overlapped),) = merged_flights([a, b])
     assert (start, end, round(overlapped, 9)) == (1.0, 4.0, 1.2)
+
+
+def test_in_flight_credits_ops_heard_after_the_collective_completed():
+    # the native backend charges ops in batches: a collective may be done before its ops are heard
+    from flopsight.capture.sources.collectives import InFlight, _Call
+
+    flight = InFlight()
+    a = _Call("all_reduce", "", "backward", 4, 2, issued=1.0, returned=1.1)
+    flight.add(a)
+    a.done = 3.0
+    flight.ran(1.5, 2.0)  # 0.5 inside the flight; a still ends after it: kept
+    flight.ran(2.5, 3.5)  # 0.5 more (2.5..3.0); a done before this op ended: dropped
+    flight.ran(3.6, 4.0)  # after it: nothing
+    assert round(a.overlapped, 9) == 1.0 and flight.calls == []
 
 
 def _with_op_time(data: dict, **seconds_by_phase: float) -> None:

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 import warnings
 
 import pytest
@@ -542,3 +543,54 @@ def test_flex_attention_is_routed_to_its_unit_without_a_function_mode():
     # B*H*L*S = 2*2*64*64 = 16384 scores; MACs 16384 * E=16 * 2 products = 524288
     assert found == {"python": (1, 524288, 1), "native": (1, 524288, 0)}
     assert FlexAttentionHOP.__dict__.get("__call__") is original
+
+
+class DeviceClock:
+    """A clock that is not the host's and resolves only at the end, as CUDA events do (stamps
+    are objects, ``scale`` None); it counts the stamps taken on it."""
+
+    name = "device"
+    subtracts_overhead = False
+    scale = None
+
+    def __init__(self):
+        self.taken = 0
+        self.now = time.perf_counter
+
+    def stamp(self):
+        self.taken += 1
+        return [time.perf_counter()]
+
+    def finish(self):
+        pass
+
+    @staticmethod
+    def seconds(start, end):
+        return end[0] - start[0] if start is not None and end is not None else 0.0
+
+
+@needs_native
+@pytest.mark.parametrize("make, inputs", TRAINING)
+def test_on_a_device_clock_ops_count_natively_and_only_calls_and_phases_are_stamped_on_it(make, inputs):
+    """CUDA's clock (events) stamps module calls and phases; the native recorder stamps each op
+    on the host: no device event and no Python per op. The counts are the Python backend's."""
+
+    def run(backend, clock=None):
+        torch.manual_seed(0)
+        model, x = make(), inputs()
+        with warnings.catch_warnings():  # the device clock cannot take the profiler's own time out
+            warnings.simplefilter("ignore")
+            with flopsight.Profiler(model, clock=clock, backend=backend) as prof:
+                out = model(x)
+                (out.logits if hasattr(out, "logits") else out).sum().backward()
+        return prof.result
+
+    clock, python_clock = DeviceClock(), DeviceClock()
+    native, python = run("auto", clock), run("python", python_clock)
+    assert (native.metadata.backend, native.metadata.timing.clock) == ("native", "device")
+    assert counts(native) == counts(python)
+    ops = sum(s.calls for phase in ("forward", "backward") for s in python.ops(phase).values())
+    # the dispatch mode stamps every op twice on the clock; the recorder none
+    assert ops > 0 and python_clock.taken - clock.taken >= 2 * ops
+    assert native.total.forward.latency > 0 and native.ops("forward")
+    assert all(s.latency >= 0 for s in native.ops("forward").values())

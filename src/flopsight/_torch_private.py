@@ -371,6 +371,21 @@ def process_group_size(group) -> int | None:
         return None
 
 
+def process_group_key(group):
+    """What identifies a collective's group across its calls: its name (a group name is what
+    functional collectives pass); the ``ProcessGroup`` object's identity where it has none.
+    A c10d op's script object is a new wrapper each call, so its own ``id`` would not do."""
+    if isinstance(group, str) or group is None:
+        return group
+    try:
+        from torch._C._distributed_c10d import ProcessGroup
+
+        unboxed = ProcessGroup.unbox(group)
+    except Exception:  # not a process group this torch build can read back
+        return id(group)
+    return getattr(unboxed, "group_name", None) or id(unboxed)
+
+
 def on_work_done(work, callback) -> bool:
     """Call ``callback()`` when the c10d ``Work`` script object an op returned completes
     (from the backend's thread; at once if it already has). False if it cannot be watched."""
@@ -393,6 +408,12 @@ def default_store():
         return _get_default_store()
     except Exception:  # no process group, or a backend set up without a store
         return None
+
+
+def dtensor_local(tensor: torch.Tensor) -> torch.Tensor | None:
+    """The tensor a DTensor holds on this rank, without dispatching an op (``to_local`` runs
+    one); None for any other tensor. A DTensor's own storage is a wrapper's, of its global size."""
+    return getattr(tensor, "_local_tensor", None) if type(tensor) is not torch.Tensor else None
 
 
 def storage_key(tensor: torch.Tensor) -> int | None:

@@ -1,6 +1,6 @@
 """Run several test scenarios on the ranks of one launch, in one process group.
 
-    torchrun --standalone --nproc_per_node 2 tests/multirank/scenarios.py gloo OUT collectives hf lightning attach gather
+    torchrun --standalone --nproc_per_node 2 tests/multirank/scenarios.py gloo OUT collectives backends hf lightning attach gather
     DS_ACCELERATOR=cpu deepspeed --num_gpus 2 tests/multirank/scenarios.py deepspeed OUT compare engine zero_stages
 
 Starting two ranks costs about 4 s with torchrun and 8 s with DeepSpeed's launcher on the
@@ -32,6 +32,7 @@ sys.path.insert(0, str(HERE.parent))  # the scenarios share the tests' helpers.p
 #: name -> (script, None for a script run whole, else the argv of its main(); "{out}" is the folder)
 SCENARIOS = {
     "collectives": (HERE / "collectives_worker.py", None),
+    "backends": (HERE / "backends_worker.py", None),
     "attach": (HERE / "attach_worker.py", None),
     "gather": (HERE / "gather_worker.py", None),
     "hf": (HERE / "hf_worker.py", None),

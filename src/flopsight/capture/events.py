@@ -7,6 +7,9 @@ starts) to what it needs, and publishes what it sees:
   (the memory source reads its outputs, the collectives source the time it ran);
 * ``calls``: each call counted whole (a unit such as attention, an autograd function), as an
   :class:`OpEvent` of its unit; its own ops are not published (they are not counted again);
+* ``ran``: the host interval ``(t0, t1)`` of each op and call counted whole, heard in order,
+  perhaps later than it ran (the native backend charges in batches; the collectives source
+  credits what overlapped a collective in flight);
 * ``modules``: each module call's start and end (``call_begins(record)``, ``call_ends(record,
   args, kwargs, output)``), from the call tracker, as they happen (a listener there keeps
   the calls in Python hooks);
@@ -68,6 +71,7 @@ class Events:
     def __init__(self) -> None:
         self.ops: list[Callable[[OpEvent], None]] = []
         self.calls: list[Callable[[OpEvent], None]] = []
+        self.ran: list[Callable[[float, float], None]] = []
         self.modules: list = []
         self.calls_in_order: list = []
         self.forwards: list = []
@@ -80,14 +84,14 @@ class Events:
 
     @property
     def watched(self) -> bool:
-        """Whether any source listens to ops or claims some: only then does the counting
-        source build events (a plain profile pays one test per op)."""
-        return bool(self.ops or self.claims)
+        """Whether any source listens to ops or their intervals, or claims some: only then does
+        the dispatch mode build events (a plain profile pays one test per op)."""
+        return bool(self.ops or self.claims or self.ran)
 
     def clear(self) -> None:
         """Drop every subscription (the session is over: no bound method of a source outlives it)."""
-        for subscribers in (self.ops, self.calls, self.modules, self.calls_in_order, self.forwards, self.steps,
-                            self.phases, self.allocations, self.claims, self.functions):
+        for subscribers in (self.ops, self.calls, self.ran, self.modules, self.calls_in_order, self.forwards,
+                            self.steps, self.phases, self.allocations, self.claims, self.functions):
             subscribers.clear()
         self.aside = contextlib.nullcontext
 
@@ -98,3 +102,5 @@ class Events:
     def publish_call(self, event: OpEvent) -> None:
         for listener in self.calls:
             listener(event)
+        for listener in self.ran:
+            listener(event.t0, event.t1)

@@ -1,7 +1,9 @@
 """Raw tallies of one capture: per (module path, phase), per operator, a :class:`Stats`.
 
 While capturing, latencies are stamp differences (summed as they come on a linear clock) or
-lists of stamp pairs (CUDA events, resolved once at the end).
+lists of stamp pairs (CUDA events, resolved once at the end). On a clock that is not linear,
+a pair of host seconds (``float``: the native backend stamps each op on the host, never with a
+device event) is summed as it comes, in seconds.
 
 >>> tally = Tally(linear=True)
 >>> tally.add("fc", "forward", "aten.mm", Stats(4, 8), 1.0, 1.5)
@@ -49,7 +51,7 @@ class Tally:
         acc[1] += flops
         acc[3] += calls
         acc[4] += nbytes
-        if self.linear:
+        if self.linear or type(t0) is float:
             acc[2] += t1 - t0
         else:
             self.stamps.setdefault((path, phase, name), []).append((t0, t1))
@@ -69,8 +71,8 @@ class Tally:
             for name, (macs, flops, latency, calls, _) in ops.items():
                 if scale is not None:
                     latency = latency * scale
-                else:
-                    latency = sum(seconds(a, b) for a, b in self.stamps.get((*key, name), ()))
+                else:  # host seconds summed as they came, and device stamps resolved now
+                    latency += sum(seconds(a, b) for a, b in self.stamps.get((*key, name), ()))
                 resolved[name] = make_stats(macs, flops, latency, calls)
             out[key] = resolved
         return out

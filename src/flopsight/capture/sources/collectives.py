@@ -14,6 +14,10 @@ time instead: a CUDA event recorded on the issuing stream when it is issued, and
 the stream torch hands the completion callback (made to wait for the collective's
 kernels) or, for a functional collective, on the stream that waited for its result.
 
+Under the native backend a claimed op comes to its handler as it returns, before the ops
+recorded ahead of it are charged: each handler first does what must happen at once (watch the
+``Work``, stamp a completion), then ``ctx.settle()`` charges those ops, then it charges its own.
+
 While collectives are in flight, the ops and the calls counted whole that run (heard from
 ``ctx.events``) are compute overlapping them: the rest of a flight the rank waited for.
 """
@@ -25,7 +29,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..._torch_private import on_work_done, process_group_size, storage_key
+from ..._torch_private import on_work_done, process_group_key, process_group_size, storage_key
 from ...formulas.binding import Binder
 from ...result.stats import ZERO_STATS
 from ..context import CaptureContext
@@ -205,25 +209,17 @@ def _cuda_event(device: torch.device):
 class InFlight:
     """The collectives not yet complete, and the ops the rank ran meanwhile.
 
-    The counting mode reports each op's host interval here while ``busy`` (one test per op,
-    only under torch.distributed): that time is compute overlapping communication; the rest
-    of a collective's flight the rank waited for it (exposed).
+    The backend reports each op's host interval here, in order, perhaps after the collective
+    completed (the native backend charges ops in batches): the part of it inside a flight is
+    compute overlapping communication; the rest of a collective's flight the rank waited for
+    it (exposed).
     """
 
     def __init__(self) -> None:
         self.calls: list[_Call] = []
-        self.issued = self.completed = 0  # each written by one thread only (issuer, backend)
-
-    @property
-    def busy(self) -> bool:
-        return self.issued != self.completed
 
     def add(self, call: _Call) -> None:
         self.calls.append(call)
-        self.issued += 1
-
-    def completed_one(self) -> None:
-        self.completed += 1
 
     def ran(self, t0: float, t1: float) -> None:
         """An op ran from ``t0`` to ``t1`` (host seconds) while collectives were in flight."""
@@ -233,7 +229,7 @@ class InFlight:
             overlap = min(t1, end) - max(t0, call.issued)
             if overlap > 0:
                 call.overlapped += overlap
-            if call.done is None:
+            if call.done is None or call.done > t1:  # later ops may still overlap it
                 still.append(call)
         self.calls = still
 
@@ -292,8 +288,7 @@ class CollectivesSource:
             for op in _overloads(namespace, name):
                 claims[op] = self._free
         if ctx.clock.stamp is time.perf_counter:  # host stamps: ops overlapping communication
-            ctx.events.ops.append(self._ran)
-            ctx.events.calls.append(self._ran)
+            ctx.events.ran.append(self._ran)
         else:  # device or fake stamps: time calls on the host
             self._issue_time = lambda stamp: time.perf_counter()
 
@@ -316,10 +311,10 @@ class CollectivesSource:
         queue_in_groups(self.calls)
         return Communication(list(self.calls))
 
-    def _ran(self, event: OpEvent) -> None:
+    def _ran(self, t0: float, t1: float) -> None:
         flight = self.in_flight
-        if flight.busy:  # compute overlapping communication
-            flight.ran(event.t0, event.t1)
+        if flight.calls:  # compute overlapping communication
+            flight.ran(t0, t1)
 
     def _collective(self, event: OpEvent) -> None:
         func, args, kwargs, out = event.func, event.args, event.kwargs, event.out
@@ -328,36 +323,31 @@ class CollectivesSource:
         if binder is None:
             binder = self._binders[func] = Binder.of_op(func)
         bound = binder.bind(args, kwargs)
-        owner = None
-        if kind == "all_gather" and self._gathers and isinstance(bound.get(payload), torch.Tensor):
-            # FSDP2 gathers a layer's parameters ahead of its use (prefetching): the layer's
-            owner = self._gathers.get(storage_key(bound[payload]))
-        path, phase = self._ctx.attribution.charge_collective(event.entry, event.t0, event.t1, owner)
         group_size = process_group_size(bound.get(group_arg)) or 0
         nbytes = payload_bytes(bound.get(payload)) if payload else 0
         if func.namespace == "_c10d_functional" and kind == "reduce_scatter" and group_size:
             nbytes //= group_size  # the whole input is passed; this rank keeps 1/n of it
         tensor = _first_tensor(bound.get(payload)) if payload else None
-        group = bound.get(group_arg)
-        call = _Call(kind, path, phase, nbytes, group_size, self._issue_time(event.t0), self._issue_time(event.t1),
+        call = _Call(kind, None, None, nbytes, group_size, self._issue_time(event.t0), self._issue_time(event.t1),
                      device=tensor.device if tensor is not None and tensor.is_cuda else None,
-                     group=group if isinstance(group, str) or group is None else id(group))
+                     group=process_group_key(bound.get(group_arg)))
         self.calls.append(call)
-        flight = self.in_flight
-
-        def complete() -> None:  # from the backend's thread, or at once
-            if call.done is None:
-                call.complete()
-                flight.completed_one()
-
-        flight.add(call)
+        self.in_flight.add(call)
+        complete = call.complete  # from the backend's thread, or at once
         if func.namespace == "_c10d_functional":  # done when its result is waited for
             for t in out if isinstance(out, (list, tuple)) else (out,):
                 self._awaiting[id(t)] = (complete, t)
         elif not on_work_done(out[-1] if isinstance(out, tuple) else out, complete):
             complete()  # no Work to watch: treat the call as synchronous
+        owner = None
+        if kind == "all_gather" and self._gathers and isinstance(bound.get(payload), torch.Tensor):
+            # FSDP2 gathers a layer's parameters ahead of its use (prefetching): the layer's
+            owner = self._gathers.get(storage_key(bound[payload]))
+        self._ctx.settle()  # (the native backend) the ops before it charged: where it ran is known now
+        call.path, call.phase = self._ctx.attribution.charge_collective(event.entry, event.t0, event.t1, owner)
 
     def _free(self, event: OpEvent) -> None:
+        self._ctx.settle()
         self._ctx.attribution.charge(event.entry, event.t0, event.t1, (), ZERO_STATS)
         func, args, out = event.func, event.args, event.out
         if func.name().startswith("fsdp::all_gather_copy_in") and self._param_paths:
@@ -367,11 +357,12 @@ class CollectivesSource:
                 self._gathers[storage_key(out[1])] = common_path(owners)
 
     def _wait(self, event: OpEvent) -> None:
-        self._ctx.attribution.charge(event.entry, event.t0, event.t1, (), ZERO_STATS)
         tensor = event.args[0] if event.args else event.kwargs.get("tensor")
         pending = self._awaiting.pop(id(tensor), None)
         if pending is not None:
             pending[0]()
+        self._ctx.settle()
+        self._ctx.attribution.charge(event.entry, event.t0, event.t1, (), ZERO_STATS)
 
 
 def _first_tensor(value):

@@ -25,7 +25,7 @@ from functools import partial
 
 import torch
 
-from ..._torch_private import storage_key
+from ..._torch_private import dtensor_local, storage_key
 from ...result.memory import Buffer
 from ..context import CaptureContext
 from ..events import OpEvent
@@ -142,19 +142,24 @@ class MemorySource:
     # -- live bytes -----------------------------------------------------------------------
     def _op(self, event: OpEvent) -> None:
         if event.path is not None:  # the model's op: its new storages
-            self.outputs(event.out, event.path, event.phase, event.entry)
+            self.outputs(event.out, event.path, event.phase, event.entry, _aliased_returns(event.func))
 
-    def outputs(self, out, path: str, phase: str, entry=None) -> None:
+    def outputs(self, out, path: str, phase: str, entry=None, aliased: tuple = ()) -> None:
         """An op (``entry``, its registry entry) charged to ``path`` and ``phase`` returned
-        ``out`` (a tensor, or a tuple or list of them)."""
+        ``out`` (a tensor, or a tuple or list of them); ``aliased``: for each return, whether it
+        is one of the op's inputs or a view of one (an in-place op's, ``out=``'s: not new)."""
         if isinstance(out, torch.Tensor):
-            self._allocated(out, path, phase, entry)
+            if not (aliased and aliased[0]):
+                self._allocated(out, path, phase, entry)
         elif isinstance(out, (tuple, list)):
-            for t in out:
-                if isinstance(t, torch.Tensor):
+            for i, t in enumerate(out):
+                if isinstance(t, torch.Tensor) and not (i < len(aliased) and aliased[i]):
                     self._allocated(t, path, phase, entry)
 
     def _allocated(self, t: torch.Tensor, path: str, phase: str, entry=None) -> None:
+        local = dtensor_local(t)
+        if local is not None:  # a DTensor (FSDP2's parameters, their gradients): what this rank holds
+            t = local
         if t._base is not None:  # a view: its storage is its base's, seen (or not ours) already
             return
         key = storage_key(t)
@@ -219,3 +224,21 @@ class MemorySource:
 
 def _unpack(tensor):
     return tensor
+
+
+_ALIASED: dict = {}  # op overload -> _aliased_returns
+
+
+def _aliased_returns(func) -> tuple:
+    """For each return of op overload ``func``, whether its schema says it aliases an input
+    (``Tensor(a!)``: an in-place or ``out=`` op gives back storage it was given); () for a
+    call counted whole (no schema: its outputs are taken as new).
+
+    >>> _aliased_returns(torch.ops.aten.add_.Tensor), _aliased_returns(torch.ops.aten.add.Tensor)
+    ((True,), (False,))
+    """
+    known = _ALIASED.get(func)
+    if known is None:
+        schema = getattr(func, "_schema", None)
+        known = _ALIASED[func] = tuple(r.alias_info is not None for r in schema.returns) if schema is not None else ()
+    return known

@@ -62,6 +62,6 @@ def run_whole(ctx: CaptureContext, call, args: tuple, kwargs: dict) -> tuple:
 def publish_whole(ctx: CaptureContext, unit, func, args, kwargs, out, t0, t1, where) -> None:
     """Tell the sources subscribed to ``ctx.events.calls`` that a call counted whole ran,
     charged ``where`` ((path, phase), or None when it is not the model's)."""
-    if ctx.events.calls:
+    if ctx.events.calls or ctx.events.ran:
         path, phase = where if where is not None else (None, None)
         ctx.events.publish_call(OpEvent(unit, func, args, kwargs, out, t0, t1, path, phase))

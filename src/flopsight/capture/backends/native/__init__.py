@@ -2,11 +2,15 @@
 module calls through its C++ hooks (:mod:`.calls`), both in ``recorder.cpp``, built from source
 (:mod:`.build`) and checked against the Python backend once per process (:mod:`.self_check`).
 
-It steps aside (for the Python backend, with a note saying why) where a source needs each op
-in Python while it runs (collectives under torch.distributed), where memory cannot come from
-the allocators' reports (the meta device, torch.profiler holding them), where the clock stamps
-ops on the device (CUDA events), inside another running native session, where the recorder
-cannot be built, and where it does not count the check's model as the Python backend does.
+The ops a source claims (the collectives under torch.distributed) go to Python as they
+return, one by one: they are few, and the source watches each one's ``Work`` for its completion
+(with ``backend="native"``; ``"auto"`` still counts such a session in Python).
+It steps aside (for the Python backend, with a note saying why) where a source needs every op
+in Python while it runs, where memory cannot come from the allocators' reports (the meta
+device, torch.profiler holding them), inside another running native session, where the
+recorder cannot be built, and where it does not count the check's model as the Python backend
+does. On a device clock (CUDA events) it stamps each op on the host, never with an event: the
+device clock stamps the module calls and phases.
 Its module calls go through Python hooks where the stamps are not the host's, where a source
 listens to each call as it happens (module rules, kernels), and for ``torch.compile``d modules.
 """
@@ -121,12 +125,14 @@ def _counting_recorder(backend: str, ctx) -> tuple[object | None, str | None]:
     """(the loaded recorder, or None for the Python path; why not native, or None) for a
     session asked for ``backend`` (not ``"python"``) with context ``ctx`` (its sources already
     subscribed)."""
-    if ctx.events.claims:
-        return None, "collectives under torch.distributed are timed op by op in Python"
     if ctx.events.ops:
         return None, "a source reads each op's tensors in Python while it runs"
-    if not isinstance(ctx.clock, (HostClock, FakeClock)) or (backend == "auto" and isinstance(ctx.clock, FakeClock)):
+    if backend == "auto" and isinstance(ctx.clock, FakeClock):
         return None, f"ops are timed on the {ctx.clock.name} clock"
+    if backend == "auto" and ctx.events.claims:
+        # backend="native" serves them (the same counts, collectives and memory: tests/test_backends_ranks.py);
+        # "auto" waits until a step's anatomy and trace read the same from its stamps
+        return None, "collectives under torch.distributed are counted in Python unless backend='native'"
     if IN_USE[0]:
         return None, "a native session is already running (profiles nested in it count in Python)"
     recorder = load(quiet=False)

@@ -44,7 +44,8 @@ from ....result.stats import ZERO_STATS, Stats
 from ...attribution import whole_call_bytes
 from ...context import CaptureContext
 from ...counts import EAGER_STANCE, Counts, collect_counts
-from ...timing import HostClock
+from ...events import OpEvent
+from ...timing import FakeClock, HostClock
 from .build import IN_USE
 from .calls import _nothing, host_offset
 
@@ -52,6 +53,7 @@ __all__ = ["NativeCountingSource", "NO_NODE"]
 
 NO_NODE = -(2**63)  # the recorder's node sequence number for an op outside the backward pass
 MEMORY = -3  # a memory record's op (recorder.cpp's kMemory)
+CLAIMED = -4  # where a claimed op ran (recorder.cpp's kClaimed): its source charged it
 
 
 class Costed(NamedTuple):
@@ -120,18 +122,21 @@ class _Tables:
     (formulas differ) each operator's entry and each signature's cost."""
 
     def __init__(self) -> None:
-        self.names: tuple | None = None  # (value ops, costed ops, unit ops) the recorder was configured with
+        #: (value ops, costed ops, unit ops, claimed ops) the recorder was configured with
+        self.names: tuple | None = None
         self.ops: list[tuple[str, str]] = []
         self.registries: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
-    def configure(self, recorder, registry) -> "_RegistryTables":
-        """The recorder set up for ``registry`` (tables forgotten when its operator names change)."""
+    def configure(self, recorder, registry, claimed: tuple = ()) -> "_RegistryTables":
+        """The recorder set up for ``registry`` and the ops a source claims (``claimed``: their
+        names), tables forgotten when the operator names change."""
         tables = self.registries.get(registry)
         if tables is None or tables.version != registry.version:
             tables = self.registries[registry] = _RegistryTables(registry)
-        if tables.names != self.names:
-            recorder.configure(*tables.names)
-            self.names = tables.names
+        names = (*tables.names, claimed)
+        if names != self.names:
+            recorder.configure(*names)
+            self.names = names
             self.ops.clear()
             for other in self.registries.values():
                 other.forget()
@@ -177,35 +182,37 @@ class NativeCountingSource:
         self._on_values: set[str] = set()  # the operators costed on their own values
         self._recording = False
         self._running = False
+        self._ran: list = []  # ctx.events.ran while running
+        self._claimed_ops: dict[int, tuple] = {}  # operator id -> (op overload, _Op) of the claimed ops
         self._by_address: dict | None = None
         self._pending = recorder.pending_view().cast("q")  # records not yet charged
         #: replays a module call the C++ hooks recorded (the backend's call tracker sets it)
         self.replay_call = None
         clock = ctx.clock
-        if isinstance(clock, HostClock):  # the recorder's stamps, moved onto the host clock
-            self._offset = host_offset(recorder)
-            self._stamp = None
-        else:  # a clock of its own (a test's fake clock, CUDA events): stamped as charged
+        #: the session's clock is the host's: the C++ hooks may stamp module calls on it too
+        self.host_stamps = isinstance(clock, HostClock)
+        if isinstance(clock, FakeClock):  # a test's clock: ops stamped on it as charged
             self._offset = None
             self._stamp = clock.stamp
+        else:  # the recorder's stamps, moved onto the host clock; on a device clock (CUDA events,
+            # which time the module calls and phases) an op's time is its host time: no per-op event
+            self._offset = host_offset(recorder)
+            self._stamp = None
 
     @property
     def recorder(self):
         """The loaded extension (the call tracker installs its C++ hooks)."""
         return self._rec
 
-    @property
-    def host_stamps(self) -> bool:
-        """Whether the recorder's stamps are moved onto the session's clock (a host clock)."""
-        return self._offset is not None
-
     def start(self, ctx: CaptureContext) -> None:
-        self._tables = _TABLES.configure(self._rec, ctx.registry)
+        claims = ctx.events.claims
+        self._tables = _TABLES.configure(self._rec, ctx.registry, tuple(sorted(_op_name(op) for op in claims)))
+        self._ran = ctx.events.ran
         EAGER_STANCE.acquire()
         try:
             if self.memory and not self._rec.start_memory():  # checked when the backend was chosen
                 raise RuntimeError("memory: torch.profiler's state is on this thread; profile with backend='python'")
-            self._rec.start()
+            self._rec.start(self._claimed if claims else None)
         except BaseException:
             if self.memory:
                 self._rec.stop_memory()
@@ -264,6 +271,29 @@ class NativeCountingSource:
         self._recording = on
         self._rec.set_recording(on)
 
+    def _claimed(self, op_id: int, inputs: tuple, outputs: tuple, t0: int, t1: int) -> None:
+        """A claimed op (a collective) returned, on the thread that ran it. Its handler settles
+        (charges what was recorded before it) once it has watched the op's completion, and
+        charges it where it ran, as under the dispatch mode."""
+        op = self._claimed_ops.get(op_id)
+        if op is None:
+            func = native_op(*self._rec.operator(op_id))
+            op = self._claimed_ops[op_id] = (func, _Op(self._ctx.registry.resolve(func), op_schema(func)))
+        func, op = op
+        handler = self._ctx.events.claims.get(func)
+        if handler is None or self._ctx.suppressed or self._ctx.paused:
+            return
+        out, args, kwargs = op.call_values(inputs, outputs)
+        if self._offset is not None:
+            t0, t1 = t0 * 1e-9 + self._offset, t1 * 1e-9 + self._offset
+        else:
+            t0, t1 = self._stamp(), self._stamp()
+        overhead = self._ctx.overhead
+        h0 = overhead.begin()
+        with self.unrecorded():
+            handler(OpEvent(op.entry, func, args, kwargs, out, t0, t1, None, None))
+        overhead.end(h0)
+
     # -- charging -------------------------------------------------------------------------
     def settle(self) -> None:
         """Charge what was recorded so far, under the state it ran in (the current one)."""
@@ -298,9 +328,12 @@ class NativeCountingSource:
         replay_call = self.replay_call
         costs, offset, stamp = self._tables.costs, self._offset, self._stamp
         temporaries = _temporaries(records) if self.memory else {}
+        ran = self._ran  # listeners to each op's interval (ops overlapping collectives)
         for op_id, sig, node_seq, seq_before, seq_after, t0, t1, variable in records:
             if op_id == MEMORY:  # a block allocated (seq_before > 0 bytes) or released
-                self._block(sig, node_seq, seq_before, seq_after, variable, temporaries.get(variable))
+                self._block(sig, node_seq, seq_before, seq_after, variable, temporaries.get(variable), t1)
+                continue
+            if op_id == CLAIMED:
                 continue
             if op_id < 0:  # a module call entered or left (recorder.cpp's kEnter, kExit)
                 replay_call(op_id, sig, node_seq, seq_before, t0 * 1e-9 + offset, overhead)
@@ -323,11 +356,14 @@ class NativeCountingSource:
             else:  # a unit: (unit, cost, read, backward cost, written)
                 attribution.charge_whole_costed(node, seq_after, entry, t0, t1, cost, backward, nbytes, written,
                                                 seq_before, seq_after)
+            for listener in ran:
+                listener(t0, t1)
 
     def _block(self, op_id: int, node_seq: int, nbytes: int, seq_after: int, address: int,
-               temporary: list | None) -> None:
+               temporary: list | None, accumulated: int) -> None:
         """A block of ``nbytes`` the allocator handed out while op ``op_id`` ran (-1: none) and
-        autograd node ``node_seq`` ran; a negative ``nbytes``: the block at ``address`` went back.
+        autograd node ``node_seq`` ran (an AccumulateGrad's parameter at TensorImpl ``accumulated``);
+        a negative ``nbytes``: the block at ``address`` went back.
         ``temporary``: the addresses' blocks of this batch that their op released before it
         returned (see :func:`_temporaries`), consumed in order."""
         listeners = self._ctx.events.allocations
@@ -338,7 +374,7 @@ class NativeCountingSource:
                     listener.freed(kept[0], kept[1])
             return
         is_temporary = bool(temporary) and temporary.pop(0)
-        where = self._ctx.attribution.locate(self._node(node_seq, 0), seq_after)
+        where = self._ctx.attribution.locate(self._node(node_seq, accumulated), seq_after)
         if where is None:  # not the model's: neither is its release
             return
         self._blocks[address] = (nbytes, is_temporary)
@@ -426,6 +462,11 @@ class NativeCountingSource:
         return known
 
 
+def _op_name(op) -> str:
+    """``"ns::name.overload"``, as the recorder names an op overload."""
+    return f"{op._schema.name}.{op._overloadname}"
+
+
 def _temporaries(records: list) -> dict[int, list]:
     """Which of a batch's allocations are an op's temporaries: blocks released before the next
     op record (an op is recorded when it returns, after what it allocated), so inside the op
@@ -443,7 +484,7 @@ def _temporaries(records: list) -> dict[int, list]:
                 opened = since_op.pop(address, None)
                 if opened is not None:
                     opened[0][opened[1]] = True
-        elif op_id >= 0:
+        elif op_id >= 0 or op_id == CLAIMED:
             since_op.clear()
     return out
 

@@ -22,6 +22,17 @@
 // values (named at start) and for values a signature cannot describe (nested or sparse
 // tensors): those ops keep their values until Python drains them.
 //
+// Claimed ops (the collectives and the ops around them, named at configure): Python handles each
+// one as it returns, on its values (the source that claimed it watches the c10d Work it
+// returns, so its completion is stamped from the backend's thread when it happens); they are
+// rare (a few per step). Python charges what was recorded before one first, so it lands in
+// order with the ops and module calls; only a kClaimed record marks it in the stream (where
+// its blocks of memory were allocated: an op's temporaries are those freed before the next op
+// record). What a
+// claimed op's backend runs for it on its own threads (gloo divides an average there) is not
+// recorded, as a dispatch mode does not see it: the op marks the thread's debug info, which
+// c10d carries into those threads with the rest of its thread-local state.
+//
 // Module boundaries: the two global module hooks are C++ functions too (see "module
 // boundaries" below): a call of a module of the model becomes an enter and an exit record in
 // the same stream, so Python replays the module stack in order with the ops.
@@ -33,12 +44,14 @@
 #include <torch/csrc/autograd/functions/accumulate_grad.h>
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/csrc/profiler/orchestration/observer.h>
 #include <c10/util/Logging.h>
 #include <c10/util/ThreadLocalDebugInfo.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -62,6 +75,7 @@ struct Op {
   bool keep_values;      // its formula reads values: every op keeps them
   bool has_formula;      // the registry costs it (not free); a composite one is then a fallback
   bool unit;             // counted whole from its arguments
+  bool claimed;          // handed to Python as it returns (see the top of this file)
   c10::optional<c10::OperatorHandle> handle;
   // per device type: -1 not looked up, else whether it has a kernel of its own there (a
   // composite op with one runs it instead of decomposing)
@@ -101,6 +115,7 @@ struct Frame {
   intptr_t accumulated = 0;
   bool cacheable = true;
   bool keep = false;  // keep the values (see the top of this file)
+  bool claimed = false;
   std::string key;
   std::vector<c10::IValue> inputs;
 };
@@ -115,6 +130,8 @@ std::vector<std::string> g_sig_keys;  // signature id -> its key
 std::unordered_set<std::string> g_value_ops;  // "aten::name.overload" whose formulas read values
 std::unordered_set<std::string> g_formula_ops;  // "aten::name.overload" the registry costs (not free)
 std::unordered_set<std::string> g_unit_ops;  // "aten::name.overload" counted whole
+std::unordered_set<std::string> g_claimed_ops;  // "ns::name.overload" handed to Python as they return
+PyObject* g_claim = nullptr;  // claim(op, inputs, outputs, t0 ns, t1 ns) while running (a new reference)
 int32_t g_next_one_off = 0;  // ops costed on their own values get ids -1, -2, ...
 std::vector<Record> g_records;
 int64_t g_pending = 0;  // g_records.size(), readable from Python without a call (pending_view)
@@ -129,6 +146,21 @@ thread_local int t_recorded_depth = 0;
 thread_local uint64_t t_costed_total = 0;  // ops with a formula recorded on this thread
 thread_local int64_t t_generation = -1;
 
+// the debug-info slot marking "inside a claimed op" (see the top of this file): a kind of our
+// own where torch lets one be named, else the one slot torch leaves unused outside its tests
+template <typename Kind>
+Kind claimed_kind() {
+  if constexpr (std::is_enum_v<Kind>) {
+    return Kind::TEST_INFO_2;
+  } else {
+    static constexpr std::string_view name = "FLOPSIGHT_INSIDE_CLAIMED_OP";
+    return Kind(&name);
+  }
+}
+const c10::DebugInfoKind kInsideClaimed = claimed_kind<c10::DebugInfoKind>();
+struct InsideClaimed final : c10::DebugInfoBase {};
+std::atomic<bool> g_has_claims{false};  // some op is claimed: check the mark
+
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -137,7 +169,7 @@ int64_t now_ns() {
 
 struct OpFlags {
   int32_t id;  // -1: not a dispatcher op (a named range)
-  bool recorded, keep_values, fallback, costed, unit;
+  bool recorded, keep_values, fallback, costed, unit, claimed;
 };
 
 // the device of an op's first tensor input; false: it has none
@@ -185,7 +217,7 @@ OpFlags op_of(const at::RecordFunction& fn) {
   } else {
     auto op_name = fn.operator_name();
     if (!op_name) {
-      return OpFlags{-1, false, false, false, false, false};
+      return OpFlags{-1, false, false, false, false, false, false};
     }
     Op op;
     op.name = op_name->name;
@@ -196,6 +228,7 @@ OpFlags op_of(const at::RecordFunction& fn) {
     op.keep_values = g_value_ops.count(op.name + "." + op.overload) > 0;
     op.has_formula = g_formula_ops.count(op.name + "." + op.overload) > 0;
     op.unit = g_unit_ops.count(op.name + "." + op.overload) > 0;
+    op.claimed = g_claimed_ops.count(op.name + "." + op.overload) > 0;
     op.own_kernel.fill(-1);
     id = static_cast<int32_t>(g_ops.size());
     g_ops.push_back(std::move(op));
@@ -205,8 +238,9 @@ OpFlags op_of(const at::RecordFunction& fn) {
   // an op without tensor inputs reaches a dispatch mode whatever its kernels (its dispatch
   // keys come from the mode alone)
   c10::DeviceType device;
-  bool recorded = op.unit || !op.composite || !device_of(fn.inputs(), device) || runs_own_kernel(op, device);
-  return OpFlags{id, recorded, op.keep_values, !recorded && op.has_formula, op.has_formula, op.unit};
+  bool recorded =
+      op.unit || op.claimed || !op.composite || !device_of(fn.inputs(), device) || runs_own_kernel(op, device);
+  return OpFlags{id, recorded, op.keep_values, !recorded && op.has_formula, op.has_formula, op.unit, op.claimed};
 }
 
 void append(std::string& key, const void* data, size_t n) {
@@ -347,6 +381,32 @@ bool describe(std::string& key, const c10::IValue& v) {
   return true;
 }
 
+py::object to_python(const c10::IValue& v);
+py::tuple as_tuple(const std::vector<c10::IValue>& values);
+
+// hand a claimed op to Python (see the top of this file); an error there is reported as
+// unraisable, never thrown into the op
+constexpr int32_t kClaimed = -4;
+
+void claim(Frame& frame, const std::vector<c10::IValue>& outputs, int64_t t1) {
+  std::vector<c10::IValue> inputs;
+  inputs.swap(frame.inputs);
+  {
+    std::lock_guard<std::mutex> guard(g_lock);
+    if (!g_on.load()) return;
+    g_records.push_back(Record{kClaimed, frame.op, frame.node_seq, frame.seq_before, frame.seq_before, frame.t0, t1, 0});
+    g_pending = static_cast<int64_t>(g_records.size());
+  }
+  py::gil_scoped_acquire gil;
+  if (g_claim == nullptr) return;
+  py::object handler = py::reinterpret_borrow<py::object>(g_claim);
+  try {
+    handler(frame.op, as_tuple(inputs), as_tuple(outputs), frame.t0, t1);
+  } catch (py::error_already_set& e) {
+    e.discard_as_unraisable(handler);
+  }
+}
+
 std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   if (t_generation != g_generation.load(std::memory_order_relaxed)) {  // a new session
     t_generation = g_generation.load();
@@ -356,7 +416,9 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   if (t_frames.size() <= t_depth) t_frames.resize(t_depth + 1);
   Frame& frame = t_frames[t_depth++];
   frame.recorded = false;
-  if (t_recorded_depth > 0 || !g_on.load(std::memory_order_relaxed)) {
+  frame.claimed = false;
+  if (t_recorded_depth > 0 || !g_on.load(std::memory_order_relaxed) ||
+      (g_has_claims.load(std::memory_order_relaxed) && c10::ThreadLocalDebugInfo::get(kInsideClaimed))) {
     return nullptr;
   }
   frame.fallback = false;
@@ -395,7 +457,9 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   for (const auto& v : inputs) {
     frame.cacheable = describe(frame.key, v) && frame.cacheable;
   }
-  frame.keep = flags.keep_values || !frame.cacheable;
+  frame.claimed = flags.claimed;
+  if (frame.claimed) c10::ThreadLocalDebugInfo::_push(kInsideClaimed, std::make_shared<InsideClaimed>());
+  frame.keep = flags.keep_values || !frame.cacheable || flags.claimed;
   if (frame.keep) frame.inputs.assign(inputs.begin(), inputs.end());
   if (frame.unit) {  // its parts run without RecordFunction (its own end still runs)
     frame.rf_was_enabled = at::isRecordFunctionEnabled();
@@ -409,6 +473,14 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext*) {
   int64_t t1 = now_ns();
   if (t_depth == 0) return;  // entered before this session began
   Frame& frame = t_frames[--t_depth];
+  bool claimed = frame.claimed;
+  if (claimed) {
+    frame.claimed = false;
+    try {
+      c10::ThreadLocalDebugInfo::_pop(kInsideClaimed);
+    } catch (...) {  // the op left another slot on top: nothing to undo that is ours
+    }
+  }
   if (frame.unit) {
     frame.unit = false;
     at::enableRecordFunction(frame.rf_was_enabled);
@@ -431,6 +503,10 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext*) {
   }
   if (frame.costed) ++t_costed_total;
   const auto& outputs = fn.outputs();
+  if (claimed) {
+    claim(frame, outputs, t1);
+    return;
+  }
   bool cacheable = frame.cacheable;
   append(frame.key, static_cast<int32_t>(outputs.size()));
   for (const auto& v : outputs) {
@@ -480,7 +556,8 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext*) {
 // profiling on. Each block allocated while recording, and its release, goes into the record
 // stream as a kMemory record (sig: the innermost recorded op running on that thread, -1 for
 // none; node_seq: the autograd node running; seq_before: the bytes, negative when released;
-// seq_after: the thread's sequence counter; accumulated: the block's address), so Python
+// seq_after: the thread's sequence counter; t1: an AccumulateGrad node's parameter
+// (TensorImpl*, else 0); accumulated: the block's address), so Python
 // replays them in order with the ops and module calls, as the Python path sees tensors.
 // Blocks allocated before the session (or while not recording) are not tracked: their release
 // is not either. The autograd engine carries the state into its threads (ThreadLocalState).
@@ -509,7 +586,13 @@ struct MemoryState final : torch::profiler::impl::ProfilerStateBase {
     if (!g_memory.load(std::memory_order_relaxed) || bytes == 0) return;
     int64_t t = now_ns();
     int64_t node_seq = kNoNode;
-    if (auto node = torch::autograd::get_current_node()) node_seq = static_cast<int64_t>(node->sequence_nr());
+    int64_t variable = 0;  // an AccumulateGrad node's parameter (TensorImpl*): where its blocks belong
+    if (auto node = torch::autograd::get_current_node()) {
+      node_seq = static_cast<int64_t>(node->sequence_nr());
+      if (auto* acc = dynamic_cast<torch::autograd::AccumulateGrad*>(node.get())) {
+        variable = reinterpret_cast<int64_t>(acc->variable.unsafeGetTensorImpl());
+      }
+    }
     int64_t seq = static_cast<int64_t>(at::sequence_number::peek());
     int32_t op = bytes > 0 && t_generation == g_generation.load(std::memory_order_relaxed) ? innermost_op() : -1;
     std::lock_guard<std::mutex> guard(g_lock);
@@ -522,7 +605,7 @@ struct MemoryState final : torch::profiler::impl::ProfilerStateBase {
       bytes = -it->second;
       g_blocks.erase(it);
     }
-    g_records.push_back(Record{kMemory, op, node_seq, bytes, seq, t, t, reinterpret_cast<intptr_t>(ptr)});
+    g_records.push_back(Record{kMemory, op, node_seq, bytes, seq, t, variable, reinterpret_cast<intptr_t>(ptr)});
     g_pending = static_cast<int64_t>(g_records.size());
   }
 
@@ -761,6 +844,7 @@ py::object to_python(const c10::IValue& v) {
     auto c = v.toComplexDouble();
     return py::module_::import("builtins").attr("complex")(c.real(), c.imag());
   }
+  if (v.isObject()) return torch::jit::toPyObject(v);  // a c10d ProcessGroup or Work (claimed ops)
   return py::none();  // a generator or storage: no formula reads one
 }
 
@@ -773,21 +857,26 @@ py::tuple as_tuple(const std::vector<c10::IValue>& values) {
 // the operators whose formulas read values and those with formulas that cost: the op flags
 // depend on them, so the operator and signature tables start again
 void configure(const std::vector<std::string>& value_ops, const std::vector<std::string>& formula_ops,
-               const std::vector<std::string>& unit_ops) {
+               const std::vector<std::string>& unit_ops, const std::vector<std::string>& claimed_ops) {
   std::lock_guard<std::mutex> guard(g_lock);
   TORCH_CHECK(!g_handle, "flopsight's native recorder is running");
   g_value_ops = std::unordered_set<std::string>(value_ops.begin(), value_ops.end());
   g_formula_ops = std::unordered_set<std::string>(formula_ops.begin(), formula_ops.end());
   g_unit_ops = std::unordered_set<std::string>(unit_ops.begin(), unit_ops.end());
+  g_claimed_ops = std::unordered_set<std::string>(claimed_ops.begin(), claimed_ops.end());
+  g_has_claims.store(!g_claimed_ops.empty());
   g_ops.clear();
   g_op_of.clear();
   g_sigs.clear();
   g_sig_keys.clear();
 }
 
-void start() {
+// (with the GIL held) claim: the claimed ops' handler, or None
+void start(py::object claim) {
   std::lock_guard<std::mutex> guard(g_lock);
   TORCH_CHECK(!g_handle, "flopsight's native recorder is already running");
+  Py_CLEAR(g_claim);
+  if (!claim.is_none()) g_claim = claim.release().ptr();
   g_records.clear();
   g_values.clear();
   g_next_one_off = 0;
@@ -808,6 +897,7 @@ void stop() {
     handle.swap(g_handle);
   }
   if (handle) at::removeCallback(*handle);
+  Py_CLEAR(g_claim);  // called with the GIL held
 }
 
 void set_recording(bool on) { g_on.store(on && g_handle.has_value()); }
@@ -859,6 +949,13 @@ py::tuple drain(int32_t ops_known) {
   return py::make_tuple(out_records, out_values, out_ops);
 }
 
+// (name, overload) of an operator id
+py::tuple operator_name(int32_t id) {
+  std::lock_guard<std::mutex> guard(g_lock);
+  TORCH_CHECK(id >= 0 && static_cast<size_t>(id) < g_ops.size(), "no operator ", id);
+  return py::make_tuple(g_ops[id].name, g_ops[id].overload);
+}
+
 py::bytes signature(int32_t sig) {
   std::lock_guard<std::mutex> guard(g_lock);
   TORCH_CHECK(sig >= 0 && static_cast<size_t>(sig) < g_sig_keys.size(), "no signature ", sig);
@@ -886,11 +983,15 @@ py::list dtypes() {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "flopsight's native op recorder (see recorder.cpp)";
   m.def("configure", &configure, py::arg("value_ops"), py::arg("formula_ops"), py::arg("unit_ops"),
+        py::arg("claimed_ops"),
         "Name the operators ('ns::name.overload') whose formulas read values (their ops keep them), "
         "those with formulas that cost (a composite one is recorded whole if none of its parts "
-        "is) and those counted whole (units); forgets the operators and signatures learnt so far.");
-  m.def("start", &start, "Install the recorder on this thread (and the autograd threads it starts).");
+        "is), those counted whole (units) and those handed to Python as they return; forgets the operators and signatures learnt so far.");
+  m.def("start", &start, py::arg("claim") = py::none(),
+        "Install the recorder on this thread (and the autograd threads it starts); claim(op, inputs, outputs, "
+        "t0, t1) gets each claimed op as it returns.");
   m.def("signature", &signature, py::arg("sig"), "A signature's key.");
+  m.def("operator", &operator_name, py::arg("id"), "(name, overload) of an operator id.");
   m.def("stop", &stop, "Remove the recorder.");
   m.def("set_recording", &set_recording, "Record ops (True) or let them pass unrecorded (False).");
   m.def("set_thread_enabled", &set_thread_enabled, py::arg("on"),
