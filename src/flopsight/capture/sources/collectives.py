@@ -319,18 +319,10 @@ class CollectivesSource:
     def _collective(self, event: OpEvent) -> None:
         func, args, kwargs, out = event.func, event.args, event.kwargs, event.out
         kind, payload, group_arg = COLLECTIVE_OPS[func]
-        binder = self._binders.get(func)
-        if binder is None:
-            binder = self._binders[func] = Binder.of_op(func)
-        bound = binder.bind(args, kwargs)
-        group_size = process_group_size(bound.get(group_arg)) or 0
-        nbytes = payload_bytes(bound.get(payload)) if payload else 0
-        if func.namespace == "_c10d_functional" and kind == "reduce_scatter" and group_size:
-            nbytes //= group_size  # the whole input is passed; this rank keeps 1/n of it
-        tensor = _first_tensor(bound.get(payload)) if payload else None
-        call = _Call(kind, None, None, nbytes, group_size, self._issue_time(event.t0), self._issue_time(event.t1),
-                     device=tensor.device if tensor is not None and tensor.is_cuda else None,
-                     group=process_group_key(bound.get(group_arg)))
+        # watched first: a collective may complete while this runs (its completion is stamped then)
+        tensor = _first_tensor(args)  # the payload's, or its output's: on the same device
+        call = _Call(kind, None, None, 0, 0, self._issue_time(event.t0), self._issue_time(event.t1),
+                     device=tensor.device if tensor is not None and tensor.is_cuda else None)
         self.calls.append(call)
         self.in_flight.add(call)
         complete = call.complete  # from the backend's thread, or at once
@@ -339,6 +331,15 @@ class CollectivesSource:
                 self._awaiting[id(t)] = (complete, t)
         elif not on_work_done(out[-1] if isinstance(out, tuple) else out, complete):
             complete()  # no Work to watch: treat the call as synchronous
+        binder = self._binders.get(func)
+        if binder is None:
+            binder = self._binders[func] = Binder.of_op(func)
+        bound = binder.bind(args, kwargs)
+        call.group_size = process_group_size(bound.get(group_arg)) or 0
+        call.bytes = payload_bytes(bound.get(payload)) if payload else 0
+        if func.namespace == "_c10d_functional" and kind == "reduce_scatter" and call.group_size:
+            call.bytes //= call.group_size  # the whole input is passed; this rank keeps 1/n of it
+        call.group = process_group_key(bound.get(group_arg))
         owner = None
         if kind == "all_gather" and self._gathers and isinstance(bound.get(payload), torch.Tensor):
             # FSDP2 gathers a layer's parameters ahead of its use (prefetching): the layer's

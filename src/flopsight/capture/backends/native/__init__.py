@@ -3,8 +3,7 @@ module calls through its C++ hooks (:mod:`.calls`), both in ``recorder.cpp``, bu
 (:mod:`.build`) and checked against the Python backend once per process (:mod:`.self_check`).
 
 The ops a source claims (the collectives under torch.distributed) go to Python as they
-return, one by one: they are few, and the source watches each one's ``Work`` for its completion
-(with ``backend="native"``; ``"auto"`` still counts such a session in Python).
+return, one by one: they are few, and the source watches each one's ``Work`` for its completion.
 It steps aside (for the Python backend, with a note saying why) where a source needs every op
 in Python while it runs, where memory cannot come from the allocators' reports (the meta
 device, torch.profiler holding them), inside another running native session, where the
@@ -129,10 +128,6 @@ def _counting_recorder(backend: str, ctx) -> tuple[object | None, str | None]:
         return None, "a source reads each op's tensors in Python while it runs"
     if backend == "auto" and isinstance(ctx.clock, FakeClock):
         return None, f"ops are timed on the {ctx.clock.name} clock"
-    if backend == "auto" and ctx.events.claims:
-        # backend="native" serves them (the same counts, collectives and memory: tests/test_backends_ranks.py);
-        # "auto" waits until a step's anatomy and trace read the same from its stamps
-        return None, "collectives under torch.distributed are counted in Python unless backend='native'"
     if IN_USE[0]:
         return None, "a native session is already running (profiles nested in it count in Python)"
     recorder = load(quiet=False)

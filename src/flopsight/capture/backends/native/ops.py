@@ -289,9 +289,10 @@ class NativeCountingSource:
         else:
             t0, t1 = self._stamp(), self._stamp()
         overhead = self._ctx.overhead
-        h0 = overhead.begin()
+        before, h0 = overhead.seconds, overhead.begin()
         with self.unrecorded():
             handler(OpEvent(op.entry, func, args, kwargs, out, t0, t1, None, None))
+        overhead.seconds = before  # the handler's settle counted its own part: count the whole once
         overhead.end(h0)
 
     # -- charging -------------------------------------------------------------------------
