@@ -3,6 +3,7 @@
     python benchmarks/counting_pass.py                       # BERT-base, GPT-2, LeNet, cells
     python benchmarks/counting_pass.py --models lenet --rounds 51 --threads 1
     python benchmarks/counting_pass.py --breakdown     # also what each part of the native side costs
+    python benchmarks/counting_pass.py --models small-ops --threads 1   # 4,000 one-element adds
 
 Each round times a plain forward, then the same forward inside a running profile on each
 side (flopsight's native and Python backends, DeepSpeed's profiler): the profile is started
@@ -57,13 +58,13 @@ def without(parts: tuple[str, ...]):
 def sides(model, breakdown: bool = False):
     """name -> (start, stop) around the timed forward."""
     out = {}
-    for backend in ("native", "python"):
-        def start(backend=backend):
-            prof = flopsight.Profiler(model, backend=backend)
+    for backend, memory in (("native", False), ("native", True), ("python", False)):
+        def start(backend=backend, memory=memory):
+            prof = flopsight.Profiler(model, backend=backend, memory=memory)
             prof.start()
             return prof
 
-        out[f"flopsight, {backend}"] = (start, lambda prof: prof.stop())
+        out[f"flopsight, {backend}" + (", memory=True" if memory else "")] = (start, lambda prof: prof.stop())
     for name, parts in WITHOUT.items() if breakdown else ():
         def start_without(parts=parts):
             with without(parts):

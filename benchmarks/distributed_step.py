@@ -72,6 +72,7 @@ def distributed(rounds: int) -> None:
 
     variants = {
         "counting + communication + memory, gathered on rank 0": profiled(memory=True),
+        "the same on the Python backend": profiled(memory=True, backend="python"),
         "counting + communication, not gathered": profiled(gather_timeout=None),
         "counting + communication, gathered": profiled(),
         "an empty TorchDispatchMode (the floor of a Python-mode counter)": empty_mode,

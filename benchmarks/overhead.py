@@ -45,6 +45,8 @@ def build(name: str):
     if name == "cells":
         torch.manual_seed(0)
         return _Cells(), (torch.randn(4, 64),), {}
+    if name == "small-ops":  # launch-bound: 4,000 one-element adds, each a few microseconds
+        return _SmallOps(), (torch.ones(4),), {}
     if name == "resnet18":
         from flopsight.cli import zoo
 
@@ -60,6 +62,16 @@ def build(name: str):
         model = transformers.GPT2LMHeadModel(transformers.GPT2Config())
         return model.eval(), (torch.ones(1, 128, dtype=torch.long),), {"use_cache": False}
     raise ValueError(f"--models: unknown model {name!r}")
+
+
+class _SmallOps(torch.nn.Module):
+    """A module whose forward is 4,000 tiny ops: what a launch-bound GPU model looks like to
+    the host, where each op's own time is a few microseconds and a profiler's per-op cost shows."""
+
+    def forward(self, x):
+        for _ in range(4000):
+            x = x + 1
+        return x
 
 
 def _lenet():
