@@ -172,6 +172,7 @@ class NativeCountingSource:
         #: also track memory: the blocks the allocators report, published to ``ctx.events.allocations``
         self.memory = memory
         self._blocks: dict[int, tuple] = {}  # address -> (bytes, temporary) of the model's blocks alive
+        self._op_names: dict[int, str | None] = {}  # operator id -> the name its blocks are listed under
         #: the units recorded whole here (aten ops, and functions that reach one), so the function
         #: mode lets their calls on plain tensors run as they are; a call on a tensor subclass that takes it over at
         #: the torch-function level (a nested tensor's or CausalBias's own attention) still goes
@@ -328,11 +329,17 @@ class NativeCountingSource:
         place_at = attribution.place_at
         replay_call = self.replay_call
         costs, offset, stamp = self._tables.costs, self._offset, self._stamp
-        temporaries = _temporaries(records) if self.memory else {}
         ran = self._ran  # listeners to each op's interval (ops overlapping collectives)
+        blocks, listeners = self._blocks, self._ctx.events.allocations
         for op_id, sig, node_seq, seq_before, seq_after, t0, t1, variable in records:
-            if op_id == MEMORY:  # a block allocated (seq_before > 0 bytes) or released
-                self._block(sig, node_seq, seq_before, seq_after, variable, temporaries.get(variable), t1)
+            if op_id == MEMORY:  # a block released (seq_before < 0 bytes, at address variable)
+                if seq_before < 0:
+                    kept = blocks.pop(variable, None)
+                    if kept is not None:
+                        for listener in listeners:
+                            listener.freed(kept[0], kept[1])
+                else:  # or allocated
+                    self._allocated(sig, node_seq, seq_before, seq_after, variable, t0 == 1, t1)
                 continue
             if op_id == CLAIMED:
                 continue
@@ -360,31 +367,28 @@ class NativeCountingSource:
             for listener in ran:
                 listener(t0, t1)
 
-    def _block(self, op_id: int, node_seq: int, nbytes: int, seq_after: int, address: int,
-               temporary: list | None, accumulated: int) -> None:
-        """A block of ``nbytes`` the allocator handed out while op ``op_id`` ran (-1: none) and
-        autograd node ``node_seq`` ran (an AccumulateGrad's parameter at TensorImpl ``accumulated``);
-        a negative ``nbytes``: the block at ``address`` went back.
-        ``temporary``: the addresses' blocks of this batch that their op released before it
-        returned (see :func:`_temporaries`), consumed in order."""
-        listeners = self._ctx.events.allocations
-        if nbytes < 0:
-            kept = self._blocks.pop(address, None)
-            if kept is not None:
-                for listener in listeners:
-                    listener.freed(kept[0], kept[1])
-            return
-        is_temporary = bool(temporary) and temporary.pop(0)
-        where = self._ctx.attribution.locate(self._node(node_seq, accumulated), seq_after)
-        if where is None:  # not the model's: neither is its release
-            return
-        self._blocks[address] = (nbytes, is_temporary)
-        name = None
-        if op_id >= 0:
-            op = self._op(op_id)
-            name = op.entry.name if op is not None else None
-        for listener in listeners:
-            listener.allocated(nbytes, where[0], where[1], name, is_temporary)
+    def _allocated(self, op_id: int, node_seq: int, nbytes: int, seq_after: int, address: int,
+                   temporary: bool, accumulated: int) -> None:
+        """A block of ``nbytes`` at ``address`` the allocator handed out while op ``op_id`` ran
+        (-1: none) and autograd node ``node_seq`` ran (an AccumulateGrad's parameter at TensorImpl
+        ``accumulated``); ``temporary``: its op released it before it returned (the recorder
+        tells: no op record came between the two)."""
+        stack = self._ctx.stack
+        if node_seq == NO_NODE and stack:  # most blocks: the module running
+            top = stack[-1]
+            path, phase = top.path, top.phase
+        else:
+            where = self._ctx.attribution.locate(self._node(node_seq, accumulated), seq_after)
+            if where is None:  # not the model's: neither is its release
+                return
+            path, phase = where
+        self._blocks[address] = (nbytes, temporary)
+        name = self._op_names.get(op_id, False)
+        if name is False:
+            op = self._op(op_id) if op_id >= 0 else None
+            name = self._op_names[op_id] = op.entry.name if op is not None else None
+        for listener in self._ctx.events.allocations:
+            listener.allocated(nbytes, path, phase, name, temporary)
 
     def _node(self, node_seq: int, variable: int):
         """What attribution reads of the autograd node a record ran in (None: none)."""
@@ -466,28 +470,6 @@ class NativeCountingSource:
 def _op_name(op) -> str:
     """``"ns::name.overload"``, as the recorder names an op overload."""
     return f"{op._schema.name}.{op._overloadname}"
-
-
-def _temporaries(records: list) -> dict[int, list]:
-    """Which of a batch's allocations are an op's temporaries: blocks released before the next
-    op record (an op is recorded when it returns, after what it allocated), so inside the op
-    that made them. Address -> for each of its allocations in the batch, in order, whether it is
-    one (a block freed in a later batch was not)."""
-    out: dict[int, list] = {}
-    since_op: dict[int, tuple] = {}  # address -> (its list, index) of the blocks allocated since the last op
-    for op_id, _, _, nbytes, _, _, _, address in records:
-        if op_id == MEMORY:
-            if nbytes > 0:
-                flags = out.setdefault(address, [])
-                since_op[address] = (flags, len(flags))
-                flags.append(False)
-            else:
-                opened = since_op.pop(address, None)
-                if opened is not None:
-                    opened[0][opened[1]] = True
-        elif op_id >= 0 or op_id == CLAIMED:
-            since_op.clear()
-    return out
 
 
 _ATEN_UNITS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # registry -> (version, functions)

@@ -135,6 +135,8 @@ PyObject* g_claim = nullptr;  // claim(op, inputs, outputs, t0 ns, t1 ns) while 
 int32_t g_next_one_off = 0;  // ops costed on their own values get ids -1, -2, ...
 std::vector<Record> g_records;
 int64_t g_pending = 0;  // g_records.size(), readable from Python without a call (pending_view)
+int64_t g_op_records = 0;  // under g_lock: op (and claimed op) records pushed so far
+int64_t g_batch = 0;       // under g_lock: drains so far
 std::vector<Values> g_values;
 std::atomic<bool> g_on{false};
 std::atomic<int64_t> g_generation{0};  // a new one per start: frames of an old session are ignored
@@ -395,6 +397,7 @@ void claim(Frame& frame, const std::vector<c10::IValue>& outputs, int64_t t1) {
     std::lock_guard<std::mutex> guard(g_lock);
     if (!g_on.load()) return;
     g_records.push_back(Record{kClaimed, frame.op, frame.node_seq, frame.seq_before, frame.seq_before, frame.t0, t1, 0});
+    ++g_op_records;
     g_pending = static_cast<int64_t>(g_records.size());
   }
   py::gil_scoped_acquire gil;
@@ -545,6 +548,7 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext*) {
   frame.inputs.clear();
   g_records.push_back(
       Record{frame.op, sig, frame.node_seq, frame.seq_before, seq_after, frame.t0, t1, frame.accumulated});
+  ++g_op_records;
   g_pending = static_cast<int64_t>(g_records.size());
 }
 
@@ -556,15 +560,23 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext*) {
 // profiling on. Each block allocated while recording, and its release, goes into the record
 // stream as a kMemory record (sig: the innermost recorded op running on that thread, -1 for
 // none; node_seq: the autograd node running; seq_before: the bytes, negative when released;
-// seq_after: the thread's sequence counter; t1: an AccumulateGrad node's parameter
-// (TensorImpl*, else 0); accumulated: the block's address), so Python
+// seq_after: the thread's sequence counter; t0: 1 for one of an op's temporaries (a block
+// released before the next op record, in the same batch), else 0; t1: an AccumulateGrad node's
+// parameter (TensorImpl*, else 0); accumulated: the block's address), so Python
 // replays them in order with the ops and module calls, as the Python path sees tensors.
 // Blocks allocated before the session (or while not recording) are not tracked: their release
 // is not either. The autograd engine carries the state into its threads (ThreadLocalState).
 constexpr int32_t kMemory = -3;
 
 std::atomic<bool> g_memory{false};
-std::unordered_map<void*, int64_t> g_blocks;  // under g_lock: blocks allocated while recording, alive
+// a block allocated while recording, alive: its bytes, and where its record went (its index in
+// g_records, the op records pushed before it, the batch: whether it is one of its op's temporaries)
+struct Block {
+  int64_t bytes;
+  size_t index;
+  int64_t ops, batch;
+};
+std::unordered_map<void*, Block> g_blocks;  // under g_lock
 
 int32_t innermost_op() {
   for (size_t d = t_depth; d > 0; --d) {
@@ -596,16 +608,24 @@ struct MemoryState final : torch::profiler::impl::ProfilerStateBase {
     int64_t seq = static_cast<int64_t>(at::sequence_number::peek());
     int32_t op = bytes > 0 && t_generation == g_generation.load(std::memory_order_relaxed) ? innermost_op() : -1;
     std::lock_guard<std::mutex> guard(g_lock);
+    int64_t temporary = 0;
     if (bytes > 0) {
       if (!g_on.load(std::memory_order_relaxed)) return;  // the profiler's own
-      g_blocks[ptr] = bytes;
+      g_blocks[ptr] = Block{bytes, g_records.size(), g_op_records, g_batch};
     } else {
       auto it = g_blocks.find(ptr);
       if (it == g_blocks.end()) return;  // allocated before the session, or not recorded
-      bytes = -it->second;
+      const Block& block = it->second;
+      bytes = -block.bytes;
+      // no op record since it was allocated (an op is recorded when it returns, after what it
+      // allocated), in the same batch: it lived inside the op that made it, a temporary
+      if (block.ops == g_op_records && block.batch == g_batch && block.index < g_records.size()) {
+        g_records[block.index].t0 = 1;
+        temporary = 1;
+      }
       g_blocks.erase(it);
     }
-    g_records.push_back(Record{kMemory, op, node_seq, bytes, seq, t, variable, reinterpret_cast<intptr_t>(ptr)});
+    g_records.push_back(Record{kMemory, op, node_seq, bytes, seq, temporary, variable, reinterpret_cast<intptr_t>(ptr)});
     g_pending = static_cast<int64_t>(g_records.size());
   }
 
@@ -927,6 +947,7 @@ py::tuple drain(int32_t ops_known) {
     records.swap(g_records);
     values.swap(g_values);
     g_pending = 0;
+    ++g_batch;
     for (size_t i = static_cast<size_t>(ops_known); i < g_ops.size(); ++i) ops.push_back(g_ops[i]);
   }
   py::list out_records(records.size());
