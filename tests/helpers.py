@@ -282,3 +282,21 @@ def require_meta_kernel(device: str, name: str) -> None:
 
     if device == "meta" and not has_kernel(name, "Meta"):
         pytest.skip(f"torch {torch.__version__} has no Meta kernel for {name}")
+
+
+def close(a: int, b: int, rel: float = 0.05) -> bool:
+    """``a`` and ``b`` within ``rel`` of the larger."""
+    return abs(a - b) <= rel * max(a, b, 1)
+
+
+def assert_memory_agrees(python: ProfileResult, native: ProfileResult) -> None:
+    """The Python backend's memory figures (the check) and the native one's: the step and
+    phase peaks and each module's peaks within 5%, the activations equal
+    (docs/conventions/memory.md)."""
+    assert close(python.memory.peak, native.memory.peak), (python.memory.peak, native.memory.peak)
+    for phase, peak in python.memory.phase_peaks.items():
+        assert close(peak, native.memory.phase_peaks[phase]), phase
+    for path in python.modules:
+        a, b = python.module(path).memory, native.module(path).memory
+        assert a.activations == b.activations, path
+        assert close(a.peak, b.peak) and close(a.peak_backward, b.peak_backward), (path, a, b)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from flopsight.capture.backends.native.build import load
+from helpers import assert_memory_agrees
 from multirank.launch import rank_results
 
 pytestmark = pytest.mark.skipif(load(quiet=True) is None, reason="the native backend cannot be built here")
@@ -23,10 +24,6 @@ def results(gloo_scenarios):
     """(python, native) results of ``model`` on each rank."""
     loaded = rank_results(gloo_scenarios / "backends")
     return lambda model: list(zip(loaded(f"{model}.python"), loaded(f"{model}.native")))
-
-
-def close(a: int, b: int, rel: float = 0.05) -> bool:
-    return abs(a - b) <= rel * max(a, b, 1)
 
 
 def collectives(result) -> list:
@@ -48,13 +45,7 @@ def test_both_backends_count_and_communicate_the_same_on_every_rank(results, mod
 @pytest.mark.parametrize("model", ["ddp", "row"])
 def test_both_backends_measure_memory_within_5_percent_on_every_rank(results, model):
     for python, native in results(model):
-        assert close(python.memory.peak, native.memory.peak), (python.memory.peak, native.memory.peak)
-        for phase, peak in python.memory.phase_peaks.items():
-            assert close(peak, native.memory.phase_peaks[phase]), phase
-        for path in python.modules:
-            a, b = python.module(path).memory, native.module(path).memory
-            assert a.activations == b.activations, path
-            assert close(a.peak, b.peak) and close(a.peak_backward, b.peak_backward), (path, a, b)
+        assert_memory_agrees(python, native)
 
 
 def test_fsdp2s_gathered_parameters_are_seen_by_the_allocator_only(results):

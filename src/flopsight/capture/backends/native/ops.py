@@ -13,7 +13,9 @@ meta tensors of the signature's shapes; later ops of that signature reuse the co
 recorder keeps no tensor past its op, except for the operators whose formulas read tensor
 values (the attention family: masks, packed sequences' offsets) and for values a signature
 cannot describe (nested or sparse tensors): those ops are costed one by one on their values.
-A user formula that reads values through
+The ops a source claims (the collectives) come to :meth:`NativeCountingSource._claimed` as they
+return, with their values; the source's handler charges what was recorded before one (it
+settles) and then the op itself. A user formula that reads values through
 :func:`~flopsight.formulas.attention.entries.read_values` on an operator the recorder was not
 told about gets meta tensors (no values): it is warned about, and ``backend="python"`` counts it.
 """
@@ -291,10 +293,12 @@ class NativeCountingSource:
             t0, t1 = self._stamp(), self._stamp()
         overhead = self._ctx.overhead
         before, h0 = overhead.seconds, overhead.begin()
-        with self.unrecorded():
-            handler(OpEvent(op.entry, func, args, kwargs, out, t0, t1, None, None))
-        overhead.seconds = before  # the handler's settle counted its own part: count the whole once
-        overhead.end(h0)
+        try:
+            with self.unrecorded():
+                handler(OpEvent(op.entry, func, args, kwargs, out, t0, t1, None, None))
+        finally:
+            overhead.seconds = before  # the handler's settle counted its own part: count the whole once
+            overhead.end(h0)
 
     # -- charging -------------------------------------------------------------------------
     def settle(self) -> None:
