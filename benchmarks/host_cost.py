@@ -1,0 +1,127 @@
+"""The host time profiling adds per op and per module call: the CPU proxies of the GPU-timing issue (28).
+
+    python benchmarks/host_cost.py                 # 21 rounds, one thread
+    python benchmarks/host_cost.py --rounds 51
+
+On a launch-bound GPU every microsecond the host spends per op or per module call becomes GPU
+idle time, so these are measured on the CPU, where they are the host's alone. Two models:
+
+* ``ops``: one module whose forward is 4,000 one-element adds (ops, no module calls);
+* ``calls``: 1,000 tiny modules in a row, each one add (a module call per op).
+
+Three ways of running each, against a plain forward in the same round:
+
+* **the timed pass**: the pass ``profile(warm_up >= 1)`` times, a capture session that counts
+  nothing (module calls only, on the host clock here);
+* **the single pass**: ``Profiler(model, memory=True)``, counting and timing together;
+* **the single pass, memory off**: ``Profiler(model)``.
+
+From the two models: per op, (pass - plain) / ops on ``ops``; per call, what ``calls`` adds
+beyond its ops' share, ((pass - plain) - per op x ops) / calls. Medians over the rounds,
+paired round by round. Targets (issue 28): the timed pass at most 0.2 us per op and 1.5 us per
+module call; the single pass at most 1 us per op with memory on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import torch
+from torch import nn
+
+import flopsight
+from flopsight.capture.timing import HostClock
+from flopsight.capture.modules import describe
+from flopsight.profiler import open_session
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from overhead import build  # noqa: E402
+
+OPS = 4000
+CALLS = 1000
+
+
+class _Add(nn.Module):
+    def forward(self, x):
+        return x + 1
+
+
+def models() -> dict[str, tuple[nn.Module, int, int]]:
+    """name -> (model, ops per forward, module calls per forward beyond the root's)."""
+    small_ops, _, _ = build("small-ops")
+    return {"ops": (small_ops, OPS, 0), "calls": (nn.Sequential(*(_Add() for _ in range(CALLS))), CALLS, CALLS)}
+
+
+def timed_pass(model):
+    """A session as profile()'s timed pass opens it: module spans only, nothing counted."""
+    options = flopsight.ProfileOptions()
+    session = open_session(describe(model), options, options.formulas, HostClock(), count=False)
+    return session.stop
+
+
+def single_pass(memory: bool):
+    def start(model):
+        prof = flopsight.Profiler(model, memory=memory)
+        prof.start()
+        return prof.stop
+
+    return start
+
+
+WAYS = {"timed pass": timed_pass, "single pass, memory on": single_pass(True),
+        "single pass, memory off": single_pass(False)}
+
+
+def measure(rounds: int) -> dict[str, dict[str, list[float]]]:
+    """way -> model -> seconds added over the plain forward, per round."""
+    x = torch.ones(4)
+    added: dict[str, dict[str, list[float]]] = {w: {m: [] for m in ("ops", "calls")} for w in WAYS}
+    with torch.no_grad():
+        built = models()
+        for model, _, _ in built.values():  # warm every path up (the native build, lazy imports)
+            for start in WAYS.values():
+                stop = start(model)
+                model(x)
+                stop()
+        for _ in range(rounds):
+            for name, (model, _, _) in built.items():
+                for way, start in WAYS.items():
+                    t0 = time.perf_counter()
+                    model(x)
+                    plain = time.perf_counter() - t0
+                    stop = start(model)
+                    try:
+                        t0 = time.perf_counter()
+                        model(x)
+                        profiled = time.perf_counter() - t0
+                    finally:
+                        stop()
+                    added[way][name].append(profiled - plain)
+    return added
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=21)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    added = measure(args.rounds)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.rounds} rounds; "
+          f"{OPS:,} one-element adds in one module, and {CALLS:,} modules of one add each\n")
+    print("| way | host time added per op | per module call | target |")
+    print("|---|---:|---:|---|")
+    targets = {"timed pass": "<= 0.2 us per op, <= 1.5 us per call", "single pass, memory on": "<= 1 us per op",
+               "single pass, memory off": ""}
+    for way, by_model in added.items():
+        per_op = statistics.median(by_model["ops"]) / OPS
+        per_call = (statistics.median(by_model["calls"]) - per_op * CALLS) / CALLS
+        print(f"| {way} | {per_op * 1e6:.2f} us | {per_call * 1e6:.2f} us | {targets[way]} |")
+
+
+if __name__ == "__main__":
+    main()
