@@ -1,6 +1,6 @@
 """Every speed target of the hot-path issue (27), measured in one run, next to DeepSpeed.
 
-    python benchmarks/speed_targets.py                    # all of them (about 40 minutes here)
+    python benchmarks/speed_targets.py                    # all of them (about 10 minutes here)
     python benchmarks/speed_targets.py --quick            # a dry run: few rounds, small models
     python benchmarks/speed_targets.py --only engine,ddp  # some of them
 
