@@ -301,6 +301,26 @@ def test_a_bad_backend_is_named_before_the_model_runs(monkeypatch):
     assert calls == []
 
 
+def test_a_bad_flopsight_backend_only_fails_the_profiles_that_read_it():
+    """In a fresh process with $FLOPSIGHT_BACKEND set wrong: importing flopsight, installing the
+    DeepSpeed drop-in and a profile that names its backend all work; one that leaves it to the
+    variable says what is wrong with it."""
+    script = (
+        "import torch, flopsight, flopsight.integrations.deepspeed.engine as engine\n"
+        "engine.install(steps=2); engine.uninstall()\n"
+        "print(flopsight.profile(torch.nn.Linear(2, 2), torch.ones(1, 2), backend='python').metadata.backend)\n"
+        "try:\n"
+        "    flopsight.profile(torch.nn.Linear(2, 2), torch.ones(1, 2))\n"
+        "except ValueError as e:\n"
+        "    print(e)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "FLOPSIGHT_BACKEND": "turbo"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-2:] == [  # (DeepSpeed prints a line of its own first)
+        "python", "FLOPSIGHT_BACKEND: expected one of 'auto', 'native', 'python', got 'turbo'"]
+
+
 @needs_native
 def test_auto_counts_natively_where_it_can_and_says_why_not(monkeypatch):
     monkeypatch.delenv("FLOPSIGHT_BACKEND", raising=False)

@@ -124,7 +124,7 @@ class ProfileOptions:
         """Itself, or a ValueError naming the first of ``names`` set away from its default
         (options ``front_end`` does not take, ``why``)."""
         for name in names:
-            if getattr(self, name) != getattr(_DEFAULTS, name):
+            if getattr(self, name) != _DEFAULTS[name]:
                 raise ValueError(f"{name}: {front_end} does not take it ({why})")
         return self
 
@@ -173,4 +173,6 @@ def _check_name(name: Any) -> str | None:
     return name
 
 
-_DEFAULTS = ProfileOptions()
+#: each field's default: read from the class, not from an instance, whose checks would read the
+#: environment ($FLOPSIGHT_BACKEND) and torch.profiler's state when this module is imported
+_DEFAULTS = {f.name: f.default for f in fields(ProfileOptions)}

@@ -32,6 +32,7 @@ from torch import nn
 from ...capture.sources.gather import DEFAULT_GATHER_TIMEOUT
 from ...capture.sources.optimizer import wrap_method
 from ...capture.parallel import engine_parallel
+from ..._checks import check_int
 from ...options import ProfileOptions
 from ...profiler import Profiler
 from .api import FlopsProfiler
@@ -65,7 +66,7 @@ def install(*, memory: bool | None = None, steps: int | None = None) -> None:
     and ``steps`` keys (which DeepSpeed ignores), else memory on and one step."""
     if memory is not None and not isinstance(memory, bool):
         raise TypeError(f"memory: expected a bool or None, got {type(memory).__name__}")
-    ProfileOptions(steps=steps)  # checked here, before any engine runs
+    check_int(steps, "steps", low=1, optional=True, what="how many steps to profile")  # before any engine runs
     _OPTIONS.update(memory=memory, steps=steps)
     if _REPLACED:
         return
