@@ -39,9 +39,8 @@ from flopsight.capture.modules import describe
 from flopsight.profiler import open_session
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from overhead import build  # noqa: E402
+from overhead import SMALL_OPS, build  # noqa: E402
 
-OPS = 4000
 CALLS = 1000
 
 
@@ -53,7 +52,8 @@ class _Add(nn.Module):
 def models() -> dict[str, tuple[nn.Module, int, int]]:
     """name -> (model, ops per forward, module calls per forward beyond the root's)."""
     small_ops, _, _ = build("small-ops")
-    return {"ops": (small_ops, OPS, 0), "calls": (nn.Sequential(*(_Add() for _ in range(CALLS))), CALLS, CALLS)}
+    return {"ops": (small_ops, SMALL_OPS, 0),
+            "calls": (nn.Sequential(*(_Add() for _ in range(CALLS))), CALLS, CALLS)}
 
 
 def timed_pass(model):
@@ -76,12 +76,11 @@ WAYS = {"timed pass": timed_pass, "single pass, memory on": single_pass(True),
         "single pass, memory off": single_pass(False)}
 
 
-def measure(rounds: int) -> dict[str, dict[str, list[float]]]:
-    """way -> model -> seconds added over the plain forward, per round."""
+def measure(built: dict, rounds: int) -> dict[str, dict[str, list[float]]]:
+    """way -> model -> seconds added over the plain forward, per round, for the ``built`` models."""
     x = torch.ones(4)
-    added: dict[str, dict[str, list[float]]] = {w: {m: [] for m in ("ops", "calls")} for w in WAYS}
+    added: dict[str, dict[str, list[float]]] = {w: {m: [] for m in built} for w in WAYS}
     with torch.no_grad():
-        built = models()
         for model, _, _ in built.values():  # warm every path up (the native build, lazy imports)
             for start in WAYS.values():
                 stop = start(model)
@@ -110,16 +109,18 @@ def main(argv=None) -> None:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    added = measure(args.rounds)
+    built = models()
+    added = measure(built, args.rounds)
+    (_, ops, _), (_, call_ops, calls) = built["ops"], built["calls"]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.rounds} rounds; "
-          f"{OPS:,} one-element adds in one module, and {CALLS:,} modules of one add each\n")
+          f"{ops:,} one-element adds in one module, and {calls:,} modules of one add each\n")
     print("| way | host time added per op | per module call | target |")
     print("|---|---:|---:|---|")
     targets = {"timed pass": "<= 0.2 us per op, <= 1.5 us per call", "single pass, memory on": "<= 1 us per op",
                "single pass, memory off": ""}
     for way, by_model in added.items():
-        per_op = statistics.median(by_model["ops"]) / OPS
-        per_call = (statistics.median(by_model["calls"]) - per_op * CALLS) / CALLS
+        per_op = statistics.median(by_model["ops"]) / ops
+        per_call = (statistics.median(by_model["calls"]) - per_op * call_ops) / calls
         print(f"| {way} | {per_op * 1e6:.2f} us | {per_call * 1e6:.2f} us | {targets[way]} |")
 
 

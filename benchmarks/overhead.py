@@ -64,12 +64,15 @@ def build(name: str):
     raise ValueError(f"--models: unknown model {name!r}")
 
 
+SMALL_OPS = 4000  # the ops of the small-ops model's forward
+
+
 class _SmallOps(torch.nn.Module):
-    """A module whose forward is 4,000 tiny ops: what a launch-bound GPU model looks like to
+    """A module whose forward is SMALL_OPS tiny ops: what a launch-bound GPU model looks like to
     the host, where each op's own time is a few microseconds and a profiler's per-op cost shows."""
 
     def forward(self, x):
-        for _ in range(4000):
+        for _ in range(SMALL_OPS):
             x = x + 1
         return x
 

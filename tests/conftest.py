@@ -183,7 +183,7 @@ def _scenarios(request, tmp_path_factory, launcher: str):
 
 @pytest.fixture(scope="session")
 def gloo_scenarios(request, tmp_path_factory):
-    """The folder of the torchrun launch: a folder of files per scenario (collectives, hf, lightning, attach,
+    """The folder of the torchrun launch: a folder of files per scenario (collectives, backends, hf, lightning, attach,
     gather)."""
     return _scenarios(request, tmp_path_factory, "gloo")
 

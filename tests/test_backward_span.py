@@ -74,6 +74,8 @@ def test_retained_graph_run_twice_is_two_spans(backend):
         loss.backward()
     result = prof.result
     assert len(result.spans["backward"]) == 2
+    # each backward: Linear(16, 2)'s two gradients 2 * B*16*2, Linear(8, 16)'s weight gradient
+    # B*8*16 (its input needs none); run twice
     assert result.total.backward.macs == 2 * (2 * B * 16 * 2 + B * 8 * 16)
 
 
@@ -93,6 +95,7 @@ def test_a_backward_that_raises_ends_its_span_and_the_next_forward_is_forward(ba
         model(x)  # counted as a forward, not as part of the failed backward
     result = prof.result
     assert result.module("0").forward.calls == 2
+    # two forwards, each Linear(8, 16) B*8*16 + Linear(16, 2) B*16*2 MACs
     assert result.total.forward.macs == 2 * (B * 8 * 16 + B * 16 * 2)
 
 

@@ -601,19 +601,20 @@ def test_every_public_name_still_imports_from_the_package():
     assert flopsight.diff is package.diff
 
 
-def test_the_diffs_dict_holds_data_and_its_json_the_words(base, wide):
+def test_the_diffs_dict_holds_data_and_its_json_the_words(base):
     """``to_dict`` is data only (caveats by kind, the verdict's figures, gates' outcomes); the
-    JSON format adds what the renderers word: the notes, the gates' messages, the verdict's text."""
+    JSON format adds what the renderers word: the notes, the gates' messages, the verdict's text
+    (an inference profile has no verdict: tests/test_samples.py holds one's text)."""
     import json
 
-    d = flopsight.diff(with_spans(base, A), with_spans(wide, [t * 1.3 for t in A]))
+    # memory on one side only: a caveat, and a note that words it
+    wide_with_memory = inference(Net(hidden=32), memory=True)
+    d = flopsight.diff(with_spans(base, A), with_spans(wide_with_memory, [t * 1.3 for t in A]))
     gates = d.evaluate(["flops>+1%"])
     data = d.to_dict(gates=gates)
     assert "notes" not in data and all("message" not in g for g in data["gates"])
-    assert data["verdict"] is None or "text" not in data["verdict"]
-    assert all(set(c) == {"kind", "figures"} for c in data["caveats"])
+    assert data["verdict"] is None
+    assert data["caveats"] == [{"kind": "memory", "figures": ["b"]}]
     words = json.loads(d.render("json", gates=gates))
-    assert words["notes"] == d.notes and "caveats" not in words
+    assert d.notes and words["notes"] == d.notes and "caveats" not in words
     assert words["gates"][0]["message"] == gate_message(gates[0])
-    if d.verdict is not None:
-        assert words["verdict"]["text"]

@@ -77,7 +77,7 @@ def test_a_units_blocks_that_outlive_it_are_the_allocators_and_not_the_pythons()
     python, native = results["python"], results["native"]
     assert python.memory.activations == native.memory.activations
     assert close(python.memory.peak, native.memory.peak)
-    assert native.memory.phase_peaks["forward"] >= python.memory.phase_peaks["forward"]
+    assert native.memory.phase_peaks["forward"] > python.memory.phase_peaks["forward"]
 
 
 def _with_kernels(model, x):

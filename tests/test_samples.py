@@ -236,6 +236,7 @@ def test_a_difference_within_the_noise_is_not_a_verdict():
     assert "within the noise, not significant" in flopsight.diff(a, b).render()
     assert json.loads(flopsight.diff(a, b).render("json"))["verdict"]["text"].startswith(
         "b's step is 50 ms slower than a's")
+    assert "text" not in flopsight.diff(a, b).to_dict()["verdict"]  # the dict holds data; the JSON words it
     # one sample on a side: its noise is unknown, no verdict
     one = flopsight.diff(_training_result(_steps(wall=[0.3], **{k: v[:1] for k, v in same.items()})), b)
     assert one.verdict is None and "Verdict" not in one.render() and one.to_dict()["verdict"] is None

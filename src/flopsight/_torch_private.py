@@ -44,6 +44,7 @@ __all__ = [
     "accumulated_parameter",
     "op_schema",
     "native_op",
+    "op_overload_name",
     "op_overload_names",
     "builtin_aten_op",
     "tensor_address",
@@ -52,10 +53,11 @@ __all__ = [
     "jagged_layout",
     "flex_attention_ops",
     "allow_under_mode",
-    "process_group_size",
+    "process_group",
     "on_work_done",
     "default_store",
     "storage_key",
+    "dtensor_local",
     "saved_tensors_hooks_active",
     "trace_range",
     "kineto_events",
@@ -244,6 +246,16 @@ def builtin_aten_op(function) -> OpOverloadPacket | None:
     return packet if isinstance(packet, OpOverloadPacket) else None
 
 
+def op_overload_name(op: OpOverload) -> str:
+    """``"ns::name.overload"`` of an op overload, as the native recorder names it (``default``
+    for the unnamed overload).
+
+    >>> op_overload_name(torch.ops.aten.add.Tensor), op_overload_name(torch.ops.aten.relu.default)
+    ('aten::add.Tensor', 'aten::relu.default')
+    """
+    return f"{op._schema.name}.{op._overloadname}"
+
+
 def op_overload_names(packet: OpOverloadPacket) -> list[str]:
     """``"ns::name.overload"`` of each overload of an op packet (``"default"`` for the unnamed one)."""
     qualname = packet._qualified_op_name
@@ -356,34 +368,32 @@ def original_module(model: torch.nn.Module) -> torch.nn.Module:
 
 
 # -- torch.distributed, as seen at the dispatch level --------------------------------------
-def process_group_size(group) -> int | None:
-    """Ranks in a collective's group: a ``ProcessGroup`` script object (c10d ops) or a group
-    name (functional collectives). None when it cannot be told."""
-    try:
-        if isinstance(group, str):
+def process_group(group) -> tuple[int | None, object]:
+    """(ranks in a collective's group, what identifies the group across its calls) for a
+    ``ProcessGroup`` script object (c10d ops) or a group name (functional collectives). The
+    size is None when this torch build cannot read the group back. The identity is the group's
+    name; the ``ProcessGroup`` object's own where it has none (a c10d op's script object is a
+    new wrapper each call, so its ``id`` would not do)."""
+    if group is None:
+        return None, None
+    if isinstance(group, str):
+        try:
             from torch.distributed.distributed_c10d import _resolve_process_group
 
-            return int(_resolve_process_group(group).size())
-        from torch._C._distributed_c10d import ProcessGroup
-
-        return int(ProcessGroup.unbox(group).size())
-    except Exception:  # a group this torch build cannot read back: the size stays unknown
-        return None
-
-
-def process_group_key(group):
-    """What identifies a collective's group across its calls: its name (a group name is what
-    functional collectives pass); the ``ProcessGroup`` object's identity where it has none.
-    A c10d op's script object is a new wrapper each call, so its own ``id`` would not do."""
-    if isinstance(group, str) or group is None:
-        return group
+            return int(_resolve_process_group(group).size()), group
+        except Exception:  # not a group this torch build can resolve: the size stays unknown
+            return None, group
     try:
         from torch._C._distributed_c10d import ProcessGroup
 
         unboxed = ProcessGroup.unbox(group)
     except Exception:  # not a process group this torch build can read back
-        return id(group)
-    return getattr(unboxed, "group_name", None) or id(unboxed)
+        return None, id(group)
+    try:
+        size = int(unboxed.size())
+    except Exception:
+        size = None
+    return size, getattr(unboxed, "group_name", None) or id(unboxed)
 
 
 def on_work_done(work, callback) -> bool:

@@ -246,7 +246,7 @@ class CallProfile:
         warn_data_parallel(model)
         # Count on the eager module: a dispatch mode run through a torch.compile'd wrapper
         # can leave it running eagerly afterwards. Time the model as given.
-        self.model, self.target = model, original_module(model)
+        self.target = original_module(model)
         # forward goes through __call__ so the root's hooks fire; other methods (generate)
         # call the model themselves
         self.count_call, self.time_call = ((self.target, model) if self.name == "forward"

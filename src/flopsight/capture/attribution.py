@@ -184,7 +184,7 @@ class Attribution:
         ctx.tally.add(path, phase, entry.name, cost, t0, t1, 1, top_id, nbytes)
         return path, phase
 
-    def locate(self, node, seq_after: int | None = None) -> tuple[str, str] | None:
+    def locate(self, node) -> tuple[str, str] | None:
         """Where something that happened now, while autograd node ``node`` ran (None: none),
         belongs, as :meth:`place_at` decides for an op, without charging anything: (module
         path, phase), or None when it is not the profiled model's (a block of memory the

@@ -52,8 +52,6 @@ class NoBackend:
     """A context's backend before the session makes its own (:mod:`.backends`): nothing to
     pause or leave unrecorded."""
 
-    name = "python"
-    note = None
     tracks_memory = False
 
     def pause(self, paused: bool) -> None:

@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from .._torch_private import dtensor_local
+
 __all__ = ["inner_torch_optimizer", "wrapper_gradients", "local_shard", "gradients", "optimizer_state_tensors"]
 
 
@@ -52,8 +54,9 @@ def wrapper_gradients(optimizer: Any) -> list:
 
 def local_shard(p):
     """What this rank holds of a parameter: a ZeRO-3 partition, an FSDP2 shard, or all of it."""
-    if hasattr(p, "to_local"):  # a DTensor (FSDP2, tensor parallelism)
-        return p.to_local()
+    local = dtensor_local(p)  # a DTensor (FSDP2, tensor parallelism)
+    if local is not None:
+        return local
     return getattr(p, "ds_tensor", None) if getattr(p, "ds_tensor", None) is not None else p
 
 

@@ -39,10 +39,6 @@ ENVIRONMENT = "FLOPSIGHT_BACKEND"
 class Backend(Protocol):
     """The per-op and per-call capture of one session (see the module docstring)."""
 
-    #: "python" or "native": which path counted, in ``result.metadata.backend``
-    name: str
-    #: why the native backend was not used, when it was not (None when nothing was asked of it)
-    note: str | None
     #: whether it publishes the model's memory to ``ctx.events.allocations`` (else the memory
     #: source reads each op's outputs)
     tracks_memory: bool

@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 
-from ..._torch_private import on_work_done, process_group_key, process_group_size, storage_key
+from ..._torch_private import on_work_done, process_group, storage_key
 from ...formulas.binding import Binder
+from ...formulas.shapes import first_tensor
 from ...result.stats import ZERO_STATS
 from ..context import CaptureContext
 from ..events import OpEvent
@@ -267,7 +269,8 @@ class CollectivesSource:
         self._gathers: dict = {}
         self.calls: list[_Call] = []
         self._binders: dict = {}
-        self._awaiting: dict[int, tuple[_Call, torch.Tensor]] = {}  # id(result) -> functional call
+        #: id(result) -> (completes its functional call, the result kept alive until waited for)
+        self._awaiting: dict[int, tuple[Callable[[], None], torch.Tensor]] = {}
         self._issue_time = lambda stamp: stamp
         #: collectives in flight; None until a process group exists
         self.in_flight: InFlight | None = None
@@ -320,7 +323,7 @@ class CollectivesSource:
         func, args, kwargs, out = event.func, event.args, event.kwargs, event.out
         kind, payload, group_arg = COLLECTIVE_OPS[func]
         # watched first: a collective may complete while this runs (its completion is stamped then)
-        tensor = _first_tensor(args)  # the payload's, or its output's: on the same device
+        tensor = first_tensor(args)  # the payload's, or its output's: on the same device
         call = _Call(kind, None, None, 0, 0, self._issue_time(event.t0), self._issue_time(event.t1),
                      device=tensor.device if tensor is not None and tensor.is_cuda else None)
         self.calls.append(call)
@@ -335,11 +338,11 @@ class CollectivesSource:
         if binder is None:
             binder = self._binders[func] = Binder.of_op(func)
         bound = binder.bind(args, kwargs)
-        call.group_size = process_group_size(bound.get(group_arg)) or 0
+        size, call.group = process_group(bound.get(group_arg))
+        call.group_size = size or 0
         call.bytes = payload_bytes(bound.get(payload)) if payload else 0
         if func.namespace == "_c10d_functional" and kind == "reduce_scatter" and call.group_size:
             call.bytes //= call.group_size  # the whole input is passed; this rank keeps 1/n of it
-        call.group = process_group_key(bound.get(group_arg))
         owner = None
         if kind == "all_gather" and self._gathers and isinstance(bound.get(payload), torch.Tensor):
             # FSDP2 gathers a layer's parameters ahead of its use (prefetching): the layer's
@@ -364,17 +367,6 @@ class CollectivesSource:
             pending[0]()
         self._ctx.settle()
         self._ctx.attribution.charge(event.entry, event.t0, event.t1, (), ZERO_STATS)
-
-
-def _first_tensor(value):
-    """The first tensor in a (nested) list of them, or None."""
-    if isinstance(value, torch.Tensor):
-        return value
-    for v in value if isinstance(value, (list, tuple)) else ():
-        t = _first_tensor(v)
-        if t is not None:
-            return t
-    return None
 
 
 def merged_flights(calls) -> list[tuple[float, float, float]]:

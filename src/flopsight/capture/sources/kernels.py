@@ -32,6 +32,7 @@ from typing import Callable, NamedTuple
 
 import torch
 
+from ..._checks import check_bool
 from ..._torch_private import kineto_device_work, kineto_events, kineto_running, trace_range
 
 __all__ = ["check_kernels", "KernelTrace", "KernelTimes", "TraceEvent", "attribute", "BACKWARD_NODE"]
@@ -49,9 +50,7 @@ _CHAIN = 6
 def check_kernels(value) -> bool:
     """``value`` if it is a bool and torch.profiler is free to record, else a clear error
     (before the model runs)."""
-    if not isinstance(value, bool):
-        raise TypeError(f"kernels: expected a bool, got {type(value).__name__}")
-    if value and kineto_running():
+    if check_bool(value, "kernels") and kineto_running():
         raise RuntimeError(_BUSY)
     return value
 

@@ -25,7 +25,7 @@ from functools import partial
 
 import torch
 
-from ..._torch_private import dtensor_local, storage_key
+from ..._torch_private import OpOverload, dtensor_local, op_schema, storage_key
 from ...result.memory import Buffer
 from ..context import CaptureContext
 from ..events import OpEvent
@@ -239,6 +239,6 @@ def _aliased_returns(func) -> tuple:
     """
     known = _ALIASED.get(func)
     if known is None:
-        schema = getattr(func, "_schema", None)
-        known = _ALIASED[func] = tuple(r.alias_info is not None for r in schema.returns) if schema is not None else ()
+        known = _ALIASED[func] = tuple(r.alias_info is not None for r in op_schema(func).returns) \
+            if isinstance(func, OpOverload) else ()
     return known

@@ -180,7 +180,7 @@ class SpanTimer:
         ctx = self._ctx
         if "backward" in self._open or ctx.paused:
             return func(*args, **kwargs)
-        outputs = args[0] if args else kwargs.get("tensors", kwargs.get("outputs", kwargs.get("loss")))
+        outputs = args[0] if args else kwargs.get("loss")  # a wrapper's backward(loss)
         outputs = [outputs] if isinstance(outputs, torch.Tensor) else list(outputs or ())
         if outputs and not any(t.requires_grad for t in outputs if isinstance(t, torch.Tensor)):
             raise RuntimeError(

@@ -26,7 +26,7 @@ from ...analysis.report_figures import ParallelInfo
 from ...analysis.report_options import ReportOptions
 from ...capture.modules import describe
 from ...options import ProfileOptions
-from ...profiler import CallProfile, Profiler, as_args, as_kwargs, check_model
+from ...profiler import Profiler, as_args, as_kwargs, check_model, profile
 from ...renderers.numbers import duration_to_string, macs_to_string, number_to_string, params_to_string
 from ...renderers.output import check_output_file, write
 from ...renderers.text_renderer import render_aggregated
@@ -349,7 +349,7 @@ def get_model_profile(
     flags = [(m, m.training) for m in model.modules()]
     model.eval()
     try:
-        result = CallProfile(model, args, kwargs, profile_options).run()
+        result = profile(model, args, kwargs, options=profile_options)
     finally:
         for m, flag in flags:
             if m.training is not flag:  # nn.Module.__setattr__ is slow: write only what changed

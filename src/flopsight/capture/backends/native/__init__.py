@@ -37,9 +37,6 @@ class NativeBackend(CallsAndOps):
     """See the module docstring: ``ops``, the native counting (None in a timing session);
     ``native_calls``, whether the C++ hooks track the module calls."""
 
-    name = "native"
-    note = None
-
     def __init__(self, ctx, recorder, ops: NativeCountingSource | None, native_calls: bool):
         self.ops = ops
         #: memory from the allocators' reports (published to ``ctx.events.allocations``)
@@ -103,9 +100,11 @@ def native_backend(ctx) -> tuple[NativeBackend | None, str | None]:
     options = ctx.options
     if options.backend == "python":
         return None, None
-    compiled = bool(compiled_paths(options.infos))
+    # the C++ hooks track the module calls where no source hears each as it happens, nothing is
+    # compiled, and they stamp on the session's clock (the host's)
+    native_calls = not ctx.events.modules and not compiled_paths(options.infos) and isinstance(ctx.clock, HostClock)
     if not options.count:  # a timing session: the C++ hooks when the recorder is built and free
-        if ctx.events.modules or compiled or not isinstance(ctx.clock, HostClock) or IN_USE[0]:
+        if not native_calls or IN_USE[0]:
             return None, None
         recorder = loaded()  # a timing pass never builds it (the counting pass before it did)
         return (NativeBackend(ctx, recorder, None, True), None) if recorder is not None else (None, None)
@@ -117,7 +116,7 @@ def native_backend(ctx) -> tuple[NativeBackend | None, str | None]:
         if why is not None:
             return None, why
     ops = NativeCountingSource(ctx, recorder, memory=options.memory)
-    return NativeBackend(ctx, recorder, ops, ops.host_stamps and not ctx.events.modules and not compiled), None
+    return NativeBackend(ctx, recorder, ops, native_calls), None
 
 
 def _counting_recorder(backend: str, ctx) -> tuple[object | None, str | None]:

@@ -35,6 +35,7 @@ from ...._torch_private import (
     builtin_aten_op,
     function_modes_disabled,
     native_op,
+    op_overload_name,
     op_overload_names,
     op_schema,
     tensor_address,
@@ -47,7 +48,7 @@ from ...attribution import whole_call_bytes
 from ...context import CaptureContext
 from ...counts import EAGER_STANCE, Counts, collect_counts
 from ...events import OpEvent
-from ...timing import FakeClock, HostClock
+from ...timing import FakeClock
 from .build import IN_USE
 from .calls import _nothing, host_offset
 
@@ -55,7 +56,6 @@ __all__ = ["NativeCountingSource", "NO_NODE"]
 
 NO_NODE = -(2**63)  # the recorder's node sequence number for an op outside the backward pass
 MEMORY = -3  # a memory record's op (recorder.cpp's kMemory)
-CLAIMED = -4  # where a claimed op ran (recorder.cpp's kClaimed): its source charged it
 
 
 class Costed(NamedTuple):
@@ -185,15 +185,12 @@ class NativeCountingSource:
         self._on_values: set[str] = set()  # the operators costed on their own values
         self._recording = False
         self._running = False
-        self._ran: list = []  # ctx.events.ran while running
         self._claimed_ops: dict[int, tuple] = {}  # operator id -> (op overload, _Op) of the claimed ops
         self._by_address: dict | None = None
         self._pending = recorder.pending_view().cast("q")  # records not yet charged
         #: replays a module call the C++ hooks recorded (the backend's call tracker sets it)
         self.replay_call = None
         clock = ctx.clock
-        #: the session's clock is the host's: the C++ hooks may stamp module calls on it too
-        self.host_stamps = isinstance(clock, HostClock)
         if isinstance(clock, FakeClock):  # a test's clock: ops stamped on it as charged
             self._offset = None
             self._stamp = clock.stamp
@@ -209,8 +206,7 @@ class NativeCountingSource:
 
     def start(self, ctx: CaptureContext) -> None:
         claims = ctx.events.claims
-        self._tables = _TABLES.configure(self._rec, ctx.registry, tuple(sorted(_op_name(op) for op in claims)))
-        self._ran = ctx.events.ran
+        self._tables = _TABLES.configure(self._rec, ctx.registry, tuple(sorted(map(op_overload_name, claims))))
         EAGER_STANCE.acquire()
         try:
             if self.memory and not self._rec.start_memory():  # checked when the backend was chosen
@@ -333,22 +329,19 @@ class NativeCountingSource:
         place_at = attribution.place_at
         replay_call = self.replay_call
         costs, offset, stamp = self._tables.costs, self._offset, self._stamp
-        ran = self._ran  # listeners to each op's interval (ops overlapping collectives)
+        ran = self._ctx.events.ran  # listeners to each op's interval (ops overlapping collectives)
         blocks, listeners = self._blocks, self._ctx.events.allocations
         for op_id, sig, node_seq, seq_before, seq_after, t0, t1, variable in records:
-            if op_id == MEMORY:  # a block released (seq_before < 0 bytes, at address variable)
-                if seq_before < 0:
+            if op_id < 0:
+                if op_id != MEMORY:  # a module call entered or left (recorder.cpp's kEnter, kExit)
+                    replay_call(op_id, sig, node_seq, seq_before, t0 * 1e-9 + offset, overhead)
+                elif seq_before < 0:  # a block released (at address variable)
                     kept = blocks.pop(variable, None)
                     if kept is not None:
                         for listener in listeners:
                             listener.freed(kept[0], kept[1])
                 else:  # or allocated
-                    self._allocated(sig, node_seq, seq_before, seq_after, variable, t0 == 1, t1)
-                continue
-            if op_id == CLAIMED:
-                continue
-            if op_id < 0:  # a module call entered or left (recorder.cpp's kEnter, kExit)
-                replay_call(op_id, sig, node_seq, seq_before, t0 * 1e-9 + offset, overhead)
+                    self._allocated(sig, node_seq, seq_before, variable, t0 == 1, t1)
                 continue
             if not counting:
                 continue
@@ -371,8 +364,8 @@ class NativeCountingSource:
             for listener in ran:
                 listener(t0, t1)
 
-    def _allocated(self, op_id: int, node_seq: int, nbytes: int, seq_after: int, address: int,
-                   temporary: bool, accumulated: int) -> None:
+    def _allocated(self, op_id: int, node_seq: int, nbytes: int, address: int, temporary: bool,
+                   accumulated: int) -> None:
         """A block of ``nbytes`` at ``address`` the allocator handed out while op ``op_id`` ran
         (-1: none) and autograd node ``node_seq`` ran (an AccumulateGrad's parameter at TensorImpl
         ``accumulated``); ``temporary``: its op released it before it returned (the recorder
@@ -382,7 +375,7 @@ class NativeCountingSource:
             top = stack[-1]
             path, phase = top.path, top.phase
         else:
-            where = self._ctx.attribution.locate(self._node(node_seq, accumulated), seq_after)
+            where = self._ctx.attribution.locate(self._node(node_seq, accumulated))
             if where is None:  # not the model's: neither is its release
                 return
             path, phase = where
@@ -469,11 +462,6 @@ class NativeCountingSource:
         if sig >= 0:
             self._tables.costs[sig] = known
         return known
-
-
-def _op_name(op) -> str:
-    """``"ns::name.overload"``, as the recorder names an op overload."""
-    return f"{op._schema.name}.{op._overloadname}"
 
 
 _ATEN_UNITS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # registry -> (version, functions)

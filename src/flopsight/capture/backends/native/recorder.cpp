@@ -26,10 +26,9 @@
 // one as it returns, on its values (the source that claimed it watches the c10d Work it
 // returns, so its completion is stamped from the backend's thread when it happens); they are
 // rare (a few per step). Python charges what was recorded before one first, so it lands in
-// order with the ops and module calls; only a kClaimed record marks it in the stream (where
-// its blocks of memory were allocated: an op's temporaries are those freed before the next op
-// record). What a
-// claimed op's backend runs for it on its own threads (gloo divides an average there) is not
+// order with the ops and module calls; it goes into no record, but counts as an op record
+// for the blocks of memory around it (an op's temporaries are those freed before the next op
+// record). What a claimed op's backend runs for it on its own threads (gloo divides an average there) is not
 // recorded, as a dispatch mode does not see it: the op marks the thread's debug info, which
 // c10d carries into those threads with the rest of its thread-local state.
 //
@@ -135,7 +134,7 @@ PyObject* g_claim = nullptr;  // claim(op, inputs, outputs, t0 ns, t1 ns) while 
 int32_t g_next_one_off = 0;  // ops costed on their own values get ids -1, -2, ...
 std::vector<Record> g_records;
 int64_t g_pending = 0;  // g_records.size(), readable from Python without a call (pending_view)
-int64_t g_op_records = 0;  // under g_lock: op (and claimed op) records pushed so far
+int64_t g_op_records = 0;  // under g_lock: op records pushed so far, and claimed ops
 int64_t g_batch = 0;       // under g_lock: drains so far
 std::vector<Values> g_values;
 std::atomic<bool> g_on{false};
@@ -388,17 +387,13 @@ py::tuple as_tuple(const std::vector<c10::IValue>& values);
 
 // hand a claimed op to Python (see the top of this file); an error there is reported as
 // unraisable, never thrown into the op
-constexpr int32_t kClaimed = -4;
-
 void claim(Frame& frame, const std::vector<c10::IValue>& outputs, int64_t t1) {
   std::vector<c10::IValue> inputs;
   inputs.swap(frame.inputs);
   {
     std::lock_guard<std::mutex> guard(g_lock);
     if (!g_on.load()) return;
-    g_records.push_back(Record{kClaimed, frame.op, frame.node_seq, frame.seq_before, frame.seq_before, frame.t0, t1, 0});
     ++g_op_records;
-    g_pending = static_cast<int64_t>(g_records.size());
   }
   py::gil_scoped_acquire gil;
   if (g_claim == nullptr) return;
@@ -560,9 +555,9 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext*) {
 // profiling on. Each block allocated while recording, and its release, goes into the record
 // stream as a kMemory record (sig: the innermost recorded op running on that thread, -1 for
 // none; node_seq: the autograd node running; seq_before: the bytes, negative when released;
-// seq_after: the thread's sequence counter; t0: 1 for one of an op's temporaries (a block
-// released before the next op record, in the same batch), else 0; t1: an AccumulateGrad node's
-// parameter (TensorImpl*, else 0); accumulated: the block's address), so Python
+// t0: 1 on an allocation that is one of an op's temporaries (released before the next op
+// record, in the same batch), else 0; t1: an AccumulateGrad node's parameter (TensorImpl*,
+// else 0); accumulated: the block's address), so Python
 // replays them in order with the ops and module calls, as the Python path sees tensors.
 // Blocks allocated before the session (or while not recording) are not tracked: their release
 // is not either. The autograd engine carries the state into its threads (ThreadLocalState).
@@ -596,7 +591,6 @@ struct MemoryState final : torch::profiler::impl::ProfilerStateBase {
 
   void reportMemoryUsage(void* ptr, int64_t bytes, size_t, size_t, c10::Device) override {
     if (!g_memory.load(std::memory_order_relaxed) || bytes == 0) return;
-    int64_t t = now_ns();
     int64_t node_seq = kNoNode;
     int64_t variable = 0;  // an AccumulateGrad node's parameter (TensorImpl*): where its blocks belong
     if (auto node = torch::autograd::get_current_node()) {
@@ -605,10 +599,8 @@ struct MemoryState final : torch::profiler::impl::ProfilerStateBase {
         variable = reinterpret_cast<int64_t>(acc->variable.unsafeGetTensorImpl());
       }
     }
-    int64_t seq = static_cast<int64_t>(at::sequence_number::peek());
     int32_t op = bytes > 0 && t_generation == g_generation.load(std::memory_order_relaxed) ? innermost_op() : -1;
     std::lock_guard<std::mutex> guard(g_lock);
-    int64_t temporary = 0;
     if (bytes > 0) {
       if (!g_on.load(std::memory_order_relaxed)) return;  // the profiler's own
       g_blocks[ptr] = Block{bytes, g_records.size(), g_op_records, g_batch};
@@ -621,11 +613,10 @@ struct MemoryState final : torch::profiler::impl::ProfilerStateBase {
       // allocated), in the same batch: it lived inside the op that made it, a temporary
       if (block.ops == g_op_records && block.batch == g_batch && block.index < g_records.size()) {
         g_records[block.index].t0 = 1;
-        temporary = 1;
       }
       g_blocks.erase(it);
     }
-    g_records.push_back(Record{kMemory, op, node_seq, bytes, seq, temporary, variable, reinterpret_cast<intptr_t>(ptr)});
+    g_records.push_back(Record{kMemory, op, node_seq, bytes, 0, 0, variable, reinterpret_cast<intptr_t>(ptr)});
     g_pending = static_cast<int64_t>(g_records.size());
   }
 

@@ -14,13 +14,12 @@ __all__ = ["PythonBackend"]
 
 
 class PythonBackend(CallsAndOps):
-    """See the module docstring; ``note``: why the native backend was not used."""
+    """See the module docstring; ``note``: why the native backend was not used (its counting
+    source puts it in the result's metadata)."""
 
-    name = "python"
     tracks_memory = False  # the memory source reads each op's output storages itself
 
     def __init__(self, ctx, note: str | None = None):
-        self.note = note
         self.calls = PythonCalls(ctx)
         self.ops = CountingSource(ctx, note) if ctx.options.count else None
 
