@@ -9,7 +9,10 @@ given, batch 8 per rank, with the engine's ``flops_profiler`` block at ``profile
 and times their profiled step (``global_steps == profile_step``) on the wall clock: one with the block off (the
 plain step), one with DeepSpeed's own profiler, one with ``flopsight.deepspeed.install()``
 (memory at its default, on). Rank 0 prints, over the rounds, each profiled step's time over
-the plain step's of the same round: the median and its interquartile range.
+the plain step's of the same round: the median and its interquartile range; and what
+flopsight's profiled step spent, on rank 0, in the profile's start, its stop (of it, gathering
+the other rank's result) and printing the report (of it, writing the file), medians over the
+rounds.
 """
 
 from __future__ import annotations
@@ -27,11 +30,33 @@ import torch
 import torch.distributed as dist
 
 import flopsight.deepspeed
+import flopsight.profiler
+import flopsight.renderers.output
+from flopsight.integrations.deepspeed.api import FlopsProfiler
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
 from zero_stages import Net, remove_shared_buffers  # noqa: E402
 
 VARIANTS = ("plain", "deepspeed", "flopsight")
+
+#: flopsight's parts of the profiled step: (label, owner, attribute), each timed where it runs
+PARTS = (("the profile's start", flopsight.profiler.Profiler, "start"),
+         ("its stop", flopsight.profiler.Profiler, "stop"),
+         ("  of it, gathering the other rank's result", flopsight.profiler, "with_ranks"),
+         ("printing the report", FlopsProfiler, "print_model_profile"),
+         ("  of it, writing the file", flopsight.renderers.output, "write_atomically"))
+_SPENT: dict[str, float] = {}  # label -> seconds in the step being timed
+
+
+def _timed(label: str, function):
+    def timed(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            _SPENT[label] = _SPENT.get(label, 0.0) + time.perf_counter() - t0
+
+    return timed
 
 
 def profiled_step(variant: str, stage: int, profile_step: int, out: str) -> float:
@@ -51,6 +76,7 @@ def profiled_step(variant: str, stage: int, profile_step: int, out: str) -> floa
         seconds = 0.0
         for _ in range(profile_step + 1):
             dist.barrier()
+            _SPENT.clear()  # what is left is the last (the profiled) step's
             t0 = time.perf_counter()
             engine.backward(loss_fn(engine(x), y))
             engine.step()
@@ -75,11 +101,22 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
     times: dict[str, list[float]] = {v: [] for v in VARIANTS}
-    with tempfile.TemporaryDirectory() as folder:
-        for _ in range(args.rounds + 1):  # the first round warms every path up
-            for variant in VARIANTS:
-                out = os.path.join(folder, f"{variant}.txt")
-                times[variant].append(profiled_step(variant, args.zero, args.profile_step, out))
+    parts: dict[str, list[float]] = {label: [] for label, _, _ in PARTS}
+    originals = [(owner, name, getattr(owner, name)) for _, owner, name in PARTS]
+    for (label, owner, name), (_, _, original) in zip(PARTS, originals):
+        setattr(owner, name, _timed(label, original))
+    try:
+        with tempfile.TemporaryDirectory() as folder:
+            for round_ in range(args.rounds + 1):  # the first round warms every path up
+                for variant in VARIANTS:
+                    out = os.path.join(folder, f"{variant}.txt")
+                    times[variant].append(profiled_step(variant, args.zero, args.profile_step, out))
+                    if variant == "flopsight" and round_:
+                        for label in parts:
+                            parts[label].append(_SPENT.get(label, 0.0))
+    finally:
+        for owner, name, original in originals:
+            setattr(owner, name, original)
     dist.barrier()
     remove_shared_buffers()
     if dist.get_rank() != 0:
@@ -92,6 +129,9 @@ def main(argv=None) -> None:
     for variant in VARIANTS[1:]:
         lo, mid, hi = quartiles([p / b for p, b in zip(times[variant][1:], plain)])
         print(f"  {variant + ' profiled step':26s} {mid:8.2f}x plain (IQR {lo:.2f}x .. {hi:.2f}x)")
+    print("flopsight's profiled step on rank 0, medians:")
+    for label, spent in parts.items():
+        print(f"  {label:45s} {statistics.median(spent) * 1e3:6.2f} ms")
 
 
 if __name__ == "__main__":
