@@ -24,6 +24,7 @@ import copy
 import datetime
 import inspect
 import json
+import math
 import os
 import platform
 import statistics
@@ -31,6 +32,7 @@ import sys
 import time
 import traceback
 import warnings
+import dataclasses
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
@@ -110,27 +112,76 @@ def judge_latency(models: dict[str, dict], tol: float = 0.05) -> Verdict:
 
 
 def judge_module_sum(models: dict[str, dict], tol: float = 0.05) -> Verdict:
-    """``models[name]`` has ``children_ms`` (sum of the root's children's latencies) and
-    ``forward_ms``: PASS when every sum is within ``tol`` of the forward."""
+    """``models[name]`` has ``children_ms`` (the top-level modules' latencies summed, with the
+    root's own kernels), ``busy_ms`` (the GPU's busy time) and ``forward_ms``: PASS when every
+    sum is within ``tol`` of the busy time; the idle share (1 - busy / forward) is reported."""
     if not models:
         return Verdict(FAIL, "no model measured")
-    ratios = {m: f["children_ms"] / f["forward_ms"] for m, f in models.items()}
+    ratios = {m: _ratio(f["children_ms"], f.get("busy_ms")) for m, f in models.items()}
     ok = all(abs(r - 1) <= tol for r in ratios.values())
-    figure = ", ".join(f"{m} {r:.3f}" for m, r in ratios.items())
-    return Verdict(PASS if ok else FAIL, f"sum(top-level modules)/forward: {figure} (limit +-{tol:.0%})",
-                   {"models": models, "ratios": ratios, "tolerance": tol})
+    idle = {m: 1 - r for m, r in ((m, _ratio(f.get("busy_ms"), f["forward_ms"])) for m, f in models.items())
+            if not math.isnan(r)}
+    figure = ", ".join(f"{m} {r:.3f}" + (f" (GPU idle {idle[m]:.0%})" if m in idle else "") for m, r in ratios.items())
+    return Verdict(PASS if ok else FAIL, f"sum(top-level modules)/GPU busy: {figure} (limit +-{tol:.0%})",
+                   {"models": models, "ratios": ratios, "idle": idle, "tolerance": tol})
 
 
-def judge_overhead(plain_s: list[float], profiled_s: list[float], limit: float = 1.05) -> Verdict:
-    """Paired rounds of a plain and a profiled step (seconds): PASS when the median of the
-    paired ratios is at most ``limit``."""
-    if not plain_s or len(plain_s) != len(profiled_s):
-        return Verdict(FAIL, f"need paired rounds, got {len(plain_s)} plain and {len(profiled_s)} profiled")
-    ratio = statistics.median(p / q for p, q in zip(profiled_s, plain_s))
-    figure = (f"{ratio:.3f}x (profiled {statistics.median(profiled_s) * 1e3:.1f} ms / plain "
-              f"{statistics.median(plain_s) * 1e3:.1f} ms, {len(plain_s)} rounds; limit {limit:.2f}x)")
-    return Verdict(PASS if ratio <= limit else FAIL, figure,
-                   {"ratio": ratio, "plain_s": plain_s, "profiled_s": profiled_s, "limit": limit})
+def _ratio(a, b) -> float:
+    """a / b, NaN when either is missing or b is 0."""
+    ok = isinstance(a, (int, float)) and isinstance(b, (int, float)) and b
+    return a / b if ok else float("nan")
+
+
+def judge_step(figures: dict, limit: float = 1.3, build_ms: float = 50.0, tol: float = 0.05) -> Verdict:
+    """A training step in ``Profiler``, paired rounds with a plain one: ``plain_s`` and
+    ``span_s`` (host wall, device drained: the profiled span as the GPU sees it), ``build_s``
+    (stopping and building the result, after the span), and per phase (``fwd``, ``bwd``,
+    ``step``, ``iteration``) the plain step's seconds (``plain_phases``, CUDA events at the
+    boundaries) and the profiled result's (``reported``), one dict per round. PASS when the
+    span costs at most ``limit`` x the plain step, the build takes under ``build_ms``, and
+    every reported phase is within ``tol`` of the plain one (medians)."""
+    plain, span, build = figures.get("plain_s", []), figures.get("span_s", []), figures.get("build_s", [])
+    if not plain or len(plain) != len(span):
+        return Verdict(FAIL, f"need paired rounds, got {len(plain)} plain and {len(span)} profiled")
+    ratio = statistics.median(p / q for p, q in zip(span, plain))
+    built = statistics.median(build) * 1e3
+    phases = {}
+    for name in ("fwd", "bwd", "step", "iteration"):
+        ours = statistics.median(r[name] for r in figures["reported"])
+        theirs = statistics.median(r[name] for r in figures["plain_phases"])
+        phases[name] = _ratio(ours, theirs)
+    ok = ratio <= limit and built < build_ms and all(abs(r - 1) <= tol for r in phases.values())
+    figure = (f"span {ratio:.3f}x a plain step ({statistics.median(plain) * 1e3:.1f} ms; limit {limit:.2f}x), "
+              f"build {built:.1f} ms (limit {build_ms:.0f}), reported/plain "
+              + ", ".join(f"{k} {r:.3f}" for k, r in phases.items()) + f" (limit +-{tol:.0%}); "
+              f"timing {figures.get('timing')}")
+    return Verdict(PASS if ok else FAIL, figure, {**figures, "ratio": ratio, "build_ms": built, "phases": phases})
+
+
+def judge_engine(figures: dict, limit: float = 1.10, framework: float = 0.10) -> Verdict:
+    """The DeepSpeed engine's profiled step (``figures[stage]`` per ZeRO stage: ``plain_s``,
+    the median unprofiled step; per variant ``deepspeed`` and ``flopsight``, ``step_s``, the
+    profiled step's wall time, and ``reported_s``, the iter latency its report gives;
+    flopsight's ``framework``, the anatomy's framework share): PASS when flopsight's reported
+    iteration is within ``limit`` of the plain step, its profiled step costs no more than
+    DeepSpeed's (when DeepSpeed's ran), and on ZeRO-0 framework and hooks are under
+    ``framework`` of the step. SKIP when DeepSpeed does not import (``skipped``)."""
+    if "skipped" in figures:
+        return Verdict(SKIP, figures["skipped"])
+    ok, parts = True, []
+    for stage, f in figures.items():
+        plain, ours, theirs = f["plain_s"], f["flopsight"], f.get("deepspeed") or {}
+        reported = _ratio(ours["reported_s"], plain)
+        cost = _ratio(ours["step_s"], plain)
+        ds_cost = _ratio(theirs.get("step_s"), plain)
+        ok &= abs(reported - 1) <= limit - 1 and (math.isnan(ds_cost) or cost <= ds_cost)
+        if stage == "0":
+            ok &= ours["framework"] < framework
+        parts.append(f"ZeRO-{stage}: plain {plain * 1e3:.1f} ms, flopsight step {cost:.2f}x reported "
+                     f"{reported:.2f}x framework {ours['framework']:.0%}; deepspeed step {ds_cost:.2f}x reported "
+                     f"{_ratio(theirs.get('reported_s'), plain):.2f}x")
+    return Verdict(PASS if ok else FAIL, "; ".join(parts) + f" (limits: reported within {limit:.2f}x, step <= "
+                   f"deepspeed's, ZeRO-0 framework < {framework:.0%})", figures)
 
 
 def judge_memory(figures: dict, tol: float = 0.05) -> Verdict:
@@ -287,6 +338,27 @@ class Ctx:
         fn()
         return (time.perf_counter() - t0) * 1e3
 
+    def clock(self) -> dict:
+        """``clock=`` for flopsight: the default on CUDA; in a dry run on the CPU a fake device's,
+        so the CUDA paths (device timing, phase-boundary events) run."""
+        if self.cuda:
+            return {}
+        from flopsight.capture.timing import FakeDeviceClock
+
+        return {"clock": FakeDeviceClock()}
+
+    def stamp(self):
+        """A point in time: a CUDA event recorded on the current stream, perf_counter elsewhere."""
+        if self.cuda:
+            event = self.torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    def between(self, a, b) -> float:
+        """Seconds between two :meth:`stamp`s (the device synchronized since)."""
+        return a.elapsed_time(b) / 1e3 if self.cuda else b - a
+
     def wall_s(self, fn: Callable[[], Any]) -> float:
         """Host wall time of ``fn`` with the device drained before and after."""
         self.sync()
@@ -403,7 +475,10 @@ def _to(inputs: dict, device, dtype=None) -> dict:
 def _has_backend() -> bool:
     import flopsight
 
-    return "backend" in inspect.signature(flopsight.profile).parameters
+    # profile() takes ProfileOptions' fields as keywords (**fields)
+    options = getattr(flopsight, "ProfileOptions", None)
+    return "backend" in inspect.signature(flopsight.profile).parameters or (
+        options is not None and "backend" in {f.name for f in dataclasses.fields(options)})
 
 
 def _reference_options() -> dict:
@@ -504,37 +579,59 @@ def _deepspeed_latency_ms(model, inputs) -> float | str:
         return f"deepspeed's profiler failed: {type(e).__name__}: {e}".splitlines()[0][:200]
 
 
+#: the note's section 2 (../shared/research/gpu-2026-11-28.md): name -> (builder, dtype, batch, seq)
+LATENCY_CONFIGS = {
+    "bert-base fp32 8x128": ("bert", "float32", 8, 128),
+    "bert-base bf16 64x512": ("bert", "bfloat16", 64, 512),
+    "bert-large bf16 32x512": ("bert-large", "bfloat16", 32, 512),
+    "gpt2 bf16 16x1024": ("gpt2", "bfloat16", 16, 1024),
+    "resnet50 fp32 64": ("resnet50", "float32", 64, 0),
+}
+
+
+def _build(kind: str, quick: bool, batch: int, seq: int):
+    if kind == "resnet50":
+        return build_resnet50(quick, batch)
+    if kind == "gpt2":
+        return build_gpt2(quick, batch, seq)
+    return build_bert(quick, batch, seq, large=kind == "bert-large")
+
+
 def measure_latency(ctx: Ctx) -> dict[str, dict]:
-    """Per model, interleaved rounds: a plain forward timed with CUDA events, then
-    ``flopsight.profile(warm_up=1)``'s reported forward latency; medians. Also the sum of
-    the root's children's latencies, and DeepSpeed's latency when it is installed."""
+    """Per configuration, interleaved rounds: a plain forward timed with two CUDA events, then
+    ``flopsight.profile(warm_up=1)``'s reported forward latency; medians. Also the sum of the
+    top-level modules' latencies (their kernels' device time on CUDA) with the root's own
+    kernels, the GPU's busy time and idle share, and DeepSpeed's latency when it is installed."""
     import torch
     import flopsight
 
-    passes = 3 if ctx.quick else 20
-    batch, seq = (2, 16) if ctx.quick else (8, 128)
+    passes = 2 if ctx.quick else 5
     out = {}
-    for name, build in (("bert-base", build_bert), ("gpt2", build_gpt2)):
+    for name, (kind, dtype, batch, seq) in LATENCY_CONFIGS.items():
+        if ctx.quick:
+            batch, seq = 2, 16
         torch.manual_seed(0)
-        model, inputs = build(ctx.quick, batch, seq)
-        model = model.to(ctx.device).eval()
-        inputs = _to(inputs, ctx.device)
-        plain, profiled, children, forward = [], [], [], []
+        model, inputs = _build(kind, ctx.quick, batch, seq)
+        model = model.to(ctx.device, getattr(torch, dtype)).eval()
+        inputs = _to(inputs, ctx.device, getattr(torch, dtype))
+        plain, profiled, children, busy = [], [], [], []
         with torch.no_grad():
             for _ in range(3):
                 model(**inputs)
             for _ in range(passes):
                 plain.append(ctx.time_ms(lambda: model(**inputs)))
-                r = flopsight.profile(model, kwargs=inputs, warm_up=1)
+                r = flopsight.profile(model, kwargs=inputs, warm_up=1, **ctx.clock())
                 profiled.append(r.total.forward.latency * 1e3)
-                forward.append(r.total.forward.latency * 1e3)
-                children.append(sum(r.module(c).forward.latency for c in r.total.children) * 1e3)
-            ds = [_deepspeed_latency_ms(model, inputs) for _ in range(min(passes, 5))]
+                root_own = r.module("").record.kernel_time.get("forward", 0.0)
+                children.append((sum(r.module(c).forward.latency for c in r.total.children) + root_own) * 1e3)
+                busy.append((r.kernels.busy or 0.0) * 1e3 if r.kernels is not None else float("nan"))
+            ds = [_deepspeed_latency_ms(model, inputs) for _ in range(2)]
         ds_ms = statistics.median(ds) if all(isinstance(d, float) for d in ds) else ds[0]
         out[name] = {"plain_ms": statistics.median(plain), "profiled_ms": statistics.median(profiled),
-                     "children_ms": statistics.median(children), "forward_ms": statistics.median(forward),
-                     "deepspeed_ms": ds_ms, "timing": r.metadata.timing.method + "/" + r.metadata.timing.clock,
-                     "top_level": list(r.total.children), "batch": batch, "seq": seq, "dtype": "float32",
+                     "children_ms": statistics.median(children), "busy_ms": statistics.median(busy),
+                     "forward_ms": statistics.median(profiled), "deepspeed_ms": ds_ms,
+                     "timing": r.metadata.timing.method + "/" + r.metadata.timing.clock,
+                     "top_level": list(r.total.children), "batch": batch, "seq": seq, "dtype": dtype,
                      "passes": passes}
         model = None  # dropped, not deleted: closures above name them
         ctx.free()
@@ -563,29 +660,155 @@ def bert_training_step(ctx: Ctx, large: bool = False):
     return model, opt, step
 
 
-def measure_overhead(ctx: Ctx) -> dict:
-    """BERT-large bf16 training step (forward, backward, AdamW step), paired rounds of a
-    plain step and one inside ``flopsight.Profiler(model, optimizer=opt)`` (the result built
-    at the ``with``'s exit included), host wall time with the device drained."""
+def measure_step(ctx: Ctx) -> dict:
+    """GPT-2 small bf16, batch 8 x 512, AdamW (the issue's step): paired rounds of a plain
+    step, its phases timed with CUDA events at their boundaries, and a step inside
+    ``flopsight.Profiler(model, optimizer=opt)``: the span (start to the step's end, device
+    drained) on the host's wall clock, the build after it, and the result's phase latencies."""
+    import torch
+    import transformers as tf
     import flopsight
 
-    model, opt, step = bert_training_step(ctx, large=True)
+    torch.manual_seed(0)
+    batch, seq = (2, 16) if ctx.quick else (8, 512)
+    sizes = dict(n_embd=64, n_layer=2, n_head=4, vocab_size=1000) if ctx.quick else {}
+    cfg = tf.GPT2Config(attn_implementation="sdpa", bos_token_id=0, eos_token_id=0, **sizes)
+    model = tf.GPT2LMHeadModel(cfg).to(ctx.device, torch.bfloat16).train()
+    ids = torch.randint(0, cfg.vocab_size, (batch, seq), device=ctx.device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    stamp = ctx.stamp
 
-    def profiled():
-        with flopsight.Profiler(model, optimizer=opt):
-            step()
+    def step(marks: list | None = None):
+        opt.zero_grad(set_to_none=True)
+        marks is not None and marks.append(stamp())
+        loss = model(input_ids=ids, labels=ids).loss
+        marks is not None and marks.append(stamp())
+        loss.backward()
+        marks is not None and marks.append(stamp())
+        opt.step()
+        marks is not None and marks.append(stamp())
 
-    for _ in range(2):
+    for _ in range(3):
         step()
-    profiled()
-    rounds = 3 if ctx.quick else 7
-    plain, prof = [], []
-    for _ in range(rounds):
+    rounds = 2 if ctx.quick else 7
+    plain, span, build, phases, reported = [], [], [], [], []
+    timing = None
+    for i in range(rounds + 1):
         plain.append(ctx.wall_s(step))
-        prof.append(ctx.wall_s(profiled))
+        marks: list = []
+        step(marks)
+        ctx.sync()
+        a, f, b, s = marks
+        phases.append({"fwd": ctx.between(a, f), "bwd": ctx.between(f, b), "step": ctx.between(b, s),
+                       "iteration": ctx.between(a, s)})
+        prof = flopsight.Profiler(model, optimizer=opt, **ctx.clock())
+        ctx.sync()
+        t0 = time.perf_counter()
+        prof.start()
+        step()
+        ctx.sync()
+        t1 = time.perf_counter()
+        prof.stop()
+        it = prof.result.iteration
+        t2 = time.perf_counter()
+        if i == 0:  # the first profiled step builds and loads what later ones reuse
+            plain.pop()
+            phases.pop()
+            continue
+        span.append(t1 - t0)
+        build.append(t2 - t1)
+        reported.append({"fwd": it.forward.latency, "bwd": it.backward.latency, "step": it.step.latency,
+                         "iteration": it.latency})
+        timing = f"{prof.result.metadata.timing.method}/{prof.result.metadata.timing.clock}"
     model = opt = None  # dropped, not deleted: closures above name them
     ctx.free()
-    return {"plain_s": plain, "profiled_s": prof}
+    return {"plain_s": plain, "span_s": span, "build_s": build, "plain_phases": phases, "reported": reported,
+            "timing": timing}
+
+
+def measure_engine(ctx: Ctx) -> dict:
+    """The note's section 4: GPT-2 small bf16 (fp32 off CUDA), micro-batch 8 x 512, torch
+    AdamW, one rank, the engine's ``flops_profiler`` block at ``profile_step`` 4 (memory at its
+    default), ZeRO-0 and ZeRO-3; per stage three engines in turn (the block off, DeepSpeed's
+    profiler, ``flopsight.deepspeed.install()``), eight steps each, every step's wall time
+    (device drained) and the iter latency the report file gives."""
+    import tempfile
+    import torch
+    import transformers as tf
+
+    if not ctx.cuda:
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import deepspeed
+            import flopsight.deepspeed
+    except Exception as e:
+        return {"skipped": f"deepspeed does not import ({type(e).__name__}: {e})".splitlines()[0][:200]}
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": os.environ.get("MASTER_PORT", "29533"),
+                           "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"})
+        deepspeed.init_distributed(dist_backend="nccl" if ctx.cuda else "gloo", verbose=False)
+    batch, seq = (2, 16) if ctx.quick else (8, 512)
+    sizes = dict(n_embd=64, n_layer=2, n_head=4, vocab_size=1000) if ctx.quick else {}
+    cfg = tf.GPT2Config(attn_implementation="sdpa", bos_token_id=0, eos_token_id=0, **sizes)
+    ids = torch.randint(0, cfg.vocab_size, (batch, seq), generator=torch.Generator().manual_seed(0))
+    out = {}
+    for stage in (0, 3):
+        figures: dict = {}
+        for variant in ("plain", "deepspeed", "flopsight"):
+            with tempfile.TemporaryDirectory() as tmp:
+                report = os.path.join(tmp, "report.txt")
+                config = {"train_micro_batch_size_per_gpu": batch, "zero_optimization": {"stage": stage},
+                          "flops_profiler": {"enabled": variant != "plain", "profile_step": 4, "module_depth": -1,
+                                             "top_modules": 1, "detailed": False, "output_file": report}}
+                if ctx.cuda:
+                    config["bf16"] = {"enabled": True}
+                if variant == "flopsight":
+                    flopsight.deepspeed.install()
+                try:
+                    torch.manual_seed(0)
+                    model = tf.GPT2LMHeadModel(cfg)
+                    engine, _, _, _ = deepspeed.initialize(
+                        model=model, config=config, optimizer=torch.optim.AdamW(model.parameters(), lr=1e-5))
+                    x = ids.to(engine.device)
+                    walls = []
+                    for _ in range(8):
+                        def one():
+                            engine.backward(engine(input_ids=x, labels=x).loss)
+                            engine.step()
+                        walls.append(ctx.wall_s(one))
+                    anatomy = engine.flops_profiler.result.iteration.anatomy if variant == "flopsight" else None
+                finally:
+                    if variant == "flopsight":
+                        flopsight.deepspeed.uninstall()
+                if variant == "plain":
+                    figures["plain_s"] = statistics.median(walls[2:])
+                    continue
+                reported = _iter_latency(report)
+                figures[variant] = {"step_s": walls[4], "reported_s": reported, "walls_s": walls}
+                if anatomy is not None:
+                    figures[variant]["framework"] = anatomy.framework / anatomy.total if anatomy.total else 0.0
+                engine = model = None
+                ctx.free()
+        out[str(stage)] = figures
+    return out
+
+
+def _iter_latency(path: str) -> float | None:
+    """Seconds on a DeepSpeed-format report's ``iter latency:`` line (None: no such line)."""
+    units = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("iter latency:"):
+                    value, unit = line.split()[-2:]
+                    return float(value) * units[unit]
+    except OSError:
+        return None
+    return None
 
 
 # -- memory ------------------------------------------------------------------------------
@@ -902,7 +1125,8 @@ CHECKS = [
     Check("counts", lambda c: judge_counts(measure_counts(c)), 90),
     Check("latency", _latency, 60),
     Check("latency-modules", _latency_modules, 1),
-    Check("overhead", lambda c: (lambda f: judge_overhead(f["plain_s"], f["profiled_s"]))(measure_overhead(c)), 60),
+    Check("training-step", lambda c: judge_step(measure_step(c)), 40),
+    Check("engine", lambda c: judge_engine(measure_engine(c)), 60),
     Check("kernels", lambda c: judge_kernels(measure_kernels(c)), 30),
     Check("memory", lambda c: judge_memory(measure_memory(c)), 30),
     Check("nvml", lambda c: judge_nvml(measure_nvml(c)), 20),

@@ -12,7 +12,9 @@ idle time, so these are measured on the CPU, where they are the host's alone. Tw
 Four ways of running each, against a plain forward in the same round:
 
 * **the timed pass**: the pass ``profile(warm_up >= 1)`` times, a capture session that counts
-  nothing (module calls only, on the host clock here);
+  nothing (module calls only, on the host clock here: each module's forward wrapped in C++,
+  no global hook; the calls it records are replayed when the session stops, after the forward,
+  which is printed apart);
 * **the single pass**: ``Profiler(model, memory=True)``, counting and timing together;
 * **the single pass, memory off**: ``Profiler(model)``;
 * **torch's floor**: a global forward pre-hook and an always-called forward hook that do
@@ -20,10 +22,12 @@ Four ways of running each, against a plain forward in the same round:
 
 From the two models: per op, (pass - plain) / ops on ``ops``; per call, what ``calls`` adds
 beyond its ops' share, ((pass - plain) - per op x ops) / calls. Medians over the rounds,
-paired round by round. For the single passes, the part of the per-op time spent charging the
-native recorder's records in Python (``NativeCountingSource.settle``) is given too; the rest
-is recording. Targets (issue 28): the timed pass at most 0.2 us per op and 1.5 us per
-module call; the single pass at most 1 us per op with memory on.
+paired round by round: the ways take turns at going first, and the plain forward goes first in
+every other turn (what ran just before a forward moves its time). For the single passes, the
+part of the per-op time spent charging the native recorder's records in Python
+(``NativeCountingSource.settle``) is given too; the rest is recording. Targets (issue 28):
+the timed pass at most 0.2 us per op and 1.5 us per module call; the single pass at most 1 us
+per op with memory on.
 """
 
 from __future__ import annotations
@@ -105,34 +109,37 @@ def _timed_settle(settle):
     return timed
 
 
-def measure(built: dict, rounds: int) -> tuple[dict, dict]:
+def measure(built: dict, rounds: int) -> tuple[dict, dict, dict]:
     """(way -> model -> seconds added over the plain forward, per round; way -> model -> seconds
-    of it charging the records in Python, per round) for the ``built`` models."""
+    of it charging the records in Python, per round; way -> model -> seconds its stop took, per
+    round) for the ``built`` models."""
     x = torch.ones(4)
     added: dict[str, dict[str, list[float]]] = {w: {m: [] for m in built} for w in WAYS}
     charging: dict[str, dict[str, list[float]]] = {w: {m: [] for m in built} for w in WAYS}
+    stopping: dict[str, dict[str, list[float]]] = {w: {m: [] for m in built} for w in WAYS}
     settle = NativeCountingSource.settle
     NativeCountingSource.settle = _timed_settle(settle)
     try:
-        _rounds(built, rounds, x, added, charging)
+        _rounds(built, rounds, x, added, charging, stopping)
     finally:
         NativeCountingSource.settle = settle
-    return added, charging
+    return added, charging, stopping
 
 
-def _rounds(built: dict, rounds: int, x, added: dict, charging: dict) -> None:
+def _rounds(built: dict, rounds: int, x, added: dict, charging: dict, stopping: dict) -> None:
     with torch.no_grad():
         for model, _, _ in built.values():  # warm every path up (the native build, lazy imports)
             for start in WAYS.values():
                 stop = start(model)
                 model(x)
                 stop()
-        for _ in range(rounds):
+        for i in range(rounds):
             for name, (model, _, _) in built.items():
-                for way, start in WAYS.items():
-                    t0 = time.perf_counter()
-                    model(x)
-                    plain = time.perf_counter() - t0
+                ways = list(WAYS.items())
+                # the ways in turn first (what ran just before a way moves its figures here), and
+                # the plain forward before the profiled one in every other round
+                for way, start in ways[i % len(ways):] + ways[:i % len(ways)]:
+                    plain = _plain(model, x) if i // len(ways) % 2 == 0 else None
                     stop = start(model)
                     try:
                         _CHARGING[0] = 0.0
@@ -141,8 +148,18 @@ def _rounds(built: dict, rounds: int, x, added: dict, charging: dict) -> None:
                         profiled = time.perf_counter() - t0
                         charging[way][name].append(_CHARGING[0])
                     finally:
+                        t0 = time.perf_counter()
                         stop()
+                        stopping[way][name].append(time.perf_counter() - t0)
+                    if plain is None:
+                        plain = _plain(model, x)
                     added[way][name].append(profiled - plain)
+
+
+def _plain(model, x) -> float:
+    t0 = time.perf_counter()
+    model(x)
+    return time.perf_counter() - t0
 
 
 def main(argv=None) -> None:
@@ -152,7 +169,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     built = models()
-    added, charging = measure(built, args.rounds)
+    added, charging, stopping = measure(built, args.rounds)
     (_, ops, _), (_, call_ops, calls) = built["ops"], built["calls"]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.rounds} rounds; "
           f"{ops:,} one-element adds in one module, and {calls:,} modules of one add each\n")
@@ -165,6 +182,10 @@ def main(argv=None) -> None:
         charged = statistics.median(charging[way]["ops"]) / ops
         print(f"| {way} | {per_op * 1e6:.2f} us | {charged * 1e6:.2f} us | {per_call * 1e6:.2f} us | "
               f"{targets.get(way, '')} |")
+    timed = stopping["timed pass"]
+    after = (statistics.median(timed["calls"]) - statistics.median(timed["ops"])) / calls
+    print(f"\nAfter the forward, the timed pass's stop takes {after * 1e6:.2f} us more per module called once "
+          "(its call records replayed, each forward put back), out of the timed forward")
 
 
 if __name__ == "__main__":

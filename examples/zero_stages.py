@@ -109,7 +109,7 @@ def summary(stage: int, result) -> dict:
         "step_seconds": it.latency,
         "step_spread": {"median": spread.median, "low": spread.low, "high": spread.high, "kind": spread.kind},
         "anatomy": {"forward": a.forward, "backward": a.backward, "step": a.step, "framework": a.framework,
-                    "communication_exposed": a.communication, "other": a.other},
+                    "communication_exposed": a.communication, "other": a.other, "profiler": a.profiler},
         "communication_overlapped": it.communication.overlapped,
         # conv2's backward: its ops' time, median over the steps (ZeRO's hook work is framework)
         "conv2_backward": statistics.median(result.samples.module("conv2", "backward")),
@@ -142,13 +142,14 @@ def ranking(results: dict) -> list[list[int]]:
 def print_table(rows: list[dict]) -> None:
     ms = duration_to_string
     print("\n| ZeRO stage | step (median of N, spread) | fwd | bwd | optimizer | framework and hooks | "
-          "comm waited for | other | comm hidden |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "comm waited for | other | profiler | comm hidden |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         a, s = r["anatomy"], r["step_spread"]
         print(f"| {r['stage']} | {ms(r['step_seconds'])} of {r['steps']}, {ms(s['low'])} to {ms(s['high'])} | "
               f"{ms(a['forward'])} | {ms(a['backward'])} | {ms(a['step'])} | {ms(a['framework'])} | "
-              f"{ms(a['communication_exposed'])} | {ms(a['other'])} | {ms(r['communication_overlapped'])} |")
+              f"{ms(a['communication_exposed'])} | {ms(a['other'])} | {ms(a['profiler'])} | "
+              f"{ms(r['communication_overlapped'])} |")
     print("\n| ZeRO stage | collective | calls | bytes per rank | time in flight | waited for |")
     print("|---:|---|---:|---:|---:|---:|")
     for r in rows:

@@ -10,6 +10,7 @@ import re
 import pytest
 
 import flopsight
+import flopsight.renderers.numbers
 
 deepspeed = pytest.importorskip("deepspeed")
 
@@ -142,11 +143,45 @@ def test_attach_takes_the_engine_or_its_zero_optimizer(run, name):
         assert r.samples.count == 1
 
 
+@pytest.mark.parametrize("name", ["zero0", "zero3", "zero2_bf16_accumulate2"])
+def test_the_latencies_are_the_step_befores_timed_at_its_phases_boundaries(run, name):
+    r = result(run, name)
+    accumulate = 2 if "accumulate2" in name else 1
+    for rank in r.ranks:  # every rank timed step 1 and counted step 2
+        it, spans = rank.iteration, rank.spans
+        # one forward and one backward call per micro-batch, one step (at the boundary)
+        assert [len(spans[f"timed.{k}"]) for k in ("forward", "backward", "step", "iteration")] == [
+            accumulate, accumulate, 1, 1]
+        assert it.timed and it.latency == sum(spans["timed.iteration"])
+        assert (it.forward.latency, it.backward.latency, it.step.latency) == tuple(
+            sum(spans[f"timed.{k}"]) for k in ("forward", "backward", "step"))
+        # the phases fit in the step; the counted step's own wall time is what its anatomy splits
+        assert it.forward.latency + it.backward.latency + it.step.latency <= it.latency
+        assert it.counted_latency == sum(spans["iteration"]) and it.anatomy.total == pytest.approx(it.counted_latency)
+        # the native recorder's own cost, estimated per op and module call: the profiler's part
+        assert it.anatomy.profiler > 0
+    report = (run / name / "report.txt").read_text()
+    assert value(report, "latencies above (fwd, bwd, step, iter)").startswith("of the step before the profiled one")
+    assert value(report, "measured iter wall time (the whole profiled span)") == \
+        flopsight.renderers.numbers.duration_to_string(r.iteration.latency)
+
+
+def test_without_a_step_before_the_profiled_one_its_own_latencies_are_reported(run):
+    # profile_step 1: the step before is the engine's first (its one-time setup), never timed
+    r = result(run, "zero0_profile_step1")
+    it = r.iteration
+    assert not it.timed and not any(k.startswith("timed.") for k in r.spans)
+    assert it.latency == sum(r.spans["iteration"]) and it.anatomy.total == pytest.approx(it.latency)
+    report = (run / "zero0_profile_step1" / "report.txt").read_text()
+    assert "Profile Summary at step 2:" in report and "latencies above" not in report
+
+
 def test_nothing_is_left_installed_on_any_rank(run):
     for rank in (0, 1):
         state = json.loads((run / f"state.rank{rank}.json").read_text())
         assert state == {"restored": "deepspeed.profiling.flops_profiler.profiler", "dispatch_modes": 0,
-                         "function_modes": 0, "module_hooks": 0, "engine_attributes": [], "engine_hooks": 0}
+                         "function_modes": 0, "module_hooks": 0, "engine_attributes": [], "engine_hooks": 0,
+                         "install_engines_left": []}  # no engine keeps a hook or a wrapper (the timed step's)
 
 
 def test_install_is_idempotent_and_uninstall_restores_deepspeeds_class():

@@ -34,7 +34,8 @@ OWN = [
     (r"^\(flopsight: ", "flopsight names itself under DeepSpeed's banner and headers"),
     (r"^then, with the backward measured \(flopsight\)", "the measured backward's fields, after DeepSpeed's"),
     (r"^[45]\. ", "flopsight's notes, after DeepSpeed's three"),
-    (r"^(measured |step anatomy|communication hidden|parallelism|ranks reporting|iter wall time over|straggler|"
+    (r"^(measured |step anatomy|latencies above|communication hidden|parallelism|ranks reporting|iter wall time over|"
+     r"straggler|"
      r"memory, |GPU utilization|op coverage|noise:|note:|micro-batches per step|"
      r"(all_reduce|all_gather|reduce_scatter|broadcast) \()", "flopsight's measured summary lines, after DeepSpeed's"),
     (r"^    bwd (MACs|latency) +- ", "each depth's top modules by the measured backward"),

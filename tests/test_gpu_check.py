@@ -76,25 +76,64 @@ def test_latency_nothing_measured_fails():
     assert gc.judge_latency({}).status == FAIL
 
 
-def test_module_sum():
-    ok = gc.judge_module_sum({"bert-base": {"children_ms": 9.6, "forward_ms": 10.0}})
-    bad = gc.judge_module_sum({"gpt2": {"children_ms": 9.4, "forward_ms": 10.0}})
-    assert ok.status == PASS and "0.960" in ok.figure
+def test_module_sum_against_the_gpus_busy_time():
+    # 9.6 of 9.8 ms busy: 0.980 (within 5%); the forward took 12.25 ms, so the GPU idled 20%
+    ok = gc.judge_module_sum({"bert-base": {"children_ms": 9.6, "busy_ms": 9.8, "forward_ms": 12.25}})
+    bad = gc.judge_module_sum({"gpt2": {"children_ms": 9.4, "busy_ms": 10.0, "forward_ms": 10.0}})
+    assert ok.status == PASS and "0.980 (GPU idle 20%)" in ok.figure
     assert bad.status == FAIL and "0.940" in bad.figure
 
 
-# -- overhead ------------------------------------------------------------------------------------
-def test_overhead_median_of_paired_ratios():
-    # ratios 1.02, 1.04, 1.30: median 1.04
-    v = gc.judge_overhead([0.100, 0.100, 0.100], [0.102, 0.104, 0.130])
-    assert v.status == PASS and v.figure.startswith("1.040x")
-    v = gc.judge_overhead([0.100, 0.100, 0.100], [0.106, 0.110, 0.104])  # median 1.06
-    assert v.status == FAIL and v.figure.startswith("1.060x")
+def test_module_sum_without_a_busy_time_fails():
+    assert gc.judge_module_sum({"bert-base": {"children_ms": 9.6, "forward_ms": 10.0}}).status == FAIL
 
 
-def test_overhead_needs_paired_rounds():
-    assert gc.judge_overhead([0.1], [0.1, 0.1]).status == FAIL
-    assert gc.judge_overhead([], []).status == FAIL
+# -- training step ---------------------------------------------------------------------------------
+def _step_figures(span, build=0.01, fwd=0.010):
+    # three paired rounds of a 100 ms plain step (10 fwd, 60 bwd, 30 step)
+    plain_phases = [{"fwd": 0.010, "bwd": 0.060, "step": 0.030, "iteration": 0.100}] * 3
+    reported = [{"fwd": fwd, "bwd": 0.061, "step": 0.0295, "iteration": 0.1005}] * 3
+    return {"plain_s": [0.1] * 3, "span_s": span, "build_s": [build] * 3, "plain_phases": plain_phases,
+            "reported": reported, "timing": "phases/cuda_events"}
+
+
+def test_training_step_passes_within_its_limits():
+    # span ratios 1.2, 1.25, 1.5: median 1.25 <= 1.3; build 10 ms; fwd 1.0, bwd 61/60 = 1.017
+    v = gc.judge_step(_step_figures([0.12, 0.125, 0.15]))
+    assert v.status == PASS and v.figure.startswith("span 1.250x") and "bwd 1.017" in v.figure
+
+
+@pytest.mark.parametrize("figures", [_step_figures([0.14] * 3), _step_figures([0.1] * 3, build=0.06),
+                                     _step_figures([0.1] * 3, fwd=0.0106)])
+def test_training_step_fails_past_any_limit(figures):
+    # span 1.4x; or a 60 ms build; or a forward reported 6% over the plain one
+    assert gc.judge_step(figures).status == FAIL
+
+
+def test_training_step_needs_paired_rounds():
+    assert gc.judge_step({"plain_s": [0.1], "span_s": []}).status == FAIL
+
+
+# -- engine ----------------------------------------------------------------------------------------
+def _engine(reported=0.084, step=0.120, ds_step=0.133, framework=0.05):
+    # a 78 ms plain step; DeepSpeed's profiled step 1.70x (0.133 s), its report 94.5 ms
+    return {"0": {"plain_s": 0.078, "deepspeed": {"step_s": ds_step, "reported_s": 0.0945},
+                  "flopsight": {"step_s": step, "reported_s": reported, "framework": framework}}}
+
+
+def test_engine_passes_when_reported_close_cheaper_than_deepspeed_and_framework_small():
+    v = gc.judge_engine(_engine())
+    assert v.status == PASS and "reported 1.08x" in v.figure and "deepspeed step 1.71x" in v.figure
+
+
+@pytest.mark.parametrize("figures", [_engine(reported=0.573), _engine(step=0.140), _engine(framework=0.61)])
+def test_engine_fails_on_each_row(figures):
+    # reported 7.3x; a step dearer than DeepSpeed's; framework and hooks 61%
+    assert gc.judge_engine(figures).status == FAIL
+
+
+def test_engine_skips_without_deepspeed():
+    assert gc.judge_engine({"skipped": "deepspeed does not import"}).status == gc.SKIP
 
 
 # -- memory ----------------------------------------------------------------------------------------

@@ -417,6 +417,24 @@ def test_browser_detail_panel_lists_a_modules_kernels(browser, tmp_path):
 
 
 @browser_test
+def test_browser_cards_give_the_gpus_busy_time_and_idle_share(browser, tmp_path):
+    from flopsight.analysis.kernel_profile import device_busy
+    from flopsight.capture.timing import FakeDeviceClock
+    from flopsight.renderers.numbers import duration_to_string
+
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    result = flopsight.profile(model, torch.ones(4, 16), warm_up=1, clock=FakeDeviceClock())
+    page = _open(browser, tmp_path, "busy", result)
+    cards = _text(page, "cards")
+    busy = device_busy(result)
+    assert "fwd GPU busy" in cards and "fwd GPU idle" in cards
+    assert duration_to_string(busy.busy).replace(" ", "") in cards.replace(" ", "")
+    assert page.problems() == []
+    host = _open(browser, tmp_path, "host", flopsight.profile(model, torch.ones(4, 16), warm_up=1))
+    assert "GPU idle" not in _text(host, "cards")  # a host clock's forward: no such card
+
+
+@browser_test
 def test_browser_says_what_it_shows_counts_rates_and_a_meta_device(browser, tmp_path):
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
     with torch.device("meta"):
@@ -490,3 +508,19 @@ def test_browser_shows_a_generate_profiles_prefill_decode_and_encoder(browser, t
     # a forward profile has no such section
     plain = _open(browser, tmp_path, "forward", flopsight.profile(nn.Linear(2, 2), torch.ones(1, 2)))
     assert plain.evaluate("document.getElementById('generation-section').hidden") is True
+
+
+@browser_test
+def test_browser_anatomy_shows_the_profilers_part_and_a_timed_steps_latencies(browser, tmp_path, training):
+    # the counted step's spans, with the profiler's own time left in its backward, and the
+    # latencies of a step timed at its phases' boundaries (the DeepSpeed engine's step before)
+    spans = dict(training.spans)
+    spans.update({"profiler.backward": [sum(spans["backward"]) / 2], "timed.iteration": [0.004],
+                  "timed.forward": [0.001], "timed.backward": [0.002], "timed.step": [0.0005]})
+    result = training.updated(spans=spans)
+    assert result.iteration.anatomy.profiler > 0
+    page = _open(browser, tmp_path, "profiler-part", result)
+    assert page.problems() == []
+    anatomy = _text(page, "anatomy")
+    assert "profiler" in anatomy and page.evaluate("document.querySelectorAll('#anatomy .seg-profiler').length") == 2
+    assert "Of the profiled step" in anatomy and "4 ms per iteration" in anatomy

@@ -191,10 +191,12 @@ def test_the_native_module_hooks_see_the_calls_python_sees():
 @pytest.mark.parametrize("name", ["python", "native"])
 def test_a_timing_pass_after_a_native_count_tracks_modules_in_cpp(name):
     """profile(warm_up=1) counts in one pass and times the next: after a native count the
-    timing pass tracks the calls with the C++ hooks too, and times every module."""
+    timing pass tracks the calls in C++ too, without a global hook (torch's fast call path):
+    the root gets the C++ hooks as its own, the other modules a wrapped forward; every module
+    is timed, and left as it was."""
     from torch.nn.modules import module as torch_module
 
-    hooks_seen = []
+    seen = []
 
     class Probe(nn.Module):
         def __init__(self):
@@ -202,17 +204,23 @@ def test_a_timing_pass_after_a_native_count_tracks_modules_in_cpp(name):
             self.inner = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
 
         def forward(self, x):
-            hooks_seen.append(list(torch_module._global_forward_pre_hooks.values()))
+            seen.append((list(torch_module._global_forward_pre_hooks.values()),
+                         list(self._forward_pre_hooks.values()), type(self.inner.__dict__.get("forward")).__name__))
             return self.inner(x)
 
-    result = flopsight.profile(Probe(), torch.randn(2, 4), warm_up=1, backend=name)
-    counting, timing = hooks_seen
+    probe = Probe()
+    result = flopsight.profile(probe, torch.randn(2, 4), warm_up=1, backend=name)
+    (counting, _, _), (timing, root_hooks, inner_forward) = seen
     recorder = load(quiet=True)
-    assert (recorder.module_pre in counting, recorder.module_pre in timing) == ((name == "native",) * 2)
+    native = name == "native"
+    assert (recorder.module_pre in counting, recorder.module_pre in timing) == (native, False)
+    assert (recorder.module_pre in root_hooks, inner_forward) == ((True, "ForwardWrapper") if native else
+                                                                 (False, "NoneType"))
     assert result.metadata.timing.method == "separate"
     for path in ("", "inner", "inner.0", "inner.1"):
         forward = result.modules[path].phases["forward"]
         assert forward.calls == 1 and forward.latency > 0, path
+    assert "forward" not in probe.inner.__dict__ and not probe._forward_pre_hooks
 
 
 @needs_native

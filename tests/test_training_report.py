@@ -445,3 +445,70 @@ def test_forward_mode_report_has_no_generate_lines():
         result = flopsight.profile(MLP(), batch()[0], clock=flopsight.FakeClock())
     text = render_text(result)
     assert result.generation is None and "prefill" not in text and "tokens/second" not in text
+
+
+# -- the profiler's own time, and latencies of a step timed apart from the counted one ---------
+def _step_spans(result, **spans):
+    """``result`` (a training step) as JSON with its spans replaced, read back."""
+    data = result.to_dict()
+    data["spans"] = spans
+    (root,) = [m for m in data["modules"] if m["name"] == ""]
+    # one op of the root per phase, taking the seconds below
+    root["ops"] = {phase: {"aten.mm": {"macs": 0, "flops": 0, "latency": t, "calls": 1}}
+                   for phase, t in (("forward", 1.0), ("backward", 1.5), ("step", 0.5))}
+    for m in data["modules"]:
+        if m["name"]:
+            m["ops"] = {}
+    data["collectives"] = []
+    return flopsight.ProfileResult.from_dict(data)
+
+
+def test_the_profilers_own_time_is_its_own_part_of_the_anatomy_never_framework(fake_clock):
+    # a 10 s step: forward 2 s, backward 4 s, step 1 s; ops 1 + 1.5 + 0.5 s. The profiler's own
+    # time left in them: 0.25 s of the forward, 1 s of the backward, 2 s in the step, where only
+    # 0.5 s is not compute (it is capped there: the profiler never takes the ops' time)
+    r = _step_spans(profiled_step(), iteration=[10.0], forward=[2.0], backward=[4.0], step=[1.0],
+                    **{"profiler.forward": [0.25], "profiler.backward": [1.0], "profiler.step": [2.0]})
+    a = r.iteration.anatomy
+    # framework: (2 - 1 - 0.25) + (4 - 1.5 - 1) + (1 - 0.5 - 0.5) = 0.75 + 1.5 + 0 = 2.25
+    # profiler: 0.25 + 1 + min(2, 0.5) = 1.75; other: 10 - 7 = 3
+    assert (a.forward, a.backward, a.step, a.framework, a.communication, a.other, a.profiler) == (
+        1.0, 1.5, 0.5, 2.25, 0.0, 3.0, 1.75)
+    assert a.total == 10.0
+    text = render_text(r)
+    assert value(text, "step anatomy, framework and hooks") == "2.25 s (22.5%)"
+    assert value(text, "step anatomy, profiler (flopsight's own time left in the phases)") == "1.75 s (17.5%)"
+    assert "latencies above" not in text  # the counted step's own latencies
+    # the figure is per step in the samples too, and in the JSON
+    assert flopsight.combine_steps([r, r]).samples.figures["anatomy.profiler"] == (1.75, 1.75)
+
+
+def test_results_from_before_the_profiler_part_read_it_as_zero(fake_clock):
+    r = _step_spans(profiled_step(), iteration=[10.0], forward=[2.0], backward=[4.0], step=[1.0])
+    a = r.iteration.anatomy
+    assert a.profiler == 0.0 and a.framework == 1.0 + 2.5 + 0.5 and a.total == 10.0
+
+
+def test_latencies_of_a_timed_step_are_reported_and_the_anatomy_stays_the_counted_steps(fake_clock):
+    # the counted step took 10 s (forward 2, backward 4, step 1); the step timed at its phases'
+    # boundaries only took 5 s (forward 1, two backward calls of 1 s, step 0.5)
+    timed = {"timed.iteration": [5.0], "timed.forward": [1.0], "timed.backward": [1.0, 1.0], "timed.step": [0.5]}
+    r = _step_spans(profiled_step(), iteration=[10.0], forward=[2.0], backward=[4.0], step=[1.0], **timed)
+    it = r.iteration
+    assert it.timed and (it.latency, it.forward.latency, it.backward.latency, it.step.latency) == (5.0, 1.0, 2.0, 0.5)
+    assert it.counted_latency == 10.0 and it.anatomy.total == 10.0
+    assert it.forward.macs == r.total.forward.macs  # counts are the counted step's
+    text = render_text(r)
+    # DeepSpeed's lines read the timed step: fwd 1 s, bwd 2 s, step 0.5 s, iter their sum
+    assert (value(text, "fwd latency"), value(text, "bwd latency"), value(text, "step latency"),
+            value(text, "iter latency")) == ("1 s", "2 s", "500 ms", "3.5 s")
+    assert value(text, "measured iter wall time") == "5 s"
+    assert value(text, "latencies above (fwd, bwd, step, iter)") == (
+        "of the step before the profiled one, timed at its phases' boundaries only (not counted)")
+    assert value(text, "step anatomy, of the profiled step's wall time") == "10 s (the profiler's own time in it below)"
+    assert_aligned(text)
+    # the DeepSpeed getters read the timed step too
+    prof = flopsight.FlopsProfiler(nn.Linear(2, 2))
+    prof._result = r
+    assert (prof.get_total_duration(), prof.get_total_step_duration(), prof.get_total_iteration_duration()) == (
+        1.0, 0.5, 5.0)

@@ -30,6 +30,8 @@ __all__ = [
     "function_modes_disabled",
     "global_module_hooks",
     "remove_global_hook",
+    "module_call_frames",
+    "has_own_hooks",
     "original_module",
     "prime_modes",
     "autograd_sequence_nr",
@@ -353,6 +355,27 @@ def remove_global_hook(handle) -> None:
     """
     handle.remove()
     getattr(_module_mod, "_global_forward_hooks_with_kwargs", {}).pop(handle.id, None)
+
+
+def module_call_frames() -> tuple:
+    """The code objects of the frames ``Module.__call__`` calls a module's ``forward`` from:
+    ``_call_impl`` (its fast path) and the closure its slow path calls it from; empty where
+    torch's call path is not the one recognised (no ``forward_call`` there).
+
+    >>> sorted(code.co_name for code in module_call_frames())
+    ['_call_impl', 'inner']
+    """
+    code = getattr(getattr(torch.nn.Module, "_call_impl", None), "__code__", None)
+    if code is None or "forward_call" not in code.co_varnames + code.co_cellvars:
+        return ()
+    return (code, *(c for c in code.co_consts if isinstance(c, type(code)) and "forward_call" in c.co_freevars))
+
+
+def has_own_hooks(module: torch.nn.Module) -> bool:
+    """Whether ``module`` has forward or backward hooks of its own (torch then calls it through
+    its slow path, as it does every module while any global hook is installed)."""
+    return bool(module._forward_pre_hooks or module._forward_hooks or module._backward_pre_hooks
+                or module._backward_hooks)
 
 
 def original_module(model: torch.nn.Module) -> torch.nn.Module:

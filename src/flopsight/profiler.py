@@ -22,10 +22,10 @@ import torch
 from torch import nn
 
 from ._quiet import ignoring
-from ._torch_private import original_module
+from ._torch_private import kineto_running, original_module
 from ._version import __version__
 from .native_check import disagreement
-from .capture.build import build_result
+from .capture.build import build_result, device_timed
 from .capture.sources.gather import announce, gather_ranks, publish_failure
 from .capture.inputs import batch_size, describe_inputs, model_device, model_dtype
 from .capture.calls import ModuleCalls
@@ -37,7 +37,7 @@ from .capture.recursion import deep_enough
 from .capture.session import CaptureSession
 from .capture.sources.spans import SpanTimes
 from .capture.state import ModelState
-from .capture.timing import Clock, default_clock
+from .capture.timing import Clock, default_clock, on_device
 from .formulas.registry import Registry
 from .options import CALL_ONLY, SPAN_ONLY, ProfileOptions
 from .result.metadata import Metadata, Timing
@@ -155,8 +155,13 @@ def run_metadata(model: nn.Module, args: tuple, kwargs: dict, *, everything: boo
     )
 
 
-def _timing(clock: Clock, separate: bool, compiled: bool = False) -> Timing:
-    if separate:
+def _timing(clock: Clock, separate: bool, compiled: bool = False, device: bool = False,
+            phases: bool = False) -> Timing:
+    if device:
+        method = "device"
+    elif phases:
+        method = "phases"
+    elif separate:
         method = "separate"
     elif clock.subtracts_overhead:
         method = "subtract"
@@ -201,7 +206,12 @@ def profile(model: nn.Module, args: Any = (), kwargs: dict | None = None, *, opt
         timing: ``"separate"`` counts in one pass and times another with only light
             module hooks (the counting pass doubles as the first warm-up);
             ``"subtract"`` counts and times in one pass and subtracts the profiler's
-            measured overhead; ``"auto"`` separates when ``warm_up >= 1``.
+            measured overhead; ``"auto"`` separates when ``warm_up >= 1``. On CUDA, a
+            forward not timed ``"subtract"`` is timed as the device's (``timing.method``
+            ``"device"``): each module's latency is its kernels' GPU time, recorded in a
+            pass of its own, and the forward's is that of uninstrumented calls, with two CUDA
+            events around each; ``result.kernels.busy`` is the GPU's busy time, the rest of
+            the forward its idle time (docs/conventions/timing.md).
         attention: ``"dense"`` counts every attention score entry (DeepSpeed's count);
             ``"effective"`` only those a causal mask, a sliding window, a packed batch or a
             block mask leaves in (docs/conventions/attention.md).
@@ -266,6 +276,11 @@ class CallProfile:
         self.regions = ("",) if self.compiled else compiled_paths(self.infos)
         self.clock = options.clock or default_clock(model_device(self.target, self.args, self.kwargs))
         self.separate = timing == "separate" or (timing == "auto" and options.warm_up >= 1)
+        # on a device (CUDA), module times are their kernels' and the forward's an uninstrumented
+        # call's: anything the host does per module or op would be the device's idle time
+        self.device = (on_device(self.clock) and timing != "subtract" and self.name == "forward" and not self.regions
+                       and not kineto_running())
+        self.separate = self.separate or self.device
         self.state = ModelState(self.target)
         self.passes = 0
 
@@ -285,7 +300,7 @@ class CallProfile:
         first = (counts if separate else times[0]).get(ModuleCalls)
         meta = run_metadata(self.target, self.args, self.kwargs, autocast=first.autocast if first is not None else None,
                             mode=options.mode, method=self.name, warm_up=options.warm_up, attention=options.attention,
-                            compiled=self.regions, timing=_timing(self.clock, separate, self.compiled),
+                            compiled=self.regions, timing=_timing(self.clock, separate, self.compiled, self.device),
                             parallel=detect_parallel(self.target))
         timed = [build_result(self.infos, counts if separate else t, t if separate else None, ignored=options.ignore,
                               metadata=meta) for t in times]
@@ -295,6 +310,14 @@ class CallProfile:
     def _passes(self):
         """(the counting pass's capture or None, the timed passes' captures)."""
         warm_up, repeat = self.options.warm_up, self.options.repeat
+        if self.device:
+            # counted, then (warmed up) one pass recording kernels, whose durations the host
+            # does not perturb, then uninstrumented calls for the forward's latency
+            counts = self._captured(count=True, timeline=False)
+            for _ in range(warm_up - 1):
+                self._plain()
+            kernels = self._captured(count=False, kernels=True)
+            return counts, [device_timed(kernels, self._uninstrumented()) for _ in range(repeat)]
         if self.separate:
             # doubles as the first warm-up (not of a compiled model: it ran the eager module); the
             # timing passes' timelines are the result's
@@ -306,18 +329,29 @@ class CallProfile:
             self._plain()
         return None, [self._captured(count=True) for _ in range(repeat)]
 
-    def _captured(self, count: bool, timeline: bool = True):
+    def _captured(self, count: bool, timeline: bool = True, kernels: bool = False):
         self._rewind()
         # the whole call is the model's: ops between its module calls (generate()'s sampling) are the root's
         session = open_session(self.infos if count else self.time_infos, self.options, self.registry, self.clock,
                                count=count, timeline=timeline, outside_to_root=True,
-                               kernels=self.options.kernels and (not count or not self.separate))
+                               kernels=kernels or (self.options.kernels and not self.device
+                                                   and (not count or not self.separate)))
         try:
             with self._quiet_compiled():
                 (self.count_call if count else self.time_call)(*self.args, **self.kwargs)
         finally:
             raw = session.stop()
         return raw
+
+    def _uninstrumented(self) -> float:
+        """Seconds of one call with nothing observing it but the clock's two stamps around it."""
+        self._rewind()
+        clock = self.clock
+        start = clock.stamp()
+        self.time_call(*self.args, **self.kwargs)
+        end = clock.stamp()
+        clock.finish()
+        return clock.seconds(start, end)
 
     def _plain(self) -> None:
         self._rewind()
@@ -523,7 +557,8 @@ class Profiler:
         meta = run_metadata(self._target, args, kwargs, everything=self._everything,
                             autocast=calls.autocast if calls is not None else None, mode="custom",
                             attention=self.options.attention,
-                            batch_size_given=self.batch_size, timing=_timing(session.clock, False),
+                            batch_size_given=self.batch_size,
+                            timing=_timing(session.clock, False, phases=session.phases_on_device),
                             parallel=detect_parallel(self._target, given=self.options.parallel),
                             compiled=compiled_paths(self._infos))
         if meta.device_type not in ("cpu", "meta"):

@@ -49,7 +49,10 @@ CONFIGS = {
     "zero3_memory": {"zero_optimization": {"stage": 3}},  # with install(memory=True)
     # the block's own keys (DeepSpeed ignores them): steps 2, 3 and 4 profiled, memory off
     "zero3_steps3": {"zero_optimization": {"stage": 3}, "_block": {"steps": 3, "memory": False}, "_train": 5},
+    # the first step after the engine's first: no step before it is timed apart
+    "zero0_profile_step1": {"zero_optimization": {"stage": 0}, "_block": {"profile_step": 1}},
 }
+left = {}  # config -> what its engine still holds of the profiler's after training
 
 for name, extra in CONFIGS.items():
     extra = dict(extra)
@@ -78,6 +81,8 @@ for name, extra in CONFIGS.items():
             engine.step()
     if engine.global_rank == 0:
         engine.flops_profiler.result.save(f"{out}/{name}.json")
+    left[name] = {"hooks": len(engine._forward_pre_hooks) + len(engine._forward_hooks),
+                  "attributes": sorted(k for k in ("step", "backward") if k in vars(engine))}
 
 flopsight.deepspeed.uninstall()
 import deepspeed.runtime.engine as ds_engine  # noqa: E402
@@ -111,6 +116,7 @@ state = {
     "module_hooks": sum(global_module_hooks().values()),
     "engine_attributes": sorted(k for k in ("step", "backward") if k in vars(engine)),
     "engine_hooks": len(engine._forward_pre_hooks),
+    "install_engines_left": sorted(name for name, what in left.items() if what != {"hooks": 0, "attributes": []}),
 }
 with open(f"{out}/state.rank{engine.global_rank}.json", "w") as f:
     json.dump(state, f)

@@ -39,6 +39,9 @@ def derived(result: ProfileResult, peak: Any = None) -> dict[str, Any]:
             "samples_per_second": it.samples_per_second,
             **{phase: getattr(it, phase)._asdict() for phase in ("forward", "backward", "recompute", "step")},
             "communication": dataclasses.asdict(it.communication),
+            # the latencies a neighbouring step timed (not counted); the anatomy is the counted step's
+            "timed": it.timed,
+            "counted_latency": it.counted_latency,
         },
         "anatomy": dataclasses.asdict(it.anatomy) if it.anatomy is not None else None,
         "coverage": {**dataclasses.asdict(coverage), "fraction": coverage.fraction},

@@ -17,7 +17,8 @@ from ..result.profile_result import ProfileResult
 from .collapse import walk_views
 from .report_options import ReportOptions
 
-__all__ = ["KernelShare", "KernelEntry", "KernelProfile", "kernel_profile", "inclusive_kernels"]
+__all__ = ["KernelShare", "KernelEntry", "KernelProfile", "kernel_profile", "inclusive_kernels", "DeviceBusy",
+           "device_busy"]
 
 #: kernels per entry when the options name no operator count
 DEFAULT_TOP = 5
@@ -57,6 +58,34 @@ class KernelProfile:
     seconds: float
     unassigned_seconds: float
     entries: tuple[KernelEntry, ...]
+
+
+@dataclass(frozen=True)
+class DeviceBusy:
+    """A forward timed as a device's (``timing.method == "device"``): ``busy``, the seconds
+    in which a kernel ran; ``forward``, the forward's latency (uninstrumented calls).
+
+    >>> round(DeviceBusy(busy=0.006, forward=0.008).idle_share, 6)
+    0.25
+    """
+
+    busy: float
+    forward: float
+
+    @property
+    def idle_share(self) -> float:
+        """The share of the forward in which no kernel ran: the device waiting for the host
+        (launch-bound work), 0 when the kernels fill it."""
+        return max(1.0 - self.busy / self.forward, 0.0) if self.forward > 0 else 0.0
+
+
+def device_busy(result: ProfileResult) -> DeviceBusy | None:
+    """The device's busy time against the forward's, when the forward was timed as a
+    device's; None otherwise (a host's latency, or a span's, is not one the kernels ran in)."""
+    summary = result.kernels
+    if result.metadata.timing.method != "device" or summary is None or summary.busy is None:
+        return None
+    return DeviceBusy(summary.busy, result.total.forward.latency)
 
 
 def inclusive_kernels(result: ProfileResult) -> dict[str, dict[str, dict[str, list]]]:

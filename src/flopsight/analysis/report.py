@@ -45,7 +45,7 @@ from .aggregate import (
 from .collapse import View, child_views, root_view, signatures, subtree_sizes, walk_views
 from .derived import derived
 from .efficiency import Efficiency, efficiency
-from .kernel_profile import KernelProfile, kernel_profile
+from .kernel_profile import DeviceBusy, KernelProfile, device_busy, kernel_profile
 from .syncs import HostSync, host_syncs
 from .noise import NoiseFigures, noise_figures
 from .ranks import RankFigures, rank_figures
@@ -492,6 +492,11 @@ class Report:
     def noise(self) -> NoiseFigures | None:
         """The spread of the step (or pass) time, and whether the first step was profiled."""
         return noise_figures(self.result)
+
+    @cached_property
+    def device_busy(self) -> DeviceBusy | None:
+        """The GPU's busy time against a forward timed as the device's (None otherwise)."""
+        return device_busy(self.result)
 
     @cached_property
     def gpu_usage_unavailable(self) -> str | None:

@@ -193,8 +193,11 @@ class AnatomyPart:
 @dataclass(frozen=True)
 class AnatomyFigures:
     """Where one rank's iteration wall time went (:class:`~flopsight.result.iteration.StepAnatomy`):
-    the parts, which add up to the step, each with its share; and ``overlapped``, the
-    communication hidden behind compute (None when nothing was communicated)."""
+    the parts, which add up to the step, each with its share; ``overlapped``, the
+    communication hidden behind compute (None when nothing was communicated); ``profiler``,
+    the profiler's own time left in the phases; ``counted``: the counted step's wall time, which
+    the parts add up to, when the report's latencies are those of a step timed apart from it
+    (None when they are the counted step's own)."""
 
     forward: AnatomyPart
     backward: AnatomyPart
@@ -203,14 +206,20 @@ class AnatomyFigures:
     communication: AnatomyPart
     other: AnatomyPart
     overlapped: float | None
+    profiler: AnatomyPart = AnatomyPart(0.0, 0.0)
+    counted: float | None = None
 
 
-def anatomy_figures(anatomy: StepAnatomy, communication: CommunicationTime) -> AnatomyFigures:
-    """The step anatomy's parts with their shares of the whole step.
+def anatomy_figures(anatomy: StepAnatomy, communication: CommunicationTime,
+                    counted: float | None = None) -> AnatomyFigures:
+    """The step anatomy's parts with their shares of the whole step (``counted``: see
+    :class:`AnatomyFigures`).
 
     >>> a = anatomy_figures(StepAnatomy(1.0, 2.0, 0.5, 0.25, 0.25, 0.0), CommunicationTime(0.25, 0.0))
     >>> a.backward, a.framework, a.overlapped
     (AnatomyPart(seconds=2.0, share=50.0), AnatomyPart(seconds=0.25, share=6.25), 0.0)
+    >>> anatomy_figures(StepAnatomy(1.0, 2.0, 0.5, 0.25, 0.0, 0.0, profiler=1.25), CommunicationTime()).profiler
+    AnatomyPart(seconds=1.25, share=25.0)
     """
     total = anatomy.total
 
@@ -219,7 +228,8 @@ def anatomy_figures(anatomy: StepAnatomy, communication: CommunicationTime) -> A
 
     return AnatomyFigures(part(anatomy.forward), part(anatomy.backward), part(anatomy.step),
                           part(anatomy.framework), part(anatomy.communication), part(anatomy.other),
-                          communication.overlapped if communication.total else None)
+                          communication.overlapped if communication.total else None, part(anatomy.profiler),
+                          counted)
 
 
 @dataclass(frozen=True)
@@ -266,7 +276,7 @@ def training_figures(
     ``recompute_fwd_factor`` DeepSpeed's estimate of the recomputed forward; ``it`` is
     ``result.iteration`` when the caller has it already."""
     it = it if it is not None else result.iteration
-    fwd = result.total.forward
+    fwd = _forward(result, it)
     bwd, rec, step = it.backward, it.recompute, it.step
     per = max(it.micro_batches, 1)  # DeepSpeed's lines: one micro-batch's forward and backward
     ds_fwd, ds_bwd = _mean([fwd], per), _mean([bwd], per)
@@ -304,6 +314,13 @@ def training_figures(
     )
 
 
+def _forward(result: ProfileResult, it: IterationStats | None) -> Stats:
+    """The model's forward: its counts, and its latency from the timed step where the
+    iteration's latencies are a step's timed apart from the counted one (``it.timed``)."""
+    fwd = result.total.forward
+    return fwd._replace(latency=it.forward.latency) if it is not None and it.timed else fwd
+
+
 def generation_figures(result: ProfileResult) -> GenerationFigures | None:
     """The generate() lines' figures (None for other profiles)."""
     g = result.generation
@@ -336,7 +353,7 @@ def summary_figures(
         if batch is None and it is not None and it.samples and it.micro_batches:
             batch, measured = it.samples / it.micro_batches, True
     total = result.total
-    fwd = step_fwd = total.forward
+    fwd = step_fwd = _forward(result, it)
     per = it.micro_batches if it is not None and it.micro_batches > 1 else 1
     if per > 1:  # DeepSpeed's lines: one micro-batch's forward (the mean of the step's)
         fwd = _mean([step_fwd], per)
@@ -356,7 +373,8 @@ def summary_figures(
         generation=generation_figures(result),
         fwd_step=Stats(step_fwd.macs, step_fwd.flops, step_fwd.latency, step_fwd.calls) if per > 1 else None,
         communication=communication_figures(result.collectives()),
-        anatomy=anatomy_figures(it.anatomy, it.communication) if it is not None and it.anatomy is not None else None,
+        anatomy=(anatomy_figures(it.anatomy, it.communication, it.counted_latency)
+                 if it is not None and it.anatomy is not None else None),
         unsupported_ops=sorted(result.unsupported_ops.items()),
         coverage=result.coverage,
         error=result.metadata.error or None,

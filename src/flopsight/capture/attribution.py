@@ -147,10 +147,11 @@ class Attribution:
         return self.place_at(current_autograd_node(), None, entry, t0, t1, payload, cost, nbytes)
 
     def place_at(self, node, seq_after: int | None, entry, t0, t1, payload: tuple = (),
-                 cost: Stats | None = None, nbytes: int = 0) -> tuple[str, str] | None:
+                 cost: Stats | None = None, nbytes: int = 0, calls: int = 1) -> tuple[str, str] | None:
         """:meth:`place` for a call that ran while autograd node ``node`` executed (None: none)
         and left the thread's sequence counter at ``seq_after`` (None: read it now), with the
-        module stack and phase as they are now: an op recorded natively, charged later."""
+        module stack and phase as they are now: an op recorded natively, charged later;
+        ``calls`` of it in a row (the native recorder's repeats), ``t1 - t0`` their time."""
         ctx = self.ctx
         stack = ctx.stack
         top_id = -1
@@ -180,8 +181,10 @@ class Attribution:
                 self._made_in_backward.append((before, seq, path))
                 self._made_starts.append(before)
         if cost is None:
-            cost = self.evaluate(entry, *payload)
-        ctx.tally.add(path, phase, entry.name, cost, t0, t1, 1, top_id, nbytes)
+            cost = self.evaluate(entry, *payload, calls=calls)
+        if calls != 1:
+            cost, nbytes = cost * calls, nbytes * calls
+        ctx.tally.add(path, phase, entry.name, cost, t0, t1, calls, top_id, nbytes)
         return path, phase
 
     def locate(self, node) -> tuple[str, str] | None:
@@ -230,23 +233,23 @@ class Attribution:
         stack = self.ctx.stack
         return stack[-1].path if stack else None
 
-    def evaluate(self, entry, *payload) -> Stats:
+    def evaluate(self, entry, *payload, calls: int = 1) -> Stats:
         """``entry.cost(*payload)``; an op without a formula, or whose formula fails, costs
-        nothing and is listed (and warned about once) as unsupported."""
+        nothing and is listed (and warned about once) as unsupported (``calls`` times)."""
         if entry.formula is None:
-            self._unsupported(entry.name, None)
+            self._unsupported(entry.name, None, calls)
             return ZERO_STATS
         try:
             with function_modes_disabled():
                 return entry.cost(*payload)
         except Exception as e:  # a formula bug must not break the user's model
-            self._unsupported(entry.name, e)
+            self._unsupported(entry.name, e, calls)
             return ZERO_STATS
 
-    def _unsupported(self, name: str, error: Exception | None) -> None:
+    def _unsupported(self, name: str, error: Exception | None, calls: int = 1) -> None:
         counter = self.ctx.tally.unsupported
-        counter[name] += 1
-        if counter[name] == 1:
+        counter[name] += calls
+        if counter[name] == calls:
             if error is None:
                 warn_unsupported(name)
             else:

@@ -28,7 +28,7 @@ from .raw import RawCapture
 from .sources.spans import SpanTimes
 from .sources.memory import MemoryFigures
 
-__all__ = ["build_result"]
+__all__ = ["build_result", "device_timed"]
 
 #: phases whose latency is the modules' own span time; the others sum their ops' time
 _SPANNED = ("forward", "recompute")
@@ -103,6 +103,9 @@ def build_result(
                                        on_values=counted.on_values)
     calls = _model_calls(module_calls, counted)
     spans = _spans(counts)
+    # the profiler's own time left in the phases: of the pass that timed them
+    spans.update(_profiler_spans(times, counted if times is counts else None, memory is not None,
+                                 metadata.timing.clock))
     if times is not counts:  # latencies from the timing pass, counts from the counting pass
         for i, (path, seconds, _) in enumerate(timed_calls.top_calls[: len(calls)]):
             if path == calls[i].path:
@@ -116,9 +119,43 @@ def build_result(
     summary = None
     if kernel_times is not None:
         summary = KernelSummary(kernel_times.source, kernel_times.seconds,
-                                {name: Kernel(*v) for name, v in kernel_times.unassigned.items()})
+                                {name: Kernel(*v) for name, v in kernel_times.unassigned.items()}, kernel_times.busy)
     return ProfileResult(modules, dict(counted.unsupported), metadata, spans=spans, calls=calls,
                          comms=comms, memory=totals, device_usage=usage, timeline=timeline, kernels=summary)
+
+
+def device_timed(kernel_pass: RawCapture, total: float) -> RawCapture:
+    """A kernel pass's capture (module calls with torch.profiler recording kernels) timed as
+    a device's (docs/conventions/timing.md): each module's own time is its own kernels'
+    device time, and the forward's is ``total``, an uninstrumented call's; the root's own
+    time is then what its submodules' kernels leave of it, the device's idle time included.
+
+    >>> from flopsight.capture.calls import CallRecord, TopCall
+    >>> root, fc = CallRecord(0, "", "forward", None, -1, None), CallRecord(1, "fc", "forward", None, 0, None)
+    >>> calls = ModuleCalls({("", "forward"): 1, ("fc", "forward"): 1}, {("", "forward"): 9.0, ("fc", "forward"): 7.0},
+    ...                     [TopCall("", 16.0, 2)], log=[root, fc], seconds=[16.0, 7.0])
+    >>> kernels = KernelTimes("cuda", {("fc", "forward", "gemm", ()): [1, 2.0], ("", "forward", "add", ()): [1, 1.0]},
+    ...                       busy=3.0)
+    >>> timed = device_timed(RawCapture(calls, kernels), 5.0).get(ModuleCalls)
+    >>> timed.latency, timed.top_calls, timed.seconds
+    ({('', 'forward'): 3.0, ('fc', 'forward'): 2.0}, [TopCall(path='', seconds=5.0, batch_size=2)], [5.0, 7.0])
+    """
+    calls, kernels = kernel_pass.get(ModuleCalls), kernel_pass.get(KernelTimes)
+    own: dict[tuple[str, str], float] = {}
+    for (path, phase, _, _), (_, seconds) in kernels.kernels.items():
+        own[(path, phase)] = own.get((path, phase), 0.0) + seconds
+    latency = {key: own.get(key, 0.0) for key in calls.latency}
+    roots = {calls.log[i].path for i in range(len(calls.log)) if calls.log[i].parent < 0}
+    below = sum(seconds for (path, phase), seconds in own.items() if phase == "forward" and path not in roots)
+    for path in roots:
+        latency[(path, "forward")] = max(total - below, 0.0)
+    seconds = list(calls.seconds)
+    for r in calls.log:
+        if r.parent < 0 and r.phase == "forward":
+            seconds[r.index] = total
+    timed = dataclasses.replace(calls, latency=latency, seconds=seconds,
+                                top_calls=[top._replace(seconds=total) for top in calls.top_calls])
+    return RawCapture(timed, *(part for part in kernel_pass if not isinstance(part, ModuleCalls)))
 
 
 def _kernels(times: KernelTimes, ops: dict) -> tuple[dict, dict]:
@@ -184,6 +221,61 @@ def _spans(raw: RawCapture) -> dict[str, list[float]]:
         for kind, seconds in timed.seconds().items():
             spans.setdefault(kind, []).extend(seconds)
     return spans
+
+
+#: the profiler's host seconds per op and per module call that it cannot measure itself (the
+#: native recorder's C++ callbacks, the dispatch mode's and torch's hook paths' entry and exit):
+#: (backend, memory tracked) -> (per op, per module call), from benchmarks/host_cost.py's
+#: single passes on a 2-vCPU machine (docs/conventions/timing.md#the-step-anatomy): an
+#: estimate, the same on every machine, until the recorder times its own callbacks
+UNMEASURED_COST = {("native", False): (1.0e-6, 1.8e-6), ("native", True): (1.1e-6, 1.8e-6),
+                   ("python", False): (4.9e-6, 3.0e-6), ("python", True): (5.6e-6, 3.9e-6)}
+#: the clocks whose time is the hardware's (a fake clock's ticks are not): the estimate applies
+_REAL_CLOCKS = ("perf_counter", "cuda_events", "fake_device")
+
+
+def _profiler_spans(raw: RawCapture, counted: Counts | None, memory: bool, clock: str) -> dict[str, list[float]]:
+    """``profiler.<phase>`` (forward, backward, step): one value each, the profiler's own
+    seconds left in that phase's wall time: its measured host time inside the phase's spans
+    where the clock did not take it out (a device's clock), and, for the ops and module calls
+    ``counted`` in the same pass, :data:`UNMEASURED_COST` on a real clock. Phases with none
+    are left out (a fake clock's: its tests' results stay as they were).
+
+    >>> from flopsight.capture.calls import CallRecord
+    >>> from flopsight.capture.sources.spans import TimedSpan
+    >>> root = CallRecord(0, "", "forward", None, -1, None)
+    >>> root.ovh_start, root.ovh_end = 1.0, 1.5
+    >>> step = TimedSpan(("step", None, None, 2.0, 2.25), 3.0)
+    >>> calls = ModuleCalls({("", "forward"): 1}, log=[root], seconds=[4.0])
+    >>> _profiler_spans(RawCapture(calls, SpanTimes([step], subtracted=False)), None, False, "cuda_events")
+    {'profiler.forward': [0.5], 'profiler.step': [0.25]}
+    >>> counted = Counts(ops={("", "forward"): {"aten.addmm": Stats(0, 0, 1e-3, 1000)}})
+    >>> raw = RawCapture(calls, SpanTimes([step]))
+    >>> _profiler_spans(raw, dataclasses.replace(counted, backend="native"), False, "perf_counter")["profiler.forward"]
+    [0.0010018]
+    """
+    timed, module_calls = raw.get(SpanTimes), raw.get(ModuleCalls)
+    if timed is None:
+        return {}
+    left = {"forward": 0.0, "backward": 0.0, "step": 0.0}
+    if not timed.subtracted:  # the clock left the profiler's measured host time in the spans
+        for (kind, _, _, ovh_start, ovh_end), _ in timed.timed:
+            if kind in ("backward", "step"):
+                left[kind] += ovh_end - ovh_start
+        if module_calls is not None:
+            left["forward"] += sum(r.ovh_end - r.ovh_start for r in module_calls.log
+                                   if r.parent < 0 and r.phase == "forward")
+    if counted is not None and clock in _REAL_CLOCKS:
+        per_op, per_call = UNMEASURED_COST.get((counted.backend, memory), UNMEASURED_COST[("python", memory)])
+        for (_, phase), ops in counted.ops.items():
+            phase = "backward" if phase == "recompute" else phase
+            if phase in left:
+                left[phase] += per_op * sum(s.calls for s in ops.values())
+        if module_calls is not None:  # recomputed forward calls run in the backward
+            for (_, phase), n in module_calls.calls.items():
+                if phase in ("forward", "recompute"):
+                    left["forward" if phase == "forward" else "backward"] += per_call * n
+    return {f"profiler.{phase}": [seconds] for phase, seconds in left.items() if seconds > 0}
 
 
 def _module_memory(memory: MemoryFigures | None, path: str) -> ModuleMemory | None:

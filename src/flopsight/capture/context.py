@@ -124,6 +124,8 @@ class CaptureContext:
 
     def span_seconds(self, start, end, ovh_start: float, ovh_end: float) -> float:
         """A span from stamp ``start`` to ``end`` in seconds, less the profiler's own time
-        inside it (``ovh_end - ovh_start``) where the clock allows."""
-        overhead = ovh_end - ovh_start if self.clock.subtracts_overhead else 0.0
+        inside it (``ovh_end - ovh_start``) where the clock allows: a host clock, or host stamps
+        on a device's clock (its module calls inside the phases)."""
+        host = self.clock.subtracts_overhead or (isinstance(start, float) and isinstance(end, float))
+        overhead = ovh_end - ovh_start if host else 0.0
         return max(self.clock.seconds(start, end) - overhead, 0.0)

@@ -27,7 +27,7 @@ import time
 
 from ..result import timeline as _timeline
 from ..result.timeline import CallSpan, CollectiveSpan, Span, Timeline
-from .timing import Clock
+from .timing import Clock, on_device
 
 __all__ = ["Placement", "resolve_timeline"]
 
@@ -35,12 +35,17 @@ __all__ = ["Placement", "resolve_timeline"]
 class Placement:
     """Seconds from ``origin`` (a stamp and the overhead then) to a (stamp, overhead)."""
 
-    def __init__(self, clock: Clock, origin: tuple):
+    def __init__(self, clock: Clock, origin: tuple, host_origin: float | None = None):
         self.seconds = clock.seconds
         self.origin, self.origin_overhead = origin
         self.subtracts = clock.subtracts_overhead
+        #: a device clock's host stamps (module calls inside phases) are placed from the host's
+        #: time at the origin: the device runs behind the host by its queue, which no stamp says
+        self.host_origin = host_origin if on_device(clock) else None
 
     def __call__(self, stamp, overhead: float) -> float:
+        if self.host_origin is not None and isinstance(stamp, float):  # the profiler's own time left out, as
+            return stamp - self.host_origin - (overhead - self.origin_overhead)  # from these spans' durations
         t = self.seconds(self.origin, stamp)
         return t - (overhead - self.origin_overhead) if self.subtracts else t
 
@@ -58,7 +63,7 @@ def resolve_timeline(log, seconds: list[float], spans: list[tuple], collectives:
     :data:`flopsight.result.timeline.MAX_CALLS`, read when called).
     """
     limit = _timeline.MAX_CALLS if limit is None else limit
-    place = Placement(clock, origin)
+    place = Placement(clock, origin, host_origin)
     exact = clock.scale is not None  # stamp differences add up exactly (host and fake clocks)
 
     def placed(start, ovh_start, end, ovh_end, seconds: float) -> tuple[float, float]:

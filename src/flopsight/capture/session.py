@@ -35,7 +35,8 @@ from .placement import resolve_timeline
 from .plan import PLAN, CaptureOptions, Row, plan
 from .raw import RawCapture
 from .sources.spans import SpanTimer, SpanTimes
-from .timing import Clock
+from .backends.native.calls import NativeCalls
+from .timing import Clock, on_device
 
 __all__ = ["CaptureSession"]
 
@@ -70,6 +71,14 @@ class CaptureSession:
     @property
     def clock(self) -> Clock:
         return self.ctx.clock
+
+    @property
+    def phases_on_device(self) -> bool:
+        """Whether a device's clock stamped only the phases' boundaries (the top-level calls,
+        the span timer's): the module calls inside them were stamped on the host, by the
+        native recorder's hooks."""
+        return on_device(self.ctx.clock) and any(isinstance(getattr(s, "calls", None), NativeCalls)
+                                                 for s in self._sources)
 
     # -- lifecycle ----------------------------------------------------------------------
     def start(self) -> None:

@@ -18,7 +18,8 @@ from typing import Any, Protocol
 
 import torch
 
-__all__ = ["Clock", "HostClock", "CudaEventClock", "FakeClock", "default_clock"]
+__all__ = ["Clock", "HostClock", "CudaEventClock", "FakeClock", "FakeDeviceClock", "default_clock", "on_device",
+           "host_seconds"]
 
 
 class Clock(Protocol):
@@ -72,6 +73,8 @@ class CudaEventClock:
     name = "cuda_events"
     subtracts_overhead = False
     scale = None
+    #: a device's own clock: the model's work runs asynchronously to the host (see :func:`on_device`)
+    on_device = True
 
     def __init__(self, device: torch.device | None = None) -> None:
         self.device = device
@@ -88,9 +91,11 @@ class CudaEventClock:
         torch.cuda.synchronize(self.device)
 
     @staticmethod
-    def seconds(start: torch.cuda.Event | None, end: torch.cuda.Event | None) -> float:
+    def seconds(start: torch.cuda.Event | float | None, end: torch.cuda.Event | float | None) -> float:
         if start is None or end is None:
             return 0.0
+        if isinstance(start, float) or isinstance(end, float):
+            return host_seconds(start, end)
         return start.elapsed_time(end) / 1e3
 
 
@@ -122,6 +127,65 @@ class FakeClock:
 
     def seconds(self, start: int, end: int) -> float:
         return (end - start) * self.step
+
+
+class FakeDeviceClock:
+    """A device clock for tests and dry runs on the CPU: stamps are host times resolved at
+    ``finish`` (objects, as CUDA events are), and torch.profiler's trace gets simulated
+    kernels: each leaf operator launches one kernel lasting ``kernel_share`` of its host
+    time, run in launch order on one simulated stream (see
+    :func:`~flopsight.capture.sources.kernels.simulated_kernels`). So a profile on it takes
+    the CUDA path, device timing included, with figures that mean nothing about a GPU.
+
+    >>> clock = FakeDeviceClock(kernel_share=0.5)
+    >>> a, b = clock.stamp(), clock.stamp()
+    >>> clock.seconds(a, b) >= 0, clock.seconds(None, b)
+    (True, 0.0)
+    """
+
+    name = "fake_device"
+    subtracts_overhead = False
+    scale = None
+    on_device = True
+
+    def __init__(self, kernel_share: float = 0.5) -> None:
+        if not 0 < kernel_share <= 1:
+            raise ValueError(f"kernel_share: expected a share in (0, 1], got {kernel_share!r}")
+        self.kernel_share = kernel_share
+        self.now = time.perf_counter
+
+    def stamp(self) -> list[float]:
+        return [time.perf_counter()]
+
+    def finish(self) -> None:
+        pass
+
+    @staticmethod
+    def seconds(start: list[float] | float | None, end: list[float] | float | None) -> float:
+        if start is None or end is None:
+            return 0.0
+        if isinstance(start, float) or isinstance(end, float):
+            return host_seconds(start, end)
+        return end[0] - start[0]
+
+
+def host_seconds(start, end) -> float:
+    """Seconds between two host stamps a device clock is given (``time.perf_counter``: the
+    native recorder's stamps of the module calls inside a phase, where only the phases'
+    boundaries are the device's); 0 between a host stamp and a device one, which no clock
+    relates.
+
+    >>> host_seconds(1.0, 3.5), host_seconds(1.0, object())
+    (2.5, 0.0)
+    """
+    return end - start if isinstance(start, float) and isinstance(end, float) else 0.0
+
+
+def on_device(clock: Clock) -> bool:
+    """Whether ``clock`` is a device's (CUDA events, or a fake one): the model's work runs
+    asynchronously to the host, so module times come from the kernels' own durations and the
+    forward's from an uninstrumented call (docs/conventions/timing.md)."""
+    return bool(getattr(clock, "on_device", False))
 
 
 def default_clock(device: torch.device) -> Clock:

@@ -178,6 +178,8 @@ def _cause_text(c: Cause) -> str:
         return f"{_signed(d)} framework and hooks (module and autograd hooks, parameter management, Python between ops)"
     if c.part == "other":
         return f"{_signed(d)} other (data loading, loss, idle)"
+    if c.part == "profiler":
+        return f"{_signed(d)} profiler (flopsight's own time left in the phases, not the model's)"
     label = "compute" if c.part == "compute" else "in the modules"
     moved = [f"{m.path} ({m.type_name}) {_signed(m.delta)}" for m in c.modules if m.delta]
     return f"{_signed(d)} {label}" + (f" (most in {', '.join(moved)})" if moved else "")

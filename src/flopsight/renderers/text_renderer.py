@@ -149,6 +149,10 @@ class _Text:
         if report.on_meta_device:
             # nothing runs on meta: its "latencies" are torch's and the profiler's Python time
             self.kv("note: ", "profiled on the meta device: latencies and FLOPS are not the hardware's")
+        busy = report.device_busy
+        if busy is not None:  # a line of its own after DeepSpeed's: what the device did during the forward
+            self.kv("fwd GPU busy (kernels' device time), idle share: ",
+                    f"{duration_to_string(busy.busy)} ({_pct(100 * busy.idle_share)} idle)")
         compiled = report.result.metadata.compiled
         if compiled:
             self.kv("ran compiled (torch.compile; each timed as one region, counts from the eager module): ",
@@ -350,12 +354,18 @@ class _Text:
         def part(p: AnatomyPart) -> str:
             return f"{duration_to_string(p.seconds)} ({_pct(p.share)})"
 
+        if a.counted is not None:  # the latencies above are a neighbouring step's, timed apart from this one
+            self.kv("latencies above (fwd, bwd, step, iter): ",
+                    "of the step before the profiled one, timed at its phases' boundaries only (not counted)")
+            self.kv("step anatomy, of the profiled step's wall time: ",
+                    f"{duration_to_string(a.counted)} (the profiler's own time in it below)")
         self.kv("step anatomy, fwd compute: ", part(a.forward))
         self.kv("step anatomy, bwd compute: ", part(a.backward))
         self.kv("step anatomy, optimizer step compute: ", part(a.step))
         self.kv("step anatomy, framework and hooks (outside ops and collectives): ", part(a.framework))
         self.kv("step anatomy, communication waited for (exposed): ", part(a.communication))
         self.kv("step anatomy, other (data loading, loss, idle): ", part(a.other))
+        self.kv("step anatomy, profiler (flopsight's own time left in the phases): ", part(a.profiler))
         if a.overlapped is not None:
             self.kv("communication hidden behind compute (overlapped): ", duration_to_string(a.overlapped))
 
@@ -521,11 +531,8 @@ class _Text:
             "percentage of total fwd latency, fwd FLOPS"
         ]
         # DeepSpeed's three notes word for word; flopsight's own after them
-        notes = [
-            "4. flopsight measures each latency at the module's call and leaves the profiler's own overhead out"
-            + (f" ({how})" if how else "")
-            + ": the top module's fwd latency is the forward's, not less than it."
-        ]
+        note = _LATENCY_NOTES.get(tree.timing[0] if tree.timing else "", _LATENCY_NOTE)
+        notes = [note.format(how=f" ({how})" if how else "")]
         if tree.training:
             order.append("then, with the backward measured (flopsight): bwd MACs, percentage of total bwd MACs, "
                          "bwd latency, percentage of total bwd latency, bwd FLOPS")
@@ -654,6 +661,16 @@ class _Text:
                      f"{number_to_string(s.flops):>10} {_pct(o.flops_share):>8} "
                      f"{duration_to_string(s.latency):>10} {_pct(o.latency_share):>9} {moved:>10}{kernels}")
 
+
+#: the detailed profile's 4th note: what a module's latency is, by timing method (``{how}``: " (method, clock)")
+_LATENCY_NOTE = ("4. flopsight measures each latency at the module's call and leaves the profiler's own overhead out"
+                 "{how}: the top module's fwd latency is the forward's, not less than it.")
+_LATENCY_NOTES = {
+    "device": "4. flopsight: each module's fwd latency is its kernels' GPU time; the top module's is the forward's, "
+              "timed uninstrumented{how}: the rest of it is the GPU's idle time.",
+    "phases": "4. flopsight times the fwd, bwd and step latencies with CUDA events at the phases' boundaries only "
+              "{how}; a module's latency inside them is the host's time at its call (its launches).",
+}
 
 #: syncing operators named on the summary's line
 _SYNCS_LISTED = 5

@@ -22,7 +22,7 @@ from .records import Profile
 from .stats import Stats
 
 
-__all__ = ["IterationStats", "CommunicationTime", "StepAnatomy", "iteration_stats", "COLLECTIVE_NAMESPACES"]
+__all__ = ["IterationStats", "CommunicationTime", "StepAnatomy", "iteration_stats", "COLLECTIVE_NAMESPACES", "TIMED"]
 
 
 def _per_second(amount: float, seconds: float) -> float:
@@ -54,15 +54,20 @@ class StepAnatomy:
     - ``forward``, ``backward`` (recompute included), ``step``: compute, the time inside the
       counted ops of each phase (collectives left out);
     - ``framework``: the rest of the phases' wall time that was neither compute nor waiting
-      for communication: module and autograd hooks, ZeRO's or FSDP's parameter management
-      outside ops and collectives, Python between ops;
+      for communication nor the profiler: module and autograd hooks, ZeRO's or FSDP's
+      parameter management outside ops and collectives, Python between ops;
     - ``communication``: collectives the rank waited for (exposed);
-    - ``other``: the time outside the phases (data loading, the loss, idle).
+    - ``other``: the time outside the phases (data loading, the loss, idle);
+    - ``profiler``: flopsight's own time left in the phases' wall time (what the clock could
+      not take out: its host time on a device's clock, the native recorder's estimated cost
+      per op and per module call on the host's), never charged to a part of the user's.
 
     Communication hidden behind compute is not a part (see :class:`CommunicationTime`).
 
     >>> StepAnatomy(forward=1.0, backward=2.0, step=0.5, framework=0.25, communication=0.25, other=0.0).total
     4.0
+    >>> StepAnatomy(1.0, 2.0, 0.5, 0.25, 0.25, 0.0, profiler=0.5).total
+    4.5
     """
 
     forward: float
@@ -71,10 +76,12 @@ class StepAnatomy:
     framework: float
     communication: float
     other: float
+    profiler: float = 0.0  # last, with a default: results and files from before it still load
 
     @property
     def total(self) -> float:
-        return self.forward + self.backward + self.step + self.framework + self.communication + self.other
+        return math.fsum((self.forward, self.backward, self.step, self.framework, self.communication, self.other,
+                          self.profiler))
 
 
 @dataclass
@@ -83,6 +90,10 @@ class IterationStats:
 
     ``latency`` is the whole span; ``flops`` counts every phase, the recomputed forward of
     activation checkpointing included (hardware FLOPs), ``model_flops`` leaves it out.
+    ``timed``: the latencies (the span's and its phases') are a neighbouring step's, timed at
+    its phases' boundaries only and not counted (the ``timed.<kind>`` spans: the DeepSpeed
+    engine's step before the profiled one); the counts and the anatomy are the counted span's,
+    whose own wall time is ``counted_latency``.
     """
 
     latency: float
@@ -93,6 +104,8 @@ class IterationStats:
     samples: int | None
     communication: CommunicationTime = field(default_factory=CommunicationTime)
     anatomy: StepAnatomy | None = None
+    timed: bool = False
+    counted_latency: float | None = None
 
     @property
     def model_flops(self) -> int:
@@ -120,6 +133,10 @@ class IterationStats:
         return self.forward.calls
 
 
+#: the span kinds a neighbouring step timed (not counted) leaves: its phases and its whole
+TIMED = {"forward": "timed.forward", "backward": "timed.backward", "step": "timed.step", "iteration": "timed.iteration"}
+
+
 def iteration_stats(result: Profile) -> IterationStats:
     forward = result.phase_total("forward")
     given = result.metadata.batch_size_given
@@ -130,9 +147,15 @@ def iteration_stats(result: Profile) -> IterationStats:
         size = given or result.metadata.batch_size
         samples = size * forward.calls if size and forward.calls else None
     walls = result.spans.get("iteration")
-    latency = sum(walls) if walls else forward.latency
+    latency = counted = sum(walls) if walls else forward.latency
     backward, step = result.phase_total("backward"), result.phase_total("step")
     communication = _communication_time(result)
+    anatomy = _anatomy(result, latency, communication) if walls else None
+    timed = TIMED["iteration"] in result.spans
+    if timed:  # the latencies a step timed at its phases' boundaries measured (see TIMED)
+        latency = math.fsum(result.spans[TIMED["iteration"]])
+        forward, backward, step = (_timed(result, stats, phase) for phase, stats in
+                                   (("forward", forward), ("backward", backward), ("step", step)))
     return IterationStats(
         latency=latency,
         forward=forward,
@@ -141,8 +164,16 @@ def iteration_stats(result: Profile) -> IterationStats:
         step=step,
         samples=samples,
         communication=communication,
-        anatomy=_anatomy(result, latency, communication) if walls else None,
+        anatomy=anatomy,
+        timed=timed,
+        counted_latency=counted if timed else None,
     )
+
+
+def _timed(result: Profile, stats: Stats, phase: str) -> Stats:
+    """``stats`` with the timed step's wall time of ``phase`` (its counts are the counted span's)."""
+    walls = result.spans.get(TIMED[phase])
+    return stats if walls is None else Stats(stats.macs, stats.flops, math.fsum(walls), stats.calls)
 
 
 def _communication_time(result: Profile) -> CommunicationTime:
@@ -154,10 +185,11 @@ def _communication_time(result: Profile) -> CommunicationTime:
 def _anatomy(result: Profile, latency: float, communication: CommunicationTime) -> StepAnatomy:
     """Each phase's wall time split into what it waited for communication (its collectives'
     exposed time, at most the phase's wall time less its compute ops' time), its compute
-    (its ops' time, at most what is left) and framework time (the rest); communication
-    exposed outside the phases (at most the time outside them); and the rest of the span.
-    The six add up to its wall time. Sums are exact (``math.fsum``): Python 3.12 changed what
-    the built-in ``sum`` of floats returns in its last bits."""
+    (its ops' time, at most what is left), the profiler's own time left in it (the
+    ``profiler.<phase>`` spans, at most what is left) and framework time (the rest);
+    communication exposed outside the phases (at most the time outside them); and the rest
+    of the span. The seven add up to its wall time. Sums are exact (``math.fsum``): Python
+    3.12 changed what the built-in ``sum`` of floats returns in its last bits."""
     exposed_by_phase: dict[str, float] = {}
     for c in result.collectives():
         phase = "backward" if c.phase == "recompute" else c.phase
@@ -168,15 +200,19 @@ def _anatomy(result: Profile, latency: float, communication: CommunicationTime) 
     computed = _compute_time(result)
     waited = {p: min(exposed_by_phase.get(p, 0.0), max(walls[p] - computed.get(p, 0.0), 0.0)) for p in walls}
     compute = {p: min(computed.get(p, 0.0), walls[p] - waited[p]) for p in walls}
+    left = {p: walls[p] - waited[p] - compute[p] for p in walls}
+    # the profiler's own time is not the user's: out of what would otherwise be framework time
+    profiler = {p: max(min(math.fsum(result.spans.get(f"profiler.{p}", [])), left[p]), 0.0) for p in walls}
     outside = max(latency - math.fsum(walls.values()), 0.0)
     waited_outside = min(max(communication.exposed - math.fsum(waited.values()), 0.0), outside)
     return StepAnatomy(
         forward=compute["forward"],
         backward=compute["backward"],
         step=compute["step"],
-        framework=math.fsum(walls[p] - waited[p] - compute[p] for p in walls),
+        framework=math.fsum(left[p] - profiler[p] for p in walls),
         communication=math.fsum(waited.values()) + waited_outside,
         other=outside - waited_outside,
+        profiler=math.fsum(profiler.values()),
     )
 
 

@@ -45,6 +45,9 @@ class KernelSummary:
     source: str
     seconds: float
     unassigned: dict[str, Kernel] = field(default_factory=dict)
+    #: on CUDA, the seconds in which any kernel ran (overlapping kernels counted once): the
+    #: device's busy time, against which the forward's latency shows its idle share
+    busy: float | None = None
 
     @property
     def unassigned_seconds(self) -> float:
@@ -56,11 +59,16 @@ class KernelSummary:
         return self.unassigned_seconds / self.seconds if self.seconds > 0 else 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"source": self.source, "seconds": self.seconds, "unassigned": kernels_to_dict(self.unassigned)}
+        d = {"source": self.source, "seconds": self.seconds, "unassigned": kernels_to_dict(self.unassigned)}
+        if self.busy is not None:
+            d["busy"] = self.busy
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "KernelSummary":
-        return cls(d["source"], float(d["seconds"]), kernels_from_dict(d.get("unassigned", {})))
+        busy = d.get("busy")
+        return cls(d["source"], float(d["seconds"]), kernels_from_dict(d.get("unassigned", {})),
+                   float(busy) if busy is not None else None)
 
 
 def kernels_to_dict(kernels: dict[str, Kernel]) -> dict[str, dict]:

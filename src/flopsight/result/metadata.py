@@ -170,8 +170,12 @@ class Timing:
 
     ``method``, in the words of ``profile(timing=...)``: ``separate`` (counted in one pass,
     timed in another with module hooks only), ``subtract`` (one pass, the profiler's own
-    measured time taken out) or ``single`` (one pass, nothing taken out). ``clock``:
-    ``perf_counter``, ``cuda_events`` or ``fake``. Older files name them
+    measured time taken out), ``single`` (one pass, nothing taken out) or ``device`` (a
+    forward on CUDA: each module's time is its kernels' device time, from a pass recording
+    them, and the forward's that of uninstrumented calls) or ``phases`` (a span on CUDA:
+    the phases, forward, backward, step and the iteration, timed with CUDA events at their
+    boundaries only; the module calls inside them and the ops on the host). ``clock``: ``perf_counter``,
+    ``cuda_events``, ``fake`` or ``fake_device``. Older files name them
     ``separate-pass``, ``overhead-subtracted`` and ``single-pass``: read as these.
     """
 

@@ -34,7 +34,9 @@ __all__ = ["Difference", "Cause", "CollectiveChange", "ModuleChange", "Verdict",
 _PARTS = {"compute": ("anatomy.forward", "anatomy.backward", "anatomy.step"),
           "framework": ("anatomy.framework",),
           "communication": ("anatomy.communication",),
-          "other": ("anatomy.other",)}
+          "other": ("anatomy.other",),
+          # the profiler's own time left in the phases (never a part of the user's; absent in older files)
+          "profiler": ("anatomy.profiler",)}
 
 
 @dataclass(frozen=True)
@@ -99,7 +101,7 @@ class ModuleChange:
 
 @dataclass(frozen=True)
 class Cause:
-    """A part of the step (``"compute"``, ``"framework"``, ``"communication"``, ``"other"``)
+    """A part of the step (``"compute"``, ``"framework"``, ``"communication"``, ``"other"``, ``"profiler"``)
     and how it moved; ``collectives`` (communication) and ``modules`` (compute) tell it."""
 
     part: str
@@ -180,8 +182,8 @@ def verdict(a: ProfileResult, b: ProfileResult, alpha: float = DEFAULT_ALPHA) ->
     causes, unchanged, moved = [], [], {}
     for part, keys in _PARTS.items():
         xs, ys = _part_samples(sa, keys), _part_samples(sb, keys)
-        if xs is None or ys is None:
-            continue
+        if xs is None or ys is None or (part == "profiler" and not any(xs) and not any(ys)):
+            continue  # not measured, or no profiler time on either side: nothing to say
         # the step's test already said whether anything changed: a part is a cause when it
         # moved beyond its own spread
         d = _difference(xs, ys, alpha, test=False)

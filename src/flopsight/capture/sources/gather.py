@@ -124,11 +124,12 @@ def gather_ranks(result, timeout: float = DEFAULT_GATHER_TIMEOUT) -> tuple[list,
     warn_at = started + min(_WARN_AFTER, timeout)
     for r in range(1, world):
         key = f"{prefix}{r}"
-        if not store.check([key]) and not _started(store, f"{_ANNOUNCE}{r}", n,
-                                                   min(UNANNOUNCED_WAIT, deadline - time.monotonic())):
+        # one round trip to the store when the result is there already (the usual case)
+        there = store.check([key])
+        if not there and not _started(store, f"{_ANNOUNCE}{r}", n, min(UNANNOUNCED_WAIT, deadline - time.monotonic())):
             notes[r] = "not profiling"
             continue
-        while not _arrived(store, key, min(warn_at, deadline) - time.monotonic()):
+        while not there and not _arrived(store, key, min(warn_at, deadline) - time.monotonic()):
             now = time.monotonic()
             if now >= deadline:
                 break

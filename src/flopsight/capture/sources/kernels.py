@@ -35,7 +35,8 @@ import torch
 from ..._checks import check_bool
 from ..._torch_private import kineto_device_work, kineto_events, kineto_running, trace_range
 
-__all__ = ["check_kernels", "KernelTrace", "KernelTimes", "TraceEvent", "attribute", "BACKWARD_NODE"]
+__all__ = ["check_kernels", "KernelTrace", "KernelTimes", "TraceEvent", "attribute", "busy_seconds",
+           "simulated_kernels", "BACKWARD_NODE"]
 
 _CALL, _PHASE = "flopsight/call/", "flopsight/phase/"
 #: the name torch.profiler gives the autograd engine's run of one backward node
@@ -85,6 +86,9 @@ class KernelTimes:
     source: str
     kernels: dict[tuple, list] = field(default_factory=dict)
     unassigned: dict[str, list] = field(default_factory=dict)
+    #: on a device, the seconds in which any kernel ran (their intervals merged: kernels that
+    #: overlap on several streams count once); None for CPU operators
+    busy: float | None = None
 
     @property
     def seconds(self) -> float:
@@ -97,7 +101,10 @@ class KernelTrace:
 
     def __init__(self, ctx):
         self._ctx = ctx
-        self._device = getattr(ctx.clock, "device", None) is not None and torch.cuda.is_available()
+        #: a fake device clock's share of each op's host time its simulated kernel lasts
+        self._simulated = getattr(ctx.clock, "kernel_share", None)
+        self._device = self._simulated is not None or (
+            getattr(ctx.clock, "device", None) is not None and torch.cuda.is_available())
         self._prof = None
         self._open = threading.local()  # .ranges: (key, range) open on this thread, innermost last
         ctx.events.modules.append(self)
@@ -107,7 +114,7 @@ class KernelTrace:
         if kineto_running():
             raise RuntimeError(_BUSY)
         activities = [torch.profiler.ProfilerActivity.CPU]
-        if self._device:
+        if self._device and self._simulated is None:
             activities.append(torch.profiler.ProfilerActivity.CUDA)
         self._prof = torch.profiler.profile(activities=activities)
         self._prof.start()
@@ -123,6 +130,8 @@ class KernelTrace:
         calls = ctx.calls
         events = [_event(e) for e in kineto_events(self._prof)] if self._prof is not None else []
         self._prof = None  # its trace can be large: freed with the events
+        if self._simulated is not None:
+            events += simulated_kernels(events, self._simulated)
         return attribute(events, lambda i: (calls[i].path, calls[i].phase), outside_to_root=ctx.options.outside_to_root,
                          device=self._device)
 
@@ -232,9 +241,10 @@ def attribute(events: list[TraceEvent], call_of: Callable[[int], tuple[str, str]
     if device:
         # a kernel launched with no op around it (compiled code's) links to the range of ours around it
         by_corr = {e.corr: i for i, e in enumerate(cpu) if e.corr > 0}
-        for e in events:
-            if e.on_device:
-                charge(by_corr.get(e.linked, -1), e.name, (e.end - e.start) / 1e9)
+        on_device = [e for e in events if e.on_device]
+        for e in on_device:
+            charge(by_corr.get(e.linked, -1), e.name, (e.end - e.start) / 1e9)
+        times.busy = busy_seconds(on_device)
     else:
         own = [e.end - e.start for e in cpu]
         for i, p in enumerate(parent):
@@ -244,6 +254,46 @@ def attribute(events: list[TraceEvent], call_of: Callable[[int], tuple[str, str]
             if not e.name.startswith((_CALL, _PHASE)) and own[i] > 0:
                 charge(i, e.name, own[i] / 1e9)
     return times
+
+
+def busy_seconds(kernels: list[TraceEvent]) -> float:
+    """Seconds in which at least one of ``kernels`` ran (overlapping intervals merged).
+
+    >>> busy_seconds([TraceEvent("a", 0, 0, 4, on_device=True), TraceEvent("b", 0, 2, 6, on_device=True),
+    ...               TraceEvent("c", 0, 10, 11, on_device=True)])
+    7e-09
+    """
+    total, end = 0, None
+    for e in sorted(kernels, key=lambda e: e.start):
+        if end is None or e.start >= end:
+            total += e.end - e.start
+            end = e.end
+        elif e.end > end:
+            total += e.end - end
+            end = e.end
+    return total / 1e9
+
+
+def simulated_kernels(events: list[TraceEvent], share: float) -> list[TraceEvent]:
+    """CUPTI-shaped kernels for a CPU trace (a fake device clock's): each leaf aten operator
+    that took time launches one kernel lasting ``share`` of its host time, which starts when
+    both it was launched and the one stream is free, as on a GPU's stream; the stream is idle
+    between kernels for the rest of the host's time, as a launch-bound GPU is.
+
+    >>> ops = [TraceEvent("aten::mm", 1, 0, 100, corr=1), TraceEvent("aten::relu", 1, 100, 110, corr=2)]
+    >>> [(k.name, k.start, k.end, k.linked) for k in simulated_kernels(ops, 0.5)]
+    [('sim::mm', 0, 50, 1), ('sim::relu', 100, 105, 2)]
+    """
+    cpu = sorted((e for e in events if not e.on_device), key=lambda e: (e.thread, e.start, -e.end))
+    parents = set(_parents(cpu))
+    kernels, free = [], 0
+    for i, e in sorted(enumerate(cpu), key=lambda ie: ie[1].start):
+        if i in parents or not e.name.startswith("aten::") or e.end <= e.start:
+            continue
+        start = max(e.start, free)
+        free = start + int((e.end - e.start) * share)
+        kernels.append(TraceEvent("sim::" + e.name[len("aten::"):], 0, start, free, linked=e.corr, on_device=True))
+    return kernels
 
 
 def _ops_above(cpu: list[TraceEvent], parent: list[int], i: int) -> tuple[str, ...]:

@@ -31,7 +31,9 @@ from ..context import CaptureContext
 from ..events import OpEvent
 from ..wrappers import gradients, local_shard, optimizer_state_tensors
 
-__all__ = ["MemorySource", "MemoryFigures", "tensor_bytes"]
+__all__ = ["MemorySource", "MemoryFigures", "tensor_bytes", "NO_PEAK"]
+
+NO_PEAK = -(2**63)  # a run of blocks' peak when none was allocated (see MemorySource.allocated_run)
 
 
 def tensor_bytes(tensors) -> int:
@@ -182,7 +184,30 @@ class MemorySource:
         if nbytes > self.largest.bytes:
             self.largest = Buffer(nbytes, op or "an op", path, phase)
         self.live += nbytes
-        live = self.live
+        self._reached(self.live, path, phase)
+
+    def allocated_run(self, path: str, phase: str, change: int, peak: int, largest: int, op: str | None,
+                      temporaries: int, temporaries_peak: int) -> None:
+        """Blocks allocated (and some of them released) one after another for module ``path``
+        in ``phase``, summed by the native recorder (``recorder.cpp``'s drain_runs): what
+        :meth:`allocated` and :meth:`freed` called for each in turn would leave. ``change``:
+        the live bytes' change; ``peak``: its highest point after an allocation (``NO_PEAK``:
+        none); ``largest``: the largest block, allocated by ``op``; ``temporaries`` and
+        ``temporaries_peak``: the same two for the blocks their ops released before returning.
+        (The source is active: the backend stops first.)"""
+        if temporaries_peak != NO_PEAK:
+            held = self._temporary + temporaries_peak
+            if held > self.temporaries.get(path, 0):
+                self.temporaries[path] = held
+        self._temporary += temporaries
+        if largest > self.largest.bytes:
+            self.largest = Buffer(largest, op or "an op", path, phase)
+        if peak != NO_PEAK:
+            self._reached(self.live + peak, path, phase)
+        self.live += change
+
+    def _reached(self, live: int, path: str, phase: str) -> None:
+        """Live bytes reached ``live`` for module ``path`` in ``phase``: the peaks it may raise."""
         if self._call_max and live > self._call_max[-1][1]:
             self._call_max[-1][1] = live
         if live > self.phase_peaks.get(phase, 0):

@@ -47,10 +47,13 @@ class TimedSpan(NamedTuple):
 @dataclass
 class SpanTimes:
     """The span timer's part of a raw capture: each span (:class:`TimedSpan`) in the order they
-    ended, and ``origin``, (stamp, overhead) where the iteration began (None before it began)."""
+    ended, and ``origin``, (stamp, overhead) where the iteration began (None before it began);
+    ``subtracted``: the clock took the profiler's own measured time out of the seconds (a
+    host's clock), else it is left in them (a device's)."""
 
     timed: list[TimedSpan] = field(default_factory=list)
     origin: tuple | None = None
+    subtracted: bool = True
 
     def seconds(self) -> dict[str, list[float]]:
         """Kind -> the seconds of each span of that kind, kinds in the order one first ended."""
@@ -99,7 +102,8 @@ class SpanTimer:
     def collect(self, ctx: CaptureContext) -> SpanTimes:
         origin = next(((start, overhead) for kind, start, _, overhead, _ in self.spans if kind == "iteration"),
                       self._open.get("iteration"))
-        return SpanTimes([TimedSpan(s, ctx.span_seconds(*s[1:])) for s in self.spans], origin)
+        return SpanTimes([TimedSpan(s, ctx.span_seconds(*s[1:])) for s in self.spans], origin,
+                         ctx.clock.subtracts_overhead)
 
     # -- spans ---------------------------------------------------------------------------
     def begin(self, kind: str) -> None:

@@ -111,12 +111,16 @@ class FlopsProfiler:
     def stop_profile(self) -> None:
         """Stop counting; the profile stays available to the getters and printers."""
         if self._profiler is not None and self._profiler.running:
-            self._result = self._profiler.stop()
+            self._result = self._stop()
+
+    def _stop(self) -> ProfileResult | None:
+        """Stop the running profiler: its result."""
+        return self._profiler.stop()
 
     def reset_profile(self) -> None:
         """Discard what was measured so far (and keep profiling if running)."""
         if self._profiler is not None and self._profiler.running:
-            self._profiler.stop()
+            self._stop()
             self._profiler.start()
         self._result = None
 
@@ -166,8 +170,9 @@ class FlopsProfiler:
         return self._total(lambda r: r.total.forward.macs, as_string, macs_to_string)
 
     def get_total_duration(self, as_string: bool = False):
-        """Forward latency of the whole model, in seconds."""
-        return self._total(lambda r: r.total.forward.latency, as_string, duration_to_string)
+        """Forward latency of the whole model, in seconds (a timed step's where the engine
+        timed one apart from the counted step: ``result.iteration.timed``)."""
+        return self._total(_forward_latency, as_string, duration_to_string)
 
     def get_total_params(self, as_string: bool = False):
         """Parameters of the model (each tensor once; known before anything ran, as in DeepSpeed)."""
@@ -191,7 +196,7 @@ class FlopsProfiler:
 
     def get_total_step_duration(self, as_string: bool = False):
         """Wall-clock seconds of ``optimizer.step()`` (any optimizer's)."""
-        return self._total(lambda r: r.step.latency, as_string, duration_to_string)
+        return self._total(lambda r: r.iteration.step.latency, as_string, duration_to_string)
 
     def get_total_iteration_duration(self, as_string: bool = False):
         """Wall-clock seconds from ``start_profile()`` to ``stop_profile()``."""
@@ -239,6 +244,11 @@ class FlopsProfiler:
         if not self.started:
             return
         write(render_aggregated(self.result, module_depth=module_depth, top_modules=top_modules))
+
+
+def _forward_latency(result: ProfileResult) -> float:
+    it = result.iteration
+    return it.forward.latency if it.timed else result.total.forward.latency
 
 
 def _lookup(module: nn.Module):

@@ -16,7 +16,10 @@ engine only starts and stops DeepSpeed's profiler around each forward, and flops
 measuring through the backward pass and the whole ``engine.step()`` (ZeRO's reductions and
 copies, the optimizer, the scheduler), over every micro-batch of the profiled step, and
 prints DeepSpeed's lines followed by the measured ones. Every rank measures the step and
-rank 0, which prints, gathers them (``result.ranks``). With ``"steps": N`` in the block (or
+rank 0, which prints, gathers them (``result.ranks``). The fwd, bwd, step and iteration
+latencies are those of the step before the profiled one, timed at its phases' boundaries only
+and not counted (:mod:`.timed_step`), so the profiler's own cost is in none of them; the
+counts, module times and the step anatomy are the profiled step's. With ``"steps": N`` in the block (or
 ``install(steps=N)``) N steps are profiled from ``profile_step`` on, each on its own, and the
 report is printed after the last. :func:`uninstall` puts DeepSpeed's
 class back; nothing else is installed, and an engine profiler removes all it installed
@@ -27,16 +30,21 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from torch import nn
 
+from ...capture.inputs import model_device
 from ...capture.sources.gather import DEFAULT_GATHER_TIMEOUT
 from ...capture.sources.optimizer import wrap_method
 from ...capture.parallel import engine_parallel
+from ...capture.timing import default_clock
 from ..._checks import check_int
 from ...options import ProfileOptions
-from ...profiler import Profiler
+from ...profiler import Profiler, with_ranks
+from ...result.profile_result import ProfileResult
 from .api import FlopsProfiler
 from .config import FlopsProfilerConfig, parse_config
+from .timed_step import TimedStep
 
 __all__ = ["install", "uninstall", "installed", "EngineProfiler"]
 
@@ -111,6 +119,7 @@ class EngineProfiler(FlopsProfiler):
         self._steps_done = 0
         self._unwrap_steps = None  # the wrapper that ends each of several profiled steps
         self._unwrap_step = None
+        self._timed: TimedStep | None = None  # the step before the profiled one, timed (see timed_step)
         if isinstance(ds_engine, nn.Module):
             # DeepSpeed starts its profiler from a hook of the model, inside the model's call,
             # and on rank 0 only: start when the engine is called, so the whole forward is
@@ -121,6 +130,12 @@ class EngineProfiler(FlopsProfiler):
         profile_step = engine.flops_profiler_profile_step()
         if engine.global_steps > profile_step or not engine.flops_profiler_enabled():
             self._remove_hook()
+        elif engine.global_steps == profile_step - 1 >= 1:
+            # the step before: timed, not counted (the engine's first step, with its one-time
+            # setup, is never the one timed: then the profiled step's own times are reported)
+            if self._timed is None:
+                self._timed = TimedStep(engine, default_clock(_engine_device(engine)))
+                self._timed.begin()
         elif engine.global_steps == profile_step:
             if engine.global_rank == 0:
                 self.start_profile()
@@ -143,7 +158,11 @@ class EngineProfiler(FlopsProfiler):
         """Start measuring the engine's step on this rank (rank 0 gathers every rank's into
         ``result.ranks``); ``keep``: as this profiler's own profile (its result, its modules
         readable by the module getters), not only measured for rank 0."""
-        options = ProfileOptions(optimizer=engine, ignore_modules=ignore_list, gather_timeout=DEFAULT_GATHER_TIMEOUT,
+        if self._timed is not None and not self._timed.done:  # its step never reached the boundary
+            self._timed.remove()
+            self._timed = None
+        # gathered here (_stop), once the timed step's figures are in each rank's result
+        options = ProfileOptions(optimizer=engine, ignore_modules=ignore_list, gather_timeout=None,
                                  parallel=engine_parallel(engine), memory=self._memory)
         self._profiler = Profiler(self.model, options=options).start()
         if keep:
@@ -178,11 +197,25 @@ class EngineProfiler(FlopsProfiler):
                 self._end_steps(report=engine.global_rank == 0)
         return out
 
+    def _stop(self) -> ProfileResult | None:
+        """Stop measuring: the result, with the timed step's latencies where it was timed
+        (``timed.<kind>`` spans), and on rank 0 every rank's (``result.ranks``)."""
+        if self.ds_engine is None:
+            return super()._stop()
+        result = self._profiler.stop()
+        timed, self._timed = self._timed, None
+        if result is not None and timed is not None:
+            timed.remove()
+            spans = timed.spans()
+            if spans:
+                result = result.updated(spans={**result.spans, **spans})
+        return with_ranks(result, DEFAULT_GATHER_TIMEOUT) if result is not None else None
+
     def _end_steps(self, report: bool) -> None:
         self._unwrap()
         try:
             if self._profiler is not None and self._profiler.running:
-                self._result = self._profiler.stop()
+                self._result = self._stop()
             if report and self._result is not None:
                 engine = self.ds_engine
                 FlopsProfiler.print_model_profile(
@@ -216,7 +249,7 @@ class EngineProfiler(FlopsProfiler):
         unwrap, self._unwrap_step = self._unwrap_step, None
         try:
             if self._profiler is not None and self._profiler.running:
-                self._profiler.stop()
+                self._stop()  # published for rank 0
         finally:
             if unwrap is not None:
                 unwrap()
@@ -226,6 +259,12 @@ class EngineProfiler(FlopsProfiler):
         if self._hook is not None:
             self._hook.remove()
             self._hook = None
+        if self._timed is not None and not self._profiler_running():  # nothing left installed
+            self._timed.remove()
+            self._timed = None
+
+    def _profiler_running(self) -> bool:
+        return self._profiler is not None and self._profiler.running
 
     def _step_done(self) -> bool:
         """Whether the profiled step has updated the model (the engine counted it)."""
@@ -262,6 +301,12 @@ class EngineProfiler(FlopsProfiler):
     def _several(self) -> bool:
         """Several steps are being profiled (their wrapper ends and prints them)."""
         return self.ds_engine is not None and self._steps > 1
+
+
+def _engine_device(engine: Any) -> torch.device:
+    """The device the engine computes on (its own, else its model's)."""
+    device = getattr(engine, "device", None)
+    return torch.device(device) if device is not None else model_device(engine.module)
 
 
 def _config_block(engine: Any):

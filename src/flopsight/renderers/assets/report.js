@@ -251,6 +251,12 @@
     const cards = [["Params", fmt.params(ROOT.m.params)], ["fwd MACs", fmt.macs(fwd[MACS])], ["fwd FLOPs (count)", fmt.flops(fwd[FLOPS])],
       ["fwd latency", fmt.duration(it.forward ? it.forward.latency : fwd[LATENCY])]];
     if (it.forward && it.forward.latency > 0) cards.push(["fwd FLOP/s", fmt.rate(it.forward.flops / it.forward.latency)]);
+    // a forward timed as the device's: the GPU's busy time (its kernels) and the rest, idle (launch-bound)
+    if (md.timing && md.timing.method === "device" && DATA.kernels && typeof DATA.kernels.busy === "number") {
+      const busy = DATA.kernels.busy, total = fwd[LATENCY];
+      cards.push(["fwd GPU busy", fmt.duration(busy)],
+        ["fwd GPU idle", fmt.pct(total > 0 ? Math.max(100 * (1 - busy / total), 0) : 0)]);
+    }
     if (PRESENT.includes("backward")) {
       const bwd = stat(ROOT, "backward");
       cards.push(["bwd MACs", fmt.macs(bwd[MACS])], ["bwd latency", fmt.duration(it.backward ? it.backward.latency : bwd[LATENCY])]);
@@ -313,7 +319,8 @@
   }
 
   // ---------------------------------------------------------------- step anatomy and ranks
-  const ANATOMY_PARTS = ["forward", "backward", "step", "framework", "communication", "other"];
+  // "profiler": flopsight's own time left in the phases, never one of the user's parts
+  const ANATOMY_PARTS = ["forward", "backward", "step", "framework", "communication", "other", "profiler"];
   function stackBar(anatomy, scaleTotal) {
     const total = ANATOMY_PARTS.reduce((s, k) => s + (anatomy[k] || 0), 0);
     const bar = el("div", { cls: "stack" });
@@ -335,6 +342,9 @@
       const total = ANATOMY_PARTS.reduce((s, k) => s + (an[k] || 0), 0);
       $("anatomy").append(stackBar(an, 0), el("div", { cls: "legend" }, ...ANATOMY_PARTS.filter((k) => an[k] > 0).map((k) =>
         el("span", null, el("span", { cls: `swatch seg-${k}` }), `${k} ${fmt.duration(an[k] || 0)} (${fmt.pct(share(an[k] || 0, total))})`))));
+      const it = DERIVED.iteration;
+      if (it && it.timed) $("anatomy").append(el("p", { cls: "muted", text: `Of the profiled step (${fmt.duration(it.counted_latency)}). ` +
+        `The latencies elsewhere (${fmt.duration(it.latency)} per iteration) are the step before it's, timed at its phases' boundaries only (not counted).` }));
     }
     if (!ranks) return;
     const box = $("rank-bars");

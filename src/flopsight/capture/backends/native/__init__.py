@@ -10,7 +10,9 @@ device, torch.profiler holding them), inside another running native session, whe
 recorder cannot be built, and where it does not count the check's model as the Python backend
 does. On a device clock (CUDA events) it stamps each op on the host, never with an event: the
 device clock stamps the module calls and phases.
-Its module calls go through Python hooks where the stamps are not the host's, where a source
+Its module calls go through Python hooks where the stamps are not the host's (except in a
+counting session on a device's clock: there the top-level calls alone are stamped on the
+device, the inner ones on the host), where a source
 listens to each call as it happens (module rules, kernels), and for ``torch.compile``d modules.
 """
 
@@ -22,7 +24,7 @@ from torch import nn
 
 from ...modules import compiled_paths
 from ...._torch_private import is_higher_order_op, kineto_running
-from ...timing import FakeClock, HostClock
+from ...timing import FakeClock, HostClock, on_device
 from ..composed import CallsAndOps
 from ..python.calls import PythonCalls
 from .build import IN_USE, failure, load, loaded
@@ -101,8 +103,11 @@ def native_backend(ctx) -> tuple[NativeBackend | None, str | None]:
     if options.backend == "python":
         return None, None
     # the C++ hooks track the module calls where no source hears each as it happens, nothing is
-    # compiled, and they stamp on the session's clock (the host's)
-    native_calls = not ctx.events.modules and not compiled_paths(options.infos) and isinstance(ctx.clock, HostClock)
+    # compiled, and they stamp on the session's clock (the host's); on a device's clock a
+    # counting session's inner calls too: its phases' boundaries (the top-level calls, the
+    # span timer's) are then the device's only stamps, none per module call
+    native_calls = not ctx.events.modules and not compiled_paths(options.infos) and (
+        isinstance(ctx.clock, HostClock) or (options.count and on_device(ctx.clock)))
     if not options.count:  # a timing session: the C++ hooks when the recorder is built and free
         if not native_calls or IN_USE[0]:
             return None, None

@@ -5,18 +5,27 @@ exception is handled), through the Python backend's hooks. When the stream is ch
 (``ctx.settle``), each recorded call is replayed onto the module stack, as the Python hooks
 would have pushed and popped it.
 
-A timing session (no op counted) drains the stream itself (:class:`CallRecords`).
+A timing session (no op counted) drains the stream itself (:class:`CallRecords`), and keeps
+torch's fast call path where it can (:class:`WrappedForwards`): any global module hook sends
+every module call down torch's slow path, so there each hook-free module's ``forward`` is
+wrapped for the session instead, and the modules with hooks of their own get the C++ hooks
+as theirs (docs/native.md, "module calls in a timed pass").
 """
 
 from __future__ import annotations
 
+import inspect
 import time
 
+from torch import nn
+
+from ...._torch_private import has_own_hooks, module_call_frames
 from ...calls import CallRecord, choose_path, unwind
+from ...scripted import is_scripted
 from ..python.calls import PythonCalls
 from .build import IN_USE
 
-__all__ = ["NativeCalls", "CallRecords", "host_offset"]
+__all__ = ["NativeCalls", "CallRecords", "WrappedForwards", "host_offset"]
 
 
 def host_offset(recorder) -> float:
@@ -35,28 +44,40 @@ class NativeCalls(PythonCalls):
         self._in_order = ctx.events.calls_in_order
         self._rec = recorder
         self._modules: list = []
-        self._records = CallRecords(ctx, recorder, self.replay) if drains else None
+        self._records = CallRecords(ctx, recorder, self) if drains else None
+        self._wrapped: WrappedForwards | None = None
 
     def start(self, ctx) -> None:
         self._modules = self.tracked_modules(ctx)
         self._index_paths = [self.paths[id(m)] for m in self._modules]
         pre, post = self.hooks(ctx)
+        # only a timing session wraps forwards: a counting one keeps its global hooks
+        callers = module_call_frames() if self._records is not None and WrappedForwards.fit(self._modules) else ()
         try:
             if self._records is not None:
                 self._records.__enter__()
-            self._rec.track_modules(self._modules, pre, post)
-            self.install(ctx, self._rec.module_pre, self._rec.module_post)
+            self._rec.track_modules(self._modules, pre, post, list(callers))
+            if callers:
+                self.hook_root(ctx)  # first: the root then has hooks of its own
+                self._wrapped = WrappedForwards(self._rec, self._modules)
+            else:
+                self.install(ctx, self._rec.module_pre, self._rec.module_post)
         except BaseException:
             self.stop(ctx)
             raise
 
     def stop(self, ctx) -> None:
-        super().stop(ctx)
         try:
-            if self._records is not None:
-                self._records.__exit__(None, None, None)  # the calls recorded last, replayed
+            super().stop(ctx)
         finally:
-            self._rec.untrack_modules()
+            try:
+                if self._wrapped is not None:
+                    self._wrapped, wrapped = None, self._wrapped
+                    wrapped.restore()
+                if self._records is not None:
+                    self._records.__exit__(None, None, None)  # the calls recorded last, replayed
+            finally:
+                self._rec.untrack_modules()
 
     def pause(self, paused: bool) -> None:
         """The C++ hooks ignore (a profile nested inside this one runs) or see the model's calls."""
@@ -93,15 +114,126 @@ class NativeCalls(PythonCalls):
                 listener.call_ends(rec, None, None, None)
             stack.pop()
 
+    def replay_batch(self, records: list, offset: float, overhead: float, stack: list, phase: str,
+                     first: int) -> list[CallRecord]:
+        """The calls a timing session's batch of records (module calls alone, no op) begins,
+        numbered from ``first`` on, replayed onto ``stack`` as :meth:`replay` would (``t *
+        1e-9 + offset``: a record's stamp; ``phase``: the phase they ran in); one loop, no
+        listener (there is none: see CallRecords)."""
+        modules, index_paths = self._modules, self._index_paths
+        calls: list[CallRecord] = []
+        push, append = stack.append, calls.append
+        top = stack[-1] if stack else None
+        for kind, index, recompute, seq, _, t, _, _ in records:
+            if kind == -1:  # (top is never None: a top-level call goes to the Python hook)
+                paths = index_paths[index]
+                path = paths[0] if len(paths) == 1 else choose_path(paths, top.path)
+                rec = CallRecord(first + len(calls), path, "recompute" if recompute else phase, modules[index],
+                                 top.index, None)
+                rec.seq_start, rec.ovh_start, rec.start = seq, overhead, t * 1e-9 + offset
+                append(rec)
+                push(rec)
+                top = rec
+                continue
+            module = modules[index]
+            rec = top if top is not None and top.module is module else unwind(stack, module)
+            if rec is not None:
+                rec.seq_end, rec.end, rec.ovh_end = seq, t * 1e-9 + offset, overhead
+                stack.pop()
+            top = stack[-1] if stack else None
+        return calls
+
+    def collect(self, ctx):
+        if self._records is not None:
+            self._records.replay_deferred()  # a snapshot while running, too
+        return super().collect(ctx)
+
+
+_ABSENT = object()
+
+
+class WrappedForwards:
+    """The module calls of a timing session, on torch's fast call path: each tracked module
+    without hooks of its own gets a wrapper as its ``forward`` (an instance attribute, which
+    ``Module._call_impl`` calls without leaving its fast path; the wrapper records the call as
+    the C++ hooks would, for calls through ``Module.__call__`` only: a forward called directly
+    is no call, as for the hooks); the others (the root, whose inputs hook this session adds,
+    a ZeRO-3 module's parameter fetching) get the C++ hooks as their own first hooks, so their
+    time still includes their own hooks. :meth:`restore` leaves every module as it was."""
+
+    def __init__(self, recorder, modules: list[nn.Module]):
+        #: (module, its wrapper, its own ``forward`` attribute before, or _ABSENT)
+        self._wrapped: list[tuple] = []
+        self._handles: list = []
+        try:
+            for index, module in enumerate(modules):
+                if has_own_hooks(module) or not _instance_forward_wins(module):
+                    self._hook(recorder, module)
+                else:
+                    self._wrap(recorder, module, index)
+        except BaseException:
+            self.restore()
+            raise
+
+    @staticmethod
+    def fit(modules: list[nn.Module]) -> bool:
+        """Whether a session of ``modules`` may wrap forwards: torch's call path is the one
+        recognised, no module is scripted (the global hooks see a scripted call only), and none
+        is a DataParallel (its replicas copy each module's attributes: a wrapper would run the
+        original module)."""
+        return bool(module_call_frames()) and not any(is_scripted(m) or isinstance(m, nn.DataParallel)
+                                                      for m in modules)
+
+    def _wrap(self, recorder, module: nn.Module, index: int) -> None:
+        before = module.__dict__.get("forward", _ABSENT)  # set on the instance (accelerate's hooks)
+        wrapper = recorder.wrap_forward(module, index, module.forward)
+        self._wrapped.append((module, wrapper, before))
+        module.__dict__["forward"] = wrapper  # not setattr: a module's __setattr__ may do more
+
+    def _hook(self, recorder, module: nn.Module) -> None:
+        # first among its hooks, as the global hooks run before a module's own
+        self._handles.append(module.register_forward_pre_hook(recorder.module_pre, prepend=True))
+        self._handles.append(module.register_forward_hook(recorder.module_post, prepend=True, always_call=True))
+
+    def restore(self) -> None:
+        """Every wrapped module's ``forward`` as it was, unless someone replaced the wrapper
+        since (their wrapper calls ours, which then passes calls through); hooks removed."""
+        wrapped, self._wrapped = self._wrapped, []
+        handles, self._handles = self._handles, []
+        for handle in handles:
+            handle.remove()
+        for module, wrapper, before in wrapped:
+            if module.__dict__.get("forward", _ABSENT) is not wrapper:
+                continue
+            if before is _ABSENT:
+                del module.__dict__["forward"]
+            else:
+                module.__dict__["forward"] = before
+
+
+def _instance_forward_wins(module: nn.Module) -> bool:
+    """Whether an instance attribute ``forward`` is what ``module.forward`` finds (not where its
+    class makes ``forward`` a property or another data descriptor)."""
+    return not hasattr(type(inspect.getattr_static(type(module), "forward", None)), "__set__")
+
 
 class CallRecords:
     """A timing session's module calls through the recorder's C++ hooks (no op is recorded):
-    installed as ``ctx.settle``, it replays the calls recorded so far onto the module stack."""
+    installed as ``ctx.settle``, it replays the calls recorded so far onto the module stack.
 
-    def __init__(self, ctx, recorder, replay):
-        self._ctx, self._rec, self._replay = ctx, recorder, replay
+    A batch drained while no module call is open (only when a top-level call ends: a call
+    outside every call goes to the Python hooks, so nothing is recorded between two) changes
+    nothing that runs next: its replay is deferred to the end of the session, out of the timed
+    calls (``generate()`` calls the model once per token), into slots of the call log reserved
+    now (the log stays in call order), from the stack as it was. Not where a source listens to
+    each call in order with the other events (the memory source; no timing session has one)."""
+
+    def __init__(self, ctx, recorder, calls: NativeCalls):
+        self._ctx, self._rec, self._calls = ctx, recorder, calls
         self._pending = recorder.pending_view().cast("q")
         self._offset = host_offset(recorder)
+        #: (records, first slot, stack, phase, overhead) of each deferred batch
+        self._deferred: list[tuple] = []
 
     def __enter__(self) -> "CallRecords":
         IN_USE[0] += 1
@@ -111,6 +243,7 @@ class CallRecords:
     def __exit__(self, *exc) -> None:
         try:
             self.settle()
+            self.replay_deferred()
         finally:
             self._ctx.settle = _nothing
             IN_USE[0] -= 1
@@ -121,11 +254,30 @@ class CallRecords:
         ctx = self._ctx
         overhead = ctx.overhead.seconds
         h0 = ctx.overhead.begin()
-        replay, offset = self._replay, self._offset
         # ops_known past every operator: none is handed over (a counting drain still gets them)
-        for kind, index, recompute, seq, _, t, _, _ in self._rec.drain(2**31 - 1)[0]:
-            replay(kind, index, recompute, seq, t * 1e-9 + offset, overhead)
+        records, offset, log = self._rec.drain(2**31 - 1)[0], self._offset, ctx.calls
+        if ctx.events.calls_in_order:  # heard one by one, in order
+            replay = self._calls.replay
+            for kind, index, recompute, seq, _, t, _, _ in records:
+                replay(kind, index, recompute, seq, t * 1e-9 + offset, overhead)
+        elif not self._rec.open_calls():  # a top-level call is ending (its Python hook settles)
+            stack = ctx.stack
+            self._deferred.append((records, len(log), list(stack), ctx.phase, overhead))
+            log.extend([None] * sum(1 for r in records if r[0] == -1))
+            # the stack as the hook is about to leave it: its call's record (the bottom one, as
+            # the C++ stack had it) on top; the calls above it all ended or were abandoned
+            del stack[1:]
+        else:
+            log.extend(self._calls.replay_batch(records, offset, overhead, ctx.stack, ctx.phase, len(log)))
         ctx.overhead.end(h0)
+
+    def replay_deferred(self) -> None:
+        """The deferred batches replayed into their slots."""
+        deferred, self._deferred = self._deferred, []
+        log = self._ctx.calls
+        for records, first, stack, phase, overhead in deferred:
+            calls = self._calls.replay_batch(records, self._offset, overhead, stack, phase, first)
+            log[first:first + len(calls)] = calls
 
 
 def _nothing() -> None:

@@ -6,7 +6,10 @@ same attribution object and the same registry formulas as the dispatch-mode path
 batches: whenever the state that decides where a cost goes is about to change (a module
 call begins or ends, a phase, a call counted whole, a pause), the session calls
 ``ctx.settle()``, and what was recorded under the old state is charged under it. So every
-op lands where the dispatch mode would have put it.
+op lands where the dispatch mode would have put it. The recorder hands a batch over in runs
+(``recorder.cpp``'s drain_runs): consecutive ops of one signature under one state as one row
+with their count and summed time, and the blocks of memory allocated and released under one
+state as the few figures the memory source needs from them, so Python runs per run, not per op.
 
 A formula runs once per signature (operator, dtypes, shapes, scalar and list arguments), on
 meta tensors of the signature's shapes; later ops of that signature reuse the cost. The
@@ -55,7 +58,9 @@ from .calls import _nothing, host_offset
 __all__ = ["NativeCountingSource", "NO_NODE"]
 
 NO_NODE = -(2**63)  # the recorder's node sequence number for an op outside the backward pass
-MEMORY = -3  # a memory record's op (recorder.cpp's kMemory)
+MEMORY = -3  # a memory run's row (recorder.cpp's kMemory)
+RELEASED = -4  # a block released outside the memory run it was allocated in (kReleased)
+_ROWS = struct.Struct("=10q")  # drain_runs' rows
 
 
 class Costed(NamedTuple):
@@ -173,7 +178,7 @@ class NativeCountingSource:
         self._rec = recorder
         #: also track memory: the blocks the allocators report, published to ``ctx.events.allocations``
         self.memory = memory
-        self._blocks: dict[int, tuple] = {}  # address -> (bytes, temporary) of the model's blocks alive
+        self._not_model: set[int] = set()  # the memory runs that were not the model's (nor their releases)
         self._op_names: dict[int, str | None] = {}  # operator id -> the name its blocks are listed under
         #: the units recorded whole here (aten ops, and functions that reach one), so the function
         #: mode lets their calls on plain tensors run as they are; a call on a tensor subclass that takes it over at
@@ -305,11 +310,12 @@ class NativeCountingSource:
         # the profiler's own time until now: what it was at every module boundary since the last settle
         overhead = ctx.overhead.seconds
         h0 = ctx.overhead.begin()
-        records, values, ops = self._rec.drain(len(_TABLES.ops))
+        # repeats merged unless a listener needs each op's interval
+        rows, values, ops = self._rec.drain_runs(len(_TABLES.ops), not ctx.events.ran)
         _TABLES.ops.extend((name, overload) for _, name, overload in ops)
         for sig, key, inputs, outputs in values:
             self._values[sig] = (key, inputs, outputs)
-        self._charge(records, not (ctx.suppressed or ctx.paused), overhead)
+        self._charge(_ROWS.iter_unpack(rows), not (ctx.suppressed or ctx.paused), overhead)
         self._values.clear()
         ctx.overhead.end(h0)
 
@@ -323,25 +329,24 @@ class NativeCountingSource:
                        _Op(self._ctx.registry.resolve(op), op_schema(op), units.get(f"{name}.{overload}")))
         return ops[op_id]
 
-    def _charge(self, records: list, counting: bool, overhead: float) -> None:
-        """Charge the op records (when ``counting``) and replay the module calls among them."""
+    def _charge(self, rows, counting: bool, overhead: float) -> None:
+        """Charge the op runs (when ``counting``) and the memory runs, and replay the module
+        calls among them (``rows``: recorder.cpp's drain_runs)."""
         attribution = self._ctx.attribution
         place_at = attribution.place_at
         replay_call = self.replay_call
         costs, offset, stamp = self._tables.costs, self._offset, self._stamp
         ran = self._ctx.events.ran  # listeners to each op's interval (ops overlapping collectives)
-        blocks, listeners = self._blocks, self._ctx.events.allocations
-        for op_id, sig, node_seq, seq_before, seq_after, t0, t1, variable in records:
+        for op_id, sig, node_seq, seq_before, seq_after, t0, t1, variable, count, ns in rows:
             if op_id < 0:
-                if op_id != MEMORY:  # a module call entered or left (recorder.cpp's kEnter, kExit)
+                if op_id == MEMORY:  # a memory run (see _memory_run for its fields)
+                    self._memory_run(sig, node_seq, seq_before, seq_after, t0, t1, variable, count, ns)
+                elif op_id == RELEASED:  # (run, bytes, temporary)
+                    if sig not in self._not_model:
+                        for listener in self._ctx.events.allocations:
+                            listener.freed(node_seq, seq_before == 1)
+                else:  # a module call entered or left (recorder.cpp's kEnter, kExit)
                     replay_call(op_id, sig, node_seq, seq_before, t0 * 1e-9 + offset, overhead)
-                elif seq_before < 0:  # a block released (at address variable)
-                    kept = blocks.pop(variable, None)
-                    if kept is not None:
-                        for listener in listeners:
-                            listener.freed(kept[0], kept[1])
-                else:  # or allocated
-                    self._allocated(sig, node_seq, seq_before, variable, t0 == 1, t1)
                 continue
             if not counting:
                 continue
@@ -352,40 +357,45 @@ class NativeCountingSource:
             if entry is None:
                 continue
             node = None if node_seq == NO_NODE else self._node(node_seq, variable)
-            if offset is not None:
-                t0, t1 = t0 * 1e-9 + offset, t1 * 1e-9 + offset
-            else:
+            if offset is None:  # a test's clock: each op stamped as it is charged, in turn
                 t0, t1 = stamp(), stamp()
+                for _ in range(count - 1):
+                    s0 = stamp()
+                    t1 += stamp() - s0
+            elif count == 1:
+                t0, t1 = t0 * 1e-9 + offset, t1 * 1e-9 + offset
+            else:  # ``count`` repeats: their summed time
+                t0 = t0 * 1e-9 + offset
+                t1 = t0 + ns * 1e-9
             if backward is None:
-                place_at(node, seq_after, entry, t0, t1, (), cost, nbytes)
+                place_at(node, seq_after, entry, t0, t1, (), cost, nbytes, count)
             else:  # a unit: (unit, cost, read, backward cost, written)
                 attribution.charge_whole_costed(node, seq_after, entry, t0, t1, cost, backward, nbytes, written,
                                                 seq_before, seq_after)
             for listener in ran:
                 listener(t0, t1)
 
-    def _allocated(self, op_id: int, node_seq: int, nbytes: int, address: int, temporary: bool,
-                   accumulated: int) -> None:
-        """A block of ``nbytes`` at ``address`` the allocator handed out while op ``op_id`` ran
-        (-1: none) and autograd node ``node_seq`` ran (an AccumulateGrad's parameter at TensorImpl
-        ``accumulated``); ``temporary``: its op released it before it returned (the recorder
-        tells: no op record came between the two)."""
+    def _memory_run(self, run: int, node_seq: int, accumulated: int, change: int, peak: int, largest: int,
+                    op_id: int, temporaries: int, temporaries_peak: int) -> None:
+        """A run of blocks the allocator handed out (and took back) while autograd node
+        ``node_seq`` ran (an AccumulateGrad's parameter at TensorImpl ``accumulated``), under
+        one state: see recorder.cpp's drain_runs and :meth:`MemorySource.allocated_run`."""
         stack = self._ctx.stack
         if node_seq == NO_NODE and stack:  # most blocks: the module running
             top = stack[-1]
             path, phase = top.path, top.phase
         else:
             where = self._ctx.attribution.locate(self._node(node_seq, accumulated))
-            if where is None:  # not the model's: neither is its release
+            if where is None:  # not the model's: neither are its releases
+                self._not_model.add(run)
                 return
             path, phase = where
-        self._blocks[address] = (nbytes, temporary)
         name = self._op_names.get(op_id, False)
         if name is False:
             op = self._op(op_id) if op_id >= 0 else None
             name = self._op_names[op_id] = op.entry.name if op is not None else None
         for listener in self._ctx.events.allocations:
-            listener.allocated(nbytes, path, phase, name, temporary)
+            listener.allocated_run(path, phase, change, peak, largest, name, temporaries, temporaries_peak)
 
     def _node(self, node_seq: int, variable: int):
         """What attribution reads of the autograd node a record ran in (None: none)."""

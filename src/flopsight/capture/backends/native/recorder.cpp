@@ -10,7 +10,8 @@
 // (its kernel calls plain C++ functions, as max_pool1d's does on the CPU) is recorded whole.
 // A unit (an operator Python counts whole from its arguments: an RNN cell, attention) is
 // recorded whole too, with RecordFunction off on its thread while it runs: its parts are
-// neither recorded nor pay RecordFunction's cost.
+// neither recorded nor pay RecordFunction's cost. So is a recorded op seen to run many parts
+// (ops inside it, which are not recorded), when nothing else observes ops (on_enter).
 //
 // What: per op, its operator, a signature id (operator, input and output dtypes, shapes and
 // scalar or list arguments), the autograd node running it (sequence number; for
@@ -48,12 +49,14 @@
 #include <c10/util/Logging.h>
 #include <c10/util/ThreadLocalDebugInfo.h>
 #include <torch/csrc/utils/pybind.h>
+#include <structmember.h>  // PyMemberDef's T_PYSSIZET (the module-call wrapper's vectorcall offset)
 
 #include <algorithm>
 #include <type_traits>
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstring>
 #include <exception>
 #include <mutex>
@@ -106,8 +109,9 @@ struct Frame {
   bool costed = false;
   uint64_t costed_before = 0;
   int exceptions = 0;  // std::uncaught_exceptions() when it began
-  bool unit = false;
-  bool rf_was_enabled = true;  // a unit turns RecordFunction off on its thread: the state to restore
+  bool quiet = false;          // RecordFunction is off on its thread while it runs (see on_enter)
+  bool rf_was_enabled = true;  // the state to restore then
+  uint64_t parts_before = 0;   // ThreadState::parts when it began
   int64_t seq_before = 0;
   int32_t op = -1;
   int64_t t0 = 0, node_seq = kNoNode;
@@ -141,11 +145,54 @@ std::atomic<bool> g_on{false};
 std::atomic<int64_t> g_generation{0};  // a new one per start: frames of an old session are ignored
 c10::optional<at::CallbackHandle> g_handle;
 
-thread_local std::vector<Frame> t_frames;
-thread_local size_t t_depth = 0;
-thread_local int t_recorded_depth = 0;
-thread_local uint64_t t_costed_total = 0;  // ops with a formula recorded on this thread
-thread_local int64_t t_generation = -1;
+std::atomic<int64_t> g_config{0};  // a new one per configure: what threads cached of g_ops is stale
+
+// what a thread caches of the operator table, so that an op seen before takes no lock to look up
+struct KnownOp {
+  const char* name = nullptr;  // RecordFunction's name pointer
+  std::string key;             // its string, to check a hit (as g_op_of does)
+  int64_t config = -1;         // g_config when learnt
+  int32_t id = -1;
+  bool composite = false, keep_values = false, has_formula = false, unit = false, claimed = false;
+};
+
+// what a thread knows of an operator (per g_config): its last signature, so that an op
+// repeated with the same one takes no lookup; how many parts (ops inside it, not recorded)
+// its recorded runs had, so that one with many runs them without RecordFunction (on_enter)
+struct PerOp {
+  int64_t config = -1;
+  std::string key;
+  int32_t sig = -1;
+  uint32_t runs = 0;
+  uint64_t parts = 0;
+};
+constexpr uint32_t kQuietAfter = 4;  // runs observed before deciding
+constexpr uint64_t kQuietParts = 3;  // parts per run from which turning RecordFunction off (two
+                                     // rebuilds of its callback cache) costs less than their boxing
+
+// per thread, in one thread_local (each access to one costs a call in a shared library)
+struct ThreadState {
+  std::vector<Frame> frames;
+  size_t depth = 0;
+  int recorded_depth = 0;
+  uint64_t costed_total = 0;  // ops with a formula recorded on this thread
+  int64_t generation = -1;
+  std::array<KnownOp, 64> ops;  // by the name pointer's bits
+  std::vector<PerOp> per_op;    // by operator id
+  uint64_t parts = 0;           // ops begun inside a recorded op on this thread
+};
+
+PerOp& per_op(ThreadState& t, int32_t op) {
+  if (t.per_op.size() <= static_cast<size_t>(op)) t.per_op.resize(op + 1);
+  PerOp& known = t.per_op[op];
+  int64_t config = g_config.load(std::memory_order_relaxed);
+  if (known.config != config) {
+    known = PerOp();
+    known.config = config;
+  }
+  return known;
+}
+thread_local ThreadState t_state;
 
 // the debug-info slot marking "inside a claimed op" (see the top of this file): a kind of our
 // own where torch lets one be named, else the one slot torch leaves unused outside its tests
@@ -161,6 +208,18 @@ Kind claimed_kind() {
 const c10::DebugInfoKind kInsideClaimed = claimed_kind<c10::DebugInfoKind>();
 struct InsideClaimed final : c10::DebugInfoBase {};
 std::atomic<bool> g_has_claims{false};  // some op is claimed: check the mark
+
+// whether nothing but this recorder observes the ops on this thread, so that a recorded op's
+// parts (which it does not record) may run without RecordFunction and its cost of boxing
+// their arguments: no global callback when the session started (g_global_callbacks) and no
+// profiler's state on the thread other than the memory tracking's own (g_own_state)
+std::atomic<bool> g_global_callbacks{true};
+std::atomic<const void*> g_own_state{nullptr};
+bool alone() {
+  if (g_global_callbacks.load(std::memory_order_relaxed)) return false;
+  const void* state = c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE);
+  return state == nullptr || state == g_own_state.load(std::memory_order_relaxed);
+}
 
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -208,7 +267,21 @@ bool runs_own_kernel(Op& op, c10::DeviceType device) {
   return known > 0;
 }
 
-OpFlags op_of(const at::RecordFunction& fn) {
+OpFlags op_of_locked(const at::RecordFunction& fn, KnownOp& known);
+
+// the flags of ``fn``'s operator: from this thread's cache when it knows the operator and it
+// is not composite (whether one decomposes depends on its inputs' device), else from g_ops
+OpFlags op_of(const at::RecordFunction& fn, ThreadState& t) {
+  const char* name = fn.name();
+  KnownOp& known = t.ops[(reinterpret_cast<uintptr_t>(name) >> 4) % t.ops.size()];
+  if (known.name == name && !known.composite && known.config == g_config.load(std::memory_order_relaxed) &&
+      known.key == name) {
+    return OpFlags{known.id, true, known.keep_values, false, known.has_formula, known.unit, known.claimed};
+  }
+  return op_of_locked(fn, known);
+}
+
+OpFlags op_of_locked(const at::RecordFunction& fn, KnownOp& known) {
   const char* name = fn.name();
   std::lock_guard<std::mutex> guard(g_lock);
   int32_t id;
@@ -236,6 +309,15 @@ OpFlags op_of(const at::RecordFunction& fn) {
     g_op_of[name] = id;
   }
   Op& op = g_ops[id];
+  known.name = name;
+  known.key = op.key;
+  known.config = g_config.load(std::memory_order_relaxed);
+  known.id = id;
+  known.composite = op.composite;
+  known.keep_values = op.keep_values;
+  known.has_formula = op.has_formula;
+  known.unit = op.unit;
+  known.claimed = op.claimed;
   // an op without tensor inputs reaches a dispatch mode whatever its kernels (its dispatch
   // keys come from the mode alone)
   c10::DeviceType device;
@@ -406,34 +488,39 @@ void claim(Frame& frame, const std::vector<c10::IValue>& outputs, int64_t t1) {
 }
 
 std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
-  if (t_generation != g_generation.load(std::memory_order_relaxed)) {  // a new session
-    t_generation = g_generation.load();
-    t_depth = 0;
-    t_recorded_depth = 0;
+  ThreadState& t = t_state;
+  if (t.generation != g_generation.load(std::memory_order_relaxed)) {  // a new session
+    t.generation = g_generation.load();
+    t.depth = 0;
+    t.recorded_depth = 0;
   }
-  if (t_frames.size() <= t_depth) t_frames.resize(t_depth + 1);
-  Frame& frame = t_frames[t_depth++];
+  if (t.frames.size() <= t.depth) t.frames.resize(t.depth + 1);
+  Frame& frame = t.frames[t.depth++];
   frame.recorded = false;
   frame.claimed = false;
-  if (t_recorded_depth > 0 || !g_on.load(std::memory_order_relaxed) ||
+  frame.quiet = false;
+  if (t.recorded_depth > 0) {  // a part of a recorded op
+    ++t.parts;
+    return nullptr;
+  }
+  if (!g_on.load(std::memory_order_relaxed) ||
       (g_has_claims.load(std::memory_order_relaxed) && c10::ThreadLocalDebugInfo::get(kInsideClaimed))) {
     return nullptr;
   }
   frame.fallback = false;
-  OpFlags flags = op_of(fn);
+  OpFlags flags = op_of(fn, t);
   int32_t op = flags.id;
   if (op < 0 || !(flags.recorded || flags.fallback)) {
     return nullptr;
   }
   if (flags.recorded) {
     frame.recorded = true;
-    ++t_recorded_depth;
+    ++t.recorded_depth;
   } else {  // recorded at its exit if nothing costed inside it was
     frame.fallback = true;
-    frame.costed_before = t_costed_total;
+    frame.costed_before = t.costed_total;
   }
   frame.costed = flags.costed;
-  frame.unit = flags.unit;
   frame.seq_before = static_cast<int64_t>(at::sequence_number::peek());
   frame.exceptions = std::uncaught_exceptions();
   frame.op = op;
@@ -459,7 +546,16 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   if (frame.claimed) c10::ThreadLocalDebugInfo::_push(kInsideClaimed, std::make_shared<InsideClaimed>());
   frame.keep = flags.keep_values || !frame.cacheable || flags.claimed;
   if (frame.keep) frame.inputs.assign(inputs.begin(), inputs.end());
-  if (frame.unit) {  // its parts run without RecordFunction (its own end still runs)
+  // its parts run without RecordFunction (its own end still runs): a unit's, which are counted
+  // with it, and those of a recorded op that has many (they are not recorded), when nothing
+  // else observes them
+  frame.quiet = flags.unit;
+  if (frame.recorded && !flags.unit && !flags.claimed) {
+    const PerOp& known = per_op(t, op);
+    frame.quiet = known.runs >= kQuietAfter && known.parts >= kQuietParts * known.runs && alone();
+    frame.parts_before = t.parts;
+  }
+  if (frame.quiet) {
     frame.rf_was_enabled = at::isRecordFunctionEnabled();
     at::enableRecordFunction(false);
   }
@@ -468,9 +564,9 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
 }
 
 void on_exit(const at::RecordFunction& fn, at::ObserverContext*) {
-  int64_t t1 = now_ns();
-  if (t_depth == 0) return;  // entered before this session began
-  Frame& frame = t_frames[--t_depth];
+  ThreadState& t = t_state;
+  if (t.depth == 0) return;  // entered before this session began
+  Frame& frame = t.frames[--t.depth];
   bool claimed = frame.claimed;
   if (claimed) {
     frame.claimed = false;
@@ -479,27 +575,34 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext*) {
     } catch (...) {  // the op left another slot on top: nothing to undo that is ours
     }
   }
-  if (frame.unit) {
-    frame.unit = false;
+  bool quiet = frame.quiet;
+  if (quiet) {
+    frame.quiet = false;
     at::enableRecordFunction(frame.rf_was_enabled);
   }
   if (frame.fallback) {
     frame.fallback = false;
-    if (t_costed_total != frame.costed_before) {  // its parts were costed
+    if (t.costed_total != frame.costed_before) {  // its parts were costed
       frame.inputs.clear();
       return;
     }
   } else if (frame.recorded) {
-    --t_recorded_depth;
+    --t.recorded_depth;
     frame.recorded = false;
+    if (!quiet) {  // its parts were seen: counted for on_enter's choice
+      PerOp& known = per_op(t, frame.op);
+      known.runs += 1;
+      known.parts += t.parts - frame.parts_before;
+    }
   } else {
     return;
   }
+  int64_t t1 = now_ns();  // (read only for an op recorded: most exits are of ops inside one)
   if (std::uncaught_exceptions() > frame.exceptions) {  // it raised: it did not run (as a
     frame.inputs.clear();                              // dispatch mode, which charges after, sees it)
     return;
   }
-  if (frame.costed) ++t_costed_total;
+  if (frame.costed) ++t.costed_total;
   const auto& outputs = fn.outputs();
   if (claimed) {
     claim(frame, outputs, t1);
@@ -512,14 +615,18 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext*) {
   }
   bool keep = frame.keep || !cacheable;
   int64_t seq_after = static_cast<int64_t>(at::sequence_number::peek());
+  // the operator's last signature on this thread: a repeat needs no lookup
+  PerOp* last = cacheable && !keep ? &per_op(t, frame.op) : nullptr;
   std::lock_guard<std::mutex> guard(g_lock);
   if (!g_on.load(std::memory_order_relaxed)) {
     frame.inputs.clear();
     return;
   }
   int32_t sig;
-  bool hand_over;  // Python sees this op's signature (and values, if kept)
-  if (cacheable && !keep) {
+  bool hand_over = false;  // Python sees this op's signature (and values, if kept)
+  if (last != nullptr && last->sig >= 0 && last->key == frame.key) {
+    sig = last->sig;
+  } else if (last != nullptr) {
     auto it = g_sigs.find(frame.key);
     if (it == g_sigs.end()) {
       sig = static_cast<int32_t>(g_sig_keys.size());
@@ -528,8 +635,9 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext*) {
       hand_over = true;
     } else {
       sig = it->second;
-      hand_over = false;
     }
+    last->key = frame.key;
+    last->sig = sig;
   } else {  // costed on its own values, every time
     sig = -(++g_next_one_off);
     hand_over = true;
@@ -555,10 +663,11 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext*) {
 // profiling on. Each block allocated while recording, and its release, goes into the record
 // stream as a kMemory record (sig: the innermost recorded op running on that thread, -1 for
 // none; node_seq: the autograd node running; seq_before: the bytes, negative when released;
-// t0: 1 on an allocation that is one of an op's temporaries (released before the next op
+// t0: on an allocation, 1 when it is one of an op's temporaries (released before the next op
 // record, in the same batch), else 0; t1: an AccumulateGrad node's parameter (TensorImpl*,
-// else 0); accumulated: the block's address), so Python
-// replays them in order with the ops and module calls, as the Python path sees tensors.
+// else 0); accumulated: the block's address; on a release, seq_after: its allocation's index
+// in the same batch, else -1 and t0: the run its allocation went into, see drain_runs), so
+// Python replays them in order with the ops and module calls, as the Python path sees tensors.
 // Blocks allocated before the session (or while not recording) are not tracked: their release
 // is not either. The autograd engine carries the state into its threads (ThreadLocalState).
 constexpr int32_t kMemory = -3;
@@ -570,15 +679,79 @@ struct Block {
   int64_t bytes;
   size_t index;
   int64_t ops, batch;
+  int64_t run = -1;  // the memory run of drain_runs its allocation went into, once drained
 };
-std::unordered_map<void*, Block> g_blocks;  // under g_lock
+int64_t g_next_run = 0;  // under g_lock: drain_runs numbers memory runs per memory session
 
-int32_t innermost_op() {
-  for (size_t d = t_depth; d > 0; --d) {
-    const Frame& frame = t_frames[d - 1];
-    if (frame.recorded || frame.fallback) return frame.op;
+// the blocks alive by address: open addressing, linear probing (a block comes and goes per op)
+class Blocks {
+ public:
+  Block* find(void* key) {
+    if (size_ == 0) return nullptr;
+    for (size_t i = slot(key);; i = (i + 1) & mask_) {
+      if (slots_[i].key == key) return &slots_[i].block;
+      if (slots_[i].key == nullptr) return nullptr;
+    }
   }
-  return -1;
+  void put(void* key, const Block& block) {
+    if (2 * (size_ + 1) > slots_.size()) grow();
+    size_t i = slot(key);
+    while (slots_[i].key != nullptr && slots_[i].key != key) i = (i + 1) & mask_;
+    if (slots_[i].key == nullptr) ++size_;
+    slots_[i].key = key;
+    slots_[i].block = block;
+  }
+  // ``block``: from find(); the slots after it shift back (no tombstones)
+  void erase(Block* block) {
+    size_t i = static_cast<size_t>(reinterpret_cast<Slot*>(reinterpret_cast<char*>(block) - offsetof(Slot, block)) -
+                                   slots_.data());
+    slots_[i].key = nullptr;
+    --size_;
+    for (size_t j = (i + 1) & mask_; slots_[j].key != nullptr; j = (j + 1) & mask_) {
+      size_t home = slot(slots_[j].key);
+      if (((j - home) & mask_) >= ((j - i) & mask_)) {  // its home is not between the hole and it
+        slots_[i] = slots_[j];
+        slots_[j].key = nullptr;
+        i = j;
+      }
+    }
+  }
+  void clear() {
+    slots_.clear();
+    size_ = 0;
+    mask_ = 0;
+  }
+
+ private:
+  struct Slot {
+    void* key = nullptr;
+    Block block{0, 0, 0, 0};
+  };
+  size_t slot(void* key) const {
+    return static_cast<size_t>((reinterpret_cast<uintptr_t>(key) * 0x9E3779B97F4A7C15ull) >> 20) & mask_;
+  }
+  void grow() {
+    std::vector<Slot> old;
+    old.swap(slots_);
+    slots_.resize(std::max<size_t>(1024, 2 * old.size()));
+    mask_ = slots_.size() - 1;
+    size_ = 0;
+    for (const Slot& s : old) {
+      if (s.key != nullptr) put(s.key, s.block);
+    }
+  }
+  std::vector<Slot> slots_;
+  size_t size_ = 0, mask_ = 0;
+};
+Blocks g_blocks;  // under g_lock
+
+// the innermost op recorded (or a fallback) running on this thread, if any
+const Frame* innermost_op(const ThreadState& t) {
+  for (size_t d = t.depth; d > 0; --d) {
+    const Frame& frame = t.frames[d - 1];
+    if (frame.recorded || frame.fallback) return &frame;
+  }
+  return nullptr;
 }
 
 struct MemoryState final : torch::profiler::impl::ProfilerStateBase {
@@ -591,32 +764,45 @@ struct MemoryState final : torch::profiler::impl::ProfilerStateBase {
 
   void reportMemoryUsage(void* ptr, int64_t bytes, size_t, size_t, c10::Device) override {
     if (!g_memory.load(std::memory_order_relaxed) || bytes == 0) return;
+    if (bytes < 0) {
+      released(ptr);
+      return;
+    }
+    // the op running and its autograd node: the innermost recorded op's, else the thread's
+    const ThreadState& t = t_state;
+    const Frame* frame = t.generation == g_generation.load(std::memory_order_relaxed) ? innermost_op(t) : nullptr;
+    int32_t op = -1;
     int64_t node_seq = kNoNode;
     int64_t variable = 0;  // an AccumulateGrad node's parameter (TensorImpl*): where its blocks belong
-    if (auto node = torch::autograd::get_current_node()) {
+    if (frame != nullptr) {
+      op = frame->op;
+      node_seq = frame->node_seq;
+      variable = frame->accumulated;
+    } else if (auto node = torch::autograd::get_current_node()) {
       node_seq = static_cast<int64_t>(node->sequence_nr());
       if (auto* acc = dynamic_cast<torch::autograd::AccumulateGrad*>(node.get())) {
         variable = reinterpret_cast<int64_t>(acc->variable.unsafeGetTensorImpl());
       }
     }
-    int32_t op = bytes > 0 && t_generation == g_generation.load(std::memory_order_relaxed) ? innermost_op() : -1;
     std::lock_guard<std::mutex> guard(g_lock);
-    if (bytes > 0) {
-      if (!g_on.load(std::memory_order_relaxed)) return;  // the profiler's own
-      g_blocks[ptr] = Block{bytes, g_records.size(), g_op_records, g_batch};
-    } else {
-      auto it = g_blocks.find(ptr);
-      if (it == g_blocks.end()) return;  // allocated before the session, or not recorded
-      const Block& block = it->second;
-      bytes = -block.bytes;
-      // no op record since it was allocated (an op is recorded when it returns, after what it
-      // allocated), in the same batch: it lived inside the op that made it, a temporary
-      if (block.ops == g_op_records && block.batch == g_batch && block.index < g_records.size()) {
-        g_records[block.index].t0 = 1;
-      }
-      g_blocks.erase(it);
-    }
+    if (!g_on.load(std::memory_order_relaxed)) return;  // the profiler's own
+    g_blocks.put(ptr, Block{bytes, g_records.size(), g_op_records, g_batch});
     g_records.push_back(Record{kMemory, op, node_seq, bytes, 0, 0, variable, reinterpret_cast<intptr_t>(ptr)});
+    g_pending = static_cast<int64_t>(g_records.size());
+  }
+
+  // a block released (its context does not matter: drain_runs reads only where it was allocated)
+  void released(void* ptr) {
+    std::lock_guard<std::mutex> guard(g_lock);
+    Block* block = g_blocks.find(ptr);
+    if (block == nullptr) return;  // allocated before the session, or not recorded
+    // no op record since it was allocated (an op is recorded when it returns, after what it
+    // allocated), in the same batch: it lived inside the op that made it, a temporary
+    bool same_batch = block->batch == g_batch && block->index < g_records.size();
+    if (same_batch && block->ops == g_op_records) g_records[block->index].t0 = 1;
+    g_records.push_back(Record{kMemory, -1, kNoNode, -block->bytes, same_batch ? static_cast<int64_t>(block->index) : -1,
+                               same_batch ? 0 : block->run, 0, reinterpret_cast<intptr_t>(ptr)});
+    g_blocks.erase(block);
     g_pending = static_cast<int64_t>(g_records.size());
   }
 
@@ -635,8 +821,10 @@ bool start_memory() {
   {
     std::lock_guard<std::mutex> guard(g_lock);
     g_blocks.clear();
+    g_next_run = 0;
   }
   g_memory_state = std::make_shared<MemoryState>();
+  g_own_state.store(g_memory_state.get());
   c10::ThreadLocalDebugInfo::_push(c10::DebugInfoKind::PROFILER_STATE, g_memory_state);
   // c10's CPU allocator logs a warning for a block released while memory is reported that it
   // saw allocated before: every tensor made before the session, expected here (put back at stop)
@@ -648,6 +836,7 @@ bool start_memory() {
 
 void stop_memory() {
   g_memory.store(false);
+  g_own_state.store(nullptr);
   auto state = std::move(g_memory_state);
   if (!state) return;
   FLAGS_caffe2_log_level = g_log_level;
@@ -673,24 +862,41 @@ void stop_memory() {
 // The calls Python must see as they happen go to the Python hooks instead: a top-level call
 // (a forward begins or ends), and a call while an exception is being handled (the forward
 // may have raised). Both sides unwind the stack the same way: to the module's own frame.
+//
+// Any global module hook sends every module call down torch's slow _call_impl path (about
+// 1.4 us a call). So a timing session wraps each hook-free module's forward instead (a
+// ForwardWrapper set as the instance attribute ``forward`` for the session: _call_impl keeps
+// its fast path and calls it), and gives the modules with hooks of their own these two
+// functions as their first hooks (they take the slow path anyway); Python installs and
+// removes both (native/calls.py). A wrapper does what the two hooks do, around the forward,
+// for the calls that come through Module.__call__ only (its caller's frame is one of
+// _call_impl's: ``callers``), as the hooks see them: a forward called directly is not a call.
 constexpr int32_t kEnter = -1, kExit = -2;
 
 struct ModuleHooks {
   bool active = false;
   bool paused = false;  // a profile nested inside this one is running
+  int64_t generation = 0;  // one per track_modules: the wrappers of an earlier one pass through
   std::unordered_map<PyObject*, int32_t> index;  // module -> its index (Python keeps them alive)
   std::vector<PyObject*> stack;  // the modules entered and not exited, as Python's stack has them
   py::object pre, post;  // the Python hooks, for the calls above
+  std::vector<py::object> callers;  // the code objects of the frames Module.__call__ calls forward from
 };
 ModuleHooks g_modules;  // used with the GIL held only
 
 bool handling_exception() {
+#if PY_VERSION_HEX >= 0x030B0000
+  PyObject* value = PyErr_GetHandledException();
+  bool handling = value != nullptr && value != Py_None;
+  Py_XDECREF(value);
+#else
   PyObject *type = nullptr, *value = nullptr, *traceback = nullptr;
   PyErr_GetExcInfo(&type, &value, &traceback);
   bool handling = value != nullptr && value != Py_None;
   Py_XDECREF(type);
   Py_XDECREF(value);
   Py_XDECREF(traceback);
+#endif
   return handling;
 }
 
@@ -702,48 +908,266 @@ void record_boundary(int32_t kind, int32_t module, int64_t recompute) {
   g_pending = static_cast<int64_t>(g_records.size());
 }
 
-// the global forward pre-hook: hook(module, args)
+// a call of tracked ``module`` begins: recorded, or heard by the Python pre-hook
+// (``to_python()``: calls it, a new reference or nullptr with the error set)
+template <typename ToPython>
+PyObject* call_begins(PyObject* module, int32_t index, ToPython&& to_python) {
+  ModuleHooks& h = g_modules;
+  bool top = h.stack.empty();
+  h.stack.push_back(module);
+  if (top || handling_exception()) return to_python();
+  record_boundary(kEnter, index, torch::autograd::get_current_node() ? 1 : 0);
+  Py_RETURN_NONE;
+}
+
+// a call of tracked ``module`` ends: recorded, or heard by the Python post-hook
+template <typename ToPython>
+PyObject* call_ends(PyObject* module, int32_t index, ToPython&& to_python) {
+  auto& stack = g_modules.stack;
+  while (!stack.empty() && stack.back() != module) stack.pop_back();  // abandoned children
+  bool found = !stack.empty();
+  if (found) stack.pop_back();
+  if (!found || stack.empty() || handling_exception()) return to_python();
+  record_boundary(kExit, index, 0);
+  Py_RETURN_NONE;
+}
+
+// the forward pre-hook (global, or a module's own): hook(module, args)
 PyObject* module_pre(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   ModuleHooks& h = g_modules;
   if (!h.active || h.paused || nargs < 1) Py_RETURN_NONE;
   auto it = h.index.find(args[0]);
   if (it == h.index.end()) Py_RETURN_NONE;
-  bool top = h.stack.empty();
-  h.stack.push_back(args[0]);
-  if (top || handling_exception()) return PyObject_Vectorcall(h.pre.ptr(), args, nargs, nullptr);
-  record_boundary(kEnter, it->second, torch::autograd::get_current_node() ? 1 : 0);
-  Py_RETURN_NONE;
+  return call_begins(args[0], it->second, [&] { return PyObject_Vectorcall(h.pre.ptr(), args, nargs, nullptr); });
 }
 
-// the global always-called forward hook: hook(module, args, output)
+// the always-called forward hook (global, or a module's own): hook(module, args, output)
 PyObject* module_post(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   ModuleHooks& h = g_modules;
   if (!h.active || h.paused || nargs < 1) Py_RETURN_NONE;
   auto it = h.index.find(args[0]);
   if (it == h.index.end()) Py_RETURN_NONE;
-  auto& stack = h.stack;
-  while (!stack.empty() && stack.back() != args[0]) stack.pop_back();  // abandoned children
-  bool found = !stack.empty();
-  if (found) stack.pop_back();
-  if (!found || stack.empty() || handling_exception()) {
-    return PyObject_Vectorcall(h.post.ptr(), args, nargs, nullptr);
-  }
-  record_boundary(kExit, it->second, 0);
-  Py_RETURN_NONE;
+  return call_ends(args[0], it->second, [&] { return PyObject_Vectorcall(h.post.ptr(), args, nargs, nullptr); });
 }
 
 PyMethodDef g_pre_def = {"module_pre", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(module_pre)),
-                         METH_FASTCALL, "The global forward pre-hook (see track_modules)."};
+                         METH_FASTCALL, "The forward pre-hook (see track_modules)."};
 PyMethodDef g_post_def = {"module_post", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(module_post)),
-                          METH_FASTCALL, "The global always-called forward hook (see track_modules)."};
+                          METH_FASTCALL, "The always-called forward hook (see track_modules)."};
 
-void track_modules(const py::list& modules, py::object pre, py::object post) {
+// -- a module's forward, wrapped (see "module boundaries")
+struct ForwardWrapper {
+  PyObject_HEAD
+  vectorcallfunc vectorcall;
+  PyObject* module;    // the module (a strong reference)
+  PyObject* original;  // what module.forward was: a bound method, or the module's own attribute
+  int32_t index;       // the module's index in its session
+  int64_t generation;  // its session's
+};
+
+bool wrapper_live(const ForwardWrapper* w) {
+  const ModuleHooks& h = g_modules;
+  return w->generation == h.generation && h.active && !h.paused;
+}
+
+// whether the wrapper's caller is Module.__call__ (_call_impl or the closure it calls forward from)
+bool called_by_module_call() {
+  PyFrameObject* frame = PyEval_GetFrame();  // borrowed
+  if (frame == nullptr) return false;
+  PyCodeObject* code = PyFrame_GetCode(frame);
+  bool through = false;
+  for (const auto& caller : g_modules.callers) through = through || caller.ptr() == reinterpret_cast<PyObject*>(code);
+  Py_DECREF(code);
+  return through;
+}
+
+PyObject* positional(PyObject* const* args, Py_ssize_t nargs) {
+  PyObject* tuple = PyTuple_New(nargs);
+  if (tuple == nullptr) return nullptr;
+  for (Py_ssize_t i = 0; i < nargs; ++i) PyTuple_SET_ITEM(tuple, i, Py_NewRef(args[i]));
+  return tuple;
+}
+
+// the Python hook ``hook`` called as torch calls it: (module, args[, output])
+PyObject* call_hook(PyObject* hook, PyObject* module, PyObject* const* args, Py_ssize_t nargs, PyObject* output) {
+  PyObject* tuple = positional(args, nargs);
+  if (tuple == nullptr) return nullptr;
+  PyObject* result = PyObject_CallFunctionObjArgs(hook, module, tuple, output, nullptr);
+  Py_DECREF(tuple);
+  return result;
+}
+
+#if PY_VERSION_HEX >= 0x030C0000
+PyObject* take_raised() { return PyErr_GetRaisedException(); }
+void put_back_raised(PyObject* raised) { PyErr_SetRaisedException(raised); }
+#else
+PyObject* take_raised() {
+  PyObject *type = nullptr, *value = nullptr, *traceback = nullptr;
+  PyErr_Fetch(&type, &value, &traceback);
+  PyErr_NormalizeException(&type, &value, &traceback);
+  if (traceback != nullptr && value != nullptr) PyException_SetTraceback(value, traceback);
+  Py_XDECREF(type);
+  Py_XDECREF(traceback);
+  return value;
+}
+void put_back_raised(PyObject* raised) {
+  PyErr_Restore(Py_NewRef(reinterpret_cast<PyObject*>(Py_TYPE(raised))), raised, PyException_GetTraceback(raised));
+}
+#endif
+
+// ``raised`` as the exception being handled while ``run()`` runs (as in torch's except-block)
+template <typename Run>
+void while_handling(PyObject* raised, Run&& run) {
+#if PY_VERSION_HEX >= 0x030B0000
+  PyObject* before = PyErr_GetHandledException();
+  PyErr_SetHandledException(raised);
+  run();
+  PyErr_SetHandledException(before);
+  Py_XDECREF(before);
+#else
+  PyObject *type = nullptr, *value = nullptr, *traceback = nullptr;
+  PyErr_GetExcInfo(&type, &value, &traceback);
+  PyErr_SetExcInfo(Py_NewRef(reinterpret_cast<PyObject*>(Py_TYPE(raised))), Py_NewRef(raised),
+                   PyException_GetTraceback(raised));
+  run();
+  PyErr_SetExcInfo(type, value, traceback);
+#endif
+}
+
+// the forward raised (the error is set): as torch's _call_impl runs an always-called hook for
+// an Exception, in its except-block, the call ends while it is handled, output None; a
+// BaseException (KeyboardInterrupt) runs no hook: the call is abandoned, as there
+void forward_raised(ForwardWrapper* w, PyObject* const* args, Py_ssize_t nargs) {
+  if (!wrapper_live(w) || !PyErr_ExceptionMatches(PyExc_Exception)) return;
+  PyObject* raised = take_raised();
+  if (raised == nullptr) return;
+  while_handling(raised, [&] {
+    PyObject* out = call_ends(w->module, w->index, [&] {
+      return call_hook(g_modules.post.ptr(), w->module, args, nargs, Py_None);
+    });
+    if (out == nullptr) {
+      PyErr_WriteUnraisable(w->module);  // torch warns of a failing always-called hook, and goes on
+    } else {
+      Py_DECREF(out);
+    }
+  });
+  put_back_raised(raised);
+}
+
+PyObject* wrapper_vectorcall(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  auto* w = reinterpret_cast<ForwardWrapper*>(self);
+  if (!wrapper_live(w) || !called_by_module_call()) return PyObject_Vectorcall(w->original, args, nargsf, kwnames);
+  Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  PyObject* begun = call_begins(w->module, w->index,
+                                [&] { return call_hook(g_modules.pre.ptr(), w->module, args, nargs, nullptr); });
+  if (begun == nullptr) {  // the Python pre-hook raised: the call ends as torch ends it then
+    forward_raised(w, args, nargs);
+    return nullptr;
+  }
+  Py_DECREF(begun);
+  PyObject* output = PyObject_Vectorcall(w->original, args, nargsf, kwnames);
+  if (output == nullptr) {
+    forward_raised(w, args, nargs);
+    return nullptr;
+  }
+  if (!wrapper_live(w)) return output;
+  PyObject* ended = call_ends(w->module, w->index,
+                              [&] { return call_hook(g_modules.post.ptr(), w->module, args, nargs, output); });
+  if (ended == nullptr) {
+    Py_DECREF(output);
+    return nullptr;
+  }
+  Py_DECREF(ended);
+  return output;
+}
+
+// everything but ``__wrapped__`` is the wrapped callable's (its signature, name, __self__,
+// __func__), so the forward looks as it did (generate() reads its signature)
+PyObject* wrapper_getattro(PyObject* self, PyObject* name) {
+  auto* w = reinterpret_cast<ForwardWrapper*>(self);
+  if (PyUnicode_Check(name)) {
+    if (PyUnicode_CompareWithASCIIString(name, "__wrapped__") == 0) return Py_NewRef(w->original);
+    if (PyUnicode_CompareWithASCIIString(name, "__class__") == 0) return PyObject_GenericGetAttr(self, name);
+  }
+  return PyObject_GetAttr(w->original, name);
+}
+
+PyObject* wrapper_repr(PyObject* self) { return PyObject_Repr(reinterpret_cast<ForwardWrapper*>(self)->original); }
+
+int wrapper_traverse(PyObject* self, visitproc visit, void* arg) {
+  auto* w = reinterpret_cast<ForwardWrapper*>(self);
+  Py_VISIT(Py_TYPE(self));
+  Py_VISIT(w->module);
+  Py_VISIT(w->original);
+  return 0;
+}
+
+int wrapper_clear(PyObject* self) {
+  auto* w = reinterpret_cast<ForwardWrapper*>(self);
+  Py_CLEAR(w->module);
+  Py_CLEAR(w->original);
+  return 0;
+}
+
+void wrapper_dealloc(PyObject* self) {
+  PyTypeObject* type = Py_TYPE(self);
+  PyObject_GC_UnTrack(self);
+  wrapper_clear(self);
+  type->tp_free(self);
+  Py_DECREF(type);
+}
+
+PyMemberDef g_wrapper_members[] = {
+    {"__vectorcalloffset__", T_PYSSIZET, static_cast<Py_ssize_t>(offsetof(ForwardWrapper, vectorcall)), READONLY,
+     nullptr},
+    {nullptr, 0, 0, 0, nullptr}};
+
+PyType_Slot g_wrapper_slots[] = {
+    {Py_tp_call, reinterpret_cast<void*>(PyVectorcall_Call)},
+    {Py_tp_getattro, reinterpret_cast<void*>(wrapper_getattro)},
+    {Py_tp_repr, reinterpret_cast<void*>(wrapper_repr)},
+    {Py_tp_traverse, reinterpret_cast<void*>(wrapper_traverse)},
+    {Py_tp_clear, reinterpret_cast<void*>(wrapper_clear)},
+    {Py_tp_dealloc, reinterpret_cast<void*>(wrapper_dealloc)},
+    {Py_tp_members, g_wrapper_members},
+    {Py_tp_doc, const_cast<char*>("A module's forward, wrapped by flopsight for a session (see wrap_forward).")},
+    {0, nullptr}};
+
+PyType_Spec g_wrapper_spec = {
+    "flopsight_native.ForwardWrapper", sizeof(ForwardWrapper), 0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    g_wrapper_slots};
+PyTypeObject* g_wrapper_type = nullptr;
+
+// a wrapper of ``original`` (what module.forward is) for the ``index``-th tracked module of the
+// session track_modules began last
+py::object wrap_forward(py::object module, int32_t index, py::object original) {
+  if (g_wrapper_type == nullptr) {
+    g_wrapper_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&g_wrapper_spec));
+    if (g_wrapper_type == nullptr) throw py::error_already_set();
+  }
+  auto* w = PyObject_GC_New(ForwardWrapper, g_wrapper_type);
+  if (w == nullptr) throw py::error_already_set();
+  w->vectorcall = wrapper_vectorcall;
+  w->module = module.release().ptr();
+  w->original = original.release().ptr();
+  w->index = index;
+  w->generation = g_modules.generation;
+  PyObject_GC_Track(reinterpret_cast<PyObject*>(w));
+  return py::reinterpret_steal<py::object>(reinterpret_cast<PyObject*>(w));
+}
+
+// callers: the code objects of the frames Module.__call__ calls forward from (for wrappers)
+void track_modules(const py::list& modules, py::object pre, py::object post, const py::list& callers) {
   ModuleHooks& h = g_modules;
   h.index.clear();
   h.stack.clear();
   for (size_t i = 0; i < modules.size(); ++i) h.index.emplace(modules[i].ptr(), static_cast<int32_t>(i));
   h.pre = std::move(pre);
   h.post = std::move(post);
+  h.callers.clear();
+  for (const auto& caller : callers) h.callers.push_back(py::reinterpret_borrow<py::object>(caller));
+  ++h.generation;
   h.paused = false;
   h.active = true;
 }
@@ -751,13 +1175,18 @@ void track_modules(const py::list& modules, py::object pre, py::object post) {
 void untrack_modules() {
   ModuleHooks& h = g_modules;
   h.active = false;
+  ++h.generation;  // the wrappers still referenced (by whoever wrapped them in turn) pass through
   h.index.clear();
   h.stack.clear();
   h.pre = py::object();
   h.post = py::object();
+  h.callers.clear();
 }
 
 void pause_modules(bool paused) { g_modules.paused = paused; }
+
+// the module calls begun and not ended (0: none is running)
+int64_t open_calls() { return static_cast<int64_t>(g_modules.stack.size()); }
 
 // -- the function mode's __torch_function__ ------------------------------------------------
 // A native session's TorchFunctionMode still sees every torch-level call (the backward entry
@@ -880,6 +1309,7 @@ void configure(const std::vector<std::string>& value_ops, const std::vector<std:
   g_op_of.clear();
   g_sigs.clear();
   g_sig_keys.clear();
+  g_config.fetch_add(1);
 }
 
 // (with the GIL held) claim: the claimed ops' handler, or None
@@ -892,6 +1322,7 @@ void start(py::object claim) {
   g_values.clear();
   g_next_one_off = 0;
   g_generation.fetch_add(1);
+  g_global_callbacks.store(at::hasGlobalCallbacks());
   // thread-local, as a dispatch mode is: the autograd engine carries it into its threads
   g_handle = at::addThreadLocalCallback(at::RecordFunctionCallback(on_enter, on_exit)
                                             .needsInputs(true)
@@ -926,6 +1357,28 @@ py::memoryview pending_view() {
   return py::memoryview::from_memory(&g_pending, sizeof(g_pending), /*readonly=*/true);
 }
 
+// a drain's values as (sig, key, inputs, outputs), inputs and outputs None where not kept
+py::list values_list(const std::vector<Values>& values) {
+  py::list out(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    const Values& v = values[i];
+    py::object inputs = py::none(), outputs = py::none();
+    if (v.has_inputs) inputs = as_tuple(v.inputs);
+    if (v.has_outputs) outputs = as_tuple(v.outputs);
+    out[i] = py::make_tuple(v.sig, py::bytes(v.key), inputs, outputs);
+  }
+  return out;
+}
+
+// the operators first seen since the last drain as (id, name, overload), ids from ops_known
+py::list ops_list(const std::vector<Op>& ops, int32_t ops_known) {
+  py::list out(ops.size());
+  for (size_t i = 0; i < ops.size(); ++i) {
+    out[i] = py::make_tuple(static_cast<int32_t>(ops_known + i), ops[i].name, ops[i].overload);
+  }
+  return out;
+}
+
 // (records, values, ops): each record as (op, sig, node sequence nr, sequence nr before and
 // after, t0 ns, t1 ns, accumulated TensorImpl address); values as (sig, inputs, outputs); the
 // operators first seen since the last drain as (id, name, overload)
@@ -946,19 +1399,147 @@ py::tuple drain(int32_t ops_known) {
     const Record& r = records[i];
     out_records[i] = py::make_tuple(r.op, r.sig, r.node_seq, r.seq_before, r.seq_after, r.t0, r.t1, r.accumulated);
   }
-  py::list out_values(values.size());
-  for (size_t i = 0; i < values.size(); ++i) {
-    const Values& v = values[i];
-    py::object inputs = py::none(), outputs = py::none();
-    if (v.has_inputs) inputs = as_tuple(v.inputs);
-    if (v.has_outputs) outputs = as_tuple(v.outputs);
-    out_values[i] = py::make_tuple(v.sig, py::bytes(v.key), inputs, outputs);
+  return py::make_tuple(out_records, values_list(values), ops_list(ops, ops_known));
+}
+
+// -- charging in runs ---------------------------------------------------------------------
+// What drain_runs hands Python: the records of a batch, with repeats merged, so that Python
+// runs once per run instead of once per record. A stretch of records under one context (the
+// autograd node running and its parameter, none in a forward) with no module call entered or
+// left and no unit among them is charged under one state on the Python side: where its ops
+// and blocks go does not change inside it, so the order between its ops and its blocks does
+// not matter. Inside such a stretch:
+// * consecutive op records of one signature (and, in a backward node, one sequence counter
+//   after) become one row with their count and summed time, when Python asks for it (no
+//   listener needs each op's interval);
+// * the blocks allocated, and those of them released, become one memory run: the figures the
+//   memory source needs from them in order (live bytes' change and peak, the largest block,
+//   the temporaries' change and peak), as if each were reported in turn. A block released
+//   in another run (or batch) is its own row, naming the run it was allocated in: Python
+//   ignores it if that run was not the model's (as it ignored the run). It ends the run.
+// Each row is 10 int64:
+//   op run:      op, sig, node_seq, seq_before, seq_after, t0, t1 (the first op's), accumulated, count, ns summed
+//   call:        kEnter or kExit, module, recompute, seq, seq, t, t, 0, 0, 0
+//   memory run:  kMemory, run, node_seq, accumulated, live change, live peak, largest block, its op,
+//                temporaries' change, their peak (peaks: kNoPeak when none was allocated)
+//   released:    kReleased, run, bytes, temporary, 0...
+constexpr int32_t kReleased = -4;
+constexpr int64_t kNoPeak = INT64_MIN;
+
+struct Row {
+  int64_t v[10];
+};
+
+// the rows of a batch of records (g_lock held: operator flags, blocks' runs)
+std::vector<Row> runs_of(const std::vector<Record>& records, int64_t batch, bool merge) {
+  std::vector<Row> rows;
+  rows.reserve(64);
+  std::vector<int64_t> run_of(records.size(), -1);  // an allocation's memory run
+  std::vector<char> released(records.size(), 0);   // an allocation released in this batch
+  bool in_stretch = false;
+  int64_t node = 0, accumulated = 0;
+  int64_t memory = -1, last_op = -1;  // the open memory run's row, the op row a repeat merges into
+  auto end_stretch = [&] {
+    in_stretch = false;
+    memory = last_op = -1;
+  };
+  auto stretch = [&](int64_t n, int64_t a) {  // a record under context (n, a)
+    if (!in_stretch || n != node || a != accumulated) {
+      end_stretch();
+      in_stretch = true;
+      node = n;
+      accumulated = a;
+    }
+  };
+  for (size_t i = 0; i < records.size(); ++i) {
+    const Record& r = records[i];
+    if (r.op == kEnter || r.op == kExit) {
+      end_stretch();
+      rows.push_back(Row{{r.op, r.sig, r.node_seq, r.seq_before, r.seq_after, r.t0, r.t1, 0, 0, 0}});
+    } else if (r.op == kMemory && r.seq_before > 0) {  // allocated
+      stretch(r.node_seq, r.t1);
+      if (memory < 0) {
+        memory = static_cast<int64_t>(rows.size());
+        rows.push_back(Row{{kMemory, g_next_run++, r.node_seq, r.t1, 0, kNoPeak, 0, -1, 0, kNoPeak}});
+      }
+      int64_t* m = rows[memory].v;
+      run_of[i] = m[1];
+      int64_t bytes = r.seq_before;
+      if (r.t0 == 1) {  // one of its op's temporaries
+        m[8] += bytes;
+        m[9] = std::max(m[9], m[8]);
+      } else {
+        m[4] += bytes;
+        m[5] = std::max(m[5], m[4]);
+        if (bytes > m[6]) {
+          m[6] = bytes;
+          m[7] = r.sig;
+        }
+      }
+    } else if (r.op == kMemory) {  // released
+      int64_t bytes = -r.seq_before, run = r.t0;
+      bool temporary = false;
+      if (r.seq_after >= 0) {  // allocated in this batch
+        run = run_of[r.seq_after];
+        temporary = records[r.seq_after].t0 == 1;
+        released[r.seq_after] = 1;
+      }
+      if (run < 0) continue;  // drained by drain(): not charged here
+      if (memory >= 0 && rows[memory].v[1] == run) {
+        rows[memory].v[temporary ? 8 : 4] -= bytes;
+      } else {
+        rows.push_back(Row{{kReleased, run, bytes, temporary ? 1 : 0, 0, 0, 0, 0, 0, 0}});
+        memory = -1;
+      }
+    } else {  // an op
+      stretch(r.node_seq, r.accumulated);
+      bool unit = r.op >= 0 && static_cast<size_t>(r.op) < g_ops.size() && g_ops[r.op].unit;
+      if (merge && !unit && last_op >= 0 && r.sig >= 0) {
+        int64_t* o = rows[last_op].v;
+        if (o[0] == r.op && o[1] == r.sig && (r.node_seq == kNoNode || o[4] == r.seq_after)) {
+          o[8] += 1;
+          o[9] += r.t1 - r.t0;
+          continue;
+        }
+      }
+      if (unit) end_stretch();  // a unit changes what later nodes are charged to
+      rows.push_back(Row{{r.op, r.sig, r.node_seq, r.seq_before, r.seq_after, r.t0, r.t1, r.accumulated, 1, r.t1 - r.t0}});
+      if (unit) {
+        end_stretch();
+      } else {
+        last_op = static_cast<int64_t>(rows.size()) - 1;
+      }
+    }
   }
-  py::list out_ops(ops.size());
-  for (size_t i = 0; i < ops.size(); ++i) {
-    out_ops[i] = py::make_tuple(static_cast<int32_t>(ops_known + i), ops[i].name, ops[i].overload);
+  // the blocks still alive: a release in a later batch names their run
+  for (size_t i = 0; i < records.size(); ++i) {
+    if (run_of[i] < 0 || released[i]) continue;
+    Block* block = g_blocks.find(reinterpret_cast<void*>(records[i].accumulated));
+    if (block != nullptr && block->batch == batch && block->index == i) block->run = run_of[i];
   }
-  return py::make_tuple(out_records, out_values, out_ops);
+  return rows;
+}
+
+// drain() in runs (see above): (rows as bytes, values, ops); ``merge``: merge repeated ops
+py::tuple drain_runs(int32_t ops_known, bool merge) {
+  std::vector<Row> rows;
+  std::vector<Values> values;
+  std::vector<Op> ops;
+  {
+    static std::vector<Record> spare;  // the records' buffer drained last time, kept for its capacity
+    std::lock_guard<std::mutex> guard(g_lock);
+    std::vector<Record> records;
+    records.swap(g_records);
+    g_records.swap(spare);
+    values.swap(g_values);
+    g_pending = 0;
+    rows = runs_of(records, g_batch++, merge);
+    for (size_t i = static_cast<size_t>(ops_known); i < g_ops.size(); ++i) ops.push_back(g_ops[i]);
+    records.clear();
+    spare.swap(records);
+  }
+  py::bytes out_rows(reinterpret_cast<const char*>(rows.data()), rows.size() * sizeof(Row));
+  return py::make_tuple(out_rows, values_list(values), ops_list(ops, ops_known));
 }
 
 // (name, overload) of an operator id
@@ -1016,11 +1597,19 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "Whether a profiler's state (torch.profiler's) is on this thread.");
   m.def("pending_view", &pending_view, "The number of records not yet drained, as an int64 buffer.");
   m.def("drain", &drain, py::arg("ops_known"), "Hand over and forget what was recorded so far.");
+  m.def("drain_runs", &drain_runs, py::arg("ops_known"), py::arg("merge"),
+        "drain() in runs: rows of 10 int64 (see recorder.cpp), values, ops; merge: merge repeated ops.");
   m.def("clock_ns", &clock_ns, "The recorder's clock (steady_clock) in nanoseconds.");
   m.def("dtypes", &dtypes, "torch.dtype per ScalarType index.");
   m.def("track_modules", &track_modules, py::arg("modules"), py::arg("pre"), py::arg("post"),
-        "Record the calls of these modules (index = position) through module_pre and module_post; "
-        "the calls Python must see at once go to the Python hooks pre and post.");
+        py::arg("callers") = py::list(),
+        "Record the calls of these modules (index = position) through module_pre and module_post, or their "
+        "wrapped forwards (wrap_forward), those a frame of callers (code objects) calls; the calls Python must "
+        "see at once go to the Python hooks pre and post.");
+  m.def("wrap_forward", &wrap_forward, py::arg("module"), py::arg("index"), py::arg("original"),
+        "A callable to set as the index-th tracked module's forward for the session: it calls original "
+        "(what module.forward was) as module_pre and module_post would see the call.");
+  m.def("open_calls", &open_calls, "The tracked module calls begun and not ended.");
   m.def("untrack_modules", &untrack_modules, "Stop recording module calls and forget the modules.");
   m.def("pause_modules", &pause_modules, py::arg("paused"), "Ignore module calls (a nested profile runs).");
   m.def("function_mode_hook", &function_mode_hook, py::arg("handlers"), py::arg("passthrough"),

@@ -53,6 +53,10 @@ class PythonCalls(CallTracking):
         # keyword arguments only for listeners that read them (module rules)
         self._handles.append(register_module_forward_hook(post, always_call=True,
                                                           with_kwargs=bool(ctx.events.modules)))
+        self.hook_root(ctx)
+
+    def hook_root(self, ctx) -> None:
+        """The root's inputs hook (a scripted root refuses hooks: the pre-hook records them)."""
         if not self.root_is_script:
             self._handles.append(self.root.register_forward_pre_hook(self.record_inputs(ctx), with_kwargs=True))
 

@@ -1,0 +1,72 @@
+"""The native recorder hands its records over in runs (recorder.cpp's drain_runs): ops repeated
+under one state as one row with their count and summed time, the blocks of memory of a stretch
+as the figures the memory source needs. Charged, a run gives what charging each op and each
+block in turn gives: the counts, calls, unsupported ops and memory figures of every op."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import flopsight
+from flopsight.capture.backends.native.build import load
+from flopsight.formulas import REGISTRY
+
+needs_native = pytest.mark.skipif(load(quiet=True) is None, reason="the native backend cannot be built here")
+
+PRODUCTS = 5
+
+
+class Repeats(nn.Module):
+    """Five 4x4 matrix products in a row: one operator, one signature, one module call."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(4, 4))
+
+    def forward(self, x):
+        for _ in range(PRODUCTS):
+            x = x @ self.w
+        return x
+
+
+def forward(backend: str, **options):
+    model = Repeats()
+    with torch.no_grad(), flopsight.Profiler(model, memory=True, backend=backend, **options) as prof:
+        model(torch.ones(4, 4))
+    assert prof.result.metadata.backend == backend
+    return prof.result
+
+
+@needs_native
+def test_repeated_ops_count_as_many_calls_each_with_its_cost_and_time():
+    result = forward("native", clock=flopsight.FakeClock())
+    mm = result.ops()["aten.mm"]
+    # a 4x4 by 4x4 product: 4 * 4 * 4 = 64 MACs, 128 FLOPs; on the fake clock each op is
+    # stamped as it is charged, one tick (1 ms) from its start to its end
+    assert (mm.macs, mm.flops, mm.calls) == (PRODUCTS * 64, PRODUCTS * 128, PRODUCTS)
+    assert mm.latency == pytest.approx(PRODUCTS * 1e-3)
+
+
+@needs_native
+@pytest.mark.parametrize("backend", ["python", "native"])
+def test_the_blocks_of_repeated_ops_give_the_peak_of_each_in_turn(backend):
+    """Each product's output is 4 * 4 * 4 = 64 bytes and the one before it is released once
+    the next exists: two alive at most, 128 bytes, above what was live before the call (the
+    input). The largest block is one output, made by the product."""
+    result = forward(backend)
+    assert result.module("").memory.peak == 128
+    assert result.memory.peak == 128
+    largest = result.memory.largest_buffer
+    assert (largest.bytes, largest.op, largest.module, largest.phase) == (64, "aten.mm", "", "forward")
+
+
+@needs_native
+@pytest.mark.parametrize("backend", ["python", "native"])
+def test_a_repeated_op_without_a_formula_is_listed_once_per_call(backend):
+    registry = REGISTRY.copy()
+    registry.unregister(torch.ops.aten.mm)
+    with pytest.warns(flopsight.UnsupportedOpWarning):
+        result = forward(backend, registry=registry)
+    assert result.unsupported_ops == {"aten.mm": PRODUCTS}
