@@ -173,3 +173,23 @@ def test_a_training_step_on_a_device_is_stamped_at_its_phase_boundaries_only():
     assert r_deep.module("0").inclusive["forward"].latency > 0
     forward = next(s for s in r_deep.timeline.spans if s.kind == "forward")
     assert all(c.start >= forward.start - 1e-3 for c in r_deep.timeline.calls)
+
+
+def test_with_kernels_the_anatomy_computes_on_the_gpus_time():
+    # kernels=True on a device: each phase's compute is its kernels' device time (what the GPU
+    # computed), not its ops' host time (their launches); the simulated kernels last half
+    # their op's host time, so the two differ
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with flopsight.Profiler(model, optimizer=opt, clock=FakeDeviceClock(), kernels=True) as prof:
+        model(torch.randn(4, 8)).sum().backward()
+        opt.step()
+    r = prof.result
+    a = r.iteration.anatomy
+    for phase, part in (("forward", a.forward), ("backward", a.backward), ("step", a.step)):
+        kernels = sum(t for m in r.modules.values() for t in m.op_kernel_time.get(phase, {}).values())
+        host = sum(s.latency for m in r.modules.values() for s in m.ops.get(phase, {}).values())
+        wall = math.fsum(r.spans[phase])
+        assert kernels > 0 and not math.isclose(kernels, host)
+        assert math.isclose(part, min(kernels, wall), rel_tol=1e-9)

@@ -217,12 +217,19 @@ def _anatomy(result: Profile, latency: float, communication: CommunicationTime) 
 
 
 def _compute_time(result: Profile) -> dict[str, float]:
-    """Per phase, the host time of the ops that ran in it, collectives and their waits left
-    out (recompute runs inside the backward: its ops are the backward's)."""
+    """Per phase, the time of the ops that ran in it, collectives and their waits left out
+    (recompute runs inside the backward: its ops are the backward's): where the pass recorded
+    GPU kernels (``kernels=True`` on CUDA), their device time, what the GPU computed; else the
+    ops' host time (on a GPU, their launches: the phases' own time is the device's)."""
+    on_device = result.kernels is not None and result.kernels.source == "cuda"
     out: dict[str, float] = {}
     for stats in result.modules.values():
-        for phase, ops in stats.ops.items():
-            t = sum(s.latency for name, s in ops.items() if not name.startswith(COLLECTIVE_NAMESPACES))
+        if on_device:
+            times = stats.op_kernel_time.items()
+        else:
+            times = ((phase, {name: s.latency for name, s in ops.items()}) for phase, ops in stats.ops.items())
+        for phase, by_op in times:
+            t = sum(seconds for name, seconds in by_op.items() if not name.startswith(COLLECTIVE_NAMESPACES))
             phase = "backward" if phase == "recompute" else phase
             out[phase] = out.get(phase, 0.0) + t
     return out

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Mapping, NamedTuple, Protocol
 
 from .communication import Collective
-from .kernels import Kernel, kernels_from_dict, kernels_to_dict
+from .kernels import Kernel, KernelSummary, kernels_from_dict, kernels_to_dict
 from .memory import ModuleMemory
 from .metadata import Metadata
 from .stats import Stats
@@ -155,6 +155,7 @@ class Profile(Protocol):
     metadata: Metadata
     spans: dict[str, list[float]]
     calls: list[ModelCall]
+    kernels: "KernelSummary | None"
 
     @property
     def root_calls(self) -> list[ModelCall]: ...
