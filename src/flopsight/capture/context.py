@@ -92,6 +92,9 @@ class CaptureContext:
     #: before it changes them: a backend that charges ops later (the native one) charges what
     #: ran under the state that is ending (the backend sets it while it runs)
     settle: Callable[[], None] = lambda: None
+    #: ``settle`` where it changes the module stack (module calls were recorded since the
+    #: last one), else nothing: what reads the stack alone calls it (a tensor saved for backward)
+    settle_calls: Callable[[], None] = lambda: None
     #: the session's :class:`~.backends.Backend` (the hot path: ops, module calls, phase changes)
     backend: Any = field(default_factory=NoBackend)
     _sources: dict = field(default_factory=dict)

@@ -131,7 +131,7 @@ class MemorySource:
     def _pack(self, tensor):
         ctx = self._ctx
         if not ctx.paused and isinstance(tensor, torch.Tensor):
-            ctx.settle()  # the calls the native hooks recorded so far: the module saving it is on the stack
+            ctx.settle_calls()  # the calls the native hooks recorded so far: the module saving it on the stack
             path = ctx.attribution.current_module()
             if path is None:
                 return tensor

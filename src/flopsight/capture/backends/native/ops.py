@@ -193,6 +193,7 @@ class NativeCountingSource:
         self._claimed_ops: dict[int, tuple] = {}  # operator id -> (op overload, _Op) of the claimed ops
         self._by_address: dict | None = None
         self._pending = recorder.pending_view().cast("q")  # records not yet charged
+        self._calls_pending = recorder.calls_pending_view().cast("q")  # of them, module calls' records
         #: replays a module call the C++ hooks recorded (the backend's call tracker sets it)
         self.replay_call = None
         clock = ctx.clock
@@ -225,6 +226,7 @@ class NativeCountingSource:
         IN_USE[0] += 1
         self._running = self._recording = True
         ctx.settle = self.settle
+        ctx.settle_calls = self.settle_calls
         ctx.events.aside = self.aside
 
     def stop(self, ctx: CaptureContext) -> None:
@@ -239,7 +241,7 @@ class NativeCountingSource:
             self.settle()
         finally:
             IN_USE[0] -= 1
-            ctx.settle = _nothing
+            ctx.settle = ctx.settle_calls = _nothing
             ctx.events.aside = contextlib.nullcontext
             EAGER_STANCE.release()
 
@@ -302,6 +304,13 @@ class NativeCountingSource:
             overhead.end(h0)
 
     # -- charging -------------------------------------------------------------------------
+    def settle_calls(self) -> None:
+        """Settle when module calls were recorded since the last settle (the module stack is
+        then behind them), else nothing: the ops recorded meanwhile ran under the stack as it is,
+        and are charged at the next boundary, in a longer run."""
+        if self._calls_pending[0]:
+            self.settle()
+
     def settle(self) -> None:
         """Charge what was recorded so far, under the state it ran in (the current one)."""
         if not self._pending[0]:  # most module boundaries: nothing ran since the last one
