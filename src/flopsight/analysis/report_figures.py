@@ -28,6 +28,7 @@ from ..result.tree import ModuleNode
 
 __all__ = [
     "ParallelInfo",
+    "model_forward",
     "TrainingFigures",
     "GenerationFigures",
     "CommunicationFigures",
@@ -276,7 +277,7 @@ def training_figures(
     ``recompute_fwd_factor`` DeepSpeed's estimate of the recomputed forward; ``it`` is
     ``result.iteration`` when the caller has it already."""
     it = it if it is not None else result.iteration
-    fwd = _forward(result, it)
+    fwd = model_forward(result, it)
     bwd, rec, step = it.backward, it.recompute, it.step
     per = max(it.micro_batches, 1)  # DeepSpeed's lines: one micro-batch's forward and backward
     ds_fwd, ds_bwd = _mean([fwd], per), _mean([bwd], per)
@@ -314,7 +315,7 @@ def training_figures(
     )
 
 
-def _forward(result: ProfileResult, it: IterationStats | None) -> Stats:
+def model_forward(result: ProfileResult, it: IterationStats | None) -> Stats:
     """The model's forward: its counts, and its latency from the timed step where the
     iteration's latencies are a step's timed apart from the counted one (``it.timed``)."""
     fwd = result.total.forward
@@ -353,7 +354,7 @@ def summary_figures(
         if batch is None and it is not None and it.samples and it.micro_batches:
             batch, measured = it.samples / it.micro_batches, True
     total = result.total
-    fwd = step_fwd = _forward(result, it)
+    fwd = step_fwd = model_forward(result, it)
     per = it.micro_batches if it is not None and it.micro_batches > 1 else 1
     if per > 1:  # DeepSpeed's lines: one micro-batch's forward (the mean of the step's)
         fwd = _mean([step_fwd], per)

@@ -145,7 +145,7 @@ def device_timed(kernel_pass: RawCapture, total: float) -> RawCapture:
     for (path, phase, _, _), (_, seconds) in kernels.kernels.items():
         own[(path, phase)] = own.get((path, phase), 0.0) + seconds
     latency = {key: own.get(key, 0.0) for key in calls.latency}
-    roots = {calls.log[i].path for i in range(len(calls.log)) if calls.log[i].parent < 0}
+    roots = {r.path for r in calls.log if r.parent < 0}
     below = sum(seconds for (path, phase), seconds in own.items() if phase == "forward" and path not in roots)
     for path in roots:
         latency[(path, "forward")] = max(total - below, 0.0)

@@ -668,8 +668,8 @@ _LATENCY_NOTE = ("4. flopsight measures each latency at the module's call and le
 _LATENCY_NOTES = {
     "device": "4. flopsight: each module's fwd latency is its kernels' GPU time; the top module's is the forward's, "
               "timed uninstrumented{how}: the rest of it is the GPU's idle time.",
-    "phases": "4. flopsight times the fwd, bwd and step latencies with CUDA events at the phases' boundaries only "
-              "{how}; a module's latency inside them is the host's time at its call (its launches).",
+    "phases": "4. flopsight times the fwd, bwd and step latencies with CUDA events at the phases' boundaries "
+              "only{how}; a module's latency inside them is the host's time at its call (its launches).",
 }
 
 #: syncing operators named on the summary's line

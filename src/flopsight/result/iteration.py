@@ -104,8 +104,11 @@ class IterationStats:
     samples: int | None
     communication: CommunicationTime = field(default_factory=CommunicationTime)
     anatomy: StepAnatomy | None = None
-    timed: bool = False
     counted_latency: float | None = None
+
+    @property
+    def timed(self) -> bool:
+        return self.counted_latency is not None
 
     @property
     def model_flops(self) -> int:
@@ -165,7 +168,6 @@ def iteration_stats(result: Profile) -> IterationStats:
         samples=samples,
         communication=communication,
         anatomy=anatomy,
-        timed=timed,
         counted_latency=counted if timed else None,
     )
 

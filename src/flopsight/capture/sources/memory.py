@@ -172,15 +172,9 @@ class MemorySource:
         self._tracked[key] = (nbytes, weakref.ref(storage, partial(self._freed, key)))
         self.allocated(nbytes, path, phase, getattr(entry, "name", None))
 
-    def allocated(self, nbytes: int, path: str, phase: str, op: str | None = None, temporary: bool = False) -> None:
-        """``nbytes`` more are live, allocated by ``op`` for module ``path`` in ``phase``; a
-        ``temporary`` block (the op releases it before it returns: the native backend's
-        allocator view) is named on its own (``temporaries``), not added to the live bytes."""
-        if temporary:
-            self._temporary += nbytes
-            if self._temporary > self.temporaries.get(path, 0):
-                self.temporaries[path] = self._temporary
-            return
+    def allocated(self, nbytes: int, path: str, phase: str, op: str | None = None) -> None:
+        """``nbytes`` more are live, allocated by ``op`` for module ``path`` in ``phase`` (the
+        native backend's blocks come in runs: :meth:`allocated_run`)."""
         if nbytes > self.largest.bytes:
             self.largest = Buffer(nbytes, op or "an op", path, phase)
         self.live += nbytes

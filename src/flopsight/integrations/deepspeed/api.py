@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from ..._checks import is_int
-from ...analysis.report_figures import ParallelInfo
+from ...analysis.report_figures import ParallelInfo, model_forward
 from ...analysis.report_options import ReportOptions
 from ...capture.modules import describe
 from ...options import ProfileOptions
@@ -172,7 +172,7 @@ class FlopsProfiler:
     def get_total_duration(self, as_string: bool = False):
         """Forward latency of the whole model, in seconds (a timed step's where the engine
         timed one apart from the counted step: ``result.iteration.timed``)."""
-        return self._total(_forward_latency, as_string, duration_to_string)
+        return self._total(lambda r: model_forward(r, r.iteration).latency, as_string, duration_to_string)
 
     def get_total_params(self, as_string: bool = False):
         """Parameters of the model (each tensor once; known before anything ran, as in DeepSpeed)."""
@@ -244,11 +244,6 @@ class FlopsProfiler:
         if not self.started:
             return
         write(render_aggregated(self.result, module_depth=module_depth, top_modules=top_modules))
-
-
-def _forward_latency(result: ProfileResult) -> float:
-    it = result.iteration
-    return it.forward.latency if it.timed else result.total.forward.latency
 
 
 def _lookup(module: nn.Module):
