@@ -4,12 +4,13 @@
 # and make lint: ruff over the code (make test runs it first);
 #     make test-fast: everything but the tests that start ranks or a browser;
 #     make test-matrix: the fast suite on every other tested torch (CI runs it)
+#     make package: the sdist and the wheel in dist/, the wheel installed into a fresh venv and run (CI runs it)
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip install -q -c constraints.txt
 
-.PHONY: demo lint test test-fast test-matrix gpu-check clean
+.PHONY: demo lint test test-fast test-matrix package gpu-check clean
 
 # torch is installed first and pinned, so `torch>=2.9` in pyproject is already satisfied
 # and pip never resolves it to the registry's CUDA build.
@@ -46,10 +47,15 @@ test-fast: $(VENV)/.test
 test-matrix:
 	bash .ci/matrix $(MATRIX)
 
+# python -m build (isolated), then the wheel in a fresh venv beside .venv's torch: a profile on the
+# native backend compiled from the installed source, and the command line (.ci/package)
+package: $(VENV)/.test
+	bash .ci/package $(PY)
+
 # GPU acceptance checks (issue 17): one PASS/FAIL/SKIP line per check, OUT/summary.json;
 # on a machine without CUDA every check is skipped
 gpu-check: $(VENV)/.core
 	$(PY) benchmarks/gpu_check.py $(or $(OUT),gpu-check-out)
 
 clean:
-	rm -rf $(VENV) .venv-matrix build src/*.egg-info
+	rm -rf $(VENV) .venv-matrix build dist src/*.egg-info

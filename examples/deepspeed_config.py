@@ -6,6 +6,8 @@
 ``flopsight.attach`` reads the block as DeepSpeed's engine would (``enabled``,
 ``profile_step``, ``module_depth``, ``top_modules``, ``detailed``, ``output_file``) and
 profiles that step of the loop without touching it: forward, backward and the optimizer step.
+``profile_step`` counts as the engine does, the optimizer steps taken before the profiled
+one: 1 (DeepSpeed's default) is the loop's second step, 0 its first.
 No DeepSpeed install is needed; inside a DeepSpeed engine use
 ``flopsight.deepspeed.install()`` instead (docs/howto/deepspeed.md).
 """
@@ -19,7 +21,7 @@ import flopsight
 
 CONFIG = {
     "train_micro_batch_size_per_gpu": 16,
-    "flops_profiler": {"enabled": True, "profile_step": 2, "module_depth": -1, "top_modules": 1, "detailed": False},
+    "flops_profiler": {"enabled": True, "profile_step": 1, "module_depth": -1, "top_modules": 1, "detailed": False},
 }
 
 

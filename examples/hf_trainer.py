@@ -5,8 +5,8 @@
     python examples/hf_trainer.py --peak 1e12          # MFU against a peak of 1 TFLOP/s
 
 A small GPT-2 (built from a config, random weights, nothing downloaded) trains on random
-token ids on the CPU for a few steps; the callback profiles step ``--profile-step`` (in
-``trainer.state.global_step`` numbering: 1 is the first step), logs the ``flopsight/...``
+token ids on the CPU for a few steps; the callback profiles step ``--profile-step`` (the
+optimizer steps taken before it, as DeepSpeed counts: 0 is the first step), logs the ``flopsight/...``
 figures into ``trainer.state.log_history`` and writes the report into the Trainer's
 ``output_dir``. The script prints the logged figures and the report's path.
 """
@@ -36,7 +36,8 @@ class RandomTokens(torch.utils.data.Dataset):
 def main(argv=None) -> FlopsightCallback:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="out/hf_trainer", help="the Trainer's output_dir (created)")
-    parser.add_argument("--profile-step", type=int, default=2, help="the state.global_step to profile (1-based)")
+    parser.add_argument("--profile-step", type=int, default=1,
+                        help="the step to profile: optimizer steps taken before it (0: the first)")
     parser.add_argument("--steps", type=int, default=3, help="optimizer steps to train (max_steps)")
     parser.add_argument("--accumulate", type=int, default=1, help="gradient_accumulation_steps")
     parser.add_argument("--batch-size", type=int, default=4, help="per_device_train_batch_size")
@@ -58,7 +59,7 @@ def main(argv=None) -> FlopsightCallback:
     trainer = Trainer(model=GPT2LMHeadModel(config), args=training, train_dataset=data, callbacks=[callback])
     trainer.train()
 
-    print(f"\nstep {args.profile_step}, as logged in trainer.state.log_history:")
+    print(f"\nprofile_step {args.profile_step}, as logged in trainer.state.log_history:")
     for key, value in callback.metrics.items():
         print(f"  {key:<30} {value:.6g}")
     for path in callback.written:

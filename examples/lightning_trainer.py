@@ -5,7 +5,7 @@
     python examples/lightning_trainer.py --peak 1e12      # MFU against a peak of 1 TFLOP/s
 
 A small MLP trains on random data on the CPU for a few steps; the callback profiles step
-``--profile-step`` (in ``trainer.global_step`` numbering), logs the ``flopsight/train/...``
+``--profile-step`` (in ``trainer.global_step`` numbering), logs the ``flopsight/...``
 figures to the CSV logger and writes ``flopsight_profile.html`` beside its metrics.csv.
 """
 

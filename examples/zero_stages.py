@@ -11,9 +11,11 @@ warm-up steps, then ``--steps`` steps each profiled on its own with
 makes one result per stage: the step of median wall time, with every step's figures in
 ``result.samples``. Rank 0
 gathers the ranks' results, prints each stage's median step (its anatomy, communication and
-memory per rank), then answers the user's three questions in prose: why ZeRO-3 is slower and
-by how much (``flopsight.diff``'s verdict, only what the spreads make significant), how much
-of the step is communication, and GPU usage.
+memory per rank), ranks the stages by step time, then answers the user's three questions in
+prose: why ZeRO-3 is slower and by how much (the step verdict, only what the spreads make
+significant: one verdict per pair of stages, computed once, so the ranking's ``<`` and the
+prose's "significant" are one test; the parts' changes add up to the step's), how much of
+the step is communication, and GPU usage.
 """
 
 import argparse
@@ -29,9 +31,9 @@ import torch.nn.functional as F
 from torch import nn
 
 import flopsight
-from flopsight.analysis.diff.verdict import step_difference
+from flopsight.analysis.diff.ranking import rank as rank_stages
 from flopsight.analysis.report import Report
-from flopsight.renderers.diff_renderer import verdict_text
+from flopsight.renderers.verdict_words import RANKING_LEGEND, ranking_text, verdict_text
 from flopsight.renderers.numbers import bytes_to_string, duration_to_string, macs_to_string, params_to_string
 
 
@@ -118,27 +120,6 @@ def summary(stage: int, result) -> dict:
     }
 
 
-#: a stage is slower than another only when significantly slower and by at least this factor:
-#: on a loaded 2-core machine, differences of a few tens of percent come and go between runs
-SLOWER = 1.5
-
-
-def ranking(results: dict) -> list[list[int]]:
-    """The stages, fastest first, in tiers (each in stage order): a stage starts a new tier
-    when its step is significantly slower than the tier's fastest, and by at least
-    :data:`SLOWER` times its median."""
-    medians = {s: r.samples.spread("wall").median for s, r in results.items()}
-    tiers: list[list[int]] = []
-    for stage in sorted(results, key=medians.get):
-        fastest = tiers[-1][0] if tiers else None
-        if fastest is None or (medians[stage] >= SLOWER * medians[fastest]
-                               and step_difference(results[fastest].samples, results[stage].samples).significant):
-            tiers.append([stage])
-        else:
-            tiers[-1].append(stage)
-    return tiers
-
-
 def print_table(rows: list[dict]) -> None:
     ms = duration_to_string
     print("\n| ZeRO stage | step (median of N, spread) | fwd | bwd | optimizer | framework and hooks | "
@@ -170,10 +151,10 @@ def print_table(rows: list[dict]) -> None:
 
 def answers(results: dict) -> dict:
     """The seed user's three questions, answered from the measurements."""
-    tiers = ranking(results)
-    order = " < ".join(" ≈ ".join(f"ZeRO-{s}" for s in sorted(tier)) for tier in tiers)
-    d = flopsight.diff(results[0], results[3])
-    v = d.verdict
+    # one verdict per pair of stages, computed once: the ranking's "<" and the prose's
+    # "significant" are the same test's, and the JSON holds the verdict the prose words
+    ranked = rank_stages({f"ZeRO-{s}": r for s, r in results.items()})
+    v = ranked.verdict("ZeRO-0", "ZeRO-3")
     why = verdict_text(v, "ZeRO-0", "ZeRO-3")
     comm = []
     for stage, r in results.items():
@@ -195,14 +176,15 @@ def answers(results: dict) -> dict:
     usage = results[0].device_usage
     gpu = f"not available: {unavailable}" if unavailable else \
         f"mean {usage.utilization_mean:g} %, max {usage.utilization_max} % (NVML)"
-    return {"ranking": order, "largest_cause": v.largest_cause, "why": why, "communication": comm,
+    return {"ranking": ranking_text(ranked), "tiers": [list(t) for t in ranked.tiers],
+            "largest_cause": v.largest_cause, "why": why, "verdict": v.to_dict(), "communication": comm,
             "memory_peaks": peaks, "gpu_usage": gpu}
 
 
 def print_answers(a: dict) -> None:
-    print(f"\nStep time, fastest first (≈: less than {SLOWER:g}x apart or within the noise): {a['ranking']}")
+    print(f"\nStep time, fastest first ({RANKING_LEGEND}): {a['ranking']}")
     print(f"\n1. Why is ZeRO-3 slower? {a['why']}.")
-    if a["largest_cause"] is not None:
+    if a["largest_cause"] is not None:  # a part that moved beyond its own noise, the step's way
         print(f"   The largest cause: {a['largest_cause']}.")
     print("\n2. How much of the step is communication?")
     for line in a["communication"]:

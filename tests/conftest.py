@@ -1,10 +1,12 @@
 """Suite-wide checks: every test must leave torch as it found it."""
 
 import functools
+import os
 import re
 
 import pytest
 import torch
+from hypothesis import HealthCheck, settings
 
 from flopsight._torch_private import (
     active_dispatch_modes,
@@ -15,6 +17,18 @@ from flopsight._torch_private import (
 )
 
 collect_ignore_glob = ["multirank/*_worker.py"]  # scripts run by torchrun, not test modules
+
+# -- property tests (tests/test_properties_*.py): HYPOTHESIS_PROFILE=long draws many more cases ---------------
+# The default profile is small and derandomized, so make test and CI draw the same cases every run; a
+# test's examples run under one function-scoped fixture (torch_left_clean checks the whole test), and
+# deadline=None: profiling a model is slow and its first call builds things, which is no failure.
+settings.register_profile("default", max_examples=25, derandomize=True, deadline=None, database=None,
+                          print_blob=True, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                  HealthCheck.too_slow])
+settings.register_profile("long", max_examples=400, derandomize=False, deadline=None, database=None,
+                          print_blob=True, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                  HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
 

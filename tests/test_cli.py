@@ -455,7 +455,8 @@ def test_progress_bar_on_a_terminal(factory_file):
     import pty
 
     leader, follower = pty.openpty()
-    process = subprocess.Popen([sys.executable, "-m", "flopsight", "profile", f"{factory_file}:pair", "--warm-up", "2"],
+    process = subprocess.Popen([sys.executable, "-m", "flopsight", "profile", f"{factory_file}:pair", "--warm-up", "2",
+                                "--repeat", "1"],
                                stdout=subprocess.PIPE, stderr=follower)
     os.close(follower)
     drawn = b""

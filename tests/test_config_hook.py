@@ -56,7 +56,8 @@ def test_prints_at_the_end_of_profile_step_and_profiles_that_step_only(capsys):
     model, opt = make()
     before = hooks_of(opt)
     printed = {}
-    handle = flopsight.attach(model, opt, enabled(profile_step=3, detailed=False))
+    # 2 steps taken before it: the third, as DeepSpeed's engine counts (global_steps == 2)
+    handle = flopsight.attach(model, opt, enabled(profile_step=2, detailed=False))
 
     def after_step(step):
         printed[step] = capsys.readouterr().out
@@ -77,16 +78,46 @@ def test_prints_at_the_end_of_profile_step_and_profiles_that_step_only(capsys):
     assert hooks_of(opt) == before
 
 
-def test_profile_step_1_starts_at_attach(capsys):
+def test_profile_step_0_starts_at_attach_and_marks_the_first_step(capsys):
     model, opt = make()
-    with flopsight.attach(model, opt, {"enabled": True}) as handle:  # the block alone
+    with flopsight.attach(model, opt, {"enabled": True, "profile_step": 0}) as handle:  # the block alone
         assert handle.attached and "profiling" in repr(handle)
         train(model, opt, 2)
+    # DeepSpeed's title: the engine's step count when it prints, 1 after the first step
+    assert capsys.readouterr().out.count("Profile Summary at step 1:") == 1
+    assert handle.result.samples.first_step and handle.steps == 1
+
+
+def test_the_default_profile_step_1_profiles_the_second_step(capsys):
+    model, opt = make()
+    with flopsight.attach(model, opt, {"enabled": True}) as handle:  # the block alone
+        assert handle.attached and "waiting" in repr(handle)
+        train(model, opt, 3, rows=lambda step: step)  # step i: i rows
     text = capsys.readouterr().out
-    assert text.count("Profile Summary at step 1:") == 1
+    assert text.count("Profile Summary at step 2:") == 1 and value(text, "batch size per GPU") == "2"
+    assert handle.steps == 2 and not handle.result.samples.first_step
     # DeepSpeed's defaults: every depth, top 1 module, the detailed profile; 8*16+16 + 16*4+4 params
     assert "Detailed Profile per GPU" in text and "    params      - {'Sequential': '212'}" in text
     assert re.search(r"^depth 1:", text, re.M)
+
+
+@pytest.mark.parametrize("profile_step, steps", [(0, 1), (1, 1), (2, 1), (0, 2), (1, 3)])
+def test_profile_step_counts_the_steps_taken_before_it_as_deepspeeds_engine(profile_step, steps, capsys):
+    # the engine profiles the step during which global_steps == profile_step (global_steps: the
+    # steps done), and prints after the last profiled one, titled with global_steps then
+    model, opt = make()
+    taken = []  # the steps done when each forward ran: the engine's global_steps at the time
+    profiled = []  # whether each forward was profiled
+    model.register_forward_pre_hook(lambda m, args: taken.append(handle.steps) or profiled.append(
+        "profiling" in repr(handle)))
+    config = enabled(profile_step=profile_step, steps=steps, detailed=False)
+    with flopsight.attach(model, opt, config) as handle:
+        train(model, opt, profile_step + steps + 1, rows=lambda step: step)  # step i (from 1): i rows
+    assert [t for t, p in zip(taken, profiled) if p] == list(range(profile_step, profile_step + steps))
+    # a run of several steps keeps the median one: rows profile_step + 1 ... profile_step + steps
+    assert profile_step + 1 <= handle.result.iteration.samples <= profile_step + steps
+    assert f"Profile Summary at step {profile_step + steps}:" in capsys.readouterr().out
+    assert handle.result.samples.first_step == (profile_step == 0)
 
 
 def test_other_step_hooks_keep_running_and_two_handles_can_share_a_step(capsys):
@@ -97,8 +128,8 @@ def test_other_step_hooks_keep_running_and_two_handles_can_share_a_step(capsys):
     early = register_optimizer_step_post_hook(lambda o, a, k: calls.append("early"))
     own = opt.register_step_post_hook(lambda o, a, k: calls.append("own"))
     try:
-        first = flopsight.attach(model, opt, enabled(profile_step=2, detailed=False))
-        second = flopsight.attach(model, opt, enabled(profile_step=2, detailed=False, top_modules=2))
+        first = flopsight.attach(model, opt, enabled(profile_step=1, detailed=False))
+        second = flopsight.attach(model, opt, enabled(profile_step=1, detailed=False, top_modules=2))
         late = register_optimizer_step_post_hook(lambda o, a, k: calls.append("late"))
         train(model, opt, 3)
         late.remove()
@@ -127,7 +158,7 @@ def test_gradient_accumulation_profiles_every_micro_batch_of_the_step(capsys):
 def test_output_file(tmp_path, capsys):
     model, opt = make()
     out = tmp_path / "flops.txt"
-    with flopsight.attach(model, opt, enabled(profile_step=2, output_file=str(out), module_depth=0, top_modules=2)):
+    with flopsight.attach(model, opt, enabled(profile_step=1, output_file=str(out), module_depth=0, top_modules=2)):
         train(model, opt, 3)
     assert capsys.readouterr().out == ""
     text = out.read_text()
@@ -140,14 +171,14 @@ def test_config_file_path(tmp_path, capsys):
     path.write_text(json.dumps({"train_micro_batch_size_per_gpu": 4, "flops_profiler": {"enabled": True}}))
     model, opt = make()
     with flopsight.attach(model, opt, str(path)):
-        train(model, opt, 1)
-    assert "Profile Summary at step 1:" in capsys.readouterr().out
+        train(model, opt, 2)
+    assert "Profile Summary at step 2:" in capsys.readouterr().out
 
 
 def test_output_file_in_a_missing_directory_is_created_as_deepspeed_does(tmp_path):
     model, opt = make()
     out = tmp_path / "reports" / "step1" / "x.txt"
-    with flopsight.attach(model, opt, enabled(output_file=str(out))):
+    with flopsight.attach(model, opt, enabled(profile_step=0, output_file=str(out))):
         train(model, opt, 1)
     assert "Profile Summary at step 1:" in out.read_text()
 
@@ -172,7 +203,7 @@ def test_profile_step_never_reached_warns_and_leaves_nothing(capsys):
     model, opt = make()
     handle = flopsight.attach(model, opt, enabled(profile_step=10))
     train(model, opt, 3)
-    with pytest.warns(UserWarning, match=r"profile_step=10 was never reached: 3 steps ran"):
+    with pytest.warns(UserWarning, match=r"profile_step=10 was never reached: 3 steps ran of the 11 needed"):
         handle.close()
     assert not handle.attached and handle.result is None and hooks_of(opt) == (0, 0, 0, 0)
     handle.close()  # twice is harmless and silent
@@ -182,8 +213,8 @@ def test_profile_step_never_reached_warns_and_leaves_nothing(capsys):
 
 def test_never_reached_while_profiling_stops_the_profiler():
     model, opt = make()
-    with pytest.warns(UserWarning, match=r"profile_step=2 was never reached: 1 step ran"):
-        with flopsight.attach(model, opt, enabled(profile_step=2)) as handle:
+    with pytest.warns(UserWarning, match=r"profile_step=1 was never reached: 1 step ran of the 2 needed"):
+        with flopsight.attach(model, opt, enabled(profile_step=1)) as handle:
             train(model, opt, 1)  # profiling started after step 1
             assert "profiling" in repr(handle)
     assert not handle.attached and hooks_of(opt) == (0, 0, 0, 0)
@@ -230,9 +261,9 @@ def test_defaults_are_deepspeeds():
     [
         ({"flops_profiler": {"enabled": "yes"}}, TypeError,
          r"config\['flops_profiler'\]\['enabled'\]: expected a bool, got 'yes'"),
-        ({"enabled": True, "profile_step": 0}, TypeError, r"config\['profile_step'\]: expected a positive int, got 0"),
-        ({"enabled": True, "profile_step": 2.0}, TypeError, r"\['profile_step'\]: expected a positive int"),
-        ({"enabled": True, "profile_step": True}, TypeError, r"\['profile_step'\]: expected a positive int"),
+        ({"enabled": True, "profile_step": -1}, TypeError, r"config\['profile_step'\]: expected an int >= 0 .* got -1"),
+        ({"enabled": True, "profile_step": 2.0}, TypeError, r"\['profile_step'\]: expected an int >= 0"),
+        ({"enabled": True, "profile_step": True}, TypeError, r"\['profile_step'\]: expected an int >= 0"),
         ({"enabled": True, "module_depth": -2}, TypeError, r"\['module_depth'\]: expected an int >= -1"),
         ({"enabled": True, "top_modules": "3"}, TypeError, r"\['top_modules'\]: expected an int >= 0, got '3'"),
         ({"enabled": True, "detailed": 1}, TypeError, r"\['detailed'\]: expected a bool, got 1"),
@@ -264,7 +295,7 @@ def test_bad_model_or_optimizer():
 def test_recompute_fwd_factor_sets_deepspeeds_backward_estimate(capsys):
     model, opt = make()
     with flopsight.attach(model, opt, enabled(recompute_fwd_factor=1.0)):
-        train(model, opt, 1)
+        train(model, opt, 2)
     out = capsys.readouterr().out
     # DeepSpeed's lines estimate the backward as (2 + recompute_fwd_factor) * the forward
     assert "bwd FLOPS per GPU = 3 * fwd flops per GPU / bwd latency:" in out
@@ -293,7 +324,7 @@ class ZeroLikeOptimizer:
 def test_a_wrapper_optimizer_is_counted_around_its_own_step(capsys):
     model, opt = make()
     wrapper = ZeroLikeOptimizer(opt)
-    with flopsight.attach(model, wrapper, enabled(profile_step=2, detailed=False)) as handle:
+    with flopsight.attach(model, wrapper, enabled(profile_step=1, detailed=False)) as handle:
         train(model, wrapper, 3)
     assert handle.done and handle.steps == 2 and "step" not in vars(wrapper)
     # the wrapper's own gradient scaling is part of the step: one multiply per element of
@@ -358,3 +389,81 @@ def test_the_configs_own_keys_are_checked():
     assert parse_config({"enabled": True, "steps": 4, "memory": False}).memory is False
     with pytest.raises(TypeError, match=r"\['steps'\]: expected a positive int"):
         parse_config({"enabled": True, "steps": 0})
+
+
+# -- one numbering: attach, DeepSpeed's engine and the trainer callbacks -----------------------------
+@pytest.mark.parametrize("profile_step", [0, 1, 2])
+def test_attach_profiles_the_step_the_trainer_callbacks_profile_for_the_same_profile_step(profile_step, tmp_path):
+    L = pytest.importorskip("lightning")
+    from torch.utils.data import DataLoader
+
+    from flopsight.integrations.lightning import FlopsightCallback
+
+    # step i (0-based: the optimizer steps taken before it) trains on i + 1 rows, so the
+    # profiled step's batch size says which step it was
+    data = [(torch.ones(i + 1, 8), torch.zeros(i + 1, 4)) for i in range(4)]
+
+    class Module(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = make()[0]
+
+        def training_step(self, batch, batch_idx):
+            return self.net(batch[0]).sub(batch[1]).pow(2).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Lightning's advice on workers and logging
+        callback = FlopsightCallback(profile_step, output=None)
+        trainer = L.Trainer(default_root_dir=tmp_path, max_steps=len(data), callbacks=[callback], logger=False,
+                            accelerator="cpu", devices=1, enable_checkpointing=False, enable_progress_bar=False,
+                            enable_model_summary=False)
+        trainer.fit(Module(), DataLoader(data, batch_size=None))
+
+    model, opt = make()
+    with flopsight.attach(model, opt, enabled(profile_step=profile_step, output_file=os.devnull)) as handle:
+        for x, y in data:
+            (model(x) - y).pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+    # the same step index on both, the one DeepSpeed's engine profiles (global_steps == profile_step):
+    # its forward has profile_step + 1 rows of 8*16 + 16*4 = 192 MACs each
+    assert handle.result.iteration.forward.macs == callback.result.iteration.forward.macs == (profile_step + 1) * 192
+    assert handle.result.samples.first_step == callback.result.samples.first_step == (profile_step == 0)
+
+
+def _attach_module():
+    import importlib
+
+    return importlib.import_module("flopsight.integrations.attach")  # the module, not the function
+
+
+def test_a_profile_step_from_before_the_change_warns_once_which_step_it_profiles_now(monkeypatch):
+    monkeypatch.setattr(_attach_module(), "_numbering_warned", False)
+    model, opt = make()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        flopsight.attach(model, opt, enabled(profile_step=0)).close()  # refused until 0.1.0: today's numbering
+        flopsight.attach(model, opt, {"enabled": False, "profile_step": 3}).close()  # off: nothing profiled
+    assert not [w for w in caught if issubclass(w.category, FutureWarning)]
+    with pytest.warns(FutureWarning, match=r"attach's profile_step=3 now counts the optimizer steps taken before the "
+                                           r"profiled one, as DeepSpeed's engine does: it profiles step 4 after attach;"
+                                           r".* pass profile_step=2 for that one") as caught:
+        handle = flopsight.attach(model, opt, enabled(profile_step=3, output_file=os.devnull))
+    assert caught[0].filename == __file__  # it points at the attach() call
+    handle.close()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with flopsight.attach(model, opt, enabled(output_file=os.devnull)):  # the default, 1: once per process
+            train(model, opt, 2)
+    assert not [w for w in caught if issubclass(w.category, FutureWarning)]
+
+
+def test_the_config_takes_profile_step_0_as_deepspeed_does():
+    # DeepSpeed reads profile_step with no check (get_scalar_param), and its engine profiles the
+    # first step for 0 (global_steps == 0): the block, and so the engine drop-in, take it too
+    assert parse_config({"flops_profiler": {"enabled": True, "profile_step": 0}}).profile_step == 0
+    with pytest.raises(TypeError, match=r"\['profile_step'\]: expected an int >= 0"):
+        parse_config({"flops_profiler": {"enabled": True, "profile_step": -1}})  # never comes: refused

@@ -134,7 +134,9 @@ def test_attach_takes_the_engine_or_its_zero_optimizer(run, name):
     assert (reduce.kind, reduce.bytes) == ("all_reduce", 2704)
     assert r.step.latency > 0 and [c.kind for c in r.collectives("step")] == ["all_reduce", "all_gather"]
     report = (run / name / "report.txt").read_text()
-    assert "Profile Summary at step 2:" in report  # attach counts steps from 1, as its docs say
+    # attach counts as the engine does: profile_step 1 is step 2, and the title is the steps
+    # counted when it prints: 2 after one step, 3 after the block's two
+    assert f"Profile Summary at step {3 if name == 'attach_engine' else 2}:" in report
     if name == "attach_engine":  # the engine's parallel sizes; two steps, each on its own
         assert value(report, "world size") == "2" and value(report, "batch size per GPU") == "4"
         assert r.samples.count == 2 and r.iteration.step.calls == 1
@@ -258,5 +260,11 @@ def test_the_zero_stages_example_runs_as_written(deepspeed_scenarios):
     assert "| ZeRO stage | step (median of N, spread) |" in printed
     # the three questions, answered in prose
     assert "1. Why is ZeRO-3 slower? ZeRO-3's step is" in printed and "2. How much of the step" in printed
+    # one verdict for the ranking, the prose and the JSON: ZeRO-0 and ZeRO-3 in different tiers
+    # only when it is significant; its parts' changes add up to the step's
+    v, tiers = answers["verdict"], answers["tiers"]
+    assert [t for t in tiers if "ZeRO-0" in t] == [t for t in tiers if "ZeRO-3" in t] or v["step"]["significant"]
+    assert ("within the noise, not significant" in answers["why"]) == (not v["step"]["significant"])
+    assert sum(p["delta"] for p in v["parts"].values()) == pytest.approx(v["step"]["delta"], abs=1e-9)
     assert answers["gpu_usage"] == "not available: no CUDA device"
     assert "DeepSpeed's bucket buffer" in " ".join(answers["memory_peaks"])

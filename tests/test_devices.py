@@ -58,7 +58,7 @@ def test_unsupported_op_is_warned_once_however_often_it_runs():
 def test_meta_report_says_its_latencies_are_not_the_hardwares():
     model = torch.nn.Linear(4, 4).to("meta")
     result = flopsight.profile(model, torch.ones(2, 4, device="meta"), warm_up=0)
-    note = "note: profiled on the meta device: latencies and FLOPS are not the hardware's"
+    note = "note: profiled on the meta device: nothing ran on hardware, so latencies and FLOPS are n/a"
     assert any(" ".join(line.split()) == note for line in result.render("text").splitlines())
     cpu = flopsight.profile(torch.nn.Linear(4, 4), torch.ones(2, 4), warm_up=0)
     assert "meta device" not in cpu.render("text")

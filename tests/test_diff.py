@@ -365,7 +365,8 @@ def test_text_render(base, wide):
     text = flopsight.diff(base, wide).render()
     lines = text.splitlines()
     assert lines[0] == "flopsight diff: a -> b"
-    assert lines[2] == "Model totals"  # totals first, then the modules
+    assert lines[2].split() == ["run", "a", "b"]  # what each side ran, then the totals, then the modules
+    assert lines.index("Model totals") < lines.index("Modules: 4 of 4 changed, 0 added, 0 removed")
     assert any(line.split()[:4] == ["FLOPs", "840", "1.67", "K"] for line in lines)
     assert "Modules: 4 of 4 changed, 0 added, 0 removed" in text
     assert "~ encoder.0" in text
@@ -378,7 +379,8 @@ def test_markdown_shape(base):
     lines = md.splitlines()
     assert lines[0] == "### flopsight diff: `a` → `b`"
     tables = [[line for line in block.splitlines()] for block in md.split("\n\n") if block.startswith("|")]
-    totals, modules, gates = tables
+    header, totals, modules, gates = tables
+    assert header[0] == "| run | a | b |" and header[2] == "| model | Net | Net |"
     assert totals[0] == "| metric | a | b | change | % | noise |"
     assert totals[1] == "| --- | --: | --: | --: | --: | --: |"
     assert "| FLOPs | 840 | 912 | +72 | +8.57% |  |" in totals
@@ -402,7 +404,7 @@ def test_markdown_escapes_pipes(base):
 
     with torch.no_grad():
         odd = flopsight.profile(Odd(), torch.ones(B, 8), clock=flopsight.FakeClock())
-    md = flopsight.diff(base, odd).render("md")
+    md = flopsight.diff(base, odd, force=True).render("md")  # two model classes: modules compared only by force
     assert "`a\\|b`" in md
 
 
@@ -410,9 +412,9 @@ def test_json_shape(base):
     grown = inference(Net(extra=True))
     d = flopsight.diff(base, grown)
     data = json.loads(d.render("json", gates=d.evaluate(["flops>+1%"])))
-    assert data["flopsight_diff"] == 1
-    assert set(data) == {"flopsight_diff", "a", "b", "notes", "units", "total", "modules", "summary", "gates",
-                         "verdict"}
+    assert data["flopsight_diff"] == 2
+    assert set(data) == {"flopsight_diff", "a", "b", "header", "warnings", "notes", "module_level", "sameness",
+                         "units", "total", "modules", "summary", "gates", "verdict"}
     assert data["verdict"] is None  # one call a side: no verdict
     assert data["a"]["forward_calls"] == 1 and data["a"]["memory_tracked"] is False
     assert data["total"]["metrics"]["flops"] == {"a": 840, "b": 912, "delta": 72, "relative": 72 / 840}
@@ -614,7 +616,7 @@ def test_the_diffs_dict_holds_data_and_its_json_the_words(base):
     data = d.to_dict(gates=gates)
     assert "notes" not in data and all("message" not in g for g in data["gates"])
     assert data["verdict"] is None
-    assert data["caveats"] == [{"kind": "memory", "figures": ["b"]}]
+    assert data["caveats"] == [{"kind": "memory", "figures": ["b"], "warning": True}]
     words = json.loads(d.render("json", gates=gates))
     assert d.notes and words["notes"] == d.notes and "caveats" not in words
     assert words["gates"][0]["message"] == gate_message(gates[0])

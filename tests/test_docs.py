@@ -268,3 +268,19 @@ def test_the_marks_are_read():
     assert mark_before(page, len(page)) == ("setup", "model")
     assert list(commands("cat > a.py <<'EOF'\nx = 1\nEOF\nflopsight diff a b; echo \"exit status $?\"  # gate\n")) == [
         (["cat", ">", "a.py"], False, "x = 1\n"), (["flopsight", "diff", "a", "b"], True, None)]
+
+
+def test_the_readme_opens_with_an_install_block_and_a_snippet_that_stands_alone(tmp_path, monkeypatch):
+    # a reader's first screen: three commands from nothing to a report, then code that runs as pasted
+    found = list(blocks(ROOT / "README.md"))
+    install = next(b for b in found if b[1] in ("sh", "bash"))
+    assert [line.split("#")[0].split() for line in install[2].strip().splitlines()] == [
+        ["pip", "install", "torch"], ["pip", "install", "."], ["flopsight", "profile", "resnet-18"]]
+    line, _, code, mark, _ = next(b for b in found if b[1] == "python")
+    assert mark != "setup", f"README.md:{line}: the first snippet must define what it uses (no setup)"
+    monkeypatch.chdir(tmp_path)
+    names: dict = {"__name__": "__doc__"}
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        run_python(code, f"README.md:{line}", names)
+    assert isinstance(names["model"], nn.Module) and names["macs"] == "944.12 MMACs"
+    assert "944.12 MMACs = 100% MACs" in printed.getvalue()

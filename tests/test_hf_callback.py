@@ -68,7 +68,7 @@ class _OptimizerSteps(TrainerCallback):
 @pytest.mark.parametrize("ga", [1, 2])
 def test_logs_measured_figures_of_the_chosen_step_and_writes_the_report(tmp_path, ga, monkeypatch):
     peak = 1e12 if ga == 1 else None  # on CPU an MFU needs a peak given: never guessed
-    callback = FlopsightCallback(profile_step=2, output=["profile.json", "profile.html"], peak=peak, memory=ga == 2)
+    callback = FlopsightCallback(profile_step=1, output=["profile.json", "profile.html"], peak=peak, memory=ga == 2)
     logs, steps = _Logs(), _OptimizerSteps(callback)
     trainer = trainer_for(tmp_path, [logs, callback, steps], ga=ga)
     calls = []  # (profiling?, the model's keyword arguments) of every forward call
@@ -129,7 +129,7 @@ def test_logs_measured_figures_of_the_chosen_step_and_writes_the_report(tmp_path
 
 
 def test_several_steps_are_each_measured_and_the_metrics_are_one_steps(tmp_path):
-    callback = FlopsightCallback(profile_step=2, output=None, steps=2)
+    callback = FlopsightCallback(profile_step=1, output=None, steps=2)
     trainer_for(tmp_path, [callback], max_steps=4).train()
     r = callback.result
     assert r.samples.count == 2 and not r.samples.first_step
@@ -142,7 +142,7 @@ def test_several_steps_are_each_measured_and_the_metrics_are_one_steps(tmp_path)
 def test_training_is_unchanged_by_profiling(tmp_path):
     plain = trainer_for(tmp_path / "plain")
     plain.train()
-    profiled = trainer_for(tmp_path / "profiled", [FlopsightCallback(profile_step=2, output=None)])
+    profiled = trainer_for(tmp_path / "profiled", [FlopsightCallback(profile_step=1, output=None)])
     profiled.train()
 
     def losses(trainer):
@@ -179,7 +179,7 @@ class _FailingSGD(torch.optim.SGD):
 
 
 class _Arm(TrainerCallback):
-    """Arms the failure once step 2, the profiled one, began: ``armed`` gets whether the
+    """Arms the failure once step 2 (profile_step 1), the profiled one, began: ``armed`` gets whether the
     callback is profiling then (it runs before this one)."""
 
     def __init__(self, armed: list, callback: FlopsightCallback):
@@ -203,7 +203,7 @@ def test_a_step_that_raises_leaves_nothing_running(tmp_path, where):
             return (_Boom.apply(output[0]), *output[1:]) if isinstance(output, tuple) else _Boom.apply(output)
         return output
 
-    callback = FlopsightCallback(profile_step=2, output="profile.json")
+    callback = FlopsightCallback(profile_step=1, output="profile.json")
     trainer = trainer_for(tmp_path, [callback, _Arm(armed, callback)], model=model, optimizers=(optimizer, None))
     hook = model.transformer.h[0].register_forward_hook(fail)
     try:
@@ -225,7 +225,7 @@ def test_without_a_trainer_above_the_figures_still_reach_log_history(tmp_path):
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[])
     state, control = TrainerState(), TrainerControl()
-    callback = FlopsightCallback(profile_step=1, output="profile.json")
+    callback = FlopsightCallback(profile_step=0, output="profile.json")
     callback.on_train_begin(args, state, control, model=model)
     callback.on_step_begin(args, state, control, model=model)
     model(torch.ones(2, 8)).sum().backward()
@@ -269,7 +269,7 @@ def test_the_example_runs(tmp_path, capsys):
 @pytest.mark.parametrize(
     "kwargs, error, match",
     [
-        ({"profile_step": 0}, ValueError, "profile_step: expected a positive int"),
+        ({"profile_step": -1}, ValueError, "profile_step: expected an int >= 0"),
         ({"profile_step": True}, ValueError, "profile_step"),
         ({"profile_step": "2"}, ValueError, "profile_step"),
         ({"output": "profile.pdf"}, ValueError, "output: 'profile.pdf' has no report ending"),

@@ -19,7 +19,8 @@ from lightning.pytorch.callbacks import ThroughputMonitor  # noqa: E402
 from lightning.pytorch.loggers import CSVLogger  # noqa: E402
 
 import flopsight  # noqa: E402
-from flopsight.integrations.lightning import METRICS, PREFIX, FlopsightCallback  # noqa: E402
+from flopsight.integrations.lightning import (  # noqa: E402
+    DEPRECATED_METRICS, DEPRECATED_PREFIX as OLD, METRICS, PREFIX, FlopsightCallback)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -126,11 +127,21 @@ def test_logs_measured_figures_beside_throughput_monitor_and_writes_the_report(t
         expected.forward.flops, expected.backward.flops, expected.step.flops)
     assert it.step.flops > 0  # Adam's arithmetic, measured
 
-    m = {name[len(PREFIX):]: value for name, value in callback.metrics.items()}
+    new = {name[len(PREFIX):]: v for name, v in callback.metrics.items() if not name.startswith(OLD)}
+    assert set(new) == {"iter_latency_s", "fwd_latency_s", "bwd_latency_s", "step_latency_s", "fwd_flops",
+                        "bwd_flops", "step_flops", "flops", "model_flops", "flops_per_second", "micro_batches",
+                        "samples_per_second", "mfu"}
+    assert set(new) <= set(METRICS)  # every name logged is documented
+    assert (new["model_flops"], new["fwd_flops"], new["iter_latency_s"]) == (it.model_flops, it.forward.flops,
+                                                                             it.latency)
+    assert new["mfu"] == pytest.approx(it.model_flops / it.latency / 1e12)
+    assert new["samples_per_second"] == b / it.latency  # one rank: the job's samples are this rank's
+    # the names of 0.1.0, logged this release too
+    m = {name[len(OLD):]: value for name, value in callback.metrics.items() if name.startswith(OLD)}
     assert set(m) == {"device/flops", "device/forward_flops", "device/backward_flops", "device/optimizer_flops",
                       "device/step_time", "device/batches", "device/samples", "device/batches_per_sec",
                       "device/samples_per_sec", "device/flops_per_sec", "device/mfu"}
-    assert set(m) <= set(METRICS)  # every name logged is documented
+    assert set(m) <= set(DEPRECATED_METRICS)
     assert m["device/flops"] == it.model_flops == expected.model_flops
     assert (m["device/batches"], m["device/samples"], m["device/step_time"]) == (1, b, it.latency)
     assert m["device/samples_per_sec"] == b / it.latency
@@ -141,13 +152,13 @@ def test_logs_measured_figures_beside_throughput_monitor_and_writes_the_report(t
     for name, value in callback.metrics.items():
         assert trainer.callback_metrics[name].item() == pytest.approx(value, rel=1e-6)
         assert trainer.logged_metrics[name] == value
-    rows = [r for r in read_csv(Path(trainer.logger.log_dir) / "metrics.csv") if r[PREFIX + "device/flops"]]
+    rows = [r for r in read_csv(Path(trainer.logger.log_dir) / "metrics.csv") if r[PREFIX + "model_flops"]]
     assert len(rows) == 1 and rows[0]["step"] == "1"
-    assert int(rows[0][PREFIX + "device/flops"]) == it.model_flops
+    assert int(rows[0][PREFIX + "model_flops"]) == int(rows[0][OLD + "device/flops"]) == it.model_flops
     # ThroughputMonitor's own names are there too, untouched
     monitor = {name for name in trainer.logged_metrics if name.startswith("train/")}
     assert "train/device/samples_per_sec" in monitor and not monitor & set(callback.metrics)
-    assert all(name.startswith("flopsight/" + "train/") for name in callback.metrics)
+    assert all(name.startswith("flopsight/") for name in callback.metrics)
 
     # the report, in the logger's directory, with the same step
     assert callback.path == os.path.join(trainer.logger.log_dir, "profile.html")
@@ -169,7 +180,7 @@ def test_several_steps_each_measured_with_one_steps_counts(tmp_path):
     # steps 2, 3 and 4 (batches with 3, 4 and 5 rows): one of them is the result, every one a sample
     assert r.samples.count == 3 and r.samples.unit == "step" and not r.samples.first_step
     assert (r.iteration.forward.calls, r.iteration.step.calls) == (1, 1) and r.iteration.samples in (3, 4, 5)
-    assert callback.metrics[PREFIX + "device/batches"] == 1
+    assert callback.metrics[PREFIX + "micro_batches"] == 1
 
 
 def test_profiling_the_first_step_says_so(tmp_path):
@@ -185,7 +196,7 @@ def test_accumulated_step_covers_every_micro_batch(tmp_path):
     it = callback.result.iteration
     # step 1 is batches 2 and 3 (3 and 4 rows): two forwards and backwards, one optimizer step
     assert (it.forward.calls, it.backward.calls, it.step.calls, it.samples) == (2, 2, 1, 7)
-    assert callback.metrics[PREFIX + "device/batches"] == 2
+    assert callback.metrics[PREFIX + "micro_batches"] == 2
     expected = plain_step([3, 4])  # the second backward adds into the gradients: counted too
     assert (it.forward.flops, it.backward.flops, it.step.flops) == (
         expected.forward.flops, expected.backward.flops, expected.step.flops)
@@ -290,7 +301,9 @@ def test_output_directory_is_rejected(tmp_path):
 def test_batch_size_fn_counts_samples(tmp_path):
     callback = FlopsightCallback(profile_step=2, output=None, batch_size_fn=lambda batch: 10 * len(batch[0]))
     fit(tmp_path, [callback])
-    assert callback.metrics[PREFIX + "device/samples"] == 30  # batch 2 has 3 rows
+    assert callback.metrics[OLD + "device/samples"] == 30  # batch 2 has 3 rows
+    # 30 samples on the one rank over the step's wall time
+    assert callback.metrics[PREFIX + "samples_per_second"] == 30 / callback.result.iteration.latency
 
 
 def test_the_core_does_not_import_lightning():
@@ -304,7 +317,7 @@ def test_example_script(tmp_path, capsys):
     main = runpy.run_path(str(ROOT / "examples" / "lightning_trainer.py"), run_name="example")["main"]
     callback = main(["--out", str(tmp_path), "--accumulate", "2", "--peak", "1e12"])
     out = capsys.readouterr().out
-    assert f"{PREFIX}device/mfu" in out and "report: " in out
+    assert f"{PREFIX}mfu" in out and "report: " in out
     assert Path(callback.path).parent == tmp_path / "lightning" / "version_0"
     assert (Path(callback.path).parent / "metrics.csv").exists()
     assert callback.result.iteration.forward.calls == 2
@@ -322,9 +335,10 @@ def test_two_ranks_ddp(gloo_scenarios):
     assert [p.name for p in tmp_path.rglob("profile.json")] == ["profile.json"]
     assert flopsight.load(rank0["path"]).metadata.world_size == 2
     # device figures on each rank; the job's figures, from both ranks' results, on rank 0 only
-    flops = rank0["metrics"][PREFIX + "device/flops"]
-    assert rank1["metrics"][PREFIX + "device/flops"] == flops == rank0["ranks"][0] == rank0["ranks"][1]
-    assert rank0["metrics"][PREFIX + "flops"] == 2 * flops
-    assert PREFIX + "flops_per_sec" in rank0["metrics"] and PREFIX + "flops" not in rank1["metrics"]
-    rows = [r for r in read_csv(Path(rank0["log_dir"]) / "metrics.csv") if r.get(PREFIX + "flops")]
-    assert len(rows) == 1 and int(rows[0][PREFIX + "flops"]) == 2 * flops
+    flops = rank0["metrics"][PREFIX + "model_flops"]
+    assert rank1["metrics"][PREFIX + "model_flops"] == flops == rank0["ranks"][0] == rank0["ranks"][1]
+    assert rank1["metrics"][OLD + "device/flops"] == flops
+    assert rank0["metrics"][OLD + "flops"] == 2 * flops  # the job's, by the 0.1.0 names only
+    assert OLD + "flops_per_sec" in rank0["metrics"] and OLD + "flops" not in rank1["metrics"]
+    rows = [r for r in read_csv(Path(rank0["log_dir"]) / "metrics.csv") if r.get(OLD + "flops")]
+    assert len(rows) == 1 and int(rows[0][OLD + "flops"]) == 2 * flops

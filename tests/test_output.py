@@ -73,7 +73,7 @@ def test_the_three_front_ends_write_the_same_way(tmp_path, capsys, fake_clock):
     # attach
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     out = tmp_path / "attach.txt"
-    with flopsight.attach(model, opt, {"enabled": True, "output_file": str(out)}) as handle:
+    with flopsight.attach(model, opt, {"enabled": True, "profile_step": 0, "output_file": str(out)}) as handle:
         model(torch.ones(2, 4)).sum().backward()
         opt.step()
     assert out.read_text() == handle.report and capsys.readouterr().out == ""

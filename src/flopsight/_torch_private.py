@@ -51,6 +51,8 @@ __all__ = [
     "builtin_aten_op",
     "tensor_address",
     "compiler_stance",
+    "dispatch_mode_flags",
+    "set_dispatch_mode_flags",
     "modes_disabled",
     "jagged_layout",
     "flex_attention_ops",
@@ -502,3 +504,26 @@ def kineto_running() -> bool:
     """Whether a torch.profiler (or autograd profiler) session is already recording: Kineto
     runs one at a time."""
     return bool(torch.autograd.profiler._is_profiler_enabled)
+
+
+#: torch.utils._python_dispatch's process-wide flags that TorchDispatchMode.__enter__ sets and its
+#: __exit__ restores to the value it saw: two modes on two threads that exit in the order they entered
+#: (profilers stopping in the order they started) leave them set, and dynamo then refuses to compile
+_DISPATCH_MODE_FLAGS = ("_is_in_torch_dispatch_mode", "_is_in_non_infra_torch_dispatch_mode",
+                        "_is_in_any_mode_without_ignore_compile_internals")
+
+
+def dispatch_mode_flags() -> dict[str, bool]:
+    """The dispatch-mode flags of this torch release (the ones it has)."""
+    import torch.utils._python_dispatch as dispatch
+
+    return {name: getattr(dispatch, name) for name in _DISPATCH_MODE_FLAGS if hasattr(dispatch, name)}
+
+
+def set_dispatch_mode_flags(flags: dict[str, bool]) -> None:
+    """Put the flags back as :func:`dispatch_mode_flags` read them."""
+    import torch.utils._python_dispatch as dispatch
+
+    for name, value in flags.items():
+        setattr(dispatch, name, value)
+

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import platform
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -26,14 +27,14 @@ from ._torch_private import kineto_running, original_module
 from ._version import __version__
 from .native_check import disagreement
 from .capture.build import build_result, device_timed
-from .capture.sources.gather import announce, gather_ranks, publish_failure
+from .capture.sources.gather import announce, gather_ranks, publish_failure, span_failure_text
 from .capture.inputs import batch_size, describe_inputs, model_device, model_dtype
 from .capture.calls import ModuleCalls
 from .capture.modules import compiled_paths, describe
 from .capture.backends.native import self_check
 from .capture.parallel import detect_parallel, warn_data_parallel
 from .capture.plan import CaptureOptions
-from .capture.recursion import deep_enough
+from .capture.recursion import deep_enough, room_for
 from .capture.session import CaptureSession
 from .capture.sources.spans import SpanTimes
 from .capture.state import ModelState
@@ -69,6 +70,10 @@ def as_args(args: Any) -> tuple:
         return (args,)
     if isinstance(args, (list, tuple)):
         return tuple(args)
+    if isinstance(args, Mapping):  # a batch of named inputs (a dict, transformers' BatchEncoding)
+        raise TypeError(f"args: expected a tensor, a tuple or a list of positional arguments, got a "
+                        f"{type(args).__name__}; pass named inputs as kwargs=batch (the model is then called as "
+                        "model(**batch)), or args=(batch,) for a model that takes the mapping itself")
     raise TypeError(f"args: expected a tensor, a tuple or a list of positional arguments, got {type(args).__name__}")
 
 
@@ -140,6 +145,7 @@ def run_metadata(model: nn.Module, args: tuple, kwargs: dict, *, everything: boo
         torch_version=torch.__version__.split("+")[0],
         python_version=platform.python_version(),
         model=type(model).__name__,
+        model_class=f"{type(model).__module__}.{type(model).__qualname__}",
         device=str(device),
         device_type=device.type,
         # None off CUDA: the CPU's peak is measured on request, never looked up by name
@@ -239,7 +245,8 @@ def profile(model: nn.Module, args: Any = (), kwargs: dict | None = None, *, opt
     """
     options = ProfileOptions.of(options, **fields).refuse(
         SPAN_ONLY, "profile()", "it profiles one call; Profiler profiles a span of your own code")
-    return CallProfile(model, args, kwargs, options).run()
+    with room_for(check_model(model)):  # torch's own walks (parameters(), eval()) recurse too
+        return CallProfile(model, args, kwargs, options).run()
 
 
 class CallProfile:
@@ -514,10 +521,12 @@ class Profiler:
         else:
             self._open()
 
-    def stop(self) -> ProfileResult | None:
+    def stop(self, error: BaseException | None = None) -> ProfileResult | None:
         """Stop and build the result (returns the last result if not running). What ran
         since the last :meth:`step` is a step of its own if it ran the model or an
-        optimizer step, or if it is the only one."""
+        optimizer step, or if it is the only one. ``error``: what ended the span (``with``
+        passes it): the result records it (``metadata.error``), so rank 0 names this rank
+        failed and leaves it out of its figures over ranks; a rank 0 that raised gathers nothing."""
         session, self._session = self._session, None
         if session is None:
             return self._result
@@ -529,14 +538,21 @@ class Profiler:
         calls, spans = raw.get(ModuleCalls), raw.get(SpanTimes)
         if not self._measured or (calls is not None and calls.top_calls) or (spans and spans.seconds().get("step")):
             self._measured.append(self._build(session, raw))
-        return self._finish()
+        return self._finish(error)
 
-    def _finish(self) -> ProfileResult:
+    def _finish(self, error: BaseException | None = None) -> ProfileResult:
         self._room.close()  # the recursion limit as it was
         measured, self._measured = self._measured, []
         self._snapshot = None
-        self._result = with_ranks(combine_steps(measured, "step", first_step=self._first_step),
-                                  self.options.gather_timeout)
+        result = combine_steps(measured, "step", first_step=self._first_step)
+        if error is not None and not result.metadata.error:  # a model's error names its module already
+            result = result.updated(metadata=dataclasses.replace(result.metadata, error=span_failure_text(error)))
+        if error is not None and self.options.gather_timeout is not None and _world()[1] == 0:
+            # rank 0 raised: its exception goes on at once, no waiting for the others' results
+            publish_failure(error)
+            self._result = result
+        else:
+            self._result = with_ranks(result, self.options.gather_timeout)
         return self._result
 
     def snapshot(self) -> ProfileResult:
@@ -574,8 +590,9 @@ class Profiler:
     def __enter__(self) -> "Profiler":
         return self.start()
 
-    def __exit__(self, *exc) -> None:
-        self.stop()
+    def __exit__(self, exc_type, exc, tb) -> None:
+        # any exception leaving the span (the model's or the code around it) fails this rank's profile
+        self.stop(exc)
 
 
 # the native recorder is checked against the Python path before its first session counts

@@ -94,8 +94,9 @@ for name in ("attach_engine", "attach_zero_optimizer"):
     config = {"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 2},
               "optimizer": {"type": "Adam", "params": {"lr": 1e-3, "torch_adam": True}}}
     engine, optimizer, _, _ = deepspeed.initialize(model=MLP(), config=config)
-    # on the engine's own step(): steps 2 and 3 each profiled on their own (the block's "steps")
-    block = {"flops_profiler": {"enabled": True, "profile_step": 2, "detailed": False,
+    # steps 2 (profile_step 1: one taken before it, as the engine counts) and, on the engine's
+    # own step(), 3, each profiled on its own (the block's "steps")
+    block = {"flops_profiler": {"enabled": True, "profile_step": 1, "detailed": False,
                                 "output_file": f"{out}/{name}/report.txt",
                                 **({"steps": 2} if name == "attach_engine" else {})}}
     if name == "attach_engine":

@@ -4,8 +4,8 @@ samples, and whether the first profiled step was the process's first.
 >>> import torch, flopsight
 >>> r = flopsight.profile(torch.nn.Linear(4, 2), torch.ones(1, 4), repeat=3, clock=flopsight.FakeClock())
 >>> n = noise_figures(r)
->>> n.figure, n.unit, n.count, n.spread.kind
-('fwd latency', 'pass', 3, 'min-max')
+>>> n.figure, n.unit, n.count, n.spread.kind, n.wide
+('fwd latency', 'pass', 3, 'min-max', False)
 """
 
 from __future__ import annotations
@@ -36,6 +36,14 @@ class NoiseFigures:
     def noisy(self) -> bool:
         """One sample, or a spread above 10% of the median: the report says so."""
         return self.spread is None or self.spread.noisy
+
+    @property
+    def wide(self) -> bool:
+        """A spread as wide as the figure itself (``2 × ±`` at least its median, as the diff's
+        verdict judges ``wide_noise``): no difference smaller than a whole step could show;
+        the report says so plainly, with what to do (more steps, a quieter machine)."""
+        s = self.spread
+        return s is not None and s.median > 0 and 2 * s.plus_minus >= s.median
 
 
 def noise_figures(result: ProfileResult) -> NoiseFigures | None:

@@ -143,7 +143,13 @@ def one_micro_batch(result: ProfileResult, micro_batches: int) -> ProfileResult:
                                 ops={ph: {n: each(s) for n, s in ops.items()} if ph in per else ops
                                      for ph, ops in m.ops.items()})
                for path, m in result.modules.items()}
-    return dataclasses.replace(result, modules=modules)
+    samples = result.samples
+    if samples is not None and samples.modules:  # module latencies are their samples' medians: those too
+        samples = dataclasses.replace(samples, modules={
+            path: {ph: tuple(v / micro_batches for v in values) if ph in per else values
+                   for ph, values in phases.items()}
+            for path, phases in samples.modules.items()})
+    return dataclasses.replace(result, modules=modules, samples=samples)
 
 
 # -- the module tree ----------------------------------------------------------------------------
@@ -199,6 +205,8 @@ class ModuleTree:
     detail_depth: int | None
     timing: tuple[str, ...]
     entries: tuple[TreeEntry | TreeAlias | TreeEnd, ...]
+    #: some module holds parameters tied to modules outside it (its params are marked)
+    shared_params: bool = False
 
 
 def _entry(result: ProfileResult, view: View, level: int, key: str | None, opened: bool, hidden: int) -> TreeEntry:
@@ -241,8 +249,9 @@ def module_tree(result: ProfileResult, options: ReportOptions) -> ModuleTree:
         todo.append(TreeEnd(level))
         stack.extend(reversed(todo))
     timing = result.metadata.timing
+    shared = any(isinstance(e, TreeEntry) and e.figures.params_shared for e in entries)
     return ModuleTree(is_training(result), collapse, detail_depth,
-                      tuple(str(v) for v in (timing.method, timing.clock) if v), tuple(entries))
+                      tuple(str(v) for v in (timing.method, timing.clock) if v), tuple(entries), shared)
 
 
 # -- operators ----------------------------------------------------------------------------------
@@ -357,6 +366,8 @@ class RankedModule:
     params: int
     stats: Stats
     flops_share: float
+    #: of ``params``, those tied to modules outside it (counted once in the model's total)
+    params_shared: int = 0
 
 
 def top_modules(result: ProfileResult, phase: str, top: int) -> tuple[RankedModule, ...]:
@@ -364,7 +375,8 @@ def top_modules(result: ProfileResult, phase: str, top: int) -> tuple[RankedModu
     nodes = [n for n in result.walk() if n.name and n.inclusive[phase].calls]
     whole = result.total.inclusive[phase].flops or 1
     nodes.sort(key=lambda n: (-n.inclusive[phase].flops, -n.inclusive[phase].latency, n.name))
-    return tuple(RankedModule(n.name, n.type_name, n.params, n.inclusive[phase], 100 * n.inclusive[phase].flops / whole)
+    return tuple(RankedModule(n.name, n.type_name, n.params, n.inclusive[phase], 100 * n.inclusive[phase].flops / whole,
+                              n.params_shared)
                  for n in nodes[:top])
 
 
@@ -388,6 +400,8 @@ class ModuleRow:
     #: seconds inside its (and its submodules') ops, collectives left out: the rest of its
     #: latency is hooks, framework code, Python between ops and communication
     op_latency: float = 0.0
+    #: of ``params``, those tied to modules outside it (counted once in the model's total)
+    params_shared: int = 0
 
 
 def module_rows(result: ProfileResult) -> tuple[ModuleRow, ...]:
@@ -395,7 +409,7 @@ def module_rows(result: ProfileResult) -> tuple[ModuleRow, ...]:
     moved, op_time = inclusive_bytes(result), inclusive_op_time(result)
     return tuple(ModuleRow(node.name, node.type_name, node.depth, phase, node.params, node.params_trainable,
                            node.inclusive[phase], node.self[phase], moved[node.name].get(phase, 0), node.memory,
-                           op_time[node.name].get(phase, 0.0))
+                           op_time[node.name].get(phase, 0.0), node.params_shared)
                  for node in result.walk() for phase in node.inclusive)
 
 
@@ -456,7 +470,7 @@ class Report:
 
     @cached_property
     def on_meta_device(self) -> bool:
-        """Profiled on the meta device: latencies are not the hardware's."""
+        """Profiled on the meta device: nothing ran on hardware, every time and rate is n/a."""
         return self.result.metadata.device_type == "meta"
 
     @cached_property
@@ -585,5 +599,22 @@ class Report:
 
     @cached_property
     def page_figures(self) -> dict:
-        """What the HTML page embeds beside the result's own JSON (:func:`~.derived.derived`)."""
-        return derived(self.result, self.options.peak)
+        """What the HTML page embeds beside the result's own JSON (:func:`~.derived.derived`),
+        and, where several steps ran, each module's inclusive latency per phase as the result
+        gives it (the median of its samples, which the page cannot sum from the own times)."""
+        figures = derived(self.result, self.options.peak)
+        if _inclusive_latencies(self.result):
+            figures["module_latencies"] = _inclusive_latencies(self.result)
+        ranks = self.result.ranks or ()
+        if any(_inclusive_latencies(r) for r in ranks if r is not None):
+            # each rank's panel too: its modules' medians, not sums of its own times' medians
+            figures["rank_module_latencies"] = [_inclusive_latencies(r) if r is not None else None for r in ranks]
+        return figures
+
+
+def _inclusive_latencies(result: ProfileResult) -> dict[str, dict[str, float]] | None:
+    """Each module's inclusive latency per phase where several steps ran (None otherwise)."""
+    samples = result.samples
+    if samples is None or not samples.module_medians():
+        return None
+    return {node.name: {ph: node.inclusive[ph].latency for ph in node.inclusive} for node in result.walk()}

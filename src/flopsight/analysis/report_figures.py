@@ -399,16 +399,20 @@ class ModuleFigures:
     bwd_latency: float
     bwd_latency_share: float
     bwd_flops_per_second: float
+    #: of ``params``, those a module outside it holds too (tied weights): counted in each module
+    #: that holds them and once in the total, so siblings' ``params_share`` can add up past 100%
+    params_shared: float = 0
 
 
 def module_figures(stats: ModuleNode, total: ModuleNode) -> ModuleFigures:
     """``stats``'s figures against the model's ``total`` (the root's stats)."""
-    return _figures(stats.params, stats.forward, stats.backward, total)
+    return _figures(stats.params, stats.forward, stats.backward, total, stats.params_shared)
 
 
-def _figures(params, fwd: Stats, bwd: Stats, total: ModuleNode) -> ModuleFigures:
+def _figures(params, fwd: Stats, bwd: Stats, total: ModuleNode, shared: float = 0) -> ModuleFigures:
     all_fwd, all_bwd = total.forward, total.backward
     return ModuleFigures(
+        params_shared=shared,
         params=params,
         params_share=share(params, total.params),
         macs=fwd.macs,
@@ -452,4 +456,7 @@ def combined_figures(nodes: "list[ModuleNode] | tuple[ModuleNode, ...]", total: 
         raise ValueError(f"per: expected an int >= 1 and at least one module, got {per!r} and {len(nodes)} modules")
     params = sum(n.params for n in nodes)
     params = params // per if params % per == 0 else params / per
-    return _figures(params, _mean([n.forward for n in nodes], per), _mean([n.backward for n in nodes], per), total)
+    shared = sum(n.params_shared for n in nodes)
+    shared = shared // per if shared % per == 0 else shared / per
+    return _figures(params, _mean([n.forward for n in nodes], per), _mean([n.backward for n in nodes], per), total,
+                    shared)

@@ -92,6 +92,7 @@ def build_result(
             memory=_module_memory(memory, path),
             bytes_moved=moved,
             layer=info.layer,
+            params_shared=info.params_shared,
             kernels=kernels.get(path, {}),
             op_kernel_time=op_kernel_time.get(path, {}),
         )

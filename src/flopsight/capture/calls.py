@@ -7,6 +7,7 @@ state and the collection the two backends' call trackers share
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -14,6 +15,7 @@ import torch
 from torch import nn
 
 from .inputs import batch_size
+from .active import running_here
 from .scripted import is_scripted
 
 __all__ = ["CallRecord", "unwind", "ModuleCalls", "TopCall", "CallTracking", "choose_path", "autocast_dtypes",
@@ -155,10 +157,15 @@ class CallTracking:
 
     def record_inputs(self, ctx):
         """The hook that records the model's first inputs and each top-level call's batch size."""
-        def record_inputs(module, args, kwargs) -> None:
-            # runs after the global pre-hook, so the root's call record is on top of the stack
-            if ctx.paused:
+        home = threading.get_ident()
+
+        def record_inputs(module, args, kwargs=None) -> None:
+            # runs after the global pre-hook, so the root's call record is on top of the stack.
+            # kwargs=None: torch looks a hook's with_kwargs flag up at each call, so a call running
+            # while another thread's profiler adds or removes its own hook of the root may miss it
+            if ctx.paused or (threading.get_ident() != home and running_here()):  # another thread's profile
                 return
+            kwargs = {} if kwargs is None else kwargs
             if self.first_inputs is None:
                 self.first_inputs = (args, kwargs)
             if ctx.stack and ctx.stack[-1].top_id >= 0:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 import torch
@@ -44,23 +45,28 @@ class _EagerStance:
     Under a dispatch mode dynamo compiles nothing, and eager flex_attention's
     ``torch.compile(fullgraph=True)`` raises for compiling nothing unless the stance is not
     the default. Sessions may stop in any order (two attached profilers sharing a step), so
-    the stance is counted, not nested: the first start sets it, the last stop restores it.
+    the stance is counted, not nested: the first start sets it, the last stop restores it. The
+    stance is the process's and profilers on two threads may start at once: counted under a lock
+    (two first starts would each set it, and the last stop restore the other's ``force_eager``).
     """
 
     def __init__(self) -> None:
         self._users = 0
         self._stance = None
+        self._lock = threading.Lock()
 
     def acquire(self) -> None:
-        if self._users == 0:
-            self._stance = torch.compiler.set_stance("force_eager")  # sets it now; exit restores
-        self._users += 1
+        with self._lock:
+            if self._users == 0:
+                self._stance = torch.compiler.set_stance("force_eager")  # sets it now; exit restores
+            self._users += 1
 
     def release(self) -> None:
-        self._users -= 1
-        if self._users == 0:
-            stance, self._stance = self._stance, None
-            stance.__exit__(None, None, None)
+        with self._lock:
+            self._users -= 1
+            if self._users == 0:
+                stance, self._stance = self._stance, None
+                stance.__exit__(None, None, None)
 
 
 #: the stance every counting source (this one, the native one) holds while it runs

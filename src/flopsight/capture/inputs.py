@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from ..formulas.shapes import first_tensor, nested_tensors
+from .modules import walk
 
 __all__ = ["describe_inputs", "model_device", "model_dtype", "batch_size"]
 
@@ -70,7 +71,7 @@ def _accelerator(device: torch.device) -> bool:
 def _model_tensors(model: nn.Module):
     """Every parameter and buffer, read off each module's own dicts (``parameters()`` costs
     several times more on a model of tens of thousands of modules); a shared one may repeat."""
-    for module in model.modules():
+    for module in walk(model):
         for t in module._parameters.values():
             if t is not None:
                 yield t

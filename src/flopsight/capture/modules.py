@@ -16,7 +16,7 @@ from ..result.records import LayerSizes
 from .params import param_numel
 from .scripted import is_scripted, type_name
 
-__all__ = ["ModuleInfo", "describe", "compiled_paths", "layer_sizes"]
+__all__ = ["ModuleInfo", "walk", "walk_named", "describe", "compiled_paths", "layer_sizes"]
 
 
 @dataclass
@@ -33,6 +33,7 @@ class ModuleInfo:
     shared_with: list[str] = field(default_factory=list)
     aliases: list[str] = field(default_factory=list)  # other names of this object under the same parent
     layer: LayerSizes | None = None  # a linear or embedding layer's sizes
+    params_shared: int = 0  # of ``params``, those a module outside its subtree holds too (tied weights)
 
 
 def layer_sizes(module: nn.Module) -> LayerSizes | None:
@@ -78,33 +79,70 @@ def _configuration(module: nn.Module) -> tuple[str, LayerSizes | None]:
     return known
 
 
+def walk_named(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """``list(model.named_modules())``: ``model`` and every submodule, each once under its first
+    path, in pre-order, found without recursion, so that a model nested deeper than Python's
+    recursion limit allows is walked too (see :mod:`.recursion`).
+
+    >>> [(path, type(m).__name__) for path, m in walk_named(nn.Sequential(nn.Linear(2, 2), nn.Sequential(nn.ReLU())))]
+    [('', 'Sequential'), ('0', 'Linear'), ('1', 'Sequential'), ('1.0', 'ReLU')]
+    """
+    found: list[tuple[str, nn.Module]] = []
+    seen: set[int] = set()
+    stack = [("", model)]
+    while stack:
+        path, module = stack.pop()
+        if id(module) in seen:
+            continue
+        seen.add(id(module))
+        found.append((path, module))
+        stack.extend(reversed([(f"{path}.{key}" if path else key, child)
+                               for key, child in module._modules.items() if child is not None]))
+    return found
+
+
+def walk(model: nn.Module) -> list[nn.Module]:
+    """``list(model.modules())``, found without recursion (see :func:`walk_named`)."""
+    return [module for _, module in walk_named(model)]
+
+
 def describe(model: nn.Module) -> dict[str, ModuleInfo]:
-    """Every module path of ``model`` in pre-order (shared modules at each of their paths)."""
+    """Every module path of ``model`` in pre-order (shared modules at each of their paths),
+    walked without recursion (a model may nest deeper than Python's recursion limit)."""
     infos: dict[str, ModuleInfo] = {}
     params_of: dict[str, dict[int, object]] = {}  # path -> {id: parameter} of its subtree
-
-    def visit(module: nn.Module, path: str, parent: str | None, depth: int, ancestors: tuple[int, ...]) -> dict:
+    aliases: list[tuple[str, str]] = []  # (a child's path, another name of it under the same parent)
+    # (module, path, parent, depth, the ids on its path); None after a module: its subtree is done
+    stack: list = [(model, "", None, 0, (id(model),))]
+    while stack:
+        entry = stack.pop()
+        if entry[0] is None:
+            info = infos[entry[1]]
+            # a parameter tied into several submodules is one tensor: collect by identity
+            subtree = {id(p): p for p in info.module._parameters.values() if p is not None}
+            for child_path in info.children:
+                subtree.update(params_of[child_path])
+            params_of[info.path] = subtree
+            continue
+        module, path, parent, depth, ancestors = entry
         extra_repr, layer = _configuration(module)
         info = ModuleInfo(path, module, type_name(module), depth, parent, [], extra_repr, 0, 0, layer=layer)
         infos[path] = info
-        # a parameter tied into several submodules is one tensor: collect by identity
-        subtree = {id(p): p for p in module._parameters.values() if p is not None}
-        named: dict[int, ModuleInfo] = {}  # child object -> its first name under this module
+        named: dict[int, str] = {}  # child object -> its first path under this module
+        children = []
         for key, child in module._modules.items():
             if child is None or id(child) in ancestors:  # skip empty slots and cycles
                 continue
             if id(child) in named:  # `self.b = self.a`: one module with two names, reported once
-                named[id(child)].aliases.append(key)
+                aliases.append((named[id(child)], key))
                 continue
-            child_path = f"{path}.{key}" if path else key
+            named[id(child)] = child_path = f"{path}.{key}" if path else key
             info.children.append(child_path)
-            subtree.update(visit(child, child_path, path, depth + 1, ancestors + (id(child),)))
-            named[id(child)] = infos[child_path]
-        params_of[path] = subtree
-        return subtree
-
-    visit(model, "", None, 0, (id(model),))
-    visit = None  # the closure refers to itself: break the cycle, so the tree is freed at once
+            children.append((child, child_path, path, depth + 1, ancestors + (id(child),)))
+        stack.append((None, path))
+        stack.extend(reversed(children))  # the first child on top: pre-order
+    for child_path, key in aliases:
+        infos[child_path].aliases.append(key)
 
     sizes = {k: (param_numel(p), p.requires_grad) for k, p in params_of[""].items()}  # each tensor once
     by_object: dict[int, list[str]] = {}
@@ -119,7 +157,28 @@ def describe(model: nn.Module) -> dict[str, ModuleInfo]:
         if len(paths) > 1:
             for p in paths:
                 infos[p].shared_with = [q for q in paths if q != p]
+    _count_shared(infos, params_of, sizes)
     return infos
+
+
+def _count_shared(infos: dict[str, ModuleInfo], params_of: dict[str, dict[int, object]], sizes: dict) -> None:
+    """Each module's ``params_shared``: its parameters that a module outside its subtree holds
+    too (a tied weight, or a module reached at two paths). Each module counts them, so
+    siblings' shares of the model's params can add up past 100%; the model counts them once."""
+    owners: dict[int, list[str]] = {}  # tensor -> the paths of the modules holding it directly
+    for info in infos.values():
+        for p in info.module._parameters.values():
+            if p is not None and info.path not in owners.setdefault(id(p), []):
+                owners[id(p)].append(info.path)
+    tied = {k: paths for k, paths in owners.items() if len(paths) > 1}
+    if not tied:
+        return
+    for info in infos.values():
+        inside = params_of[info.path]
+        prefix = info.path + "."
+        info.params_shared = sum(sizes[k][0] for k, paths in tied.items() if k in inside
+                                 and any(o != info.path and not o.startswith(prefix) for o in paths)) \
+            if info.path else 0
 
 
 def compiled_paths(infos: dict) -> tuple[str, ...]:

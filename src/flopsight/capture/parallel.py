@@ -14,6 +14,7 @@ import torch
 
 from .._checks import check_int
 from ..result.metadata import PARALLEL_KEYS
+from .modules import walk
 
 __all__ = ["detect_parallel", "engine_parallel", "check_parallel", "warn_data_parallel"]
 
@@ -43,7 +44,7 @@ def warn_data_parallel(model: torch.nn.Module) -> None:
 
     >>> warn_data_parallel(torch.nn.DataParallel(torch.nn.Linear(2, 2)))  # the CPU: no replicas
     """
-    for module in model.modules():
+    for module in walk(model):  # not model.modules(): a deep model may be past the recursion limit
         if isinstance(module, torch.nn.DataParallel) and len(getattr(module, "device_ids", None) or ()) > 1:
             warnings.warn(
                 f"flopsight: nn.DataParallel over {len(module.device_ids)} devices runs its replicas in threads "

@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .modules import walk
+
 __all__ = ["ModelState"]
 
 
@@ -48,7 +50,7 @@ class ModelState:
     """
 
     def __init__(self, model: nn.Module):
-        self._modules = list(model.modules())
+        self._modules = walk(model)  # not model.modules(): a deep model may be past the recursion limit
         self._training = [m.training for m in self._modules]
         self._buffers = [dict(_entries(m)) for m in self._modules]
         seen: set[int] = set()

@@ -23,6 +23,8 @@ from typing import Any
 
 import torch
 
+from ..capture.modules import walk
+from ..capture.recursion import room_for
 from ..renderers.numbers import bytes_to_string, params_to_string
 from . import zoo
 from .meta import prepare_for_meta
@@ -31,7 +33,8 @@ from .models import Target, UsageError, available_memory, call_factory, choose_d
 from .progress import Progress
 from .run import with_labels
 
-__all__ = ["DTYPES", "pick_device", "build", "build_factory", "default_call"]
+__all__ = ["DTYPES", "pick_device", "build", "build_factory", "default_call", "check_input_shape",
+           "explain_input_shape"]
 
 #: what --dtype may name
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -119,13 +122,65 @@ def default_call(args: argparse.Namespace, kind: str, config: Any, device: str, 
     return zoo.make_inputs(specs, device=device, dtype=dtype)
 
 
+def _sizes(shape: tuple[int, ...]) -> str:
+    return ",".join(map(str, shape))
+
+
+def _batch_left_in(args: argparse.Namespace, shape: tuple[int, ...]) -> str:
+    """The error for an ``--input-shape`` that begins with the batch size."""
+    more = f" --batch-size {shape[0]}" if args.batch_size is None and shape[0] != 1 else ""
+    return (f"one sample's shape, without the batch dimension: got {_sizes(shape)}, which begins with a batch of "
+            f"{shape[0]}; use --input-shape {_sizes(shape[1:])}{more}")
+
+
+def check_input_shape(args: argparse.Namespace, target: Target) -> None:
+    """Before building, where the model's inputs are known (a zoo or config model that takes
+    images): ``--input-shape`` must have one image's sizes, the batch left out."""
+    if args.input_shape is None or target.kind == "factory" or target.input_kind not in ("image", "tensor",
+                                                                                        "text+image"):
+        return
+    expected = zoo.image_shape(target.config) if target.config is not None else (3, 224, 224)
+    given = args.input_shape
+    if len(given) == len(expected) + 1:
+        raise UsageError("--input-shape", _batch_left_in(args, given))
+    if len(given) != len(expected):
+        raise UsageError("--input-shape", f"{target.label} takes one image's {len(expected)} sizes, (channels, height, "
+                                          f"width) such as {_sizes(expected)}, got {_sizes(given)}")
+
+
+def explain_input_shape(args: argparse.Namespace, model: torch.nn.Module, call_args: tuple) -> None:
+    """The model failed on inputs made from ``--input-shape``: raise :class:`UsageError` when
+    the shape begins with the batch size and the model runs on the shape without it (one plain
+    call, no autograd, training flags put back), so the error says what to change."""
+    shape = args.input_shape
+    batch = args.batch_size or 1
+    if shape is None or len(shape) < 2 or shape[0] != batch or len(call_args) != 1:
+        return
+    given = call_args[0]
+    if not isinstance(given, torch.Tensor) or tuple(given.shape) != (batch, *shape):
+        return  # not the input --input-shape made (a factory's own, a config model's)
+    trial = torch.ones((batch, *shape[1:]), dtype=given.dtype, device=given.device)
+    flags = [(m, m.training) for m in walk(model)]
+    try:
+        with torch.no_grad():
+            model.eval()(trial)
+    except Exception:
+        return  # the batch was not what failed: the model's own error stands
+    finally:
+        for m, flag in flags:
+            m.training = flag
+    raise UsageError("--input-shape", _batch_left_in(args, shape))
+
+
 def build(args: argparse.Namespace, target: Target, device: str, on_meta: Any,
           progress: Progress) -> tuple[torch.nn.Module, tuple, dict]:
     """The model and the (args, kwargs) it is called with."""
+    check_input_shape(args, target)
     if target.kind == "factory":
         model, call = build_factory(args, target, progress)
         if call is None:
-            call = _inputs_for_bare_model(args, model)
+            with room_for(model):  # model.parameters() recurses in torch: room for a deep model
+                call = _inputs_for_bare_model(args, model)
     else:
         if on_meta is not None:
             model = on_meta
@@ -137,7 +192,8 @@ def build(args: argparse.Namespace, target: Target, device: str, on_meta: Any,
         if args.mode == "train":
             call = (call[0], with_labels(model, call[1]))
     if device == "meta":
-        prepare_for_meta(model)
+        with room_for(model):
+            prepare_for_meta(model)
     if args.mode == "generate" and not callable(getattr(model, "generate", None)):
         raise UsageError("--mode", f"{type(model).__name__} has no generate(); use --mode forward or train")
     return model, call[0], call[1]

@@ -2,9 +2,12 @@
 
     flopsight diff main.json pr.json --format md --fail-on "flops>+1%" --fail-on "latency>+10%"
 
-Exit status: 0 when every gate passes, 1 when one fails (each failure is printed on
-stderr), 2 on a usage error (a malformed gate, a missing file, a file that is not a
-flopsight profile JSON). The gate grammar and the noise rule are in docs/diff.md.
+It opens with what each side ran (model, inputs, dtype, device, backend, torch and flopsight
+versions) and a warning per difference; when the model classes differ it compares the totals
+only, unless ``--force``. Exit status: 0 when every gate passes, 1 when one fails (each failure
+is printed on stderr), 2 on a usage error (a malformed gate, a missing file, a file that is not
+a flopsight profile JSON, a module gate on two different model classes without ``--force``).
+The gate grammar and the noise rule are in docs/diff.md.
 """
 
 from __future__ import annotations
@@ -35,6 +38,9 @@ def _parser() -> argparse.ArgumentParser:
                         help='fail (exit 1) when the change passes GATE, e.g. "flops>+1%%"; repeatable')
     parser.add_argument("--alpha", type=float, default=DEFAULT_ALPHA,
                         help=f"significance level of the noise test on latencies (default: {DEFAULT_ALPHA})")
+    parser.add_argument("--force", action="store_true",
+                        help="compare module by module even when the two model classes differ (by default only "
+                             "the totals are compared then: a path in one model is not the same module in the other)")
     return parser
 
 
@@ -50,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         gates = parse_gates(args.fail_on)  # a typo fails before any file is read
         if not 0 < args.alpha < 1:
             raise ValueError(f"--alpha: expected a significance level between 0 and 1, got {args.alpha!r}")
-        result = diff(args.a, args.b)
+        result = diff(args.a, args.b, force=args.force)
         outcomes = result.evaluate(gates, alpha=args.alpha)  # an unknown module path is a usage error too
     except (OSError, ValueError, TypeError) as e:
         return _usage_error(str(e))

@@ -13,8 +13,10 @@ from __future__ import annotations
 import argparse
 import re
 
+from .repeat import AUTO_HELP
+
 __all__ = ["DEFAULT_MODEL", "MODES", "FORMATS", "DTYPE_NAMES", "ATTENTION", "add_options", "positive_int",
-           "non_negative_int", "depth", "shape", "dtype_name", "device_name", "peak"]
+           "non_negative_int", "repeat_count", "depth", "shape", "dtype_name", "device_name", "peak"]
 
 DEFAULT_MODEL = "resnet-18"
 MODES = ("forward", "generate", "train")
@@ -38,6 +40,20 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
     return value
+
+
+def repeat_count(text: str) -> int | None:
+    """``--repeat``: an integer >= 1, or ``auto`` (None: planned, see :mod:`.repeat`).
+
+    >>> repeat_count("5"), repeat_count("Auto")
+    (5, None)
+    """
+    if text.strip().lower() == "auto":
+        return None
+    try:
+        return positive_int(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1 or auto, got {text!r}") from None
 
 
 def non_negative_int(text: str) -> int:
@@ -130,9 +146,9 @@ def add_options(p: argparse.ArgumentParser, version: str) -> None:
                      help="cpu, cuda[:N] or meta (default: cpu, or meta when the parameters would not fit in memory)")
     run.add_argument("--warm-up", type=non_negative_int,
                      help="unmeasured calls (steps) before the measured one (default: 1; 0 on the meta device)")
-    run.add_argument("--repeat", type=positive_int, default=1,
-                     help="measured calls (steps under --mode train): times are their medians, with their spread "
-                          "(default: %(default)s)")
+    run.add_argument("--repeat", type=repeat_count, metavar="N|auto",
+                     help="timed calls (steps under --mode train): times are their medians, with their spread "
+                          f"(default: {AUTO_HELP})")
     run.add_argument("--attention", choices=ATTENTION, default="dense",
                      help="dense: every attention score (DeepSpeed's count); effective: only those masks keep")
     report = p.add_argument_group("report")

@@ -14,11 +14,13 @@ import torch
 
 from ..options import ProfileOptions
 from . import zoo
-from .build import build, pick_device
+from .build import build, explain_input_shape, pick_device
 from .meta import meta_masks
 from ..capture.calls import failure_text
+from ..capture.recursion import room_for
 from .models import BadModel, Target, UsageError, resolve
 from .progress import Progress
+from .repeat import MIN_REPEAT
 from .run import calls_per_run, run_forward, run_generate, run_train
 
 __all__ = ["cmd_profile", "check_options", "input_files"]
@@ -110,16 +112,27 @@ def render(args: argparse.Namespace, result: Any, label: str, warm_up: int) -> s
                          title=f"flopsight: {label}")
 
 
+def given_repeat(args: argparse.Namespace, device: str) -> int | None:
+    """The timed calls ``--repeat`` asks for: its N, else 1 on the meta device (nothing runs on
+    hardware: there is no latency to sample), else None (``auto``: planned from the model's speed)."""
+    if args.repeat is not None:
+        return args.repeat
+    return 1 if device == "meta" else None
+
+
 def run_mode(args: argparse.Namespace, model: torch.nn.Module, call_args: tuple, call_kwargs: dict, warm_up: int,
-             progress: Progress) -> Any:
-    """Profile the model as ``--mode`` says."""
-    options = ProfileOptions(warm_up=warm_up, attention=args.attention, repeat=args.repeat)
-    if args.mode == "train":
-        return run_train(model, call_args, call_kwargs, options, progress=progress)
-    if args.mode == "generate":
-        return run_generate(model, call_args, call_kwargs, options, max_new_tokens=args.max_new_tokens,
-                            progress=progress)
-    return run_forward(model, call_args, call_kwargs, options, progress=progress)
+             progress: Progress, repeat: int | None = None) -> Any:
+    """Profile the model as ``--mode`` says, ``repeat`` timed calls (None: ``--repeat auto``)."""
+    auto = repeat is None
+    options = ProfileOptions(warm_up=warm_up, attention=args.attention, repeat=MIN_REPEAT if auto else repeat)
+    # torch's own walks (model.eval(), .train(), .parameters()) recurse: room for a deep model's
+    with room_for(model):
+        if args.mode == "train":
+            return run_train(model, call_args, call_kwargs, options, progress=progress, auto=auto)
+        if args.mode == "generate":
+            return run_generate(model, call_args, call_kwargs, options, max_new_tokens=args.max_new_tokens,
+                                progress=progress, auto=auto)
+        return run_forward(model, call_args, call_kwargs, options, progress=progress, auto=auto)
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
@@ -135,10 +148,16 @@ def cmd_profile(args: argparse.Namespace) -> int:
                     device, on_meta = pick_device(args, target, progress)
                     model, call_args, call_kwargs = build(args, target, device, on_meta, progress)
             warm_up = args.warm_up if args.warm_up is not None else (0 if device == "meta" else 1)
-            total = calls_per_run(args.mode, warm_up, args.max_new_tokens, args.repeat)
+            repeat = given_repeat(args, device)
+            # auto: the calls planned are known once the model has been timed (the bar learns them then)
+            total = calls_per_run(args.mode, warm_up, args.max_new_tokens, repeat or MIN_REPEAT)
             on_meta_device = meta_masks() if device == "meta" else contextlib.nullcontext()
             with progress.stage("profile", total=total), on_meta_device, quiet_transformers():
-                result = run_mode(args, model, call_args, call_kwargs, warm_up, progress)
+                try:
+                    result = run_mode(args, model, call_args, call_kwargs, warm_up, progress, repeat)
+                except Exception:
+                    explain_input_shape(args, model, call_args)  # a UsageError when the batch was in the shape
+                    raise
             with progress.stage("render"):
                 text = render(args, result, target.label, warm_up)
         except (BadModel, zoo.UnknownModel) as e:

@@ -71,6 +71,12 @@ class Progress:
         yield self
         self._index += 1
 
+    def expect(self, total: int) -> None:
+        """Set the current stage's total steps, once known (``--repeat auto`` plans its
+        timed calls after the stage has begun)."""
+        self._total = total
+        self._draw(force=True)
+
     def advance(self, steps: int = 1) -> None:
         """Count ``steps`` more of the current stage (capped at its total)."""
         self._done += steps

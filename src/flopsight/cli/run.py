@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import time
 from collections.abc import Mapping
 from typing import Any, Iterator
 
@@ -25,8 +26,10 @@ from ..options import ProfileOptions
 from ..profiler import Profiler, profile
 from ..result.profile_result import ProfileResult
 from .progress import Progress
+from .repeat import BUDGET_S, planned_repeat
 
-__all__ = ["run_forward", "run_generate", "run_train", "with_labels", "loss_of", "calls_counted", "calls_per_run"]
+__all__ = ["run_forward", "run_generate", "run_train", "with_labels", "loss_of", "calls_counted", "calls_per_run",
+           "seconds_per_call", "auto_repeat"]
 
 
 @contextlib.contextmanager
@@ -58,11 +61,55 @@ def calls_per_run(mode: str, warm_up: int, max_new_tokens: int = 1, repeat: int 
     return (warm_up + repeat) * (max_new_tokens if mode == "generate" else 1)
 
 
+def _synchronize() -> None:
+    """Wait for the GPU's queued work (a call's time is its kernels', not their launches')."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
+def seconds_per_call(call) -> float:
+    """Wall-clock seconds of ``call()``, the GPU's queued work included.
+
+    >>> seconds_per_call(lambda: None) >= 0
+    True
+    """
+    _synchronize()
+    start = time.perf_counter()
+    call()
+    _synchronize()
+    return time.perf_counter() - start
+
+
+def auto_repeat(call, warm_up: int, progress: Progress | None = None, calls_each: int = 1) -> int:
+    """``--repeat auto``'s timed calls (:func:`~.repeat.planned_repeat`) for a model whose
+    call is ``call()``, planned from untimed calls of it: one, and a second when the first
+    fits in the budget (the first can hold one-time costs). ``warm_up`` 0 asks for no call
+    before the timed ones: none is made, and the minimum is timed (as when the model raises:
+    the profiled call raises it again, naming the module). ``progress`` learns the
+    stage's new total (``calls_each`` model calls per call, warm-ups included)."""
+    seconds, probes = None, 0
+    if warm_up:
+        try:
+            seconds, probes = seconds_per_call(call), 1
+            if seconds < BUDGET_S:
+                seconds, probes = seconds_per_call(call), 2
+        except Exception:
+            # the profiled call raises it again, and says in which module: the error is the profiler's to report
+            seconds = None
+    repeat = planned_repeat(seconds)
+    if progress is not None:
+        progress.expect((probes + warm_up + repeat) * calls_each)
+    return repeat
+
+
 def run_forward(model: nn.Module, args: tuple, kwargs: dict, options: ProfileOptions, *,
-                progress: Progress | None = None) -> ProfileResult:
-    """``options.repeat`` inference forwards after ``options.warm_up``, profiled (eval mode, no autograd)."""
+                progress: Progress | None = None, auto: bool = False) -> ProfileResult:
+    """``options.repeat`` inference forwards after ``options.warm_up``, profiled (eval mode, no
+    autograd); with ``auto``, as many as :func:`auto_repeat` plans instead."""
     model.eval()
     with torch.no_grad(), calls_counted(model, progress):
+        if auto:
+            options = options.replace(repeat=auto_repeat(lambda: model(*args, **kwargs), options.warm_up, progress))
         return profile(model, args, kwargs, options=options)
 
 
@@ -81,11 +128,15 @@ def generation_options(model: nn.Module, max_new_tokens: int) -> dict:
 
 
 def run_generate(model: nn.Module, args: tuple, kwargs: dict, options: ProfileOptions, *, max_new_tokens: int,
-                 progress: Progress | None = None) -> ProfileResult:
-    """``options.repeat`` ``generate()`` calls of ``max_new_tokens`` tokens, profiled (prefill and decode)."""
+                 progress: Progress | None = None, auto: bool = False) -> ProfileResult:
+    """``options.repeat`` ``generate()`` calls of ``max_new_tokens`` tokens, profiled (prefill and
+    decode); with ``auto``, as many as :func:`auto_repeat` plans instead."""
     model.eval()
     kwargs = {**kwargs, **generation_options(model, max_new_tokens)}
     with torch.no_grad(), calls_counted(model, progress):
+        if auto:
+            repeat = auto_repeat(lambda: model.generate(*args, **kwargs), options.warm_up, progress, max_new_tokens)
+            options = options.replace(repeat=repeat)
         return profile(model, args, kwargs, options=options.replace(mode="generate"))
 
 
@@ -145,10 +196,12 @@ def loss_of(output: Any) -> torch.Tensor:
 
 
 def run_train(model: nn.Module, args: tuple, kwargs: dict, options: ProfileOptions, *,
-              progress: Progress | None = None) -> ProfileResult:
+              progress: Progress | None = None, auto: bool = False) -> ProfileResult:
     """``options.warm_up`` training steps, then ``options.repeat`` profiled: forward,
     ``backward()`` of the loss and an AdamW step, under :class:`flopsight.Profiler` (the
-    optimizer's step is its own phase; each step measured on its own, times their medians)."""
+    optimizer's step is its own phase; each step measured on its own, times their medians).
+    With ``auto``, the steps profiled are planned from the last warm-up step's time
+    (:func:`~.repeat.planned_repeat`; the minimum without a warm-up): no step is added."""
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
 
@@ -158,8 +211,13 @@ def run_train(model: nn.Module, args: tuple, kwargs: dict, options: ProfileOptio
         optimizer.zero_grad(set_to_none=True)
 
     with calls_counted(model, progress):
+        seconds = None
         for _ in range(options.warm_up):
-            step()
+            seconds = seconds_per_call(step)
+        if auto:
+            options = options.replace(repeat=planned_repeat(seconds))
+            if progress is not None:
+                progress.expect(options.warm_up + options.repeat)
         span = options.replace(warm_up=ProfileOptions.warm_up, repeat=ProfileOptions.repeat, optimizer=optimizer,
                                steps=options.repeat)
         with Profiler(model, options=span) as prof:

@@ -2,9 +2,9 @@
 
 :func:`attach` reads the same config block DeepSpeed's engine reads and does what the
 engine does with it, for any PyTorch training loop: it counts ``optimizer.step()`` calls
-through the optimizer's step hooks, profiles training step number ``profile_step`` (its
-forward passes, backward passes and the step itself), prints the report at the end of
-that step, and removes everything it installed::
+through the optimizer's step hooks, profiles the training step that begins once
+``profile_step`` of them have completed (its forward passes, backward passes and the step
+itself), prints the report at the end of that step, and removes everything it installed::
 
     handle = flopsight.attach(model, optimizer, ds_config)   # ds_config["flops_profiler"]
     for batch in loader:                                     # the loop as it was
@@ -14,16 +14,20 @@ that step, and removes everything it installed::
         optimizer.zero_grad()
     handle.close()      # or `with flopsight.attach(...):` -- warns if profile_step never came
 
-Steps are counted from ``attach`` (the first ``optimizer.step()`` after it is step 1):
-profiling starts right after step ``profile_step - 1`` ends (at ``attach`` for step 1).
-Under ``torch.distributed`` every rank profiles step ``profile_step``; rank 0 gathers their
-results (``handle.result.ranks``) and prints.
+``profile_step`` counts as DeepSpeed's engine (its ``global_steps`` when the profiled step
+begins) and flopsight's trainer callbacks do, from ``attach`` on: the ``optimizer.step()``
+calls completed before the profiled step. Profiling starts when the ``profile_step``-th ends,
+at ``attach`` for 0 (the first step, its one-time costs marked in the result); the default 1
+profiles the second step. The report's title is DeepSpeed's, ``Profile Summary at step N``
+with N the steps counted when it prints (``profile_step + 1`` for one step). Under
+``torch.distributed`` every rank profiles that step; rank 0 gathers their results
+(``handle.result.ranks``) and prints.
 
 >>> import torch, flopsight
 >>> model = torch.nn.Linear(4, 2)
 >>> opt = torch.optim.SGD(model.parameters(), lr=0.1)
->>> config = {"flops_profiler": {"enabled": True, "profile_step": 2, "detailed": False}}
->>> with flopsight.attach(model, opt, config) as handle:
+>>> config = {"flops_profiler": {"enabled": True, "profile_step": 1, "detailed": False}}
+>>> with flopsight.attach(model, opt, config) as handle:   # the second step: 1 taken before it
 ...     for _ in range(3):
 ...         model(torch.ones(8, 4)).sum().backward()
 ...         opt.step()
@@ -60,6 +64,7 @@ from ..result.profile_result import ProfileResult
 from ..result.steps import as_first_step
 from .deepspeed.api import engine_parallel_info
 from .deepspeed.config import FlopsProfilerConfig, parse_config
+from .step_numbering import warn_numbering_changed
 
 __all__ = ["attach", "AttachedProfiler"]
 
@@ -73,8 +78,9 @@ class AttachedProfiler:
     """What :func:`attach` returns: where the profile stands, and :meth:`close`.
 
     ``steps`` counts the optimizer's steps since attach; ``result`` is the
-    :class:`~flopsight.ProfileResult` of step ``profile_step`` and ``report`` its text
-    (both None until then; ``report`` stays None on ranks other than 0).
+    :class:`~flopsight.ProfileResult` of the step after ``profile_step`` of them and
+    ``report`` its text (both None until it ended; ``report`` stays None on ranks other
+    than 0).
     """
 
     def __init__(self, model: nn.Module, optimizer: Any, config: FlopsProfilerConfig, batch_size: int | None,
@@ -101,7 +107,7 @@ class AttachedProfiler:
                 self._removers.append(optimizer.register_step_post_hook(self._after_step).remove)
             else:  # a wrapper has no step hooks: count its steps around its own step()
                 self._removers.append(wrap_method(optimizer, "step", self._wrapped_step))
-            if config.profile_step == 1:
+            if config.profile_step == 0:  # the first step: it begins now
                 self._start()
 
     @property
@@ -110,7 +116,7 @@ class AttachedProfiler:
 
     @property
     def done(self) -> bool:
-        """True once step ``profile_step`` ended (and the profile was printed on rank 0)."""
+        """True once the profiled step(s) ended (and the profile was printed on rank 0)."""
         return self._done
 
     @property
@@ -144,14 +150,14 @@ class AttachedProfiler:
         return out
 
     def _stepped(self, run) -> None:
-        """A step ended: start profiling before step ``profile_step``, begin the next
-        profiled step after each but the last of ``steps``, finish after the last (each
-        action through ``run``)."""
+        """A step ended: start profiling when ``profile_step`` steps are done (as the
+        engine's ``global_steps == profile_step``), begin the next profiled step after each
+        but the last of ``steps``, finish after the last (each action through ``run``)."""
         self.steps += 1
-        first, last = self.config.profile_step, self.config.profile_step + self.config.steps - 1
-        if self.steps == first - 1:
+        before, last = self.config.profile_step, self.config.profile_step + self.config.steps
+        if self.steps == before:
             self._start()
-        elif first <= self.steps < last:
+        elif before < self.steps < last:
             run(self._next_step)
         elif self.steps == last:
             run(self._finish)
@@ -167,7 +173,7 @@ class AttachedProfiler:
         try:
             if self._profiler.running:
                 self.result = self._profiler.stop()
-                if self.config.profile_step == 1:  # the first step after attach: named as such
+                if self.config.profile_step == 0:  # the first step after attach: named as such
                     self.result = as_first_step(self.result)
                 if _rank() != 0:
                     return
@@ -186,15 +192,17 @@ class AttachedProfiler:
 
     # -- closing --------------------------------------------------------------------------
     def close(self) -> None:
-        """Remove everything still installed; warns if step ``profile_step`` never came."""
+        """Remove everything still installed; warns if the profiled step(s) never ended."""
         if not self.attached:
             return
         _pending[:] = [(h, a) for h, a in _pending if h is not self]
         self._detach()
         if not self._done:
             ran = f"{self.steps} step{'' if self.steps == 1 else 's'} ran"
+            needed = self.config.profile_step + self.config.steps
             warnings.warn(
-                f"flopsight: profile_step={self.config.profile_step} was never reached: {ran}; nothing was profiled",
+                f"flopsight: profile_step={self.config.profile_step} was never reached: {ran} of the {needed} "
+                f"needed; nothing was profiled",
                 UserWarning,
                 stacklevel=2,
             )
@@ -248,7 +256,8 @@ def attach(
     *,
     batch_size: int | None = None,
 ) -> AttachedProfiler:
-    """Profile training step ``profile_step`` of ``model`` as DeepSpeed's engine would.
+    """Profile the training step of ``model`` after ``profile_step`` optimizer steps, as
+    DeepSpeed's engine would.
 
     Args:
         model: the module the loop calls (a DDP wrapper or the model inside it), or a
@@ -259,7 +268,8 @@ def attach(
             a wrapper with a ``step()`` of its own (a DeepSpeed ZeRO optimizer, an engine).
         config: DeepSpeed's config (dict or JSON path) with a ``"flops_profiler"`` block,
             or the block: ``enabled`` (default False, as in DeepSpeed: then nothing is
-            attached; a config without the block is off too), ``profile_step`` (1),
+            attached; a config without the block is off too), ``profile_step`` (1: the
+            optimizer steps completed since attach before the profiled one; 0 is the first),
             ``module_depth`` (-1), ``top_modules`` (1), ``detailed`` (True), ``output_file``
             (None: stdout), ``recompute_fwd_factor`` (0: DeepSpeed's lines estimate the
             backward as ``2 + recompute_fwd_factor`` times the forward); flopsight's own keys,
@@ -269,8 +279,8 @@ def attach(
         batch_size: samples per forward call, when the first dimension of the model's
             first input is not the batch.
 
-    The report is printed at the end of step ``profile_step`` (to ``output_file`` if
-    given); then everything is removed. Use the result as a context manager, or call
+    The report is printed at the end of the profiled step (to ``output_file`` if given);
+    then everything is removed. Use the result as a context manager, or call
     ``close()``, so that nothing stays installed if the loop ends (or fails) earlier.
     """
     parallel = None
@@ -290,13 +300,30 @@ def attach(
     if cfg.enabled:
         check_output_file(cfg.output_file)
         ReportOptions(**_report_options(cfg, parallel))
+        _warn_numbering(cfg.profile_step)
     return AttachedProfiler(model, optimizer, cfg, batch_size, parallel)
 
 
+#: whether the warning that profile_step changed its meaning was given in this process
+_numbering_warned = False
+
+
+def _warn_numbering(step: int) -> None:
+    # until 0.1.0 attach profiled the profile_step-th step after it, one earlier than the engine;
+    # 0 was refused then, so a 0 was written for the numbering of now
+    global _numbering_warned
+    if step >= 1 and not _numbering_warned:
+        _numbering_warned = True
+        warn_numbering_changed(f"flopsight.attach's profile_step={step}", step, "DeepSpeed's engine does",
+                               f"step {step + 1} after attach", stacklevel=3)
+
+
 def _report_options(cfg: FlopsProfilerConfig, parallel: ParallelInfo | None) -> dict[str, Any]:
-    """The report the config asks for, as DeepSpeed's engine prints it."""
-    return dict(profile_step=cfg.profile_step, module_depth=cfg.module_depth, top_modules=cfg.top_modules,
-                detailed=cfg.detailed, parallel=parallel, recompute_fwd_factor=cfg.recompute_fwd_factor)
+    """The report the config asks for, as DeepSpeed's engine prints it: titled with the steps
+    counted when it prints (``global_steps`` then), one more than ``profile_step`` for one step."""
+    return dict(profile_step=cfg.profile_step + cfg.steps, module_depth=cfg.module_depth,
+                top_modules=cfg.top_modules, detailed=cfg.detailed, parallel=parallel,
+                recompute_fwd_factor=cfg.recompute_fwd_factor)
 
 
 def _is_engine(obj: Any) -> bool:

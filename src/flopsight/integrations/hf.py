@@ -4,7 +4,10 @@ A ``transformers.TrainerCallback`` that profiles training step ``profile_step`` 
 micro-batches' forward and backward, the optimizer step, the rest of the Trainer's step)
 on every rank, logs throughput, MFU and measured FLOPs to the Trainer's logs (keys
 ``flopsight/...`` in ``trainer.state.log_history``) and writes the report to ``output_dir``
-on rank 0::
+on rank 0. ``profile_step`` counts as DeepSpeed's and the Lightning callback's do: the
+optimizer steps taken before the profiled one (``state.global_step`` when it begins), so
+the default 1 profiles the second step and 0 the first; the logged names are the Lightning
+callback's too (:data:`~.trainer_metrics.METRICS`)::
 
     from flopsight.integrations.hf import FlopsightCallback
     trainer = Trainer(model=model, args=args, train_dataset=data,
@@ -14,11 +17,11 @@ on rank 0::
 Needs ``transformers`` (``pip install 'flopsight[hf]'``); ``import flopsight`` alone never
 imports it. How-to and the logged keys: ``docs/howto/hf-trainer.md``.
 
->>> FlopsightCallback(profile_step=0)
+>>> FlopsightCallback(profile_step=-1)
 Traceback (most recent call last):
 ...
-ValueError: profile_step: expected a positive int (1 is the Trainer's first optimizer step), got 0
-"""
+ValueError: profile_step: expected an int >= 0 (the optimizer steps taken before the profiled one; 0 is the first step), got -1
+"""  # noqa: E501  (a doctest's expected output, as printed)
 
 from __future__ import annotations
 
@@ -37,30 +40,39 @@ try:
 except ImportError as e:  # the optional extra
     raise ImportError("flopsight.integrations.hf needs transformers: pip install 'flopsight[hf]'") from e
 
-from .._checks import check_int
 from ..analysis.efficiency import efficiency
-from ..capture.sources.gather import DEFAULT_GATHER_TIMEOUT
+from ..capture.sources.gather import DEFAULT_GATHER_TIMEOUT, publish_failure
 from ..capture.sources.optimizer import wrap_method
 from ..hardware import check_peak
 from ..options import ProfileOptions
 from ..profiler import Profiler, with_ranks
 from ..renderers import EXTENSIONS
-from ..renderers.output import write
+from ..renderers.output import check_output_file, write
 from ..result.profile_result import ProfileResult
 from ..result.steps import as_first_step
-from .trainer_metrics import check_dtype, named, step_figures
+from .step_numbering import warn_numbering_changed
+from .trainer_metrics import METRICS, PREFIX, PROFILE_STEP, check_dtype, check_profile_step, logged, step_figures
 
 __all__ = ["FlopsightCallback", "step_metrics", "PREFIX", "LOGGED"]
 
-#: what every key this callback logs starts with
-PREFIX = "flopsight/"
-
 logger = logging.getLogger(__name__)
+
+#: whether the warning that profile_step changed its meaning was given in this process
+_numbering_warned = False
 
 
 # -- argument checks ---------------------------------------------------------------------
 def _check_profile_step(step: Any) -> int:
-    return check_int(step, "profile_step", low=1, what="1 is the Trainer's first optimizer step")
+    step = check_profile_step(step)
+    global _numbering_warned
+    if step >= 1 and not _numbering_warned:
+        # until 0.1.0 this callback profiled the step that ends at global_step == profile_step, one
+        # earlier; 0 was refused then, so a 0 was written for the numbering of now
+        _numbering_warned = True
+        warn_numbering_changed(f"FlopsightCallback(profile_step={step})", step,
+                               "DeepSpeed's profile_step and flopsight's Lightning callback do",
+                               f"the Trainer's step {step + 1} (state.global_step {step} -> {step + 1})", stacklevel=3)
+    return step
 
 
 def _check_output(output: Any) -> tuple[str, ...]:
@@ -83,26 +95,8 @@ def _check_output(output: Any) -> tuple[str, ...]:
 
 # -- the logged figures ---------------------------------------------------------------------
 #: logged name (after :data:`PREFIX`) -> its :class:`~.trainer_metrics.StepFigures` field,
-#: in the order logged; a figure that is None (not measured) is not logged
-LOGGED = {
-    "iter_latency_s": "latency",
-    "fwd_latency_s": "fwd_latency",
-    "bwd_latency_s": "bwd_latency",
-    "step_latency_s": "step_latency",
-    "fwd_flops": "fwd_flops",
-    "bwd_flops": "bwd_flops",
-    "step_flops": "step_flops",
-    "flops": "flops",
-    "model_flops": "model_flops",
-    "flops_per_second": "flops_per_second",
-    "micro_batches": "micro_batches",
-    "recompute_flops": "recompute_flops",
-    "samples_per_second": "samples_per_second",
-    "tokens_per_second": "tokens_per_second",
-    "mfu": "mfu",
-    "hfu": "hfu",
-    "memory_peak_bytes": "memory_peak_bytes",
-}
+#: in the order logged (both callbacks' :data:`~.trainer_metrics.METRICS`)
+LOGGED = {name: spec[0] for name, spec in METRICS.items()}
 
 
 def step_metrics(result: ProfileResult, *, tokens: int | None = None, peak: Any = None,
@@ -125,8 +119,7 @@ def step_metrics(result: ProfileResult, *, tokens: int | None = None, peak: Any 
     >>> m["flopsight/mfu"] == m["flopsight/model_flops"] / m["flopsight/iter_latency_s"] / 1e9
     True
     """
-    figures = step_figures(result, efficiency(result, peak, dtype=dtype), tokens=tokens)
-    return named(figures, LOGGED, PREFIX)
+    return logged(step_figures(result, efficiency(result, peak, dtype=dtype), tokens=tokens))
 
 
 def _mixed_precision_dtype(args: Any) -> str | None:
@@ -177,13 +170,15 @@ class FlopsightCallback(TrainerCallback):
     """Profile training step ``profile_step`` of a ``transformers.Trainer`` run.
 
     Args:
-        profile_step: the optimizer step to profile, numbered as ``state.global_step``
-            reads after it: 1 is the first step of the run (1-based; a resumed run's steps
-            go on from the checkpoint's). With gradient accumulation a step holds all its
-            micro-batches.
+        profile_step: the optimizer step to profile, as DeepSpeed's ``profile_step`` and the
+            Lightning callback's count it: the steps already taken when it begins
+            (``state.global_step`` then; a resumed run's steps go on from the checkpoint's).
+            0 is the run's first step, its one-time costs marked in the result; the default
+            1 skips it. With gradient accumulation a step holds all its micro-batches.
         output: report file name(s), the format from the ending (``.html``, ``.json``,
             ``.txt``, ``.md``, ``.csv``, ``.trace.json``); relative names go into
-            ``args.output_dir``; written on rank 0 only. None: no file.
+            ``args.output_dir``; written on rank 0 only, checked before training starts.
+            None: no file.
         peak: the device's peak for MFU: FLOP/s, a device name, ``"cpu"`` (measured,
             cached) or a :class:`~flopsight.hardware.Peak`; None looks a GPU up by its name,
             and gives no MFU on the CPU.
@@ -205,7 +200,7 @@ class FlopsightCallback(TrainerCallback):
 
     def __init__(
         self,
-        profile_step: int = 1,
+        profile_step: int = PROFILE_STEP,
         output: str | os.PathLike | list | tuple | None = "flopsight_profile.html",
         peak: Any = None,
         memory: bool = False,
@@ -245,17 +240,20 @@ class FlopsightCallback(TrainerCallback):
         self._abort()  # a step an earlier train() left profiling (it raised where no guard saw it)
         self._done = False
         self.result, self.metrics, self.written = None, {}, []
+        if state.is_world_process_zero:  # the one that writes: a bad path fails now, not after the step
+            for name in self.outputs:
+                check_output_file(os.path.join(args.output_dir, name), "output")
 
     def on_step_begin(self, args, state, control, **kwargs):
         # called before a step's first micro-batch, global_step counting the steps done
-        if self._step is None and not self._done and state.global_step == self.profile_step - 1:
+        if self._step is None and not self._done and state.global_step == self.profile_step:
             self._begin(kwargs.get("model"))
 
     def on_step_end(self, args, state, control, **kwargs):
         # called after optimizer.step(), the scheduler's step and zero_grad, global_step counted
-        if self._step is not None and state.global_step >= self.profile_step + self.steps - 1:
+        if self._step is not None and state.global_step >= self.profile_step + self.steps:
             self._end(args, state, control)
-        elif self._step is not None and state.global_step >= self.profile_step:
+        elif self._step is not None and state.global_step > self.profile_step:
             self._step.profiler.step()  # one of the profiled steps ended: the next one begins
 
     def on_train_end(self, args, state, control, **kwargs):
@@ -296,9 +294,10 @@ class FlopsightCallback(TrainerCallback):
         """Run a part of the profiled step; if it raises, stop profiling, then re-raise."""
         try:
             return call(*args, **kwargs)
-        except BaseException:
+        except BaseException as error:
             try:
-                self._abort()
+                if self._abort() and self.gather_timeout is not None:
+                    publish_failure(error)  # rank 0 learns it now instead of waiting for this rank
             except Exception as e:  # the step's own error is the one to see
                 warnings.warn(f"flopsight: stopping the profiler after the step's error failed too: {e!r}",
                               UserWarning)
@@ -319,7 +318,7 @@ class FlopsightCallback(TrainerCallback):
         finally:
             step.remove()
         self._done = True
-        if self.profile_step == 1:  # the run's first step: its one-time costs are in it
+        if self.profile_step == 0:  # the run's first step: its one-time costs are in it
             result = as_first_step(result)
         self.result = result = with_ranks(result, self.gather_timeout)
         dtype = self.dtype or _mixed_precision_dtype(args)
@@ -328,15 +327,16 @@ class FlopsightCallback(TrainerCallback):
         self._log(step.trainer, state, control)
         self.written = self._write(result, args) if state.is_world_process_zero else []
 
-    def _abort(self) -> None:
-        """Stop a step being profiled, keeping nothing of it."""
+    def _abort(self) -> bool:
+        """Stop a step being profiled, keeping nothing of it; whether one was."""
         step, self._step = self._step, None
         if step is None:
-            return
+            return False
         try:
             step.profiler.stop()
         finally:
             step.remove()
+        return True
 
     def _log(self, trainer: Any, state, control) -> None:
         if trainer is not None:
@@ -352,7 +352,8 @@ class FlopsightCallback(TrainerCallback):
         written = []
         for name in self.outputs:
             path = os.path.join(args.output_dir, name)  # an absolute name stays as it is
-            write(result, path)
+            # titled as DeepSpeed's engine titles it: the steps taken once the last profiled one ended
+            write(result, path, profile_step=self.profile_step + self.steps)
             written.append(path)
             logger.info("flopsight: step %d profiled, report written to %s", self.profile_step, path)
         return written

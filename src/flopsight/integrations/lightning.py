@@ -2,9 +2,11 @@
 
 :class:`FlopsightCallback` runs a :class:`flopsight.Profiler` around training step
 ``profile_step`` (its micro-batches' forward and backward passes, ``zero_grad`` and the
-optimizer step), logs throughput, MFU and the measured FLOPs under the names Lightning's
-``ThroughputMonitor`` uses, prefixed ``flopsight/`` (:data:`METRICS`), and writes the report
-into the run's log directory on rank 0. How-to and the metric definitions:
+optimizer step), logs throughput, MFU and the measured FLOPs under the names the Hugging
+Face callback logs too (:data:`METRICS`, prefixed ``flopsight/``), and writes the report into
+the run's log directory on rank 0. ``profile_step`` counts as DeepSpeed's and the Hugging Face
+callback's do. The names logged until 0.1.0 (``flopsight/train/...``, :data:`DEPRECATED_METRICS`)
+are logged too, for this release only. How-to and the metric definitions:
 ``docs/howto/lightning.md``.
 
 >>> import tempfile, torch, lightning as L
@@ -27,7 +29,7 @@ into the run's log directory on rank 0. How-to and the metric definitions:
 ...     written = os.path.relpath(callback.path, root)
 >>> written, callback.step, callback.result.iteration.forward.macs   # 8 rows x 4 inputs x 2 outputs
 ('profile.json', 1, 64)
->>> trainer.callback_metrics["flopsight/train/device/flops"].item() == callback.result.iteration.model_flops
+>>> trainer.callback_metrics["flopsight/model_flops"].item() == callback.result.iteration.model_flops
 True
 """
 
@@ -45,26 +47,30 @@ except ImportError as error:  # the core needs torch alone; this module needs Li
         "flopsight.integrations.lightning needs Lightning 2: pip install 'flopsight[lightning]'"
     ) from error
 
-from .._checks import check_int
 from ..analysis.efficiency import Efficiency, efficiency
-from ..capture.sources.gather import DEFAULT_GATHER_TIMEOUT
+from ..capture.sources.gather import DEFAULT_GATHER_TIMEOUT, publish_failure
 from ..hardware import Peak, lookup_peak, resolve_peak
 from ..options import ProfileOptions
 from ..profiler import Profiler, with_ranks
 from ..renderers.output import check_output_file, write
 from ..result.profile_result import ProfileResult
 from ..result.steps import as_first_step
-from .trainer_metrics import check_dtype, named, step_figures
+from .trainer_metrics import METRICS, PREFIX, PROFILE_STEP, check_dtype, check_profile_step, logged, named, \
+    step_figures
 
-__all__ = ["FlopsightCallback", "METRICS", "PREFIX", "step_metrics", "global_metrics"]
+__all__ = ["FlopsightCallback", "METRICS", "PREFIX", "DEPRECATED_METRICS", "DEPRECATED_PREFIX", "step_metrics",
+           "global_metrics"]
 
-#: every logged name starts with this, so nothing collides with ``ThroughputMonitor``'s
-#: ``train/...`` names when both callbacks run
-PREFIX = "flopsight/train/"
+#: what the names logged until flopsight 0.1.0 start with (as ``ThroughputMonitor``'s ``train/...``)
+DEPRECATED_PREFIX = "flopsight/train/"
 
-#: logged name (after :data:`PREFIX`) -> (unit, definition); ``device/`` names are this
-#: rank's, the others (more than one rank) the whole job's
-METRICS = {
+#: whether the warning that the old names are deprecated was given in this process
+_old_names_warned = False
+
+#: the names logged until 0.1.0, logged for one more release (after :data:`DEPRECATED_PREFIX`) ->
+#: (unit, definition); ``device/`` names are this rank's, the others (more than one rank) the
+#: whole job's. Each one's new name: docs/howto/lightning.md.
+DEPRECATED_METRICS = {
     "device/batches_per_sec": ("batches/s", "micro-batches of the profiled step / its wall time"),
     "device/samples_per_sec": ("samples/s", "samples of the profiled step / its wall time"),
     "device/flops_per_sec": ("FLOP/s", "device/flops / its wall time"),
@@ -86,10 +92,6 @@ METRICS = {
 
 
 # -- argument checks: each names its argument ------------------------------------------
-def _check_step(step: Any) -> int:
-    return check_int(step, "profile_step", low=0, what="a trainer.global_step value")
-
-
 def _check_output(output: Any) -> str | None:
     if output is None:
         return None
@@ -161,17 +163,19 @@ DEVICE_FIGURES = {
 
 
 def step_metrics(result: ProfileResult, eff: Efficiency | None, batches: int, samples: int | None) -> dict[str, float]:
-    """This rank's ``device/`` figures of the profiled step (names without :data:`PREFIX`)."""
+    """This rank's ``device/`` figures of the profiled step, by their deprecated names
+    (without :data:`DEPRECATED_PREFIX`)."""
     return named(step_figures(result, eff, batches=batches, samples=samples), DEVICE_FIGURES)
 
 
 def global_metrics(result: ProfileResult, batches: int, samples_per_rank: int | None = None) -> dict[str, float]:
-    """The whole job's figures, on rank 0 of a gathered run: every rank's amounts over the
-    slowest rank's wall time (the step ends when it does). Empty in one process, or when a
-    rank's result is missing (the sums would be short). ``samples_per_rank``: each rank's
-    samples when counted by ``batch_size_fn`` (else each rank's result says)."""
+    """The whole job's figures, by their deprecated names, on rank 0 of a gathered run: every
+    rank's amounts over the slowest rank's wall time (the step ends when it does). Empty in one
+    process, or when a rank's result is missing or failed (the sums would be short).
+    ``samples_per_rank``: each rank's samples when counted by ``batch_size_fn`` (else each
+    rank's result says)."""
     ranks = result.ranks
-    if not ranks or any(r is None for r in ranks):
+    if not ranks or any(r is None or r.metadata.error for r in ranks) or result.rank_notes:
         return {}
     slowest = max(r.iteration.latency for r in ranks)
     flops = sum(r.iteration.model_flops for r in ranks)
@@ -192,14 +196,16 @@ class FlopsightCallback(Callback):
 
     Args:
         profile_step: the step to profile, in ``trainer.global_step`` numbering (optimizer
-            steps already taken): the micro-batches that run while ``trainer.global_step ==
-            profile_step``, until the optimizer step moves it on. 0 is the first step; the
-            default 1 skips it (its one-time work: optimizer state, allocator warm-up).
-            Lightning logs this step's metrics at ``step=profile_step``.
+            steps already taken), as DeepSpeed's ``profile_step`` and the Hugging Face
+            callback's: the micro-batches that run while ``trainer.global_step ==
+            profile_step``, until the optimizer step moves it on. 0 is the first step, its
+            one-time costs marked in the result; the default 1 skips it (its one-time work:
+            optimizer state, allocator warm-up). Lightning logs this step's metrics at
+            ``step=profile_step``.
         output: the report's file name; its extension picks the format (``.html``,
             ``.json``, ``.txt``, ``.md``, ``.csv``, ``.trace.json``). A relative path is
             under ``trainer.log_dir`` (the logger's directory, else ``default_root_dir``);
-            None writes no file. Rank 0 writes it.
+            None writes no file. Rank 0 writes it; the path is checked before training.
         peak: the device's peak for MFU: FLOP/s, a device name, ``"cpu"`` (measured at
             setup) or a :class:`~flopsight.hardware.Peak`; None: the CUDA device's, from
             flopsight's table. No peak, no ``mfu`` (never guessed).
@@ -214,12 +220,13 @@ class FlopsightCallback(Callback):
             every step's (counts and logged metrics are one step's).
 
     After the step: ``result`` (this rank's :class:`~flopsight.ProfileResult`),
-    ``metrics`` (what was logged, full names), ``path`` (the report, rank 0).
+    ``metrics`` (what was logged, full names: :data:`METRICS`' and, for this release,
+    :data:`DEPRECATED_METRICS`'), ``path`` (the report, rank 0).
     """
 
     def __init__(
         self,
-        profile_step: int = 1,
+        profile_step: int = PROFILE_STEP,
         output: str | os.PathLike | None = "flopsight_profile.html",
         *,
         peak: Any = None,
@@ -230,7 +237,7 @@ class FlopsightCallback(Callback):
         steps: int = 1,
     ):
         super().__init__()
-        self.profile_step = _check_step(profile_step)
+        self.profile_step = check_profile_step(profile_step)
         #: what each profiled step measures (its steps and gathering are this callback's)
         self.options = ProfileOptions(memory=memory, steps=steps, gather_timeout=gather_timeout)
         self.steps, self.memory = self.options.steps, self.options.memory
@@ -266,6 +273,8 @@ class FlopsightCallback(Callback):
         if self.output is not None and not os.path.isabs(self.output):
             # every rank: trainer.log_dir broadcasts rank 0's directory
             self._log_dir = trainer.log_dir or trainer.default_root_dir
+        if self.output is not None and trainer.is_global_zero:  # the one that writes: a bad path fails now
+            check_output_file(self._report_path(), "output")
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if self._profiler is None and self.result is None and trainer.global_step == self.profile_step:
@@ -286,7 +295,8 @@ class FlopsightCallback(Callback):
                 self._current = trainer.global_step
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
-        self._abandon()
+        if self._abandon() and self.gather_timeout is not None:
+            publish_failure(exception)  # rank 0 learns it now instead of waiting for this rank
 
     def on_train_end(self, trainer, pl_module) -> None:
         if self.profiling:
@@ -309,13 +319,16 @@ class FlopsightCallback(Callback):
         self._current = self.profile_step
         self._profiler.start()
 
-    def _abandon(self) -> None:
+    def _abandon(self) -> bool:
+        """Stop a step being profiled, keeping nothing of it; whether one was."""
         profiler, self._profiler = self._profiler, None
         if profiler is not None and profiler.running:
             try:
                 profiler.stop()
             except Exception as error:  # never hide the exception that ended the run
                 warnings.warn(f"flopsight: stopping the profiler failed: {error!r}", UserWarning, stacklevel=2)
+            return True
+        return False
 
     def _finish(self, trainer, pl_module) -> None:
         profiler, self._profiler = self._profiler, None
@@ -329,21 +342,37 @@ class FlopsightCallback(Callback):
         batches, counted = self._batches // self.steps, self._samples // self.steps
         samples = counted if self.batch_size_fn is not None else result.iteration.samples
         eff = efficiency(result, self._peak, dtype=self.dtype or precision_dtype(trainer.precision))
-        metrics = step_metrics(result, eff, batches, samples)
+        self.metrics = logged(step_figures(result, eff, batches=batches, samples=samples))
+        old = step_metrics(result, eff, batches, samples)
         if trainer.is_global_zero:
-            metrics.update(global_metrics(result, batches, counted or None))
-        self.metrics = {PREFIX + name: value for name, value in metrics.items()}
+            old.update(global_metrics(result, batches, counted or None))
+        self.metrics.update({DEPRECATED_PREFIX + name: value for name, value in old.items()})
+        _warn_old_names()
         _log(trainer, pl_module, self.metrics)
         if trainer.is_global_zero and self.output is not None:
             self.path = self._write(result, eff)
         if trainer.is_global_zero:
             rank_zero_info(_summary(self.profile_step, self.metrics, self.path))
 
+    def _report_path(self) -> str:
+        return self.output if os.path.isabs(self.output) else os.path.join(self._log_dir or ".", self.output)
+
     def _write(self, result: ProfileResult, eff: Efficiency) -> str:
-        path = self.output if os.path.isabs(self.output) else os.path.join(self._log_dir or ".", self.output)
+        path = self._report_path()
         # the efficiency section, in the formats that have one, against the peak used for MFU
-        write(result, path, profile_step=self.profile_step, peak=eff.peak, dtype=eff.dtype)
+        # titled as DeepSpeed's engine titles it: the steps taken once the last profiled one ended
+        write(result, path, profile_step=self.profile_step + self.steps, peak=eff.peak, dtype=eff.dtype)
         return path
+
+
+def _warn_old_names() -> None:
+    global _old_names_warned
+    if not _old_names_warned:
+        _old_names_warned = True
+        warnings.warn("flopsight: the Lightning callback's metric names flopsight/train/... are deprecated: they are "
+                      "logged this release only, besides the names both flopsight callbacks log now "
+                      "(flopsight/model_flops, flopsight/iter_latency_s, flopsight/mfu...; each old name's new one: "
+                      "docs/howto/lightning.md)", FutureWarning, stacklevel=3)
 
 
 def _log(trainer, pl_module, metrics: dict[str, float]) -> None:
@@ -365,7 +394,7 @@ def _summary(step: int, metrics: dict[str, float], path: str | None) -> str:
     def get(name: str):
         return metrics.get(PREFIX + name)
 
-    line = f"flopsight: step {step}: {get('device/flops'):,} FLOPs in {get('device/step_time') * 1e3:.1f} ms"
-    if get("device/mfu") is not None:
-        line += f", MFU {100 * get('device/mfu'):.2f}%"
+    line = f"flopsight: step {step}: {get('model_flops'):,} FLOPs in {get('iter_latency_s') * 1e3:.1f} ms"
+    if get("mfu") is not None:
+        line += f", MFU {100 * get('mfu'):.2f}%"
     return line + (f"; report: {path}" if path else "")

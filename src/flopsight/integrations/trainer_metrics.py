@@ -1,10 +1,9 @@
 """What the trainer callbacks log, computed once: the figures of a profiled training step.
 
-Both callbacks (:mod:`.hf`, :mod:`.lightning`) profile one optimizer step and log its
-figures under their own names (``flopsight/...`` for the Trainer's logs, the names of
-Lightning's ``ThroughputMonitor``): :func:`step_figures` computes every one of them and each
-callback's table picks and names those it logs. The argument checks both callbacks share
-are here too.
+Both callbacks (:mod:`.hf`, :mod:`.lightning`) profile one optimizer step, chosen the same
+way (:data:`PROFILE_STEP`), and log its figures under the same names (:data:`METRICS`,
+prefixed :data:`PREFIX`): :func:`step_figures` computes every one of them, :func:`logged`
+names them. The argument checks both callbacks share are here too.
 
 >>> import torch, flopsight
 >>> from flopsight.analysis.efficiency import efficiency
@@ -23,12 +22,48 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .._checks import check_int
 from ..analysis.efficiency import Efficiency
 from ..analysis.report_figures import parallel_of, rate, training_figures
 from ..hardware import canonical_dtype
 from ..result.profile_result import ProfileResult
 
-__all__ = ["StepFigures", "step_figures", "named", "check_dtype"]
+__all__ = ["StepFigures", "step_figures", "named", "logged", "check_dtype", "check_profile_step", "METRICS",
+           "PREFIX", "PROFILE_STEP"]
+
+#: what every name both callbacks log starts with
+PREFIX = "flopsight/"
+
+#: how both callbacks (and DeepSpeed's ``flops_profiler.profile_step``) number the step they
+#: profile: the optimizer steps already taken when it begins (the Trainer's ``global_step``
+#: then). 0 is the run's first step, whose one-time costs (optimizer state, allocator warm-up)
+#: the result then marks; the default 1 skips it.
+PROFILE_STEP = 1
+
+#: logged name (after :data:`PREFIX`) -> (its :class:`StepFigures` field, unit, definition),
+#: in the order logged; a figure that is None (not measured) is not logged. Figures are this
+#: rank's, but ``samples_per_second`` and ``tokens_per_second``, the whole job's.
+METRICS = {
+    "iter_latency_s": ("latency", "s", "wall time of the profiled step (this rank)"),
+    "fwd_latency_s": ("fwd_latency", "s", "the step's forward passes, summed over micro-batches"),
+    "bwd_latency_s": ("bwd_latency", "s", "the step's backward passes, summed"),
+    "step_latency_s": ("step_latency", "s", "optimizer.step()"),
+    "fwd_flops": ("fwd_flops", "FLOP", "the forward passes of every micro-batch of the step"),
+    "bwd_flops": ("bwd_flops", "FLOP", "the backward passes, measured (not 2x the forward)"),
+    "step_flops": ("step_flops", "FLOP", "optimizer.step()"),
+    "flops": ("flops", "FLOP", "fwd + bwd + step + recompute: what the hardware did"),
+    "model_flops": ("model_flops", "FLOP", "fwd + bwd + step: the recompute left out"),
+    "flops_per_second": ("flops_per_second", "FLOP/s", "flops / iter_latency_s"),
+    "micro_batches": ("micro_batches", "count", "forward calls of the model in the step"),
+    "recompute_flops": ("recompute_flops", "FLOP", "activation checkpointing's recomputed forward; only when it ran"),
+    "samples_per_second": ("samples_per_second", "samples/s",
+                           "samples of the step x data-parallel size / iter_latency_s: the whole job's"),
+    "tokens_per_second": ("tokens_per_second", "tokens/s", "the same with tokens, when the model's main input "
+                                                           "holds token ids (Hugging Face Trainer)"),
+    "mfu": ("mfu", "fraction", "model_flops / iter_latency_s / peak; only when a peak is known"),
+    "hfu": ("hfu", "fraction", "as mfu with flops; only when activation checkpointing ran"),
+    "memory_peak_bytes": ("memory_peak_bytes", "bytes", "with memory=True: the peak of the storages allocated"),
+}
 
 
 @dataclass(frozen=True)
@@ -90,7 +125,8 @@ def step_figures(result: ProfileResult, eff: Efficiency | None, *, batches: int 
         batches=batches,
         samples=samples or None,
         # every data-parallel rank's, as the report's "measured samples/second"
-        samples_per_second=training_figures(result, parallel, it=it).samples_per_second,
+        samples_per_second=(rate(samples * parallel.dp_size, it.latency) if samples
+                            else training_figures(result, parallel, it=it).samples_per_second),
         tokens_per_second=rate(tokens * parallel.dp_size, it.latency) if tokens else None,
         device_batches_per_second=batches / it.latency if timed and batches is not None else None,
         device_samples_per_second=samples / it.latency if timed and samples else None,
@@ -111,3 +147,14 @@ def named(figures: StepFigures, names: dict[str, str], prefix: str = "") -> dict
 def check_dtype(dtype: Any) -> str | None:
     """The peak table's column for ``dtype`` (None stays None); its error names ``dtype``."""
     return None if dtype is None else canonical_dtype(dtype)
+
+
+def logged(figures: StepFigures) -> dict[str, float]:
+    """What both callbacks log of ``figures``: :data:`METRICS`' names, prefixed :data:`PREFIX`."""
+    return named(figures, {name: spec[0] for name, spec in METRICS.items()}, PREFIX)
+
+
+def check_profile_step(step: Any) -> int:
+    """``step`` once known a valid :data:`PROFILE_STEP`-style number; its error names ``profile_step``."""
+    return check_int(step, "profile_step", low=0,
+                     what="the optimizer steps taken before the profiled one; 0 is the first step")

@@ -23,11 +23,11 @@ from typing import Sequence
 
 from ..analysis.diff import (DIFF_FORMATS, METRICS, Caveat, Change, Gate, GateResult, ModuleDiff, ProfileDiff,
                              metric_kind)
-from ..analysis.diff.verdict import Cause, CollectiveChange, Verdict
 from .numbers import bytes_to_string, duration_to_string, number_to_string
+from .verdict_words import verdict_text
 
 __all__ = ["render_diff", "render_diff_text", "render_diff_markdown", "gate_message", "caveat_note", "format_value",
-           "format_signed", "format_percent", "format_threshold"]
+           "format_signed", "format_percent", "format_threshold", "headline", "refusal"]
 
 
 # -- values in messages and tables ----------------------------------------------------------------------
@@ -135,18 +135,38 @@ def _moved(gate: Gate, subject: str, a: float, b: float, beyond: bool, median: s
 
 
 # -- the diff ----------------------------------------------------------------------------------------------
+#: per header field that differs, what it means for the figures
+_DIFFERS = {
+    "inputs": "the profiles measured different work, so counts and times change with the inputs, not only the model",
+    "dtype": "times and memory change with the precision, not only the model",
+    "device": "latencies and memory are not comparable across devices (counts are)",
+    "backend": "counts may differ by how they were counted, not by the model",
+    "torch": "operators may decompose, count and run differently between torch versions",
+    "flopsight": "counting conventions may differ between flopsight versions",
+}
+
+
 def caveat_note(caveat: Caveat) -> str:
     """A diff's caveat as its note says it.
 
     >>> caveat_note(Caveat("memory", ("b",)))
     'memory was tracked in b only (profile both with memory=True)'
+    >>> caveat_note(Caveat("differs", ("inputs", "float32[2, 8]", "float32[4, 8]")))[:61]
+    'the inputs differ (a float32[2, 8], b float32[4, 8]): the pro'
     """
     f = caveat.figures
+    if caveat.kind == "differs":
+        return f"the {f[0]} differ (a {f[1]}, b {f[2]}): {_DIFFERS[f[0]]}"
+    if caveat.kind == "modules":
+        then = ("modules compared by path anyway (force), though a path need not be the same module in both"
+                if f[2] else "modules are not compared, only the totals (see Modules)")
+        return f"the model classes differ (a {f[0]}, b {f[1]}): {then}"
+    if caveat.kind == "unrecorded":
+        return (f"{f[0]} does not record its {', '.join(f[1:])} (an older file?): "
+                f"{'that' if len(f) == 2 else 'those'} could not be compared")
     if caveat.kind == "calls":
         return (f"a timed {f[0]} forward call(s) and {f[1]} backward pass(es), b {f[2]} and {f[3]}: counts are "
                 "totals over each profile, latencies per call")
-    if caveat.kind == "device":
-        return f"a ran on {f[0]} in {f[1] or '?'}, b on {f[2]} in {f[3] or '?'}"
     if caveat.kind == "memory":
         return f"memory was tracked in {f[0]} only (profile both with memory=True)"
     if caveat.kind == "ranks":
@@ -154,62 +174,75 @@ def caveat_note(caveat: Caveat) -> str:
     raise ValueError(f"caveat: unknown kind {caveat.kind!r}")
 
 
-def _signed(seconds: float) -> str:
-    return ("+" if seconds >= 0 else "-") + duration_to_string(abs(seconds))
+# -- the header, the headline, the refusal ------------------------------------------------------------
+def headline(d: ProfileDiff) -> str | None:
+    """Whether there is any difference, in one line, where the counts are the same (None where
+    they differ: the totals show how). Times are judged by the step verdict, else by the noise
+    test of the model's calls (:meth:`~flopsight.analysis.diff.ProfileDiff.sameness`).
+
+    >>> import torch, flopsight
+    >>> r = flopsight.profile(torch.nn.Linear(4, 2), torch.ones(1, 4), clock=flopsight.FakeClock())
+    >>> headline(flopsight.diff(r, r))
+    'No difference: the counts and times are identical.'
+    """
+    same = d.sameness()
+    if not (same.model and same.counts):
+        return None
+    counts = "counts and memory" if d.a.memory_tracked and d.b.memory_tracked else "counts"
+    if same.times == "identical":
+        return f"No difference: the {counts} and times are identical."
+    if same.metric not in METRICS:  # the step verdict decided: it follows, with its figures
+        times = "within the noise" if same.times == "noise" else "changed beyond the noise"
+        lead = f"No difference in {counts}" if same.times == "noise" else f"The {counts} are identical"
+        return f"{lead}; the {same.metric} time {times} (the verdict below)."
+    # the model's per-call latency, tested on its calls
+    change = d.total.metrics[same.metric]
+    moved = f"{METRICS[same.metric][0]} {format_signed('time', change.delta)} ({format_percent(change.relative)})"
+    n, m = same.samples
+    tested = f"p={same.p_value:.2g}, {n} vs {m} calls" if same.p_value is not None else ""
+    if same.times == "noise":
+        return f"No difference in {counts}; times within the noise ({moved}, {tested})."
+    if same.times == "untested":
+        return (f"No difference in {counts}; times differ ({moved}), but {n} vs {m} calls cannot tell a change "
+                "from noise (profile with repeat=N for samples).")
+    return f"The {counts} are identical; times changed beyond the noise ({moved}, {tested})."
 
 
-def _calls(k: CollectiveChange) -> str:
-    """``10 calls vs 1, 124 KB each``, or ``2 calls of 124 KB vs 1 of 8 B`` when their sizes differ."""
-    (na, nb), (ba, bb) = k.calls, k.bytes_per_call
-    if ba == bb or not na or not nb:
-        return f"{na} calls vs {nb}, {bytes_to_string(bb or ba)} each"
-    return f"{na} calls of {bytes_to_string(ba)} vs {nb} of {bytes_to_string(bb)}"
+def refusal(d: ProfileDiff) -> str | None:
+    """Why no module is compared (None when they are): the model classes differ."""
+    if d.modules_compared:
+        return None
+    names = [c.figures[:2] for c in d.caveats if c.kind == "modules"][0]
+    return (f"not compared: the model classes differ (a {names[0]}, b {names[1]}), and a module path in one model "
+            "is not the same module in the other, so no module-level change or cause is given; the totals compare "
+            "the whole models. flopsight diff --force (diff(..., force=True)) compares them module by module anyway.")
 
 
-def _cause_text(c: Cause) -> str:
-    d = c.difference.delta
-    if c.part == "communication":
-        # the median steps' calls of each kind that changed (their exposed times overlap: the
-        # part's figure is what the rank waited for in all)
-        kinds = [f"{k.kind}: {_calls(k)}" for k in c.collectives
-                 if k.calls[0] != k.calls[1] or k.bytes_per_call[0] != k.bytes_per_call[1]]
-        return f"{_signed(d)} exposed communication" + (f" ({'; '.join(kinds[:3])})" if kinds else "")
-    if c.part == "framework":
-        return f"{_signed(d)} framework and hooks (module and autograd hooks, parameter management, Python between ops)"
-    if c.part == "other":
-        return f"{_signed(d)} other (data loading, loss, idle)"
-    if c.part == "profiler":
-        return f"{_signed(d)} profiler (flopsight's own time left in the phases, not the model's)"
-    label = "compute" if c.part == "compute" else "in the modules"
-    moved = [f"{m.path} ({m.type_name}) {_signed(m.delta)}" for m in c.modules if m.delta]
-    return f"{_signed(d)} {label}" + (f" (most in {', '.join(moved)})" if moved else "")
+def _run_value(value: str) -> str:
+    return value or "? (not recorded)"
 
 
-def verdict_text(v: Verdict, a: str = "A", b: str = "B") -> str:
-    """The verdict in one sentence: how much slower or faster b's step is, with its noise,
-    and the parts that moved beyond theirs, largest first."""
-    s = v.step
-    units = "passes" if v.unit == "pass" else f"{v.unit}s"
-    way = "slower" if s.delta >= 0 else "faster"
-    head = (f"{b}'s {v.unit} is {duration_to_string(abs(s.delta))} {way} than {a}'s "
-            f"(±{duration_to_string(s.noise)}, {v.samples[0]} vs {v.samples[1]} {units})")
-    if not s.significant:
-        return head + ": within the noise, not significant"
-    parts = [_cause_text(c) for c in v.causes]
-    if v.unchanged:
-        names = list(v.unchanged)
-        parts.append((", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else names[0]) + " unchanged")
-    return head + (": " + ", ".join(parts) if parts else "")
+def _header_lines(d: ProfileDiff) -> list[list[str]]:
+    """The header's rows: field, a's value, b's value, and ``differs`` where they do."""
+    differing = d.differing
+    return [[name, _run_value(va), _run_value(vb), "differs" if name in differing else ""]
+            for name, va, vb in d.header()]
 
 
 def _json(d: ProfileDiff, all_modules: bool, gates: Sequence[GateResult]) -> dict:
     """The diff's data (:meth:`~flopsight.analysis.diff.ProfileDiff.to_dict`) with its words:
-    the caveats as notes, each gate's message, the verdict's text."""
+    the caveats as notes (the differences also as warnings), the headline, why modules are not
+    compared, each gate's message, the verdict's text."""
     data = d.to_dict(all_modules, gates)
     out = {}
     for key, value in data.items():
         if key == "caveats":
+            out["warnings"] = d.warnings
             out["notes"] = d.notes
+        elif key == "sameness":
+            out["sameness"] = {**value, "text": headline(d)}
+        elif key == "module_level":
+            out["module_level"] = {**value, "text": refusal(d)}
         elif key == "gates":
             out["gates"] = [{"gate": g["gate"], "passed": g["passed"], "message": gate_message(r),
                              "tested": g["tested"], "p_value": g["p_value"]} for g, r in zip(value, gates)]
@@ -310,13 +343,30 @@ def _type(row: ModuleDiff) -> str:
     return row.type_b or row.type_a or ""
 
 
+def _shows_verdict(d: ProfileDiff) -> bool:
+    """The verdict is shown unless the times are identical (it would only say 0 s slower)."""
+    return d.verdict is not None and d.sameness().times != "identical"
+
+
 def render_diff_text(d: ProfileDiff, rows: list[ModuleDiff], all_modules: bool, gates: list[GateResult]) -> str:
-    """The text format: totals, then the ``rows`` table, then the gates."""
-    out = [f"flopsight diff: {d.a.label} -> {d.b.label}"]
-    out += [f"note: {n}" for n in d.notes]
-    if d.verdict is not None:
+    """The text format: what each side ran, the warnings, whether anything differs, the totals,
+    then the ``rows`` table, then the gates."""
+    out = [f"flopsight diff: {d.a.label} -> {d.b.label}", ""]
+    out += _table(["run", "a", "b", ""], _header_lines(d), 4)
+    if d.caveats:
+        out.append("")
+    out += [f"{'warning' if c.warns else 'note'}: {caveat_note(c)}" for c in d.caveats]
+    line = headline(d)
+    if line:
+        out += ["", line]
+    if _shows_verdict(d):
         out += ["", "Verdict: " + verdict_text(d.verdict, d.a.label, d.b.label)]
     out += ["", "Model totals", *_table(["metric", "a", "b", "change", "%", "noise"], _total_lines(d), 1)]
+    if not d.modules_compared:
+        out += ["", f"Modules: {refusal(d)}"]
+        if gates:
+            out += ["", "Gates"] + [("PASS  " if g.passed else "FAIL  ") + gate_message(g) for g in gates]
+        return "\n".join(out) + "\n"
     out += ["", f"Modules: {_summary(d, all_modules)}"]
     if rows:
         cols = _columns(d, rows)
@@ -340,11 +390,18 @@ def _md_table(header: list[str], lines: list[list[str]], left: int) -> list[str]
 def render_diff_markdown(d: ProfileDiff, rows: list[ModuleDiff], all_modules: bool, gates: list[GateResult]) -> str:
     """The ``md`` format: the text format's tables in Markdown, for a pull request."""
     out = [f"### flopsight diff: `{_md(d.a.label)}` → `{_md(d.b.label)}`", ""]
-    out += [f"> {_md(n)}" for n in d.notes] + ([""] if d.notes else [])
-    if d.verdict is not None:
+    out += _md_table(["run", "a", "b"], [[f"**{_md(n)}** (differs)" if x else _md(n), _md(va), _md(vb)]
+                                        for n, va, vb, x in _header_lines(d)], 3) + [""]
+    out += [f"> **{'warning' if c.warns else 'note'}**: {_md(caveat_note(c))}" for c in d.caveats]
+    out += [""] if d.caveats else []
+    line = headline(d)
+    if line:
+        out += [f"**{_md(line)}**", ""]
+    if _shows_verdict(d):
         out += [f"**Verdict**: {_md(verdict_text(d.verdict, d.a.label, d.b.label))}", ""]
     out += _md_table(["metric", "a", "b", "change", "%", "noise"], [[_md(c) for c in r] for r in _total_lines(d)], 1)
-    out += ["", f"**Modules**: {_summary(d, all_modules)}", ""]
+    modules = _summary(d, all_modules) if d.modules_compared else refusal(d)
+    out += ["", f"**Modules**: {_md(modules)}", ""]
     if rows:
         cols = _columns(d, rows)
         header = ["", "module", "type", *(METRICS[m][0] for m in cols)]

@@ -34,6 +34,7 @@ from typing import Any
 
 from ..analysis.report import Report
 from ..analysis.report_options import ReportOptions
+from .json_renderer import json_data
 
 __all__ = ["render_html", "format_html", "embed_json"]
 
@@ -56,7 +57,7 @@ def format_html(report: Report) -> str:
     """The page of a report (the format table's entry): the result's own JSON and the
     figures derived from it (:attr:`~flopsight.analysis.report.Report.page_figures`)."""
     result, title = report.result, report.options.title
-    data = result.to_dict()
+    data = json_data(result)  # the JSON renderer's document (times null on the meta device)
     page_title = title if title is not None else f"flopsight: {result.metadata.model or 'profile'}"
     css, script = _asset("report.css"), _asset("report.js")
     slots = {

@@ -16,7 +16,7 @@ from typing import Any
 from ..analysis.report import Report
 from ..analysis.report_options import ReportOptions
 
-__all__ = ["render_json", "format_json"]
+__all__ = ["render_json", "format_json", "json_data"]
 
 
 def render_json(result, **options: Any) -> str:
@@ -27,4 +27,33 @@ def render_json(result, **options: Any) -> str:
 
 def format_json(report: Report) -> str:
     """The format table's entry."""
-    return json.dumps(report.result.to_dict(), indent=report.options.indent_or(1)) + "\n"
+    return json.dumps(json_data(report.result), indent=report.options.indent_or(1)) + "\n"
+
+
+def json_data(result) -> dict[str, Any]:
+    """``result.to_dict()``; on the meta device, where nothing ran on hardware, every time is
+    null: the stats records' ``latency`` (modules, their ops, the calls), the spans and the
+    samples (:func:`flopsight.load` reads them back as 0).
+
+    >>> import torch, flopsight
+    >>> with torch.device("meta"):
+    ...     model = torch.nn.Linear(4, 2)
+    >>> data = json_data(flopsight.profile(model, torch.ones(1, 4, device="meta")))
+    >>> data["modules"][0]["phases"]["forward"]["latency"], data["spans"]["forward"]
+    (None, [None])
+    """
+    data = result.to_dict()
+    if result.metadata.device_type != "meta":
+        return data
+    for m in data["modules"]:
+        for stats in [*m["phases"].values(), *(s for ops in m["ops"].values() for s in ops.values())]:
+            stats["latency"] = None
+    for call in data["calls"]:
+        call["stats"]["latency"] = None
+    data["spans"] = {kind: [None] * len(values) for kind, values in data["spans"].items()}
+    samples = data.get("samples")
+    if samples:
+        samples["figures"] = {k: [None] * len(v) for k, v in samples["figures"].items()}
+        samples["modules"] = {p: {ph: [None] * len(v) for ph, v in phases.items()}
+                              for p, phases in samples["modules"].items()}
+    return data

@@ -30,7 +30,7 @@ from .numbers import (bytes_to_string, duration_to_string, flops_to_string, macs
 
 __all__ = ["render_markdown", "format_markdown"]
 
-_ESCAPES = str.maketrans({"|": "\\|", "<": "&lt;", ">": "&gt;", "&": "&amp;", "`": "\\`", "\n": " "})
+_ESCAPES = str.maketrans({"|": "\\|", "<": "&lt;", ">": "&gt;", "&": "&amp;", "`": "\\`", "\n": " ", "\r": " "})
 
 
 def render_markdown(result, **options: Any) -> str:
@@ -46,13 +46,22 @@ def format_markdown(report: Report) -> str:
     """The Markdown of a report (the format table's entry)."""
     phase = report.options.phase
     lines = [_title(report.result.metadata, report.result.total.type_name), ""]
-    lines += _summary(report.phase_table)
+    meta = report.on_meta_device  # nothing ran on hardware: times and rates are n/a
+    lines += _summary(report.phase_table, meta)
     lines += _efficiency(report.peak_efficiency)
-    lines += _top_modules(report.top_modules, phase)
-    lines += _operators(report.top_operators, phase)
+    lines += _top_modules(report.top_modules, phase, meta)
+    lines += _operators(report.top_operators, phase, meta)
     lines += _memory(report.memory)
-    lines += _communication(report.collectives)
+    lines += _communication(report.collectives, meta)
     return "\n".join(lines) + "\n"
+
+
+def _time(seconds: float, meta: bool) -> str:
+    return "n/a" if meta else duration_to_string(seconds)
+
+
+def _rate(flops_per_second: float, meta: bool) -> str:
+    return "n/a" if meta else flops_to_string(flops_per_second)
 
 
 def _n(value) -> str:
@@ -60,7 +69,8 @@ def _n(value) -> str:
 
 
 def _cell(text) -> str:
-    return str(text).translate(_ESCAPES).strip()
+    # a line end (\n, \r\n or \r, each one in Markdown) would end the row: one space each
+    return str(text).replace("\r\n", "\n").translate(_ESCAPES).strip()
 
 
 def _table(header, rows, align=None) -> list[str]:
@@ -77,19 +87,19 @@ def _title(m: Metadata, root_type: str) -> str:
     return f"### flopsight: {_cell(m.model or root_type)} ({', '.join(p for p in parts if p)})"
 
 
-def _summary(t: PhaseTable) -> list[str]:
+def _summary(t: PhaseTable, meta: bool = False) -> list[str]:
     if t.iteration is None:
         f = dict(t.phases)["forward"]
         rows = [["params", params_to_string(t.params)], ["MACs", macs_to_string(f.macs)],
-                ["FLOPs", _n(f.flops)], ["latency", duration_to_string(f.latency)],
-                ["FLOPS", flops_to_string(f.flops_per_second)]]
+                ["FLOPs", _n(f.flops)], ["latency", _time(f.latency, meta)],
+                ["FLOPS", _rate(f.flops_per_second, meta)]]
         return _table(["", "forward"], rows)
     it, stats = t.iteration, [s for _, s in t.phases]
     rows = [
         ["MACs"] + [macs_to_string(s.macs) for s in stats] + [macs_to_string(it.macs)],
         ["FLOPs"] + [_n(s.flops) for s in stats] + [_n(it.flops)],
-        ["latency"] + [duration_to_string(s.latency) for s in stats] + [duration_to_string(it.latency)],
-        ["FLOPS"] + [flops_to_string(s.flops_per_second) for s in stats] + [flops_to_string(it.flops_per_second)],
+        ["latency"] + [_time(s.latency, meta) for s in stats] + [_time(it.latency, meta)],
+        ["FLOPS"] + [_rate(s.flops_per_second, meta) for s in stats] + [_rate(it.flops_per_second, meta)],
     ]
     return [f"params: {params_to_string(t.params)}", ""] + _table([""] + [p for p, _ in t.phases] + ["iteration"], rows)
 
@@ -102,22 +112,31 @@ def _efficiency(section: EfficiencySection | None) -> list[str]:
     return ["#### Efficiency", ""] + _table(["", ""], rows, ["---", "---:"]) if rows else []
 
 
-def _top_modules(modules: tuple[RankedModule, ...], phase: str) -> list[str]:
+def _top_modules(modules: tuple[RankedModule, ...], phase: str, meta: bool = False) -> list[str]:
     if not modules:
         return []
-    rows = [[_cell(m.path), _cell(m.type_name), params_to_string(m.params), macs_to_string(m.stats.macs),
-             _n(m.stats.flops), f"{m.flops_share:.1f} %", duration_to_string(m.stats.latency)] for m in modules]
+    rows = [[_cell(m.path), _cell(m.type_name), _params(m.params, m.params_shared), macs_to_string(m.stats.macs),
+             _n(m.stats.flops), f"{m.flops_share:.1f} %", _time(m.stats.latency, meta)] for m in modules]
     header = ["module", "type", "params", f"{phase} MACs", f"{phase} FLOPs", "of model FLOPs", f"{phase} latency"]
-    return [f"#### Top {len(rows)} modules by {phase} FLOPs", ""] + _table(header, rows, ["---", "---"] + ["---:"] * 5)
+    note = ["\"(N shared)\": N of the module's params are tied to modules outside it; each module holding them "
+            "counts them, the model's total once.", ""] if any(m.params_shared for m in modules) else []
+    table = _table(header, rows, ["---", "---"] + ["---:"] * 5)
+    return [f"#### Top {len(rows)} modules by {phase} FLOPs", ""] + table + note
 
 
-def _operators(ops: tuple[tuple[str, Stats], ...], phase: str) -> list[str]:
+def _params(params: int, shared: int) -> str:
+    """A module's params, marked when some are tied to modules outside it."""
+    return params_to_string(params) + (f" ({params_to_string(shared)} shared)" if shared else "")
+
+
+def _operators(ops: tuple[tuple[str, Stats], ...], phase: str, meta: bool = False) -> list[str]:
     if not ops:
         return []
     rows = [[_cell(name), str(s.calls), macs_to_string(s.macs), _n(s.flops),
-             duration_to_string(s.latency)] for name, s in ops]
+             _time(s.latency, meta)] for name, s in ops]
+    # operators are timed in the counting pass, apart from the modules' timed pass (it can exceed theirs)
     return [f"#### Top {len(rows)} operators by {phase} FLOPs", ""] + _table(
-        ["operator", "calls", "MACs", "FLOPs", "latency"], rows)
+        ["operator", "calls", "MACs", "FLOPs", "latency (counting pass)"], rows)
 
 
 def _memory(m: MemoryTotals | None) -> list[str]:
@@ -129,10 +148,10 @@ def _memory(m: MemoryTotals | None) -> list[str]:
     return ["#### Memory", ""] + _table(["", "bytes"], rows)
 
 
-def _communication(calls: tuple[Collective, ...]) -> list[str]:
+def _communication(calls: tuple[Collective, ...], meta: bool = False) -> list[str]:
     if not calls:
         return []
     rows = [[_cell(c.kind), _cell(c.module or "(model)"), c.phase, str(c.count), bytes_to_string(c.bytes),
-             duration_to_string(c.latency)] for c in calls]
+             _time(c.latency, meta)] for c in calls]
     return ["#### Communication", ""] + _table(["collective", "module", "phase", "calls", "bytes per rank", "time"],
                                                rows, ["---", "---", "---", "---:", "---:", "---:"])

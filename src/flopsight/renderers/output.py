@@ -56,7 +56,8 @@ def check_output_file(output_file: Any, arg: str = "output_file", fmt: str | Non
     """Raise unless ``output_file`` is None, ``""`` (stdout) or a path a report can be
     written to, before anything runs (the error names ``arg``):
 
-    * not a directory; its folder writable, or creatable (the nearest existing one writable);
+    * not a directory; its folder writable, or creatable (the nearest existing one a folder,
+      not a file, and writable);
     * with ``fmt`` None, an ending that names a format (:data:`~flopsight.renderers.EXTENSIONS`),
       or ``.log``, ``.out`` or none at all: DeepSpeed's text report, as for ``.txt``;
     * not a file that holds something else (a model's source, its config): an existing file
@@ -79,6 +80,9 @@ def check_output_file(output_file: Any, arg: str = "output_file", fmt: str | Non
         raise ValueError(f"{arg}: {path!r} ends in {ending!r}, which names no report format; use one of "
                          f"{', '.join(EXTENSIONS)} ({', '.join(TEXT_ENDINGS)} or no ending: the text report too)")
     folder = _existing_folder(path)
+    if not os.path.isdir(folder):  # "report.html/r.json": no folder can be made where a file is
+        what = "a file" if os.path.isfile(folder) else "a broken link"
+        raise NotADirectoryError(f"{arg}: cannot write {path!r}: {folder!r} is {what}, not a folder")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise PermissionError(f"{arg}: cannot write {path!r}: the folder {folder!r} is not writable")
     if os.path.exists(path):
@@ -100,9 +104,9 @@ def _known_ending(path: str) -> bool:
 
 def _existing_folder(path: str) -> str:
     """The folder ``path`` goes in, or its nearest existing ancestor (where the missing
-    folders would be created)."""
+    folders would be created): a file when one is in the way."""
     folder = os.path.dirname(os.path.abspath(path))
-    while not os.path.isdir(folder):
+    while not os.path.lexists(folder):
         parent = os.path.dirname(folder)
         if parent == folder:
             break

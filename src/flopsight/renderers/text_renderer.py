@@ -110,13 +110,73 @@ def _count(n: float) -> str:
     return f"{round(n, DEFAULT_PRECISION):g}"
 
 
+#: what a time or rate reads on the meta device, where nothing ran on hardware
+_NA = "n/a"
+#: an input list or dict longer than this is cut short: "... (N more)"
+_INPUTS_LISTED = 8
+
+
+def _input_text(value) -> str:
+    """One recorded argument: a tensor as ``dtype[shape]``, lists and dicts nested, the rest as recorded."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (list, tuple)):
+        more = f", ... ({len(value) - _INPUTS_LISTED} more)" if len(value) > _INPUTS_LISTED else ""
+        return "[" + ", ".join(_input_text(v) for v in value[:_INPUTS_LISTED]) + more + "]"
+    if isinstance(value, dict):
+        items = list(value.items())
+        more = f", ... ({len(items) - _INPUTS_LISTED} more)" if len(items) > _INPUTS_LISTED else ""
+        return "{" + ", ".join(f"{k}: {_input_text(v)}" for k, v in items[:_INPUTS_LISTED]) + more + "}"
+    return repr(value)
+
+
+def _inputs_text(meta) -> str:
+    """The profiled call's inputs as the summary's line states them: positional ones, then
+    ``name=value``, then the batch size (empty when nothing was recorded).
+
+    >>> from flopsight.result.metadata import Metadata
+    >>> _inputs_text(Metadata(inputs={"args": ["float32[8, 3, 224, 224]"], "kwargs": {"mask": None}}, batch_size=8))
+    'float32[8, 3, 224, 224], mask=None; batch size 8'
+    """
+    inputs = meta.inputs
+    parts = []
+    if inputs is not None:
+        parts += [_input_text(v) for v in inputs["args"]]
+        parts += [f"{k}={_input_text(v)}" for k, v in inputs["kwargs"].items()]
+    batch = meta.batch_size_given or meta.batch_size
+    text = ", ".join(parts)
+    if batch:
+        text += ("; " if text else "") + f"batch size {batch}"
+    return text
+
+
 class _Text:
     """The report's lines, section by section."""
 
-    def __init__(self) -> None:
+    def __init__(self, meta: bool = False) -> None:
         # DeepSpeed's wording on every device: its log parsers look for "per GPU"
         self.unit = "GPU"
         self.lines: list[str] = []
+        # on the meta device nothing runs on hardware: every time and rate is n/a
+        self.meta = meta
+
+    def dur(self, seconds: float) -> str:
+        return _NA if self.meta else duration_to_string(seconds)
+
+    def fps(self, flops_per_second: float) -> str:
+        return _NA if self.meta else flops_to_string(flops_per_second)
+
+    def rate(self, flops_per_second: float) -> str:
+        """A per-module rate, as DeepSpeed prints it (rounded before the unit)."""
+        return _NA if self.meta else _rate(flops_per_second)
+
+    def time_share(self, percent: float) -> str:
+        """A share of a time: n/a on the meta device."""
+        return _NA if self.meta else _pct(percent)
+
+    def per_second(self, n: float) -> str:
+        """samples/s, tokens/s: n/a on the meta device."""
+        return _NA if self.meta else _count(n)
 
     def add(self, *lines: str) -> None:
         self.lines.extend(lines)
@@ -141,18 +201,18 @@ class _Text:
         self.kv(f"fwd MACs per {u}: ", macs_to_string(f.fwd.macs))
         self.kv(f"fwd flops per {u}: ", number_to_string(f.fwd.flops))
         self.kv(f"fwd flops of model = fwd flops per {u} * mp_size: ", number_to_string(f.fwd_flops_of_model))
-        self.kv("fwd latency: ", duration_to_string(f.fwd.latency))
+        self.kv("fwd latency: ", self.dur(f.fwd.latency))
         self.kv(
             f"fwd FLOPS per {u} = fwd flops per {u} / fwd latency: ",
-            flops_to_string(f.fwd_flops_per_second),
+            self.fps(f.fwd_flops_per_second),
         )
         if report.on_meta_device:
             # nothing runs on meta: its "latencies" are torch's and the profiler's Python time
-            self.kv("note: ", "profiled on the meta device: latencies and FLOPS are not the hardware's")
+            self.kv("note: ", "profiled on the meta device: nothing ran on hardware, so latencies and FLOPS are n/a")
         busy = report.device_busy
         if busy is not None:  # a line of its own after DeepSpeed's: what the device did during the forward
             self.kv("fwd GPU busy (kernels' device time), idle share: ",
-                    f"{duration_to_string(busy.busy)} ({_pct(100 * busy.idle_share)} idle)")
+                    f"{self.dur(busy.busy)} ({_pct(100 * busy.idle_share)} idle)")
         compiled = report.result.metadata.compiled
         if compiled:
             self.kv("ran compiled (torch.compile; each timed as one region, counts from the eager module): ",
@@ -163,6 +223,9 @@ class _Text:
             self._generation(f.generation, batch_printed=parallel is not None and parallel.batch_size is not None)
         if f.anatomy is not None:
             self._anatomy(f.anatomy)
+        inputs = _inputs_text(report.result.metadata)
+        if inputs:  # after DeepSpeed's lines: what the figures above were measured on
+            self.kv("inputs (shapes and dtypes; batch size): ", inputs)
         if report.parallelism:
             self.kv("parallelism (detected or given): ",
                     ", ".join(f"{_PARALLELISM[k]} {v}" for k, v in report.parallelism))
@@ -182,7 +245,7 @@ class _Text:
             # new lines of their own after DeepSpeed's (its log parsers never see them change)
             self.kv(
                 f"{c.kind} (calls, bytes per rank, time, algbw, busbw): ",
-                f"{c.count}, {bytes_to_string(c.bytes)}, {duration_to_string(c.latency)}, "
+                f"{c.count}, {bytes_to_string(c.bytes)}, {self.dur(c.latency)}, "
                 f"{_gbps(c.algbw)}, {_gbps(c.busbw)}",
             )
         if f.coverage is not None:
@@ -213,14 +276,16 @@ class _Text:
         units = "passes" if unit == "pass" else f"{unit}s"
         if s is not None:
             self.kv(f"{n.figure} over {n.count} {units} (median, {s.kind}): ",
-                    f"{duration_to_string(s.median)} ({duration_to_string(s.low)} to {duration_to_string(s.high)})")
+                    f"{self.dur(s.median)} ({self.dur(s.low)} to {self.dur(s.high)})")
         if s is None:
             arg = "steps" if unit == "step" else "repeat"
             self.kv("noise: ", f"{n.figure} is one sample (1 {unit}): its noise is unknown; profile several "
                                f"({arg}=N) to tell which differences are significant")
         elif n.noisy:
+            wide = (f"; the spread is as wide as the {unit} itself: too noisy to tell much, profile more {units} "
+                    "or on a quieter machine (no other work on its cores)") if n.wide else ""
             self.kv("noise: ", f"{n.figure} varies ±{100 * s.relative:.1f}% over {n.count} {units}; "
-                               "differences smaller than this are not significant")
+                               "differences smaller than this are not significant" + wide)
         if n.first_step:
             what = ("the first profiled step was the first the process ran" if unit == "step"
                     else "no warm-up call ran before the timed ones (warm_up=0)")
@@ -232,17 +297,17 @@ class _Text:
         estimated from the forward, iter latency the sum of fwd, bwd and step), so its log
         parsers read them unchanged; then what was measured, on lines of their own."""
         bwd, rec, step, k = t.backward, t.recompute, t.step, f"{t.bwd_factor:g}"
-        self.kv("bwd latency: ", duration_to_string(t.ds_bwd_latency))
+        self.kv("bwd latency: ", self.dur(t.ds_bwd_latency))
         self.kv(f"bwd FLOPS per GPU = {k} * fwd flops per GPU / bwd latency: ",
-                flops_to_string(t.ds_bwd_flops_per_second))
+                self.fps(t.ds_bwd_flops_per_second))
         self.kv(f"fwd+bwd FLOPS per GPU = {t.bwd_factor + 1:g} * fwd flops per GPU / (fwd+bwd latency): ",
-                flops_to_string(t.ds_fwd_bwd_flops_per_second))
-        self.kv("step latency: ", duration_to_string(step.latency))
-        self.kv("iter latency: ", duration_to_string(t.ds_iter_latency))
+                self.fps(t.ds_fwd_bwd_flops_per_second))
+        self.kv("step latency: ", self.dur(step.latency))
+        self.kv("iter latency: ", self.dur(t.ds_iter_latency))
         self.kv(f"FLOPS per GPU = {t.bwd_factor + 1:g} * fwd flops per GPU / iter latency: ",
-                flops_to_string(t.ds_flops_per_second))
+                self.fps(t.ds_flops_per_second))
         if t.ds_samples_per_second is not None:
-            self.kv("samples/second: ", round(t.ds_samples_per_second, DEFAULT_PRECISION))
+            self.kv("samples/second: ", _NA if self.meta else round(t.ds_samples_per_second, DEFAULT_PRECISION))
         # Gradient accumulation (several forwards and backwards per step): DeepSpeed's lines
         # above are one micro-batch's, as in DeepSpeed's own report; the measured lines the step's.
         if f.micro_batches > 1:
@@ -252,8 +317,8 @@ class _Text:
         if f.fwd_step is not None:  # gradient accumulation: the whole step's forward too
             self.kv("measured fwd MACs per GPU, all micro-batches: ", macs_to_string(f.fwd_step.macs))
             self.kv("measured fwd flops per GPU, all micro-batches: ", number_to_string(f.fwd_step.flops))
-            self.kv("measured fwd latency, all micro-batches: ", duration_to_string(f.fwd_step.latency))
-            self.kv("measured bwd latency, all micro-batches: ", duration_to_string(bwd.latency))
+            self.kv("measured fwd latency, all micro-batches: ", self.dur(f.fwd_step.latency))
+            self.kv("measured bwd latency, all micro-batches: ", self.dur(bwd.latency))
         self.kv("measured bwd MACs per GPU: ", macs_to_string(bwd.macs))
         self.kv("measured bwd flops per GPU: ", number_to_string(bwd.flops))
         if rec is not None:
@@ -262,30 +327,30 @@ class _Text:
             # recompute_fwd_factor, measured); "model FLOPS" below leaves it out.
             self.kv("measured recompute MACs per GPU (activation checkpointing): ", macs_to_string(rec.macs))
             self.kv("measured recompute flops per GPU (activation checkpointing): ", number_to_string(rec.flops))
-            self.kv("recompute latency (part of bwd latency): ", duration_to_string(rec.latency))
+            self.kv("recompute latency (part of bwd latency): ", self.dur(rec.latency))
             self.kv("measured bwd FLOPS per GPU (recompute included): ",
-                    flops_to_string(t.bwd_flops_per_second))
+                    self.fps(t.bwd_flops_per_second))
             self.kv("measured fwd+bwd FLOPS per GPU (recompute included): ",
-                    flops_to_string(t.fwd_bwd_flops_per_second))
+                    self.fps(t.fwd_bwd_flops_per_second))
         else:
             self.kv("measured bwd FLOPS per GPU = measured bwd flops / bwd latency: ",
-                    flops_to_string(t.bwd_flops_per_second))
+                    self.fps(t.bwd_flops_per_second))
             self.kv("measured fwd+bwd FLOPS per GPU = fwd+bwd flops / fwd+bwd latency: ",
-                    flops_to_string(t.fwd_bwd_flops_per_second))
+                    self.fps(t.fwd_bwd_flops_per_second))
         self.kv("measured step flops per GPU: ", number_to_string(step.flops))
         parts = "fwd + bwd + recompute + step" if rec is not None else "fwd + bwd + step"
         self.kv(f"measured iter flops per GPU = {parts} flops: ", number_to_string(t.iter_flops))
-        self.kv("measured iter wall time (the whole profiled span): ", duration_to_string(t.iter_latency))
+        self.kv("measured iter wall time (the whole profiled span): ", self.dur(t.iter_latency))
         self.kv("measured FLOPS per GPU = measured iter flops / iter wall time: ",
-                flops_to_string(t.iter_flops_per_second))
+                self.fps(t.iter_flops_per_second))
         if t.model_flops_per_second is not None:
             self.kv("measured model FLOPS per GPU (recompute left out): ",
-                    flops_to_string(t.model_flops_per_second))
+                    self.fps(t.model_flops_per_second))
         if t.samples_per_second is not None:
             # samples of every data-parallel rank (DeepSpeed's line above multiplies by the
             # world size, which overcounts under model parallelism)
             self.kv("measured samples/second = samples * dp_size / iter wall time: ",
-                    _count(t.samples_per_second))
+                    self.per_second(t.samples_per_second))
 
     def _memory(self, m: MemoryTotals) -> None:
         """Memory of the span, counted from the tensors' storages."""
@@ -332,7 +397,7 @@ class _Text:
         it = f.iteration
         if it is not None:
             self.kv("iter wall time over ranks (min / mean / max): ",
-                    " / ".join(duration_to_string(x) for x in (it.min, it.mean, it.max)))
+                    " / ".join(self.dur(x) for x in (it.min, it.mean, it.max)))
             self.kv("straggler (slowest rank): ", f"rank {it.slowest}, {_pct(f.straggler_excess)} above the mean")
 
     def rank_table(self, ranks: RankFigures | None) -> None:
@@ -345,20 +410,20 @@ class _Text:
             s = m.latency
             name = m.path or "<root>"
             self.add(f"    {name} ({m.type_name}) {_PHASE_LABELS[m.phase]}: "
-                     f"{duration_to_string(s.min)} / {duration_to_string(s.mean)} / {duration_to_string(s.max)}, "
+                     f"{self.dur(s.min)} / {self.dur(s.mean)} / {self.dur(s.max)}, "
                      f"slowest rank {s.slowest}")
 
     def _anatomy(self, a: AnatomyFigures) -> None:
         """Where this rank's iteration wall time went; the parts add up to it."""
 
         def part(p: AnatomyPart) -> str:
-            return f"{duration_to_string(p.seconds)} ({_pct(p.share)})"
+            return f"{self.dur(p.seconds)} ({self.time_share(p.share)})"
 
         if a.counted is not None:  # the latencies above are a neighbouring step's, timed apart from this one
             self.kv("latencies above (fwd, bwd, step, iter): ",
                     "of the step before the profiled one, timed at its phases' boundaries only (not counted)")
             self.kv("step anatomy, of the profiled step's wall time: ",
-                    f"{duration_to_string(a.counted)} (the profiler's own time in it below)")
+                    f"{self.dur(a.counted)} (the profiler's own time in it below)")
         self.kv("step anatomy, fwd compute: ", part(a.forward))
         self.kv("step anatomy, bwd compute: ", part(a.backward))
         self.kv("step anatomy, optimizer step compute: ", part(a.step))
@@ -367,7 +432,7 @@ class _Text:
         self.kv("step anatomy, other (data loading, loss, idle): ", part(a.other))
         self.kv("step anatomy, profiler (flopsight's own time left in the phases): ", part(a.profiler))
         if a.overlapped is not None:
-            self.kv("communication hidden behind compute (overlapped): ", duration_to_string(a.overlapped))
+            self.kv("communication hidden behind compute (overlapped): ", self.dur(a.overlapped))
 
     def _generation(self, gf: GenerationFigures, batch_printed: bool) -> None:
         """generate(): the prompt's prefill apart from the decode steps, then the whole call."""
@@ -380,43 +445,43 @@ class _Text:
             # encoder-decoder models: the encoder runs once, outside the model's calls
             self.kv(f"encoder MACs per {u} (part of prefill): ", macs_to_string(g.encoder.macs))
             self.kv(f"encoder flops per {u} (part of prefill): ", number_to_string(g.encoder.flops))
-            self.kv("encoder latency (part of prefill): ", duration_to_string(g.encoder.latency))
+            self.kv("encoder latency (part of prefill): ", self.dur(g.encoder.latency))
         self.kv(f"prefill MACs per {u}: ", macs_to_string(g.prefill.macs))
         self.kv(f"prefill flops per {u}: ", number_to_string(g.prefill.flops))
-        self.kv("prefill latency: ", duration_to_string(g.prefill.latency))
+        self.kv("prefill latency: ", self.dur(g.prefill.latency))
         self.kv(
             f"prefill FLOPS per {u} = prefill flops / prefill latency: ",
-            flops_to_string(gf.prefill_flops_per_second),
+            self.fps(gf.prefill_flops_per_second),
         )
         self.kv("decode steps: ", g.decode.calls)
         if g.decode.calls:
             self.kv(f"decode MACs per {u} per step: ", macs_to_string(g.per_step.macs))
             self.kv(f"decode flops per {u} per step: ", number_to_string(g.per_step.flops))
-            self.kv("decode latency per step: ", duration_to_string(g.per_step.latency))
+            self.kv("decode latency per step: ", self.dur(g.per_step.latency))
             self.kv(
                 f"decode FLOPS per {u} = decode flops / decode latency: ",
-                flops_to_string(gf.decode_flops_per_second),
+                self.fps(gf.decode_flops_per_second),
             )
             self.kv("decode MACs per generated token = per step / batch size: ", macs_to_string(g.per_token.macs))
             self.kv("decode flops per generated token = per step / batch size: ", number_to_string(g.per_token.flops))
             self.kv(
                 "decode latency per generated token = per step / batch size: ",
-                duration_to_string(g.per_token.latency),
+                self.dur(g.per_token.latency),
             )
             self.kv(
                 "decode tokens/second = batch size * decode steps / decode latency: ",
-                _count(gf.decode_tokens_per_second),
+                self.per_second(gf.decode_tokens_per_second),
             )
         self.kv(f"generate() MACs per {u}: ", macs_to_string(g.total.macs))
         self.kv(f"generate() flops per {u}: ", number_to_string(g.total.flops))
-        self.kv("generate() latency: ", duration_to_string(g.total.latency))
+        self.kv("generate() latency: ", self.dur(g.total.latency))
         self.kv(
             f"generate() FLOPS per {u} = generate() flops / generate() latency: ",
-            flops_to_string(gf.flops_per_second),
+            self.fps(gf.flops_per_second),
         )
         self.kv(
             "tokens/second = batch size * new tokens / generate() latency: ",
-            _count(gf.tokens_per_second),
+            self.per_second(gf.tokens_per_second),
         )
 
     # -- aggregated -----------------------------------------------------------------------
@@ -434,15 +499,14 @@ class _Text:
                 f"depth {d.depth}:",
                 *self._depth_lines(d),
                 f"    bwd MACs    - { {k: macs_to_string(v) for k, v in b.macs} }",
-                f"    bwd latency - { {k: duration_to_string(v) for k, v in b.latency} }",
+                f"    bwd latency - { {k: self.dur(v) for k, v in b.latency} }",
             )
 
-    @staticmethod
-    def _depth_lines(d: DepthSummary) -> list[str]:
+    def _depth_lines(self, d: DepthSummary) -> list[str]:
         return [
             f"    params      - { {k: params_to_string(v) for k, v in d.params} }",
             f"    MACs        - { {k: macs_to_string(v) for k, v in d.macs} }",
-            f"    fwd latency - { {k: duration_to_string(v) for k, v in d.latency} }",
+            f"    fwd latency - { {k: self.dur(v) for k, v in d.latency} }",
         ]
 
     # -- efficiency -----------------------------------------------------------------------
@@ -457,22 +521,23 @@ class _Text:
             self.kv(f"{label}: ", value)
 
     # -- detailed -------------------------------------------------------------------------
-    @staticmethod
-    def figure_items(m: ModuleFigures, training: bool, mean: bool = False) -> list[str]:
+    def figure_items(self, m: ModuleFigures, training: bool, mean: bool = False) -> list[str]:
         """One module's figures as DeepSpeed lists them; ``mean`` marks latencies that are
         the mean over the copies of a collapsed run."""
         mean_of = "mean " if mean else ""
+        # tied weights count in each module holding them (the total counts them once): marked
+        shared = f" ({params_to_string(m.params_shared)} shared)" if m.params_shared else ""
         items = [
-            f"{params_to_string(m.params)} = {_pct(m.params_share)} Params",
+            f"{params_to_string(m.params)} = {_pct(m.params_share)} Params{shared}",
             f"{macs_to_string(m.macs)} = {_pct(m.macs_share)} MACs",
-            f"{mean_of}{duration_to_string(m.latency)} = {_pct(m.latency_share)} latency",
-            _rate(m.flops_per_second),
+            f"{mean_of}{self.dur(m.latency)} = {self.time_share(m.latency_share)} latency",
+            self.rate(m.flops_per_second),
         ]
         if training:
             items += [
                 f"{macs_to_string(m.bwd_macs)} = {_pct(m.bwd_macs_share)} bwd MACs",
-                f"{mean_of}{duration_to_string(m.bwd_latency)} = {_pct(m.bwd_latency_share)} bwd latency",
-                f"{_rate(m.bwd_flops_per_second)} bwd",
+                f"{mean_of}{self.dur(m.bwd_latency)} = {self.time_share(m.bwd_latency_share)} bwd latency",
+                f"{self.rate(m.bwd_flops_per_second)} bwd",
             ]
         return items
 
@@ -551,6 +616,12 @@ class _Text:
                 "figures summed, then one copy's, its latency the mean over the copies. The lines inside a collapsed "
                 "entry are one copy's, their latencies the mean over the copies."
             )
+        if tree.shared_params:
+            notes.append(
+                f"{4 + len(notes)}. \"(N shared)\" after a module's params: N of them are tied to (held by) modules "
+                "outside it too. Each module that holds a shared parameter counts it, so the percentages of "
+                "siblings can add up past 100%; the total counts it once (docs/conventions.md)."
+            )
         if tree.detail_depth is not None:
             notes.append(
                 f"{4 + len(notes)}. Modules deeper than depth {tree.detail_depth} are not shown (detail_depth="
@@ -585,7 +656,9 @@ class _Text:
             f"Top {p.top} operators of each module by flops and by latency, for each phase measured. A module's "
             "operators include its submodules' (inclusive); the first entry is the whole model's.",
             "Percentages are of the entry's operators in that phase. latency: the operators' own time, measured in "
-            "the counting pass. bytes: read and written by the operators (docs/conventions/bytes.md).",
+            "the counting pass (profile() times the modules in a pass of their own: there an operator's time can "
+            "exceed its module's fwd latency). "
+            "bytes: read and written by the operators (docs/conventions/bytes.md).",
         )
         if any(o.row.kernel_time is not None for e in p.entries for t in e.tables for o in t.by_flops + t.by_latency):
             self.add("device: the time of the kernels the operator launched, measured in the timed pass "
@@ -621,8 +694,8 @@ class _Text:
             f"------------------------------ Kernels per {self.unit} ------------------------------",
             f"Kernels: {what}; each charged to the module and phase of the operator that launched it "
             f"(docs/conventions/timing.md). Top {p.top} of each module, its submodules' included.",
-            f"All kernels: {duration_to_string(p.seconds)}; outside the model's calls: "
-            f"{duration_to_string(p.unassigned_seconds)} "
+            f"All kernels: {self.dur(p.seconds)}; outside the model's calls: "
+            f"{self.dur(p.unassigned_seconds)} "
             f"({_pct(100 * p.unassigned_seconds / p.seconds if p.seconds else 0)}).",
         )
         width = max([24, *(len(k.name) for e in p.entries for k in e.kernels)])
@@ -631,12 +704,12 @@ class _Text:
             label = "whole model" if e.path == "" else e.path
             count = f"{e.count} x " if e.count > 1 else ""
             self.add("", f"{label} ({count}{e.type_name}), {_PHASE_SHORT.get(e.phase, e.phase)}: {e.names} "
-                         f"kernel{'s' if e.names > 1 else ''}, {duration_to_string(e.seconds)}",
+                         f"kernel{'s' if e.names > 1 else ''}, {self.dur(e.seconds)}",
                      f"    {'kernel':<{width}} {'calls':>7} {'time':>10} {'share':>8}")
             for k in e.kernels:
                 name = k.name if len(k.name) <= width else k.name[: width - 3] + "..."
                 self.add(f"    {name:<{width}} {_count(k.calls):>7} "
-                         f"{duration_to_string(k.seconds):>10} {_pct(k.share):>8}")
+                         f"{self.dur(k.seconds):>10} {_pct(k.share):>8}")
 
     @staticmethod
     def _op_label(e: OperatorEntry) -> str:
@@ -656,10 +729,10 @@ class _Text:
         for o in ranked:
             r, s = o.row, o.row.stats
             moved = bytes_to_string(r.bytes) if r.bytes is not None else "-"
-            kernels = f" {duration_to_string(r.kernel_time or 0.0):>10}" if device else ""
+            kernels = f" {self.dur(r.kernel_time or 0.0):>10}" if device else ""
             self.add(f"    {r.name:<{width}} {_count(s.calls):>7} {macs_to_string(s.macs):>13} "
                      f"{number_to_string(s.flops):>10} {_pct(o.flops_share):>8} "
-                     f"{duration_to_string(s.latency):>10} {_pct(o.latency_share):>9} {moved:>10}{kernels}")
+                     f"{self.dur(s.latency):>10} {self.time_share(o.latency_share):>9} {moved:>10}{kernels}")
 
 
 #: the detailed profile's 4th note: what a module's latency is, by timing method (``{how}``: " (method, clock)")
@@ -679,7 +752,7 @@ _SYNCS_LISTED = 5
 def format_text(report: Report) -> str:
     """The text of a :class:`~flopsight.analysis.report.Report` (ends with a newline; the
     format table's entry)."""
-    text = _Text()
+    text = _Text(meta=report.on_meta_device)
     text.summary(report)
     if report.efficiency is not None:
         text.efficiency(report)

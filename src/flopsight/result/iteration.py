@@ -15,14 +15,17 @@ from :mod:`.profile_result` at run time).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
+from typing import Mapping, Sequence
 
 from .records import Profile
 from .stats import Stats
 
 
-__all__ = ["IterationStats", "CommunicationTime", "StepAnatomy", "iteration_stats", "COLLECTIVE_NAMESPACES", "TIMED"]
+__all__ = ["IterationStats", "CommunicationTime", "StepAnatomy", "iteration_stats", "COLLECTIVE_NAMESPACES", "TIMED",
+           "median_steps", "at_median", "median_anatomy"]
 
 
 def _per_second(amount: float, seconds: float) -> float:
@@ -136,6 +139,43 @@ class IterationStats:
         return self.forward.calls
 
 
+def median_steps(walls: Sequence[float]) -> tuple[int, ...]:
+    """The indices of the median step: the step of median wall time, or for an even count
+    the two middle ones (sorted by wall time; ties in the order they ran).
+
+    >>> median_steps([0.3, 0.1, 0.2]), median_steps([0.4, 0.1, 0.3, 0.2])
+    ((2,), (3, 2))
+    """
+    if not walls:
+        raise ValueError("walls: a median step needs at least one step")
+    order, n = sorted(range(len(walls)), key=walls.__getitem__), len(walls)
+    return (order[n // 2],) if n % 2 else (order[n // 2 - 1], order[n // 2])
+
+
+def at_median(values: Sequence[float], walls: Sequence[float]) -> float:
+    """A figure's value in the median step (the mean of the two middle steps' for an even
+    count): for the wall time itself, its median; for the anatomy's parts, values that add up
+    to it, as each step's add up to its wall time.
+
+    >>> at_median([5.0, 1.0, 3.0, 8.0], [0.4, 0.1, 0.3, 0.2])  # steps 3 and 2 (0.2 s and 0.3 s)
+    5.5
+    """
+    steps = median_steps(walls)
+    return math.fsum(values[i] for i in steps) / len(steps)
+
+
+def median_anatomy(figures: Mapping[str, Sequence[float]]) -> StepAnatomy | None:
+    """The anatomy of the median step from each step's figures (``"wall"``,
+    ``"anatomy.<part>"``; :mod:`.samples`): its parts add up to the median wall time. None
+    without an anatomy in the figures; a file from before the profiler part reads 0 for it."""
+    walls = figures.get("wall")
+    names = [f.name for f in dataclasses.fields(StepAnatomy)]
+    if not walls or any(f"anatomy.{n}" not in figures for n in names if n != "profiler"):
+        return None
+    zeros = (0.0,) * len(walls)
+    return StepAnatomy(**{n: at_median(figures.get(f"anatomy.{n}", zeros), walls) for n in names})
+
+
 #: the span kinds a neighbouring step timed (not counted) leaves: its phases and its whole
 TIMED = {"forward": "timed.forward", "backward": "timed.backward", "step": "timed.step", "iteration": "timed.iteration"}
 
@@ -153,8 +193,13 @@ def iteration_stats(result: Profile) -> IterationStats:
     latency = counted = sum(walls) if walls else forward.latency
     backward, step = result.phase_total("backward"), result.phase_total("step")
     communication = _communication_time(result)
-    anatomy = _anatomy(result, latency, communication) if walls else None
+    anatomy = _anatomy(result, latency, communication) if walls else None  # the step's own: its parts add up
+    steps = getattr(result, "samples", None)
     timed = TIMED["iteration"] in result.spans
+    if steps is not None and steps.count > 1:  # several steps: the median wall time, as every latency
+        latency = steps.median("wall")
+        if not timed:  # and the median step's anatomy, which adds up to it (the verdict's parts)
+            anatomy = median_anatomy(steps.figures) or anatomy
     if timed:  # the latencies a step timed at its phases' boundaries measured (see TIMED)
         latency = math.fsum(result.spans[TIMED["iteration"]])
         forward, backward, step = (_timed(result, stats, phase) for phase, stats in

@@ -49,6 +49,11 @@ class KernelSummary:
     #: device's busy time, against which the forward's latency shows its idle share
     busy: float | None = None
 
+    def __repr__(self) -> str:
+        # short: a span can launch hundreds of distinct kernels outside the model
+        return (f"KernelSummary(source={self.source!r}, seconds={self.seconds!r}, "
+                f"unassigned={len(self.unassigned)} kernels, busy={self.busy!r})")
+
     @property
     def unassigned_seconds(self) -> float:
         return sum(k.seconds for k in self.unassigned.values())

@@ -8,6 +8,8 @@ True
 ('separate', 1, 2, (4, 128))
 >>> Metadata.from_dict({"device": "cuda:0"}).device_name    # results saved before it was recorded
 ''
+>>> Metadata.from_dict(Metadata(model="Net", model_class="mypkg.nets.Net").to_dict()).model_class
+'mypkg.nets.Net'
 """
 
 from __future__ import annotations
@@ -191,7 +193,10 @@ class Metadata:
     flopsight_version: str = ""
     torch_version: str = ""
     python_version: str = ""
-    model: str = ""
+    model: str = ""  # the model's class name
+    #: the model's class with its module, ``package.module.QualName`` (``flopsight diff`` tells two
+    #: classes of one name apart by it); "" in old results
+    model_class: str = ""
     device: str = "cpu"
     device_type: str = "cpu"
     #: the accelerator's name as torch gives it (``torch.cuda.get_device_name``: "NVIDIA H100

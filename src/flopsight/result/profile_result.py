@@ -6,7 +6,9 @@ cost of each phase (what ran in the module itself, not in its submodules) as a
 tree view (:mod:`flopsight.result.tree`), so ``module.forward == module.self.forward +
 sum(child.forward for child in children)`` holds by construction. Parameters are the
 exception: they are stored inclusive, counting each tensor once, because a weight shared by
-two submodules would otherwise be summed twice.
+two submodules would otherwise be summed twice. So are latencies where several steps
+(passes) ran: each module's inclusive latency is the median of its own inclusive samples
+(``samples.modules``), and medians do not add up.
 
 >>> import torch, flopsight
 >>> model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
@@ -36,9 +38,9 @@ from .kernels import KernelSummary
 from .memory import MemoryTotals
 from .metadata import Metadata
 from .records import ModelCall, ModuleStats
-from .reporting import renderers
+from .reporting import renderers, summary_table
 from .samples import StepSamples
-from .stats import ZERO_STATS, Stats
+from .stats import ZERO_STATS, Stats, seconds_from_file, stats_from_dict
 from .timeline import Timeline
 from .tree import PHASES, ModuleNode, build_tree
 
@@ -116,7 +118,7 @@ class ProfileResult:
         if not isinstance(self.modules, MappingProxyType):  # read-only: the tree cannot go stale
             object.__setattr__(self, "modules", MappingProxyType(dict(self.modules)))
         aliases = {a: s.name for s in self.modules.values() if s.aliases for a in _alias_paths(s)}
-        object.__setattr__(self, "_tree", build_tree(self.modules))
+        object.__setattr__(self, "_tree", _tree(self.modules, self.samples))
         object.__setattr__(self, "_aliases", aliases)
 
     def updated(self, **changes: Any) -> "ProfileResult":
@@ -135,9 +137,11 @@ class ProfileResult:
             raise TypeError(f"changes: ProfileResult has no field {sorted(unknown)[0]!r}")
         if not isinstance(changes.get("metadata", self.metadata), Metadata):
             raise TypeError(f"metadata: expected a flopsight Metadata, got {type(changes['metadata']).__name__}")
-        new = copy.copy(self)  # its tree and aliases come along: they depend on the modules only
+        new = copy.copy(self)  # its tree and aliases come along: they depend on the modules (and samples) only
         for name, value in changes.items():
             object.__setattr__(new, name, value)
+        if "samples" in changes and _medians(changes["samples"]) != _medians(self.samples):
+            object.__setattr__(new, "_tree", _tree(new.modules, new.samples))  # its latencies are the samples'
         return new
 
     def __eq__(self, other: object) -> bool:
@@ -220,7 +224,9 @@ class ProfileResult:
         walls = self.spans.get(phase)
         if walls is None:
             return inc
-        return Stats(inc.macs, inc.flops, sum(walls), len(walls))
+        # several steps: the median of the phase's wall time over them, as for every latency
+        median = self.samples.median(phase) if self.samples is not None and self.samples.count > 1 else None
+        return Stats(inc.macs, inc.flops, sum(walls) if median is None else median, len(walls))
 
     @property
     def step(self) -> Stats:
@@ -271,8 +277,9 @@ class ProfileResult:
             modules,
             dict(data.get("unsupported_ops", {})),
             Metadata.from_dict(data.get("metadata", {})),
-            spans={k: list(v) for k, v in data.get("spans", {}).items()},
-            calls=[ModelCall(c["path"], Stats(**c["stats"]), c.get("batch_size")) for c in data.get("calls", [])],
+            spans={k: seconds_from_file(v) for k, v in data.get("spans", {}).items()},
+            calls=[ModelCall(c["path"], stats_from_dict(c["stats"]), c.get("batch_size"))
+                   for c in data.get("calls", [])],
             comms=tuple(Collective.from_dict(c) for c in data.get("collectives", [])),
             ranks=tuple(cls.from_dict(r) if r is not None else None for r in data.get("ranks", [])),
             rank_notes={int(rank): str(note) for rank, note in (data.get("rank_notes") or {}).items()},
@@ -282,6 +289,44 @@ class ProfileResult:
             samples=StepSamples.from_dict(data["samples"]) if data.get("samples") else None,
             kernels=KernelSummary.from_dict(data["kernels"]) if data.get("kernels") else None,
         )
+
+    # -- short forms (a console, a notebook) ------------------------------------------
+    def __repr__(self) -> str:
+        """One line, whatever the model's size: its class, params, MACs, FLOPs, latency and
+        coverage (``summary()`` for the layers, ``render()`` for the whole report)."""
+        return summary_table().result_repr(self)
+
+    def summary(self, depth: int | None = None, *, max_rows: int = 40, sort: str | None = None,
+                collapse: bool = True) -> Any:
+        """A one-screen per-layer table (as torchinfo's ``summary`` and fvcore's
+        ``flop_count_table`` give): params, forward MACs, FLOPs, latency and share of FLOPs of
+        each module, its submodules included (and its measured backward's FLOPs and latency in a
+        training profile).
+
+        It is returned, not printed (a :class:`flopsight.renderers.summary_table.ModelSummary`):
+        a console or a notebook shows it (as HTML), a script prints it
+        (``print(result.summary())``); ``.rows`` holds its figures.
+
+        Args:
+            depth: the deepest modules shown (the root is 0); None: the deepest depth that fits
+                in ``max_rows``, or every depth when sorting.
+            max_rows: at most this many rows; a last line says how many more there were.
+            sort: ``"flops"``, ``"macs"``, ``"params"`` or ``"latency"``: the modules below the
+                root ranked by that figure, largest first, named by their paths; None: tree order.
+            collapse: a run of identical siblings (``layer.0`` to ``layer.11``) as one row,
+                ``12 x BertLayer``, its figures summed.
+
+        >>> import torch, flopsight
+        >>> model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+        >>> table = flopsight.profile(model, torch.ones(3, 4), clock=flopsight.FakeClock()).summary(sort="macs")
+        >>> [(row.path, row.macs) for row in table.rows]
+        [('', 144), ('0', 96), ('2', 48), ('1', 0)]
+        """
+        return summary_table().summary(self, depth, max_rows=max_rows, sort=sort, collapse=collapse)
+
+    def _repr_html_(self) -> str:
+        """What a notebook shows for the result: the summary table, as HTML."""
+        return summary_table().result_html(self)
 
     def render(self, fmt: str = "text", **options: Any) -> str:
         """The profile as ``fmt``: ``"text"`` (DeepSpeed's report), ``"json"``, ``"csv"``,
@@ -297,6 +342,16 @@ class ProfileResult:
         that is not a report is refused unless ``force``. :func:`flopsight.load` reads a
         ``.json`` back."""
         renderers().write(self, path, fmt, force=force, **options)
+
+
+def _medians(samples: StepSamples | None) -> dict[str, dict[str, float]]:
+    return samples.module_medians() if samples is not None else {}
+
+
+def _tree(modules: Mapping[str, ModuleStats], samples: StepSamples | None) -> dict[str, ModuleNode]:
+    """The module tree; where several steps ran, each inclusive latency is the median of the
+    module's inclusive samples (``docs/conventions/timing.md``), not a sum of medians."""
+    return build_tree(modules, _medians(samples))
 
 
 def _alias_paths(stats: ModuleStats) -> list[str]:

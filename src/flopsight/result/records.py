@@ -18,7 +18,7 @@ from .communication import Collective
 from .kernels import Kernel, KernelSummary, kernels_from_dict, kernels_to_dict
 from .memory import ModuleMemory
 from .metadata import Metadata
-from .stats import Stats
+from .stats import Stats, stats_from_dict
 
 __all__ = ["ModuleStats", "ModelCall", "LayerSizes", "Profile"]
 
@@ -98,6 +98,9 @@ class ModuleStats(NamedTuple):
     #: most time first; and per phase, per operator of ``ops``, its kernels' device seconds
     kernels: dict[str, dict[str, Kernel]] = {}
     op_kernel_time: dict[str, dict[str, float]] = {}
+    #: of ``params``, those a module outside its subtree holds too (a tied weight, a module at
+    #: two paths): counted in each module that holds them, once in the model's total
+    params_shared: int = 0
 
     @property
     def kernel_time(self) -> dict[str, float]:
@@ -117,6 +120,8 @@ class ModuleStats(NamedTuple):
             d["kernels"] = {ph: kernels_to_dict(k) for ph, k in self.kernels.items()}
             d["op_kernel_time"] = {ph: dict(ops) for ph, ops in self.op_kernel_time.items()}
         del d["layer"]
+        if not self.params_shared:  # written only where weights are shared: not on every module of every file
+            del d["params_shared"]
         return d
 
     @classmethod
@@ -124,8 +129,8 @@ class ModuleStats(NamedTuple):
         d = dict(d)
         for key in ("children", "shared_with", "aliases"):
             d[key] = tuple(d.get(key, ()))
-        d["phases"] = {ph: Stats(**s) for ph, s in d.get("phases", {}).items()}
-        d["ops"] = {ph: {n: Stats(**s) for n, s in ops.items()} for ph, ops in d.get("ops", {}).items()}
+        d["phases"] = {ph: stats_from_dict(s) for ph, s in d.get("phases", {}).items()}
+        d["ops"] = {ph: {n: stats_from_dict(s) for n, s in ops.items()} for ph, ops in d.get("ops", {}).items()}
         d["memory"] = ModuleMemory(**d["memory"]) if d.get("memory") else None
         d["bytes_moved"] = {ph: dict(ops) for ph, ops in d.get("bytes_moved", {}).items()}
         d["kernels"] = {ph: kernels_from_dict(k) for ph, k in d.get("kernels", {}).items()}

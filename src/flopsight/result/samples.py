@@ -99,6 +99,11 @@ class StepSamples:
         """How many steps (or passes) were profiled."""
         return len(self.figures.get("wall", ()))
 
+    def __repr__(self) -> str:
+        # short: a training profile keeps every module's latency per phase and step
+        return (f"StepSamples(unit={self.unit!r}, count={self.count}, figures={list(self.figures)!r}, "
+                f"modules={len(self.modules)}, first_step={self.first_step!r})")
+
     def spread(self, figure: str = "wall") -> Spread | None:
         """The spread of ``figure`` (None when it was not measured)."""
         values = self.figures.get(figure)
@@ -109,6 +114,26 @@ class StepSamples:
         (empty when not measured)."""
         return tuple(self.modules.get(path, {}).get(phase, ()))
 
+    def median(self, figure: str = "wall") -> float | None:
+        """The median of ``figure`` over the steps (None when it was not measured): what
+        the result reports for it (``docs/conventions/timing.md``)."""
+        values = self.figures.get(figure)
+        return statistics.median(values) if values else None
+
+    def module_medians(self) -> dict[str, dict[str, float]]:
+        """Per module path and phase, the median of its inclusive latency over the steps:
+        the one place a result's module latencies come from when several steps ran (medians
+        do not add up, so a parent's is not the sum of its children's).
+
+        >>> s = StepSamples("pass", {"wall": (1.0, 9.0, 2.0)}, {"": {"forward": (1.0, 9.0, 2.0)}})
+        >>> s.module_medians()
+        {'': {'forward': 2.0}}
+        """
+        if self.count < 2:
+            return {}
+        return {path: {phase: statistics.median(values) for phase, values in phases.items() if values}
+                for path, phases in self.modules.items()}
+
     def to_dict(self) -> dict[str, Any]:
         return {"unit": self.unit, "count": self.count, "first_step": self.first_step,
                 "figures": {k: list(v) for k, v in self.figures.items()},
@@ -116,7 +141,10 @@ class StepSamples:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "StepSamples":
-        return cls(str(d.get("unit", "step")), {k: tuple(v) for k, v in d.get("figures", {}).items()},
-                   {p: {ph: tuple(v) for ph, v in phases.items()}
+        def seconds(values) -> tuple[float, ...]:  # null (the meta device's times) reads as 0
+            return tuple(v if v is not None else 0.0 for v in values)
+
+        return cls(str(d.get("unit", "step")), {k: seconds(v) for k, v in d.get("figures", {}).items()},
+                   {p: {ph: seconds(v) for ph, v in phases.items()}
                     for p, phases in d.get("modules", {}).items()},
                    bool(d.get("first_step", False)))

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import NamedTuple
 from .._checks import is_int
 
-__all__ = ["Stats", "ZERO_STATS", "make_stats"]
+__all__ = ["Stats", "ZERO_STATS", "make_stats", "stats_from_dict", "seconds_from_file"]
 
 
 class Stats(NamedTuple):
@@ -76,3 +76,18 @@ _make = tuple.__new__
 def make_stats(macs: int, flops: int, latency: float, calls: int) -> Stats:
     """``Stats(macs, flops, latency, calls)`` at the cost of a tuple (for hot paths)."""
     return _make(Stats, (macs, flops, latency, calls))
+
+
+def stats_from_dict(d: dict) -> Stats:
+    """A stats record as files write it; a null latency (the meta device's: nothing ran on
+    hardware) reads as 0.
+
+    >>> stats_from_dict({"macs": 1, "flops": 2, "latency": None, "calls": 1})
+    Stats(macs=1, flops=2, latency=0.0, calls=1)
+    """
+    return Stats(**{**d, "latency": d.get("latency") or 0.0})
+
+
+def seconds_from_file(values) -> list[float]:
+    """Times as files write them; null (the meta device's) reads as 0."""
+    return [v if v is not None else 0.0 for v in values]

@@ -2,9 +2,11 @@
 every sample kept (:class:`~.samples.StepSamples`).
 
 Each step is profiled on its own (a result per step); :func:`combine_steps` keeps the step of
-median wall time as the result (its counts, spans, anatomy, collectives and timeline, which
-add up to that step), gives every module's latency in each phase (and each op's) the median
-over the steps, and records each step's figures in ``result.samples``.
+median wall time as the result (its counts, spans, collectives and timeline, which add up to
+that step), gives every module's latency in each phase (and each op's) the median over the
+steps, and records each step's figures in ``result.samples``. The step anatomy is read at the
+median step too (``result.iteration``: for an even count, the mean of the two middle steps'
+parts, so that its parts add up to the median step time).
 
 >>> import torch, flopsight
 >>> clock = flopsight.FakeClock()

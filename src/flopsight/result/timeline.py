@@ -91,6 +91,11 @@ class Timeline:
     #: calls left out past :data:`MAX_CALLS`
     calls_dropped: int = 0
 
+    def __repr__(self) -> str:
+        # short: a timeline keeps up to MAX_CALLS calls
+        return (f"Timeline({len(self.calls)} calls, {len(self.spans)} spans, {len(self.collectives)} collectives, "
+                f"calls_dropped={self.calls_dropped})")
+
     def to_dict(self, paths: Sequence[str]) -> dict[str, Any]:
         """JSON-ready columns; ``paths`` is the result's module list (calls refer to it)."""
         index = {p: i for i, p in enumerate(paths)}

@@ -3,7 +3,9 @@
 Results store each module's *self* cost (:class:`~flopsight.result.ModuleStats`); the tree
 adds each module's submodules to it once, when the view is built, so
 ``node.forward == node.self.forward + sum(child.forward for child in children)`` holds by
-construction and nothing can go stale (the stored records are immutable).
+construction and nothing can go stale (the stored records are immutable). One exception:
+where several steps (passes) were profiled, each inclusive latency is the median of the
+module's own inclusive samples (``latencies``), and medians do not add up.
 
 >>> from flopsight.result.stats import Stats
 >>> p = Phases({"forward": Stats(macs=3, calls=1)})
@@ -153,15 +155,20 @@ def _no_attribute(name: str) -> str:
     return f"a module has no attribute {name!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
 
 
-def build_tree(modules: Mapping[str, ModuleStats]) -> dict[str, ModuleNode]:
-    """A :class:`ModuleNode` per path; ``modules`` must be in pre-order (parents first)."""
+def build_tree(modules: Mapping[str, ModuleStats],
+               latencies: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, ModuleNode]:
+    """A :class:`ModuleNode` per path; ``modules`` must be in pre-order (parents first).
+    ``latencies`` (path -> phase -> seconds; :meth:`~.samples.StepSamples.module_medians`)
+    are inclusive latencies measured as such, which replace the sums where given."""
     nodes: dict[str, ModuleNode] = {}
+    latencies = latencies or {}
     # children come after their parent in pre-order, so a reversed walk is post-order
     for record in reversed(list(modules.values())):
         own = record.phases
         ran = any(s[3] for s in own.values())
+        measured = latencies.get(record.name)
         if not record.children:
-            nodes[record.name] = ModuleNode(record, own, ran)
+            nodes[record.name] = ModuleNode(record, _with_latencies(own, measured) if measured else own, ran)
             continue
         acc = {phase: list(s) for phase, s in own.items()}
         activations = record.memory.activations if record.memory else 0
@@ -185,9 +192,16 @@ def build_tree(modules: Mapping[str, ModuleStats]) -> dict[str, ModuleNode]:
                     mine[0] += sub[0]
                     mine[1] += sub[1]
                     mine[2] += sub[2]
-        node = nodes[record.name] = ModuleNode(record, {p: make_stats(*v) for p, v in acc.items()}, ran)
+        inclusive = {p: make_stats(*v) for p, v in acc.items()}
+        node = nodes[record.name] = ModuleNode(record, _with_latencies(inclusive, measured) if measured else inclusive,
+                                               ran)
         node._activations = activations
         node._peak_backward = peak_backward
         node._temporaries = temporaries
         node._kernel_time = kernel_time
     return dict(reversed(list(nodes.items())))
+
+
+def _with_latencies(phases: Mapping[str, Stats], latencies: Mapping[str, float]) -> dict[str, Stats]:
+    """``phases`` with each latency that ``latencies`` gives for its phase."""
+    return {p: s._replace(latency=latencies[p]) if p in latencies else s for p, s in phases.items()}

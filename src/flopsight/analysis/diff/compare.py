@@ -2,8 +2,11 @@
 
 :class:`ProfileDiff` holds, per module path, a :class:`Change` per metric of
 :data:`~.metrics.METRICS` (counts over all phases, latencies per call, memory), the two
-:class:`Side` s and the caveats a reader needs; gates are decided in :mod:`.gates`, the text is
-written by :mod:`flopsight.renderers.diff_renderer`.
+:class:`Side` s with what each ran (:mod:`.header`) and the caveats a reader needs: every
+difference between the runs, and when the model classes differ, why modules are not compared
+(unless ``force``). :meth:`ProfileDiff.sameness` says whether there is any difference at all
+(:mod:`.sameness`). Gates are decided in :mod:`.gates`, the text is written by
+:mod:`flopsight.renderers.diff_renderer`.
 
 >>> import torch, flopsight
 >>> clock = flopsight.FakeClock()
@@ -15,6 +18,7 @@ written by :mod:`flopsight.renderers.diff_renderer`.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import itertools
 import math
@@ -25,16 +29,19 @@ from typing import Any, Iterable, NamedTuple, Sequence
 
 from ...result.profile_result import ProfileResult, load
 from ...result.reporting import renderers
-from .verdict import Verdict, verdict
 from ...result.tree import PHASES, ModuleNode
 from .gates import Gate, GateResult, check_alpha, evaluate_gate, parse_gates
+from .header import RUN_FIELDS, differences, model_names, run_fields, same_model, unrecorded
 from .metrics import METRICS, TIME_METRICS, metric_kind
+from .sameness import Sameness, sameness
 from .stats import DEFAULT_ALPHA, testable, two_sided_p
+from .verdict import Verdict, verdict
 
 __all__ = ["diff", "ProfileDiff", "ModuleDiff", "Change", "Side", "Caveat", "DIFF_FORMATS", "DIFF_SCHEMA_VERSION"]
 
-#: Version of the dict :meth:`ProfileDiff.to_dict` returns (the ``json`` format).
-DIFF_SCHEMA_VERSION = 1
+#: Version of the dict :meth:`ProfileDiff.to_dict` returns (the ``json`` format); 2 added the
+#: header, the warnings, ``module_level`` and ``sameness``.
+DIFF_SCHEMA_VERSION = 2
 #: What :meth:`ProfileDiff.render` writes.
 DIFF_FORMATS = ("text", "md", "json")
 
@@ -97,7 +104,8 @@ class ModuleDiff:
 class Side:
     """What one profile brings to the diff: its label (the file it was read from, else
     ``"a"``/``"b"``), model, timed forward calls and backward passes, whether it tracked
-    memory, and its per-call latency samples by time metric."""
+    memory, its per-call latency samples by time metric, and what it ran (``run``: the
+    header's fields, :data:`~.header.RUN_FIELDS`, ``""`` where not recorded)."""
 
     label: str
     model: str
@@ -110,23 +118,44 @@ class Side:
     #: per module path, its per-call latency samples by time metric (profiles of several
     #: steps or passes: one sample each); empty otherwise
     module_samples: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    #: the header's fields of this side's run (model, inputs, dtype, device, backend, versions)
+    run: dict[str, str] = field(default_factory=dict)
+    #: the model's class with its module ("" where not recorded)
+    model_class: str = ""
 
 
 # -- building the diff ------------------------------------------------------------------
-def diff(a: ProfileResult | str | os.PathLike, b: ProfileResult | str | os.PathLike) -> ProfileDiff:
+def diff(a: ProfileResult | str | os.PathLike, b: ProfileResult | str | os.PathLike, *,
+         force: bool = False) -> ProfileDiff:
     """Compare profile ``a`` (before) with ``b`` (after): results or saved ``.json`` files.
 
     Counts are the totals each result holds (profile the same calls on both sides);
     latencies are per call: a module's time per forward call of the model (backward: per
-    backward pass), the model's from its timed spans. See docs/diff.md.
+    backward pass), the model's from its timed spans. Every difference between the two runs
+    (model, inputs, dtype, device, backend, torch, flopsight) is a caveat. When the model
+    classes differ, a module path in one is not the same module in the other: only the totals
+    are compared, no module rows or module causes, unless ``force``. See docs/diff.md.
     """
+    if not isinstance(force, bool):
+        raise TypeError(f"force: expected True or False, got {type(force).__name__}")
     ra, la = _as_result(a, "a")
     rb, lb = _as_result(b, "b")
     sa, sb = _side(ra, la), _side(rb, lb)
-    paths = _merged_paths(ra, rb)
     total = _row("", ra, rb, sa, sb, model=True)
-    modules = {p: _row(p, ra, rb, sa, sb) for p in paths if p}
-    return ProfileDiff(sa, sb, total, modules, _caveats(ra, rb, sa, sb), verdict(ra, rb))
+    compared = force or same_model(ra.metadata, rb.metadata)
+    modules = {p: _row(p, ra, rb, sa, sb) for p in _merged_paths(ra, rb) if p} if compared else {}
+    v = verdict(ra, rb)
+    if v is not None and not compared:
+        v = _without_modules(v)
+    return ProfileDiff(sa, sb, total, modules, _caveats(ra, rb, sa, sb, force), v, modules_compared=compared)
+
+
+def _without_modules(v: Verdict) -> Verdict:
+    """The verdict with no module named: the step's parts only (its ``modules`` cause, which
+    passes without an anatomy would have, is dropped)."""
+    causes = tuple(dataclasses.replace(c, modules=()) for c in v.causes if c.part != "modules")
+    largest = None if v.largest_cause == "modules" else v.largest_cause
+    return dataclasses.replace(v, causes=causes, largest_cause=largest)
 
 
 def _as_result(value: Any, arg: str) -> tuple[ProfileResult, str]:
@@ -152,7 +181,7 @@ def _side(result: ProfileResult, label: str) -> Side:
     if steps is None or steps.count < 2:
         samples = {"fwd_latency": forward, "bwd_latency": backward, "latency": _iteration_samples(forward, backward)}
         return Side(label, meta.model, meta.device, meta.dtype, len(forward), len(backward),
-                    result.memory is not None, samples)
+                    result.memory is not None, samples, run=run_fields(meta), model_class=meta.model_class)
     # several steps (or passes): one sample per step, per call of the step
     nf, nb = max(len(forward), 1), max(len(backward), 1)
     samples = _per_call(steps.figures.get("forward") or steps.figures["wall"], steps.figures.get("backward", ()),
@@ -163,7 +192,7 @@ def _side(result: ProfileResult, label: str) -> Side:
                                nf, nb)
                for path, phases in steps.modules.items()}
     return Side(label, meta.model, meta.device, meta.dtype, len(forward), len(backward),
-                result.memory is not None, samples, modules)
+                result.memory is not None, samples, modules, run=run_fields(meta), model_class=meta.model_class)
 
 
 def _per_call(fwd_steps, bwd_steps, forward_calls: int, backward_passes: int) -> dict[str, list[float]]:
@@ -272,25 +301,46 @@ def _row(path: str, a: ProfileResult, b: ProfileResult, sa: Side, sb: Side, mode
     return ModuleDiff(path, status, type_a, type_b, (na or nb).depth, metrics)
 
 
+#: the caveats that are differences between the two runs (warnings); the others are notes
+WARNING_KINDS = ("differs", "modules", "calls", "memory")
+
+
 class Caveat(NamedTuple):
     """Something a reader must know before trusting a diff's figures (its words are the
-    renderer's: ``ProfileDiff.notes``). ``kind``: ``"calls"``, the profiles timed different
-    numbers of forward calls or backward passes (``figures``: a's calls and passes, b's);
-    ``"device"``, they ran on different devices or dtypes (a's device and dtype, b's);
-    ``"memory"``, memory was tracked in one only (``"a"`` or ``"b"``); ``"ranks"``, a result
-    holds other ranks' results, which are not compared."""
+    renderer's: ``ProfileDiff.notes``). ``kind``: ``"differs"``, the runs differ in a field
+    of the header (``figures``: the field, a's value, b's); ``"modules"``, the model classes
+    differ (a's, b's, and whether ``force`` compared their modules anyway); ``"calls"``, the
+    profiles timed different numbers of forward calls or backward passes (a's calls and
+    passes, b's); ``"memory"``, memory was tracked in one only (``"a"`` or ``"b"``);
+    ``"unrecorded"``, one side records header fields the other does not (the side, then the
+    fields); ``"ranks"``, a result holds other ranks' results, which are not compared. The
+    kinds of :data:`WARNING_KINDS` are warnings, the others notes."""
 
     kind: str
     figures: tuple = ()
 
+    @property
+    def warns(self) -> bool:
+        """Whether this is a difference between the runs (a warning), not only a note."""
+        return self.kind in WARNING_KINDS
 
-def _caveats(a: ProfileResult, b: ProfileResult, sa: Side, sb: Side) -> tuple[Caveat, ...]:
-    """What a reader must know before trusting the figures."""
+
+def _caveats(a: ProfileResult, b: ProfileResult, sa: Side, sb: Side, force: bool) -> tuple[Caveat, ...]:
+    """What a reader must know before trusting the figures: first every difference of the runs."""
     caveats = []
+    ma, mb = a.metadata, b.metadata
+    for name in differences(ma, mb):
+        if name == "model":
+            caveats.append(Caveat("modules", (*model_names(ma, mb), force)))
+        else:
+            caveats.append(Caveat("differs", (name, sa.run[name], sb.run[name])))
+    for side, this, other in (("a", ma, mb), ("b", mb, ma)):
+        # a field only the other side records: that difference could not be checked
+        missing = [f for f in unrecorded(this) if f not in unrecorded(other)]
+        if missing:
+            caveats.append(Caveat("unrecorded", (side, *missing)))
     if (sa.forward_calls, sa.backward_passes) != (sb.forward_calls, sb.backward_passes):
         caveats.append(Caveat("calls", (sa.forward_calls, sa.backward_passes, sb.forward_calls, sb.backward_passes)))
-    if (sa.device, sa.dtype) != (sb.device, sb.dtype):
-        caveats.append(Caveat("device", (sa.device, sa.dtype, sb.device, sb.dtype)))
     if sa.memory_tracked != sb.memory_tracked:
         caveats.append(Caveat("memory", ("a" if sa.memory_tracked else "b",)))
     if a.ranks or b.ranks:
@@ -302,7 +352,8 @@ def _caveats(a: ProfileResult, b: ProfileResult, sa: Side, sb: Side) -> tuple[Ca
 @dataclass(frozen=True)
 class ProfileDiff:
     """Two profiles compared: ``total`` (the model), ``modules`` (path -> :class:`ModuleDiff`
-    in tree order, the root left out), the two :class:`Side` s and the :class:`Caveat` s."""
+    in tree order, the root left out; empty when ``modules_compared`` is False: the model
+    classes differ), the two :class:`Side` s and the :class:`Caveat` s."""
 
     a: Side
     b: Side
@@ -311,19 +362,72 @@ class ProfileDiff:
     caveats: tuple[Caveat, ...] = ()
     #: why b's step (or pass) time differs from a's (None without samples on both sides)
     verdict: Verdict | None = None
+    #: False when the model classes differ and ``force`` was not given: no module is compared
+    modules_compared: bool = True
+
+    def __repr__(self) -> str:
+        # one line, as ProfileResult's: the full tables are render_diff's
+        changed = sum(m.changed for m in self.modules.values())
+        flops = self.total.metrics["flops"].relative
+        modules = f"{changed} of {len(self.modules)} modules changed" if self.modules_compared \
+            else "modules not compared"
+        warned = len(self.warnings)
+        return (f"<ProfileDiff {self.a.model} -> {self.b.model}: FLOPs "
+                f"{'n/a' if flops is None else f'{flops:+.2%}'}, {modules}, "
+                f"{warned} warning{'' if warned == 1 else 's'}>")
 
     @property
     def notes(self) -> list[str]:
-        """The caveats as a reader is told them (the renderers word them)."""
+        """The caveats as a reader is told them (the renderers word them), warnings first."""
         return [renderers().render(c) for c in self.caveats]
+
+    @property
+    def warnings(self) -> list[str]:
+        """The caveats that are differences between the two runs (inputs, dtype, model...), in words."""
+        return [renderers().render(c) for c in self.caveats if c.warns]
+
+    @property
+    def forced(self) -> bool:
+        """Whether ``force`` compared the modules of two different model classes."""
+        return any(c.kind == "modules" for c in self.caveats) and self.modules_compared
+
+    def header(self) -> list[tuple[str, str, str]]:
+        """Both sides' run, field by field: ``(field, a's value, b's value)`` in the order of
+        :data:`~.header.RUN_FIELDS` (``""`` where a file does not record it)."""
+        rows = []
+        for name in RUN_FIELDS:
+            va, vb = self.a.run.get(name, ""), self.b.run.get(name, "")
+            if name == "model" and va == vb and self.a.model_class and self.b.model_class \
+                    and self.a.model_class != self.b.model_class:
+                va, vb = self.a.model_class, self.b.model_class  # two classes of one name
+            rows.append((name, va, vb))
+        return rows
+
+    @property
+    def differing(self) -> list[str]:
+        """The header fields in which the two runs differ."""
+        return [c.figures[0] for c in self.caveats if c.kind == "differs"] + \
+            (["model"] if any(c.kind == "modules" for c in self.caveats) else [])
+
+    def sameness(self, alpha: float = DEFAULT_ALPHA) -> Sameness:
+        """Whether the profiles differ: in counts and memory (exact), and in times (beyond the
+        noise at ``alpha``); see :mod:`.sameness`."""
+        return sameness(self, check_alpha(alpha))
 
     def module(self, path: str) -> ModuleDiff:
         """The row of module ``path`` (``""``: the model totals)."""
         if path == "":
             return self.total
+        if not self.modules_compared:
+            raise ValueError(f"path: {self._refused()}")
         if path not in self.modules:
             raise KeyError(f"path: {self._no_module(path)}")
         return self.modules[path]
+
+    def _refused(self) -> str:
+        ca = next(c for c in self.caveats if c.kind == "modules")
+        return (f"modules are not compared: the model classes differ ({ca.figures[0]} vs {ca.figures[1]}); "
+                "pass force=True (flopsight diff --force) to compare them module by module anyway")
 
     def _no_module(self, path: str) -> str:
         close = difflib.get_close_matches(path, list(self.modules), n=3)
@@ -350,6 +454,8 @@ class ProfileDiff:
         alpha = check_alpha(alpha)
         parsed = parse_gates(gates)
         for gate in parsed:
+            if gate.path is not None and not self.modules_compared:
+                raise ValueError(f"gate {gate.text!r}: {self._refused()}")
             if gate.path is not None and gate.path not in self.modules:
                 raise ValueError(f"gate {gate.text!r}: {self._no_module(gate.path)}")
         return [self._evaluate(gate, alpha) for gate in parsed]
@@ -390,11 +496,16 @@ class ProfileDiff:
     def to_dict(self, all_modules: bool = False, gates: Sequence[GateResult] = ()) -> dict[str, Any]:
         """The diff as a JSON-ready dict of data (the ``json`` format adds the words: the
         notes, the verdict's text and each gate's message; docs/diff.md)."""
+        same = self.sameness()
         return {
             "flopsight_diff": DIFF_SCHEMA_VERSION,
             "a": _side_dict(self.a),
             "b": _side_dict(self.b),
-            "caveats": [{"kind": c.kind, "figures": list(c.figures)} for c in self.caveats],
+            "header": [{"field": name, "a": va, "b": vb, "differs": name in self.differing}
+                       for name, va, vb in self.header()],
+            "caveats": [{"kind": c.kind, "figures": list(c.figures), "warning": c.warns} for c in self.caveats],
+            "module_level": {"compared": self.modules_compared, "forced": self.forced},
+            "sameness": {"counts": same.counts, "times": same.times, "no_difference": same.none},
             "units": {m: {"count": "count", "time": "seconds per call", "bytes": "bytes"}[k]
                       for m, (_, k) in METRICS.items()},
             "total": {**_row_dict(self.total), "noise": self.noise()},
@@ -414,8 +525,8 @@ class ProfileDiff:
 
 
 def _side_dict(side: Side) -> dict[str, Any]:
-    return {"label": side.label, "model": side.model, "device": side.device, "dtype": side.dtype,
-            "forward_calls": side.forward_calls, "backward_passes": side.backward_passes,
+    return {"label": side.label, "model": side.model, "model_class": side.model_class, "device": side.device,
+            "dtype": side.dtype, "forward_calls": side.forward_calls, "backward_passes": side.backward_passes,
             "memory_tracked": side.memory_tracked}
 
 

@@ -12,7 +12,8 @@ waits the whole ``timeout`` only for the ranks that started the profile it gathe
 do, costs rank 0 no more). Profiles still match by order, so a program that profiles on every
 rank should not also profile on rank 0 alone in between. A rank whose profiled call raised
 sends what it knows of the failure (:func:`publish_failure`), so rank 0 does not wait for it
-either; a rank whose result says its profiled span raised is noted as failed.
+either; a rank whose result says its profiled span raised (in the model or in the code
+around it: :func:`span_failure_text`) is noted as failed.
 
 >>> gather_ranks(object(), timeout=1.0)   # outside torch.distributed: nothing to gather
 ([], {})
@@ -31,7 +32,7 @@ import torch
 from ..._torch_private import default_store
 from ..calls import failure_text
 
-__all__ = ["gather_ranks", "announce", "publish_failure", "check_gather_timeout",
+__all__ = ["gather_ranks", "announce", "publish_failure", "span_failure_text", "check_gather_timeout",
            "DEFAULT_GATHER_TIMEOUT", "UNANNOUNCED_WAIT"]
 
 #: seconds rank 0 waits for the other ranks' results
@@ -91,14 +92,35 @@ def _next_profile(store, rank: int) -> int:
 
 
 def publish_failure(exc: BaseException) -> None:
-    """This rank's profiled call raised ``exc``: tell rank 0 instead of a result (on rank 0
-    itself, and outside torch.distributed, nothing to do)."""
+    """This rank's profiled call raised ``exc``: tell rank 0 instead of a result. On rank 0
+    itself nothing is gathered, but the profile is counted, so its next one still matches the
+    other ranks' by order; outside torch.distributed, nothing to do."""
     found = _store_and_rank()
-    if found is None or found[1] == 0:
+    if found is None:
         return
     store, rank, _ = found
     n = _next_profile(store, rank)
-    store.set(f"flopsight/profile{n}/rank{rank}", json.dumps({"failed": failure_text(exc)}))
+    if rank != 0:
+        store.set(f"flopsight/profile{n}/rank{rank}", json.dumps({"failed": failure_text(exc)}))
+
+
+def span_failure_text(exc: BaseException) -> str:
+    """What a failed :class:`~flopsight.Profiler` span records: the module that raised
+    (:func:`~flopsight.capture.calls.failure_text`), else the exception and its message, raised
+    by the code around the model.
+
+    >>> span_failure_text(ValueError("bad batch"))
+    'ValueError raised in the profiled span, outside the model: bad batch'
+    >>> span_failure_text(KeyboardInterrupt())
+    'KeyboardInterrupt raised in the profiled span, outside the model'
+    """
+    text = failure_text(exc)
+    if text != type(exc).__name__:  # a module of the model raised it: named already
+        return text
+    message = " ".join(str(exc).split())
+    if len(message) > 120:
+        message = message[:117] + "..."
+    return f"{text} raised in the profiled span, outside the model" + (f": {message}" if message else "")
 
 
 def gather_ranks(result, timeout: float = DEFAULT_GATHER_TIMEOUT) -> tuple[list, dict[int, str]]:

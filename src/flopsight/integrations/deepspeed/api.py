@@ -24,7 +24,8 @@ from torch import nn
 from ..._checks import is_int
 from ...analysis.report_figures import ParallelInfo, model_forward
 from ...analysis.report_options import ReportOptions
-from ...capture.modules import describe
+from ...capture.modules import describe, walk
+from ...capture.recursion import room_for
 from ...options import ProfileOptions
 from ...profiler import Profiler, as_args, as_kwargs, check_model, profile
 from ...renderers.numbers import duration_to_string, macs_to_string, number_to_string, params_to_string
@@ -284,7 +285,7 @@ def _check_input_shape(input_shape: Any) -> tuple[int, ...]:
 
 def _input_from_shape(model: nn.Module, shape: tuple[int, ...]) -> torch.Tensor:
     """A tensor of ``shape`` on the model's device and floating dtype (ones, not garbage)."""
-    for p in model.parameters():
+    for p in (p for m in walk(model) for p in m._parameters.values() if p is not None):  # model.parameters()
         return torch.ones(shape, dtype=p.dtype if p.is_floating_point() else None, device=p.device)
     return torch.ones(shape)
 
@@ -351,8 +352,10 @@ def get_model_profile(
                    ops=ops, collapse=collapse, detail_depth=detail_depth, peak=peak, efficiency=efficiency, dtype=dtype)
     ReportOptions(**options)  # checked before the model runs
 
-    flags = [(m, m.training) for m in model.modules()]
-    model.eval()
+    # walked without recursion, and room made for eval()'s: the model may nest past Python's recursion limit
+    flags = [(m, m.training) for m in walk(model)]
+    with room_for(model):
+        model.eval()
     try:
         result = profile(model, args, kwargs, options=profile_options)
     finally:

@@ -43,7 +43,10 @@ class FlopsProfilerConfig:
 # key -> (what it must be, check)
 _CHECKS = {
     "enabled": ("a bool", lambda v: isinstance(v, bool)),
-    "profile_step": ("a positive int", lambda v: is_int(v) and v >= 1),
+    # DeepSpeed takes any value (its engine profiles when global_steps == profile_step, 0 the
+    # first step); a negative one would never come, so it is refused here
+    "profile_step": ("an int >= 0 (the optimizer steps taken before the profiled one)",
+                     lambda v: is_int(v) and v >= 0),
     "module_depth": ("an int >= -1", lambda v: is_int(v) and v >= -1),
     "top_modules": ("an int >= 0", lambda v: is_int(v) and v >= 0),
     "detailed": ("a bool", lambda v: isinstance(v, bool)),

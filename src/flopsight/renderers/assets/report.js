@@ -50,14 +50,16 @@
     const [unit, magnitude] = autoUnit(num, p);
     return `${pyRound(num / magnitude, p)} ${unit}`;
   }
+  // the meta device runs nothing on hardware: every time and rate reads n/a (the JSON's are null)
+  const META = Boolean(DATA && DATA.metadata && DATA.metadata.device_type === "meta");
   const fmt = {
     number: (x) => numberToString(x || 0),
     macs: (x) => numberToString(x || 0) + "MACs",
     flops: (x) => numberToString(x || 0), // a count, as the text report prints "fwd flops"
-    rate: (x) => numberToString(pyRound(x || 0, 2)) + "FLOP/s", // a rate: never "FLOPS", which reads as a count
+    rate: (x) => META ? "n/a" : numberToString(pyRound(x || 0, 2)) + "FLOP/s", // a rate: never "FLOPS", which reads as a count
     bytes: (x) => numberToString(x || 0) + "B",
     params: (x) => numberToString(x || 0).replace("G", "B").trim(),
-    duration: (x) => numberToString(x || 0) + "s",
+    duration: (x) => META ? "n/a" : numberToString(x || 0) + "s",
     pct: (x) => `${pyRound(x || 0, 2)}%`,
     count: (x) => `${pyRound(x || 0, 2)}`,
   };
@@ -95,8 +97,10 @@
 
   // ---------------------------------------------------------------- the tree view
   /* Nodes in the result's pre-order with self and inclusive [macs, flops, latency, calls] per
-   * phase ("total" sums the phases), inclusive saved activations. */
-  function buildTree(result) {
+   * phase ("total" sums the phases), inclusive saved activations. `latencies` (path -> phase ->
+   * seconds): inclusive latencies the result gives (several steps: each the median of its
+   * samples, which do not add up), in place of the sums. */
+  function buildTree(result, latencies) {
     const mods = (result && result.modules) || [];
     const index = new Map();
     mods.forEach((m, i) => index.set(m.name, i));
@@ -128,6 +132,8 @@
           if (!acc) acc = [0, 0, 0, 0]; // a child's calls are its own
           acc[0] += c[0]; acc[1] += c[1]; acc[2] += c[2];
         }
+        const given = latencies && latencies[node.name];
+        if (acc && given && given[ph] !== undefined) acc[2] = given[ph];
         node.inc[ph] = acc;
         if (acc) for (let k = 0; k < 4; k++) total[k] += acc[k];
       }
@@ -138,7 +144,7 @@
     return { nodes, index, root };
   }
 
-  const TREE = buildTree(DATA);
+  const TREE = buildTree(DATA, DERIVED.module_latencies);
   const NODES = TREE.nodes;
   const ROOT = NODES[TREE.root];
   const PRESENT = PHASES.filter((ph) => NODES.some((n) => n.self[ph]));
@@ -235,12 +241,20 @@
   let matches = null; // Uint8Array of search hits, or null when no search is active
 
   // ---------------------------------------------------------------- header
+  /* metadata.mode names how profile() ran the model ("forward", "generate"); "custom" is any
+   * span of the user's code (Profiler, the trainers, `flopsight profile --mode train`): named by
+   * what it ran, a training step when it ran a backward or an optimizer step. */
+  function modeLabel(mode) {
+    if (mode !== "custom") return mode;
+    return TRAINING ? "train" : "span";
+  }
+
   function renderHeader() {
     const md = DATA.metadata || {};
     $("title").textContent = document.title;
     const parts = [
       md.model && `model ${md.model}`, md.device && `device ${md.device}`, md.dtype && `dtype ${md.dtype}`,
-      md.batch_size && `batch ${md.batch_size_given || md.batch_size}`, md.mode && `mode ${md.mode}`,
+      md.batch_size && `batch ${md.batch_size_given || md.batch_size}`, md.mode && `mode ${modeLabel(md.mode)}`,
       md.world_size > 1 && `world size ${md.world_size}`,
       md.timing && md.timing.method && `timing ${md.timing.method} (${md.timing.clock})`,
       md.torch_version && `torch ${md.torch_version}`, `${NODES.length} modules`,
@@ -264,7 +278,7 @@
     if (PRESENT.includes("recompute")) cards.push(["recompute FLOPs", fmt.flops(stat(ROOT, "recompute")[FLOPS])]);
     if (PRESENT.includes("step")) cards.push(["step latency", fmt.duration(it.step ? it.step.latency : 0)]);
     if (TRAINING && it.latency > 0) cards.push(["iteration", fmt.duration(it.latency)], ["iteration FLOP/s", fmt.rate(it.flops_per_second)]);
-    if (it.samples && it.latency > 0) cards.push(["samples/s", fmt.count(it.samples_per_second)]);
+    if (it.samples && it.latency > 0) cards.push(["samples/s", META ? "n/a" : fmt.count(it.samples_per_second)]);
     if (DATA.memory) cards.push(["memory peak", fmt.bytes(DATA.memory.peak)]);
     const model = (EFF && EFF.model) || {};
     if (PEAK) {
@@ -285,8 +299,8 @@
     if (md.error) $("warnings").append(el("div", { cls: "warning", text: `The profiled call raised: ${md.error}` }));
     if (md.device_type === "meta") {
       $("warnings").append(el("div", { cls: "warning", id: "meta-device", text: "Profiled on the meta device: "
-        + "nothing ran, so the latencies, the FLOP/s and the colours by efficiency are the profiler's own Python "
-        + "time, not the hardware's. The counts (params, MACs, FLOPs, bytes) are exact." }));
+        + "nothing ran on hardware, so latencies and FLOP/s are n/a. The counts (params, MACs, FLOPs, bytes) "
+        + "are exact." }));
     }
     $("footer").textContent = `flopsight ${md.flopsight_version || ""} \u00b7 schema ${DATA.schema_version}` +
       (md.python_version ? ` \u00b7 Python ${md.python_version}` : "");
@@ -526,11 +540,13 @@
   const COLUMNS = [
     { key: "name", title: "Module" },
     { key: "type", title: "Type" },
-    { key: "params", title: "Params", num: true, get: (n) => n.m.params || 0, show: fmt.params },
+    // tied weights count in each module holding them (the model's total once): marked "*"
+    { key: "params", title: "Params", num: true, get: (n) => n.m.params || 0,
+      show: (v, n) => fmt.params(v) + (n && n.m.params_shared ? "*" : "") },
     { key: "macs", title: "MACs", num: true, get: (n) => stat(n, state.phase)[MACS], show: fmt.number },
     { key: "flops", title: "FLOPs", num: true, get: (n) => stat(n, state.phase)[FLOPS], show: fmt.flops },
     { key: "latency", title: "Latency", num: true, get: (n) => stat(n, state.phase)[LATENCY], show: fmt.duration },
-    { key: "rate", title: "FLOP/s", num: true, get: (n) => achieved(n, state.phase), show: (x) => fmt.number(pyRound(x, 2)) },
+    { key: "rate", title: "FLOP/s", num: true, get: (n) => achieved(n, state.phase), show: (x) => META ? "n/a" : fmt.number(pyRound(x, 2)) },
     { key: "share", title: "% of model", num: true, get: (n) => share(value(n, state.metric, state.phase), value(ROOT, state.metric, state.phase)), show: fmt.pct },
     HAS_MEMORY && { key: "memory", title: "Act. mem", num: true, get: (n) => n.act, show: fmt.bytes },
     { key: "eff", title: "Eff.", num: true, get: (n) => { const f = efficiency(n, state.phase); return f === null ? -1 : f; },
@@ -616,7 +632,7 @@
       cells[0].style.paddingLeft = `${6 + (treeOrder ? Math.min(node.depth, 12) * 12 : 0)}px`;
       cells[1].textContent = node.type;
       cells[1].title = node.type;
-      for (let c = 2; c < COLUMNS.length; c++) cells[c].textContent = COLUMNS[c].show(COLUMNS[c].get(node));
+      for (let c = 2; c < COLUMNS.length; c++) cells[c].textContent = COLUMNS[c].show(COLUMNS[c].get(node), node);
     }
   }
 
@@ -732,7 +748,9 @@
     box.append(kv([
       ["type", node.type], ["depth", node.depth], ["forward calls", node.self.forward ? node.self.forward[CALLS] : 0],
       ["params", `${fmt.params(m.params)} (${fmt.pct(share(m.params, ROOT.m.params))} of the model)` +
-        (m.params !== m.params_trainable ? `, trainable ${fmt.params(m.params_trainable)}` : "")],
+        (m.params !== m.params_trainable ? `, trainable ${fmt.params(m.params_trainable)}` : "") +
+        (m.params_shared ? `; * ${fmt.params(m.params_shared)} of them shared with modules outside it (tied weights: `
+          + "each module holding them counts them, the model's total once)" : "")],
       ["children", node.children.length || null],
       ["shared with", m.shared_with && m.shared_with.length ? m.shared_with.join(", ") : null],
       ["aliases", m.aliases && m.aliases.length ? m.aliases.join(", ") : null],
@@ -810,7 +828,9 @@
     const withBytes = ops.some(([, t]) => t.bytes > 0);
     const withDevice = Boolean(DATA.kernels); // kernels recorded: the time of those each operator launched
     const shown = ops.slice(0, 50);
-    section.append(scroller(figuresTable(["operator", "calls", "FLOPs", "% FLOPs", "time", "% time", ...(withBytes ? ["bytes"] : []),
+    section.append(el("p", { cls: "muted", text: "time: the operators' own time, measured in the counting pass (profile() times the "
+      + "modules in a pass of their own: there an operator's time can exceed its module's latency)." }));
+    section.append(scroller(figuresTable(["operator", "calls", "FLOPs", "% FLOPs", "time (counting pass)", "% time", ...(withBytes ? ["bytes"] : []),
       ...(withDevice ? ["device time"] : [])],
       shown.map(([name, t]) => [name, t.calls, fmt.flops(t.flops), fmt.pct(share(t.flops, totalFlops)), fmt.duration(t.latency),
         fmt.pct(share(t.latency, totalTime)), ...(withBytes ? [fmt.bytes(t.bytes)] : []),
@@ -861,7 +881,8 @@
   }
 
   function rankTree(r) {
-    if (!rankTrees.has(r)) rankTrees.set(r, RANKS[r] ? buildTree(RANKS[r]) : null);
+    const given = DERIVED.rank_module_latencies && DERIVED.rank_module_latencies[r];
+    if (!rankTrees.has(r)) rankTrees.set(r, RANKS[r] ? buildTree(RANKS[r], given || undefined) : null);
     return rankTrees.get(r);
   }
 

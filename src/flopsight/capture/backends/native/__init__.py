@@ -19,6 +19,7 @@ listens to each call as it happens (module rules, kernels), and for ``torch.comp
 from __future__ import annotations
 
 import contextlib
+import threading
 
 from torch import nn
 
@@ -33,6 +34,8 @@ from .ops import NativeCountingSource
 from .self_check import check
 
 __all__ = ["NativeBackend", "native_backend"]
+
+_STARTING = threading.Lock()  # a native session's check that none runs, and its start, as one step
 
 
 class NativeBackend(CallsAndOps):
@@ -50,6 +53,17 @@ class NativeBackend(CallsAndOps):
         else:
             self.calls = PythonCalls(ctx)
         self._ctx = ctx
+
+    def start(self, ctx) -> None:
+        # One native session at a time: a session chosen while none ran (IN_USE) may start after
+        # another thread's has; then it must fail before its module tracking replaces the running
+        # one's in the recorder (one process-wide set of C++ hooks), and leave that one running.
+        with _STARTING:
+            if IN_USE[0]:
+                raise RuntimeError(
+                    "backend: flopsight's native recorder is already running a profile on another thread "
+                    "(it runs one at a time); profile on this thread with backend='python'")
+            super().start(ctx)
 
     def pause(self, paused: bool) -> None:
         if isinstance(self.calls, NativeCalls):

@@ -1,0 +1,327 @@
+"""Figures that must not contradict each other (issue 29, items 1, 2, 3, 4 and 7).
+
+1. With ``repeat=N`` each module's latency is the median of its own inclusive samples, the
+   root's the median of the root's, and every format and the diff read that one figure.
+2. Operator times come from the counting pass: every format says so.
+3. On the meta device every time and rate is n/a (null in JSON).
+4. Parameters tied across modules are marked where a module's params are reported.
+7. The text report states the inputs.
+
+Skew is forced on a fake clock (each stamp one fake millisecond): a module stamps the clock
+itself on one chosen call, so that call is slower by exactly that many ticks; no test reads
+the wall clock.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+import re
+import statistics
+
+import pytest
+import torch
+from torch import nn
+
+import flopsight
+from flopsight.analysis.report import Report
+from flopsight.renderers.numbers import duration_to_string, flops_to_string
+
+
+class _Skewed(nn.Module):
+    """A Linear whose ``slow_call``-th call (counting every call) stamps ``clock`` ``ticks``
+    more times: that call's span is ``ticks`` fake milliseconds longer."""
+
+    def __init__(self, clock, slow_call: int, ticks: int = 100):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.clock, self.slow_call, self.ticks, self.calls = clock, slow_call, ticks, 0
+
+    def forward(self, x):
+        self.calls += 1
+        if self.calls == self.slow_call:
+            for _ in range(self.ticks):
+                self.clock.stamp()
+        return self.fc(x)
+
+
+class _Net(nn.Module):
+    """``a`` slow on the second timed pass, ``b`` on the third: the root is slow in both, each
+    child in one only. The counting pass is call 1, the timed passes calls 2, 3 and 4."""
+
+    def __init__(self, clock):
+        super().__init__()
+        self.a, self.b, self.head = _Skewed(clock, 3), _Skewed(clock, 4), nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.head(self.b(self.a(x)))
+
+
+@pytest.fixture(scope="module")
+def skewed():
+    clock = flopsight.FakeClock()
+    torch.manual_seed(0)
+    return flopsight.profile(_Net(clock), torch.ones(2, 8), repeat=3, warm_up=1, clock=clock)
+
+
+def _value(text: str, label: str) -> str:
+    """The value of the text report's summary line ``label``."""
+    line = next(line for line in text.splitlines() if line.startswith(label))
+    return line[72:].strip()
+
+
+# -- 1. one latency per module: the median of its own samples ----------------------------------
+def test_the_samples_are_skewed_as_built(skewed):
+    root, a, b = (skewed.samples.module(p, "forward") for p in ("", "a", "b"))
+    # a is 100 ticks (0.1 s) slower on the 2nd timed pass only, b on the 3rd only
+    assert a[1] - a[0] == pytest.approx(0.1) and a[2] == pytest.approx(a[0])
+    assert b[2] - b[0] == pytest.approx(0.1) and b[1] == pytest.approx(b[0])
+    # so the root is slow in 2 of 3 passes, and its median is a slow pass
+    assert statistics.median(root) > 0.1
+
+
+def test_each_module_latency_is_the_median_of_its_own_samples(skewed):
+    for node in skewed.walk():
+        expected = statistics.median(skewed.samples.module(node.name, "forward"))
+        assert node.forward.latency == expected, node.name
+    # the root's: the sum of its own time's and its children's medians would leave the 0.1 s out
+    root = statistics.median(skewed.samples.module("", "forward"))
+    assert skewed.total.forward.latency == root > 0.1
+    assert skewed.iteration.latency == pytest.approx(root, rel=1e-12)
+    assert skewed.phase_total("forward").latency == pytest.approx(root, rel=1e-12)
+
+
+def test_every_format_and_the_diff_show_the_root_median(skewed, tmp_path):
+    root = statistics.median(skewed.samples.module("", "forward"))
+    shown = duration_to_string(root)
+    text = skewed.render("text")
+    assert _value(text, "fwd latency:") == shown
+    # the FLOPS line divides by the same figure
+    assert _value(text, "fwd FLOPS per GPU") == flops_to_string(skewed.total.forward.flops / root)
+    # the noise line's median, the aggregated profile and the detailed tree's root line
+    assert _value(text, "fwd latency over 3 passes").startswith(shown + " (")
+    assert f"fwd latency - {{'_Net': '{shown}'}}" in text
+    assert f"{shown} = 100% latency" in text
+    # Markdown's summary table
+    assert f"| latency | {shown} |" in skewed.render("md")
+    # CSV: the root's and each module's rows
+    rows = {r["module"]: r for r in csv.DictReader(io.StringIO(skewed.render("csv")))}
+    for path, row in rows.items():
+        assert float(row["latency_s"]) == skewed.module(path).forward.latency
+    assert float(rows[""]["latency_s"]) == root
+    # JSON, read back
+    skewed.save(tmp_path / "p.json")
+    assert flopsight.load(tmp_path / "p.json").total.forward.latency == root
+    # HTML: the cards' figure and the tree's latencies it embeds
+    page = Report(skewed).page_figures
+    assert page["iteration"]["forward"]["latency"] == pytest.approx(root, rel=1e-12)
+    assert page["module_latencies"][""]["forward"] == root
+    assert page["module_latencies"]["a"]["forward"] == statistics.median(skewed.samples.module("a", "forward"))
+    # the diff: the model's figure and each module's
+    d = flopsight.diff(skewed, skewed)
+    assert d.total.metrics["fwd_latency"].a == pytest.approx(root, rel=1e-12)
+    for path in ("a", "b", "head"):
+        assert d.modules[path].metrics["fwd_latency"].a == skewed.module(path).forward.latency
+
+
+def test_an_even_number_of_passes_reads_the_mean_of_the_middle_two_everywhere():
+    clock = flopsight.FakeClock()
+    r = flopsight.profile(_Net(clock), torch.ones(2, 8), repeat=4, warm_up=1, clock=clock)
+    root = r.samples.module("", "forward")
+    # statistics.median of 4: the mean of the 2nd and 3rd smallest
+    expected = sum(sorted(root)[1:3]) / 2
+    assert r.total.forward.latency == expected
+    assert Report(r).noise.spread.median == pytest.approx(expected, rel=1e-12)
+    assert r.iteration.latency == pytest.approx(expected, rel=1e-12)
+
+
+def test_per_micro_batch_latencies_divide_the_medians():
+    """DeepSpeed's per-module lines with gradient accumulation: one micro-batch's, the step's median over 2."""
+    model = nn.Sequential(nn.Linear(4, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with flopsight.Profiler(model, optimizer=opt, steps=3, clock=flopsight.FakeClock()) as prof:
+        for _ in range(3):
+            for _ in range(2):  # two micro-batches
+                model(torch.ones(2, 4)).sum().backward()
+            opt.step()
+            prof.step()
+    r = prof.result
+    per = Report(r).per_micro_batch
+    assert per.module("0").forward.latency == pytest.approx(r.module("0").forward.latency / 2, rel=1e-12)
+
+
+# -- 2. operator times: from the counting pass, and said so --------------------------------------
+def test_operator_times_are_labelled_as_the_counting_passes_in_every_format(skewed):
+    assert "measured in the counting pass" in skewed.render("text", ops=2)
+    assert "latency (counting pass)" in skewed.render("md")
+    assert "op_latency_counting_pass_s" in skewed.render("csv").splitlines()[0]
+    assert "latency_counting_pass_s" in skewed.render("ops_csv").splitlines()[0]
+    assert "time (counting pass)" in skewed.render("html")
+
+
+# -- 3. the meta device: n/a -----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def on_meta():
+    with torch.device("meta"):
+        model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
+    return flopsight.profile(model, torch.ones(2, 8, device="meta"))
+
+
+def test_the_meta_device_prints_no_time_or_rate(on_meta, tmp_path):
+    text = on_meta.render("text", ops=2)
+    assert _value(text, "fwd latency:") == "n/a"
+    assert _value(text, "fwd FLOPS per GPU") == "n/a"
+    assert "fwd latency - {'Sequential': 'n/a'}" in text
+    assert "n/a = n/a latency, n/a" in text  # every module's row
+    assert not re.search(r"\d (s|ms|us|FLOPS)\b", text.split("Aggregated")[1])
+    md = on_meta.render("md")
+    assert "| latency | n/a |" in md and "| FLOPS | n/a |" in md
+    rows = list(csv.DictReader(io.StringIO(on_meta.render("csv"))))
+    assert {r["latency_s"] for r in rows} == {r["self_latency_s"] for r in rows} == {"n/a"}
+    data = json.loads(on_meta.render("json"))
+    assert {s["latency"] for m in data["modules"] for s in m["phases"].values()} == {None}
+    assert data["calls"][0]["stats"]["latency"] is None and data["spans"]["forward"] == [None]
+    # the JSON loads back, and saves the same bytes again
+    on_meta.save(tmp_path / "m.json")
+    again = flopsight.load(tmp_path / "m.json")
+    again.save(tmp_path / "n.json")
+    assert (tmp_path / "m.json").read_text() == (tmp_path / "n.json").read_text()
+    assert '"latency":null' in on_meta.render("html")  # the page embeds the JSON, compact
+
+
+def test_the_meta_device_training_lines_are_na():
+    with torch.device("meta"):
+        model = nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with flopsight.Profiler(model, optimizer=opt) as prof:
+        model(torch.ones(2, 4, device="meta")).sum().backward()
+        opt.step()
+    text = prof.result.render("text")
+    for label in ("bwd latency:", "iter latency:", "bwd FLOPS per GPU", "FLOPS per GPU = 3", "samples/second:"):
+        assert _value(text, label) == "n/a", label
+
+
+# -- 4. tied parameters ------------------------------------------------------------------------------
+class _Tied(nn.Module):
+    """An embedding's 100 x 16 = 1600-element weight tied into the output layer of a sibling."""
+
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.Sequential(nn.Embedding(100, 16), nn.Linear(16, 16))
+        self.dec = nn.Sequential(nn.Linear(16, 16), nn.Linear(16, 100, bias=False))
+        self.dec[1].weight = self.enc[0].weight
+
+    def forward(self, x):
+        return self.dec(self.enc(x))
+
+
+@pytest.fixture(scope="module")
+def tied():
+    return flopsight.profile(_Tied(), torch.ones(2, 5, dtype=torch.long), clock=flopsight.FakeClock())
+
+
+def test_tied_parameters_are_counted_once_in_the_total_and_marked_where_reported(tied):
+    # total: 1600 (tied weight, once) + 272 + 272 (two Linear(16, 16): 16 * 16 + 16) = 2144
+    assert tied.total.params == 2144 and tied.total.params_shared == 0
+    # enc and dec each hold the tied 1600: 1872 each, 87.31% of 2144 each, 174.6% together
+    assert tied.module("enc").params == tied.module("dec").params == 1872
+    assert tied.module("enc").params_shared == tied.module("dec").params_shared == 1600
+    assert tied.module("enc.1").params_shared == 0
+    text = tied.render("text")
+    assert "(enc): Sequential(\n    1.87 K = 87.31% Params (1.6 K shared)," in text
+    assert "(1): Linear(272 = 12.69% Params, " in text  # not shared: unmarked
+    assert '"(N shared)" after a module\'s params' in text  # the note that explains the mark
+    assert "1.87 K (1.6 K shared)" in tied.render("md", top=3)
+    rows = {(r["module"]): r for r in csv.DictReader(io.StringIO(tied.render("csv")))}
+    assert [rows[p]["params_shared"] for p in ("enc", "enc.1", "")] == ["1600", "0", "0"]
+    data = json.loads(tied.render("json"))
+    assert {m["name"]: m.get("params_shared", 0) for m in data["modules"]}["dec.1"] == 1600
+    assert flopsight.ProfileResult.from_dict(data).module("dec").params_shared == 1600
+
+
+def test_a_model_without_tied_parameters_has_no_mark():
+    r = flopsight.profile(nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2)), torch.ones(1, 4),
+                          clock=flopsight.FakeClock())
+    assert "shared" not in r.render("text") and "shared" not in r.render("md")
+    assert all("params_shared" not in m for m in r.to_dict()["modules"])
+
+
+# -- 7. the inputs, in the text report --------------------------------------------------------------
+def test_the_text_report_states_the_inputs_after_deepspeeds_lines():
+    model = nn.Sequential(nn.Linear(8, 2))
+    r = flopsight.profile(model, torch.ones(3, 8), clock=flopsight.FakeClock())
+    lines = r.render("text").splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("inputs (shapes and dtypes; batch size):"))
+    assert lines[at][72:].strip() == "float32[3, 8]; batch size 3"
+    # after DeepSpeed's summary lines, the last of which is the fwd FLOPS line
+    assert at > next(i for i, line in enumerate(lines) if line.startswith("fwd FLOPS per GPU"))
+
+
+def test_the_inputs_line_names_keyword_inputs():
+    class Masked(nn.Module):
+        def forward(self, x, mask=None):
+            return x * mask
+
+    r = flopsight.profile(Masked(), (torch.ones(2, 4),), {"mask": torch.ones(2, 4, dtype=torch.bool)},
+                          clock=flopsight.FakeClock())
+    assert _value(r.render("text"), "inputs (") == "float32[2, 4], mask=bool[2, 4]; batch size 2"
+
+
+# -- the HTML page, in a real browser (where one is installed) ------------------------------------
+@pytest.fixture(scope="module")
+def browser():
+    from headless_chromium import Chromium, find_chromium
+
+    binary = find_chromium()
+    if binary is None:
+        pytest.skip("no chromium binary on PATH (apt-get install chromium; .ci/run does)")
+    with Chromium(binary) as b:
+        yield b
+
+
+def _page_rows(browser, tmp_path, name, result) -> tuple[str, dict[str, list[str]]]:
+    """The page's cards' text and its table's rows (first cell -> cells), once drawn."""
+    path = tmp_path / f"{name}.html"
+    result.save(path)
+    page = browser.new_page(1400, 1000)
+    page.navigate(path.as_uri())
+    page.wait_until("document.documentElement.dataset.state === 'drawn'", timeout=60)
+    assert page.problems() == []
+    cards = page.evaluate("document.getElementById('cards').innerText")
+    rows = page.evaluate("[...document.querySelectorAll('#table-body .vrow')]"
+                         ".map(r => [...r.children].map(c => c.textContent))")
+    return cards, {r[0]: r for r in rows if r[0]}  # the table keeps blank rows to reuse
+
+
+def test_the_page_shows_the_same_figures_in_a_browser(browser, tmp_path, skewed, on_meta, tied):
+    shown = duration_to_string(statistics.median(skewed.samples.module("", "forward")))
+    cards, rows = _page_rows(browser, tmp_path, "skewed", skewed)
+    assert f"fwd latency\n{shown}" in cards
+    root = next(r for k, r in rows.items() if k.startswith("(root)"))
+    assert shown in root  # the table's root row: the same figure as the card
+    assert duration_to_string(skewed.module("a").forward.latency) in rows["a"]
+    cards, rows = _page_rows(browser, tmp_path, "meta", on_meta)
+    assert "fwd latency\nn/a" in cards and "samples/s\nn/a" in cards
+    assert all(r.count("n/a") == 2 for r in rows.values())  # latency and FLOP/s
+    _, rows = _page_rows(browser, tmp_path, "tied", tied)  # rows by their key under the parent
+    assert "1.87 K*" in rows["enc"] and "1.87 K*" in rows["dec"] and "2.14 K" in rows["(root) _Tied"]
+
+
+def test_each_ranks_panel_shows_its_modules_medians(browser, tmp_path, skewed):
+    # a gathered result of two ranks, each the skewed passes: the root's median is 100 fake ms above
+    # its children's medians summed (each child is slow in one pass of three: median fast), so a
+    # panel that summed them would show less than the rank's own root figure
+    gathered = dataclasses.replace(skewed, ranks=(skewed, skewed))
+    assert Report(gathered).page_figures["rank_module_latencies"][1][""]["forward"] == skewed.total.forward.latency
+    path = tmp_path / "ranks.html"
+    gathered.save(path)
+    page = browser.new_page(1400, 1000)
+    page.navigate(path.as_uri())
+    page.wait_until("document.documentElement.dataset.state === 'drawn'", timeout=60)
+    page.evaluate("flopsightReport.select('')")
+    detail = page.evaluate("document.getElementById('detail').innerText")
+    rows = [line.split("\t") for line in detail[detail.index("Per rank"):].splitlines() if line.startswith("rank ")]
+    assert [row[2] for row in rows] == [duration_to_string(skewed.total.forward.latency)] * 2  # 111 ms, not 11
+    assert page.problems() == []
