@@ -203,6 +203,22 @@ def test_the_meta_device_training_lines_are_na():
         assert _value(text, label) == "n/a", label
 
 
+def test_deepspeeds_duration_getters_read_na_as_strings_on_the_meta_device():
+    # as the report prints them; the numbers keep DeepSpeed's float type, the counts stay exact
+    with torch.device("meta"):
+        model = nn.Linear(4, 2)
+    prof = flopsight.FlopsProfiler(model)
+    prof.start_profile()
+    model(torch.ones(2, 4, device="meta")).sum().backward()
+    prof.stop_profile()
+    assert prof.get_total_duration(as_string=True) == "n/a"
+    assert prof.get_total_backward_duration(as_string=True) == "n/a"
+    assert prof.get_total_iteration_duration(as_string=True) == "n/a"
+    assert isinstance(prof.get_total_duration(), float)
+    assert prof.get_total_macs() == 2 * 4 * 2  # 2 rows x 4 inputs x 2 outputs
+    prof.end_profile()
+
+
 # -- 4. tied parameters ------------------------------------------------------------------------------
 class _Tied(nn.Module):
     """An embedding's 100 x 16 = 1600-element weight tied into the output layer of a sibling."""
@@ -239,6 +255,9 @@ def test_tied_parameters_are_counted_once_in_the_total_and_marked_where_reported
     data = json.loads(tied.render("json"))
     assert {m["name"]: m.get("params_shared", 0) for m in data["modules"]}["dec.1"] == 1600
     assert flopsight.ProfileResult.from_dict(data).module("dec").params_shared == 1600
+    # DeepSpeed's aggregated profile sums a type's params at a depth: the two Sequentials' 2 x 1872 = 3744
+    # hold the tied 1600 twice, marked by their summed shares (2 x 1600 = 3.2 K)
+    assert "params      - {'Sequential': '3.74 K (3.2 K shared)'}" in text
 
 
 def test_a_model_without_tied_parameters_has_no_mark():

@@ -71,8 +71,11 @@ with flopsight.Profiler(model) as prof:
     model(torch.randn(2, 8))
 save("module", prof.result)
 
+dist.barrier()  # both ranks issue it together: neither finds the other's half done (a flight of no time)
 with flopsight.Profiler() as prof:
-    work = dist.all_reduce(torch.ones(1000), async_op=True)  # in flight while the rank computes
+    # 1 MB, in flight while the rank computes (long enough that compute starts before it lands, even on
+    # a loaded machine)
+    work = dist.all_reduce(torch.ones(250_000), async_op=True)
     x = torch.randn(128, 128)
     for _ in range(200):
         x = torch.tanh(x @ x)

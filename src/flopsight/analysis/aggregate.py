@@ -12,7 +12,7 @@ and operators per module (the operator tables).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
 from .._checks import check_int
@@ -32,6 +32,9 @@ class DepthSummary:
     params: list[tuple[str, int]]
     macs: list[tuple[str, int]]
     latency: list[tuple[str, float]]
+    #: per type listed by params, how many of its summed params are shared with (also held by)
+    #: modules outside the one holding them: tied weights, summed once per holder (0: none)
+    params_shared: dict[str, int] = field(default_factory=dict)
 
 
 def max_depth(result: ProfileResult) -> int:
@@ -57,12 +60,14 @@ def by_depth_and_type(
     per_depth: list[dict[str, list]] = [{} for _ in range(last + 1)]
     for stats in result.walk(last):
         cost = stats.inclusive[phase]
-        acc = per_depth[stats.depth].setdefault(stats.type_name, [0, 0, 0.0])
+        acc = per_depth[stats.depth].setdefault(stats.type_name, [0, 0, 0.0, 0])
         acc[0] += stats.params
         acc[1] += cost.macs
         acc[2] += cost.latency
+        acc[3] += stats.params_shared
     return [
-        DepthSummary(d, _top(totals, 0, top), _top(totals, 1, top), _top(totals, 2, top))
+        DepthSummary(d, _top(totals, 0, top), _top(totals, 1, top), _top(totals, 2, top),
+                     {name: totals[name][3] for name, _ in _top(totals, 0, top) if totals[name][3]})
         for d, totals in enumerate(per_depth)
     ]
 

@@ -503,8 +503,12 @@ class _Text:
             )
 
     def _depth_lines(self, d: DepthSummary) -> list[str]:
+        def params(name: str, n: int) -> str:  # tied weights marked, as in the detailed profile
+            shared = d.params_shared.get(name)
+            return params_to_string(n) + (f" ({params_to_string(shared)} shared)" if shared else "")
+
         return [
-            f"    params      - { {k: params_to_string(v) for k, v in d.params} }",
+            f"    params      - { {k: params(k, v) for k, v in d.params} }",
             f"    MACs        - { {k: macs_to_string(v) for k, v in d.macs} }",
             f"    fwd latency - { {k: self.dur(v) for k, v in d.latency} }",
         ]

@@ -162,6 +162,14 @@ class FlopsProfiler:
         value = read(result) if result is not None else 0
         return fmt(value) if as_string else value
 
+    def _duration(self, read, as_string: bool):
+        """A time, as :meth:`_total`; as a string ``"n/a"`` on the meta device, as the report
+        prints it (nothing ran on hardware; the number keeps DeepSpeed's type)."""
+        result = self._measured()
+        if as_string and result is not None and result.metadata.device_type == "meta":
+            return "n/a"
+        return self._total(read, as_string, duration_to_string)
+
     def get_total_flops(self, as_string: bool = False):
         """Forward FLOPs of the whole model."""
         return self._total(lambda r: r.total.forward.flops, as_string, number_to_string)
@@ -173,7 +181,7 @@ class FlopsProfiler:
     def get_total_duration(self, as_string: bool = False):
         """Forward latency of the whole model, in seconds (a timed step's where the engine
         timed one apart from the counted step: ``result.iteration.timed``)."""
-        return self._total(lambda r: model_forward(r, r.iteration).latency, as_string, duration_to_string)
+        return self._duration(lambda r: model_forward(r, r.iteration).latency, as_string)
 
     def get_total_params(self, as_string: bool = False):
         """Parameters of the model (each tensor once; known before anything ran, as in DeepSpeed)."""
@@ -193,15 +201,15 @@ class FlopsProfiler:
 
     def get_total_backward_duration(self, as_string: bool = False):
         """Wall-clock seconds of the backward pass(es)."""
-        return self._total(lambda r: r.iteration.backward.latency, as_string, duration_to_string)
+        return self._duration(lambda r: r.iteration.backward.latency, as_string)
 
     def get_total_step_duration(self, as_string: bool = False):
         """Wall-clock seconds of ``optimizer.step()`` (any optimizer's)."""
-        return self._total(lambda r: r.iteration.step.latency, as_string, duration_to_string)
+        return self._duration(lambda r: r.iteration.step.latency, as_string)
 
     def get_total_iteration_duration(self, as_string: bool = False):
         """Wall-clock seconds from ``start_profile()`` to ``stop_profile()``."""
-        return self._total(lambda r: r.iteration.latency, as_string, duration_to_string)
+        return self._duration(lambda r: r.iteration.latency, as_string)
 
     # -- printing -------------------------------------------------------------------------
     def print_model_profile(
