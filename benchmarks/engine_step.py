@@ -146,6 +146,13 @@ def quartiles(values: list[float]) -> tuple[float, float, float]:
     return q[0], statistics.median(values), q[2]
 
 
+def ratio_line(label: str, ratios: list[float], width: int = 45, figure: int = 6) -> str:
+    """A printed line: ``label`` (``width`` wide), the median of ``ratios`` (``figure`` wide)
+    and their interquartile range."""
+    lo, mid, hi = quartiles(ratios)
+    return f"  {label:{width}s} {mid:{figure}.2f}x (IQR {lo:.2f}x .. {hi:.2f}x)"
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--zero", type=int, default=0, choices=range(4))
@@ -197,8 +204,8 @@ def main(argv=None) -> None:
           "medians (IQR):")
     for variant in VARIANTS[1:]:
         for phase in ("fwd", "bwd", "step"):
-            lo, mid, hi = quartiles([p[phase] / b[phase] for p, b in zip(times[variant][1:], times["plain"][1:])])
-            print(f"  {variant + ' ' + phase:26s} {mid:8.2f}x (IQR {lo:.2f}x .. {hi:.2f}x)")
+            print(ratio_line(variant + " " + phase,
+                             [p[phase] / b[phase] for p, b in zip(times[variant][1:], times["plain"][1:])], 26, 8))
     print(f"flopsight's profiled step on rank 0 (counted by the {_LAST['backend']} backend), medians:")
     for label, spent in parts.items():
         print(f"  {label:45s} {statistics.median(spent) * 1e3:6.2f} ms")
@@ -208,19 +215,18 @@ def main(argv=None) -> None:
         for label, ratios in latencies[variant].items():
             if not ratios:
                 continue
-            lo, mid, hi = quartiles(ratios)
-            print(f"  {variant + ' reported ' + label + ' latency':45s} {mid:6.2f}x (IQR {lo:.2f}x .. {hi:.2f}x)")
-    lo, mid, hi = quartiles([t["before"] / b for t, b in zip(times["plain"][1:], plain)])
-    print(f"  {'plain: the step before over the step':45s} {mid:6.2f}x (IQR {lo:.2f}x .. {hi:.2f}x)")
+            print(ratio_line(variant + " reported " + label + " latency", ratios))
+    print(ratio_line("plain: the step before over the step",
+                     [t["before"] / b for t, b in zip(times["plain"][1:], plain)]))
     print(f"what each reports over its own engine's unprofiled steps (the median of the {AFTER} after the profiled "
           "one), medians (IQR):")
     for variant in VARIANTS[1:]:
         said = latencies[variant]["iteration"]  # over the plain step's
-        lo, mid, hi = quartiles([r * b / t["after"] for r, t, b in zip(said, times[variant][1:], plain)])
-        print(f"  {variant + ' reported iteration latency':45s} {mid:6.2f}x (IQR {lo:.2f}x .. {hi:.2f}x)")
+        print(ratio_line(variant + " reported iteration latency",
+                         [r * b / t["after"] for r, t, b in zip(said, times[variant][1:], plain)]))
     said = latencies["flopsight"]["iteration"]
-    lo, mid, hi = quartiles([r * b / t["before"] for r, t, b in zip(said, times["flopsight"][1:], plain)])
-    print(f"  {'flopsight, over the step it timed (before)':45s} {mid:6.2f}x (IQR {lo:.2f}x .. {hi:.2f}x)")
+    print(ratio_line("flopsight, over the step it timed (before)",
+                     [r * b / t["before"] for r, t, b in zip(said, times["flopsight"][1:], plain)]))
     print("the step anatomy's shares of the profiled step, medians (IQR):")
     print(f"  {'deepspeed':45s} n/a (its report has no anatomy)")
     for part, values in shares.items():

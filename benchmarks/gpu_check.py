@@ -660,6 +660,16 @@ def bert_training_step(ctx: Ctx, large: bool = False):
     return model, opt, step
 
 
+def _gpt2_training(quick: bool):
+    """(batch, seq, config) of the issue's training step, GPT-2 small at 8 x 512 (a tiny one
+    at 2 x 16 when ``quick``): :func:`measure_step`'s and :func:`measure_engine`'s."""
+    import transformers as tf
+
+    batch, seq = (2, 16) if quick else (8, 512)
+    sizes = dict(n_embd=64, n_layer=2, n_head=4, vocab_size=1000) if quick else {}
+    return batch, seq, tf.GPT2Config(attn_implementation="sdpa", bos_token_id=0, eos_token_id=0, **sizes)
+
+
 def measure_step(ctx: Ctx) -> dict:
     """GPT-2 small bf16, batch 8 x 512, AdamW (the issue's step): paired rounds of a plain
     step, its phases timed with CUDA events at their boundaries, and a step inside
@@ -670,9 +680,7 @@ def measure_step(ctx: Ctx) -> dict:
     import flopsight
 
     torch.manual_seed(0)
-    batch, seq = (2, 16) if ctx.quick else (8, 512)
-    sizes = dict(n_embd=64, n_layer=2, n_head=4, vocab_size=1000) if ctx.quick else {}
-    cfg = tf.GPT2Config(attn_implementation="sdpa", bos_token_id=0, eos_token_id=0, **sizes)
+    batch, seq, cfg = _gpt2_training(ctx.quick)
     model = tf.GPT2LMHeadModel(cfg).to(ctx.device, torch.bfloat16).train()
     ids = torch.randint(0, cfg.vocab_size, (batch, seq), device=ctx.device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
@@ -751,9 +759,7 @@ def measure_engine(ctx: Ctx) -> dict:
         os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": os.environ.get("MASTER_PORT", "29533"),
                            "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"})
         deepspeed.init_distributed(dist_backend="nccl" if ctx.cuda else "gloo", verbose=False)
-    batch, seq = (2, 16) if ctx.quick else (8, 512)
-    sizes = dict(n_embd=64, n_layer=2, n_head=4, vocab_size=1000) if ctx.quick else {}
-    cfg = tf.GPT2Config(attn_implementation="sdpa", bos_token_id=0, eos_token_id=0, **sizes)
+    batch, seq, cfg = _gpt2_training(ctx.quick)
     ids = torch.randint(0, cfg.vocab_size, (batch, seq), generator=torch.Generator().manual_seed(0))
     out = {}
     for stage in (0, 3):

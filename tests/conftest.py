@@ -22,12 +22,10 @@ collect_ignore_glob = ["multirank/*_worker.py"]  # scripts run by torchrun, not 
 # The default profile is small and derandomized, so make test and CI draw the same cases every run; a
 # test's examples run under one function-scoped fixture (torch_left_clean checks the whole test), and
 # deadline=None: profiling a model is slow and its first call builds things, which is no failure.
-settings.register_profile("default", max_examples=25, derandomize=True, deadline=None, database=None,
-                          print_blob=True, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                  HealthCheck.too_slow])
-settings.register_profile("long", max_examples=400, derandomize=False, deadline=None, database=None,
-                          print_blob=True, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                  HealthCheck.too_slow])
+_PROPERTY_SETTINGS = dict(deadline=None, database=None, print_blob=True,
+                          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+settings.register_profile("default", max_examples=25, derandomize=True, **_PROPERTY_SETTINGS)
+settings.register_profile("long", max_examples=400, derandomize=False, **_PROPERTY_SETTINGS)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 torch.set_num_threads(max(1, min(2, torch.get_num_threads())))

@@ -282,5 +282,7 @@ def test_the_readme_opens_with_an_install_block_and_a_snippet_that_stands_alone(
     names: dict = {"__name__": "__doc__"}
     with contextlib.redirect_stdout(io.StringIO()) as printed:
         run_python(code, f"README.md:{line}", names)
+    # the snippet's conv: 8 x 64 x 112 x 112 outputs x (3 x 7 x 7) = 944,111,616 MACs, its Linear 8 x 64 x 10 =
+    # 5,120: 944,116,736 in all
     assert isinstance(names["model"], nn.Module) and names["macs"] == "944.12 MMACs"
     assert "944.12 MMACs = 100% MACs" in printed.getvalue()

@@ -116,7 +116,8 @@ def test_training_step_needs_paired_rounds():
 
 # -- engine ----------------------------------------------------------------------------------------
 def _engine(reported=0.084, step=0.120, ds_step=0.133, framework=0.05):
-    # a 78 ms plain step; DeepSpeed's profiled step 1.70x (0.133 s), its report 94.5 ms
+    # a 78 ms plain step; DeepSpeed's profiled step 0.133 / 0.078 = 1.705x ("1.71x"), its report 94.5 ms;
+    # flopsight's step 0.120 / 0.078 = 1.54x, its report 0.084 / 0.078 = 1.077x ("1.08x"), framework 5%
     return {"0": {"plain_s": 0.078, "deepspeed": {"step_s": ds_step, "reported_s": 0.0945},
                   "flopsight": {"step_s": step, "reported_s": reported, "framework": framework}}}
 

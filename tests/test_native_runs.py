@@ -49,8 +49,7 @@ def test_repeated_ops_count_as_many_calls_each_with_its_cost_and_time():
     assert mm.latency == pytest.approx(PRODUCTS * 1e-3)
 
 
-@needs_native
-@pytest.mark.parametrize("backend", ["python", "native"])
+@pytest.mark.parametrize("backend", ["python", pytest.param("native", marks=needs_native)])
 def test_the_blocks_of_repeated_ops_give_the_peak_of_each_in_turn(backend):
     """Each product's output is 4 * 4 * 4 = 64 bytes and the one before it is released once
     the next exists: two alive at most, 128 bytes, above what was live before the call (the
@@ -62,8 +61,7 @@ def test_the_blocks_of_repeated_ops_give_the_peak_of_each_in_turn(backend):
     assert (largest.bytes, largest.op, largest.module, largest.phase) == (64, "aten.mm", "", "forward")
 
 
-@needs_native
-@pytest.mark.parametrize("backend", ["python", "native"])
+@pytest.mark.parametrize("backend", ["python", pytest.param("native", marks=needs_native)])
 def test_a_repeated_op_without_a_formula_is_listed_once_per_call(backend):
     registry = REGISTRY.copy()
     registry.unregister(torch.ops.aten.mm)

@@ -153,6 +153,7 @@ def test_a_profiler_on_another_thread_leaves_the_first_ones_calls_alone(backend)
         t.join(timeout=120)
     if backend == "native":  # A's recorder hears every thread: B's profile of the model is refused
         assert "another thread is profiling this model" in str(results.pop("B"))
+    assert set(results) == ({"A"} if backend == "native" else {"A", "B"})  # no thread died or hung unseen
     for name, r in results.items():
         # one forward: 3*4*8 + 3*8*2 = 144 MACs, each module called once
         assert r.total.forward.macs == 144, name

@@ -14,6 +14,7 @@ import flopsight
 from flopsight.cli import main
 from flopsight.renderers.numbers import params_to_string
 from flopsight.result.kernels import Kernel, KernelSummary
+from models import TiedLM
 
 
 #: --repeat auto's bounds (flopsight.cli.repeat), as the issue asks: at least 3 timed calls, a bounded number more
@@ -248,17 +249,9 @@ def test_the_progress_bar_learns_the_planned_calls():
 
 
 def test_tied_weights_are_marked_as_the_text_report_marks_them():
-    class Tied(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.embed = nn.Embedding(10, 4)
-            self.head = nn.Linear(4, 10, bias=False)
-            self.head.weight = self.embed.weight  # one 10x4 tensor, held by both
-
-        def forward(self, ids):
-            return self.head(self.embed(ids))
-
-    result = flopsight.profile(Tied(), torch.zeros(1, 3, dtype=torch.long), clock=flopsight.FakeClock())
+    # TiedLM(vocab=10, dim=4): one 10x4 = 40-element tensor, held by both embed and head
+    result = flopsight.profile(TiedLM(vocab=10, dim=4), torch.zeros(1, 3, dtype=torch.long),
+                               clock=flopsight.FakeClock())
     table = result.summary()
     rows = {r.path: r for r in table.rows}
     assert (rows[""].params, rows["embed"].params, rows["head"].params) == (40, 40, 40)  # the total counts it once

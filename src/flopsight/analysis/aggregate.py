@@ -65,11 +65,13 @@ def by_depth_and_type(
         acc[1] += cost.macs
         acc[2] += cost.latency
         acc[3] += stats.params_shared
-    return [
-        DepthSummary(d, _top(totals, 0, top), _top(totals, 1, top), _top(totals, 2, top),
-                     {name: totals[name][3] for name, _ in _top(totals, 0, top) if totals[name][3]})
-        for d, totals in enumerate(per_depth)
-    ]
+    return [_depth_summary(d, totals, top) for d, totals in enumerate(per_depth)]
+
+
+def _depth_summary(depth: int, totals: dict[str, list], top: int) -> DepthSummary:
+    params = _top(totals, 0, top)
+    return DepthSummary(depth, params, _top(totals, 1, top), _top(totals, 2, top),
+                        {name: totals[name][3] for name, _ in params if totals[name][3]})
 
 
 # -- operators ------------------------------------------------------------------------------

@@ -603,18 +603,19 @@ class Report:
         and, where several steps ran, each module's inclusive latency per phase as the result
         gives it (the median of its samples, which the page cannot sum from the own times)."""
         figures = derived(self.result, self.options.peak)
-        if _inclusive_latencies(self.result):
-            figures["module_latencies"] = _inclusive_latencies(self.result)
-        ranks = self.result.ranks or ()
-        if any(_inclusive_latencies(r) for r in ranks if r is not None):
+        latencies = _inclusive_latencies(self.result)
+        if latencies:
+            figures["module_latencies"] = latencies
+        per_rank = [_inclusive_latencies(r) if r is not None else None for r in self.result.ranks or ()]
+        if any(per_rank):
             # each rank's panel too: its modules' medians, not sums of its own times' medians
-            figures["rank_module_latencies"] = [_inclusive_latencies(r) if r is not None else None for r in ranks]
+            figures["rank_module_latencies"] = per_rank
         return figures
 
 
 def _inclusive_latencies(result: ProfileResult) -> dict[str, dict[str, float]] | None:
     """Each module's inclusive latency per phase where several steps ran (None otherwise)."""
     samples = result.samples
-    if samples is None or not samples.module_medians():
+    if samples is None or samples.count < 2 or not samples.modules:  # no medians (StepSamples.module_medians)
         return None
     return {node.name: {ph: node.inclusive[ph].latency for ph in node.inclusive} for node in result.walk()}

@@ -428,12 +428,15 @@ def _figures(params, fwd: Stats, bwd: Stats, total: ModuleNode, shared: float = 
     )
 
 
+def _per(count: int, per: int) -> int | float:
+    """``count`` shared out over ``per``: an int where it divides evenly."""
+    return count // per if count % per == 0 else count / per
+
+
 def _mean(stats: list[Stats], per: int) -> Stats:
     """The sum of ``stats`` over ``per``: counts stay ints (identical copies divide them
     exactly), latency is the mean."""
-    macs = sum(s.macs for s in stats)
-    flops = sum(s.flops for s in stats)
-    return Stats(macs // per if macs % per == 0 else macs / per, flops // per if flops % per == 0 else flops / per,
+    return Stats(_per(sum(s.macs for s in stats), per), _per(sum(s.flops for s in stats), per),
                  sum(s.latency for s in stats) / per)
 
 
@@ -454,9 +457,5 @@ def combined_figures(nodes: "list[ModuleNode] | tuple[ModuleNode, ...]", total: 
     """
     if per < 1 or not nodes:
         raise ValueError(f"per: expected an int >= 1 and at least one module, got {per!r} and {len(nodes)} modules")
-    params = sum(n.params for n in nodes)
-    params = params // per if params % per == 0 else params / per
-    shared = sum(n.params_shared for n in nodes)
-    shared = shared // per if shared % per == 0 else shared / per
-    return _figures(params, _mean([n.forward for n in nodes], per), _mean([n.backward for n in nodes], per), total,
-                    shared)
+    return _figures(_per(sum(n.params for n in nodes), per), _mean([n.forward for n in nodes], per),
+                    _mean([n.backward for n in nodes], per), total, _per(sum(n.params_shared for n in nodes), per))

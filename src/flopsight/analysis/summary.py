@@ -135,7 +135,7 @@ def _row(view: View, whole: Stats, meta: bool) -> SummaryRow:
         latency=None if meta else sum(s.latency for s in fwd), flops_share=share(flops, whole.flops),
         bwd_flops=sum(s.flops for s in bwd), bwd_latency=None if meta else sum(s.latency for s in bwd),
         ran=any(n.ran for n in nodes), ignored=any(n.ignored for n in nodes),
-        params_shared=sum(getattr(n.record, "params_shared", 0) for n in nodes),
+        params_shared=sum(n.params_shared for n in nodes),
     )
 
 

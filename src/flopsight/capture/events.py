@@ -22,10 +22,11 @@ starts) to what it needs, and publishes what it sees:
 * ``steps``: each optimizer step's start (``step_begins(optimizer)``), from the optimizer hooks;
 * ``phases``: each backward or step span's start and end (``phase_begins(kind)``,
   ``phase_ends(kind)``), from the span timer;
-* ``allocations``: each block of memory the model allocated (``allocated(nbytes, path, phase,
-  op)``) and each one it released (``freed(nbytes)``), from the backend (the Python one reads
-  ops' output storages, the native one the allocators' reports); only where the backend
-  ``tracks_memory``, else the memory source reads ``ops`` itself;
+* ``allocations``: the blocks of memory the model allocated and released, from a backend that
+  ``tracks_memory`` (the native one: the allocators' reports, in runs: ``allocated_run(path,
+  phase, change, peak, largest, op, temporaries, temporaries_peak)``, and ``freed(nbytes,
+  temporary)`` for a block released outside its run); elsewhere the memory source reads
+  ``ops`` itself;
 * ``claims``: ops a source charges itself (op overload -> ``handler(event)``; the collectives);
 * ``functions``: torch functions a source runs itself (function -> ``handler(func, args,
   kwargs)``, which must call ``func``), routed by the function interceptor (the units);

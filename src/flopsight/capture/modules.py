@@ -174,11 +174,12 @@ def _count_shared(infos: dict[str, ModuleInfo], params_of: dict[str, dict[int, o
     if not tied:
         return
     for info in infos.values():
+        if not info.path:  # the model: nothing outside it (its 0 stays)
+            continue
         inside = params_of[info.path]
         prefix = info.path + "."
         info.params_shared = sum(sizes[k][0] for k, paths in tied.items() if k in inside
-                                 and any(o != info.path and not o.startswith(prefix) for o in paths)) \
-            if info.path else 0
+                                 and any(o != info.path and not o.startswith(prefix) for o in paths))
 
 
 def compiled_paths(infos: dict) -> tuple[str, ...]:

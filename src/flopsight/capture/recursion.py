@@ -88,14 +88,15 @@ def deep_enough(depth: int) -> Iterator[None]:
     block runs; the limit is put back unless the block changed it itself. A RecursionError
     that leaves the block says how deep the model is."""
     before = sys.getrecursionlimit()
-    needed = limit_for(depth, before, _frames_in_use()) if depth * FRAMES_PER_LEVEL > before // 2 else before
+    deep = depth * FRAMES_PER_LEVEL > before // 2
+    needed = limit_for(depth, before, _frames_in_use()) if deep else before
     if needed != before:
         sys.setrecursionlimit(needed)
     try:
         yield
     except RecursionError as e:
         notes = getattr(e, "__notes__", None) or []
-        if depth * FRAMES_PER_LEVEL > before // 2 and not any(_DEEP in str(n) for n in notes):
+        if deep and not any(_DEEP in str(n) for n in notes):
             # set as add_note would (Python 3.10 has no add_note)
             e.__notes__ = [*notes, f"flopsight: the model nests modules {depth} {_DEEP}; it was profiled under a "
                                    f"recursion limit of {sys.getrecursionlimit()}, and this Python's C stack may "

@@ -85,8 +85,11 @@ class CaptureSession:
         """Whether a device's clock stamped only the phases' boundaries (the top-level calls,
         the span timer's): the module calls inside them were stamped on the host, by the
         native recorder's hooks."""
-        return on_device(self.ctx.clock) and any(isinstance(getattr(s, "calls", None), NativeCalls)
-                                                 for s in self._sources)
+        return on_device(self.ctx.clock) and self._native_calls()
+
+    def _native_calls(self) -> bool:
+        """Whether the native recorder's hooks track this session's module calls."""
+        return any(isinstance(getattr(s, "calls", None), NativeCalls) for s in self._sources)
 
     # -- lifecycle ----------------------------------------------------------------------
     def start(self) -> None:
@@ -129,7 +132,7 @@ class CaptureSession:
         that profiles one of the same modules would be counted twice (the Python backend's
         hooks tell the threads apart: two Python sessions may share a model)."""
         mine = frozenset(id(info.module) for info in self.options.infos.values())
-        native = any(isinstance(getattr(s, "calls", None), NativeCalls) for s in self._sources)
+        native = self._native_calls()
         me = threading.get_ident()
         with _RUNNING_LOCK:
             for thread, modules, theirs_native in _RUNNING.values():

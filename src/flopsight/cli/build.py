@@ -139,7 +139,7 @@ def check_input_shape(args: argparse.Namespace, target: Target) -> None:
     if args.input_shape is None or target.kind == "factory" or target.input_kind not in ("image", "tensor",
                                                                                         "text+image"):
         return
-    expected = zoo.image_shape(target.config) if target.config is not None else (3, 224, 224)
+    expected = zoo.image_shape(target.config)  # no config (a plain-torch zoo model): 3x224x224
     given = args.input_shape
     if len(given) == len(expected) + 1:
         raise UsageError("--input-shape", _batch_left_in(args, given))

@@ -342,8 +342,9 @@ class FlopsightCallback(Callback):
         batches, counted = self._batches // self.steps, self._samples // self.steps
         samples = counted if self.batch_size_fn is not None else result.iteration.samples
         eff = efficiency(result, self._peak, dtype=self.dtype or precision_dtype(trainer.precision))
-        self.metrics = logged(step_figures(result, eff, batches=batches, samples=samples))
-        old = step_metrics(result, eff, batches, samples)
+        figures = step_figures(result, eff, batches=batches, samples=samples)  # once: both names' figures
+        self.metrics = logged(figures)
+        old = named(figures, DEVICE_FIGURES)  # step_metrics(), without computing the figures again
         if trainer.is_global_zero:
             old.update(global_metrics(result, batches, counted or None))
         self.metrics.update({DEPRECATED_PREFIX + name: value for name, value in old.items()})

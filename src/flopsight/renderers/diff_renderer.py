@@ -362,12 +362,8 @@ def render_diff_text(d: ProfileDiff, rows: list[ModuleDiff], all_modules: bool, 
     if _shows_verdict(d):
         out += ["", "Verdict: " + verdict_text(d.verdict, d.a.label, d.b.label)]
     out += ["", "Model totals", *_table(["metric", "a", "b", "change", "%", "noise"], _total_lines(d), 1)]
-    if not d.modules_compared:
-        out += ["", f"Modules: {refusal(d)}"]
-        if gates:
-            out += ["", "Gates"] + [("PASS  " if g.passed else "FAIL  ") + gate_message(g) for g in gates]
-        return "\n".join(out) + "\n"
-    out += ["", f"Modules: {_summary(d, all_modules)}"]
+    # modules not compared (the model classes differ): why, and no rows (d.modules is empty)
+    out += ["", f"Modules: {_summary(d, all_modules) if d.modules_compared else refusal(d)}"]
     if rows:
         cols = _columns(d, rows)
         header = ["module", "type", *(METRICS[m][0] for m in cols)]

@@ -26,7 +26,7 @@ from ..result.metadata import Metadata
 from ..result.stats import Stats
 from .efficiency_lines import format_efficiency
 from .numbers import (bytes_to_string, duration_to_string, flops_to_string, macs_to_string, number_to_string,
-                      params_to_string)
+                      params_to_string, shared_params_mark)
 
 __all__ = ["render_markdown", "format_markdown"]
 
@@ -115,18 +115,14 @@ def _efficiency(section: EfficiencySection | None) -> list[str]:
 def _top_modules(modules: tuple[RankedModule, ...], phase: str, meta: bool = False) -> list[str]:
     if not modules:
         return []
-    rows = [[_cell(m.path), _cell(m.type_name), _params(m.params, m.params_shared), macs_to_string(m.stats.macs),
-             _n(m.stats.flops), f"{m.flops_share:.1f} %", _time(m.stats.latency, meta)] for m in modules]
+    rows = [[_cell(m.path), _cell(m.type_name), params_to_string(m.params) + shared_params_mark(m.params_shared),
+             macs_to_string(m.stats.macs), _n(m.stats.flops), f"{m.flops_share:.1f} %", _time(m.stats.latency, meta)]
+            for m in modules]
     header = ["module", "type", "params", f"{phase} MACs", f"{phase} FLOPs", "of model FLOPs", f"{phase} latency"]
     note = ["\"(N shared)\": N of the module's params are tied to modules outside it; each module holding them "
             "counts them, the model's total once.", ""] if any(m.params_shared for m in modules) else []
     table = _table(header, rows, ["---", "---"] + ["---:"] * 5)
     return [f"#### Top {len(rows)} modules by {phase} FLOPs", ""] + table + note
-
-
-def _params(params: int, shared: int) -> str:
-    """A module's params, marked when some are tied to modules outside it."""
-    return params_to_string(params) + (f" ({params_to_string(shared)} shared)" if shared else "")
 
 
 def _operators(ops: tuple[tuple[str, Stats], ...], phase: str, meta: bool = False) -> list[str]:

@@ -23,6 +23,7 @@ __all__ = [
     "flops_to_string",
     "bytes_to_string",
     "params_to_string",
+    "shared_params_mark",
     "duration_to_string",
 ]
 
@@ -71,6 +72,16 @@ def params_to_string(params_num: float, units: str | None = None, precision: int
     """Parameters use B for billions (``'1.3 B'``) and no trailing space."""
     units = units.replace("B", "G") if units else units
     return number_to_string(params_num, units=units, precision=precision).replace("G", "B").strip()
+
+
+def shared_params_mark(shared: float | None) -> str:
+    """What follows a module's params when ``shared`` of them are tied to modules outside it
+    (each module holding them counts them, the model's total once): every report marks them so.
+
+    >>> params_to_string(1_500_000) + shared_params_mark(500_000), shared_params_mark(0)
+    ('1.5 M (500 K shared)', '')
+    """
+    return f" ({params_to_string(shared)} shared)" if shared else ""
 
 
 def duration_to_string(duration: float, units: str | None = None, precision: int = DEFAULT_PRECISION) -> str:

@@ -28,7 +28,7 @@ from typing import Any
 
 from ..analysis.summary import MAX_ROWS, Headline, SummaryRow, SummaryTable, headline, summary_figures
 from ..result.profile_result import ProfileResult
-from .numbers import DEFAULT_PRECISION, duration_to_string, number_to_string, params_to_string
+from .numbers import DEFAULT_PRECISION, duration_to_string, number_to_string, params_to_string, shared_params_mark
 
 __all__ = ["ModelSummary", "summary", "result_repr", "result_html", "headline_text"]
 
@@ -94,9 +94,8 @@ def _columns(table: SummaryTable) -> list[str]:
 
 def _cells(row: SummaryRow, training: bool) -> list[str]:
     # tied weights: marked as the text and Markdown reports mark them
-    shared = f" ({params_to_string(row.params_shared)} shared)" if row.params_shared else ""
-    cells = [params_to_string(row.params) + shared, _count(row.macs), _count(row.flops), _latency(row.latency),
-             _pct(row.flops_share)]
+    cells = [params_to_string(row.params) + shared_params_mark(row.params_shared), _count(row.macs),
+             _count(row.flops), _latency(row.latency), _pct(row.flops_share)]
     if training:
         cells += [_count(row.bwd_flops), _latency(row.bwd_latency)]
     return cells

@@ -71,6 +71,7 @@ from .numbers import (
     macs_to_string,
     number_to_string,
     params_to_string,
+    shared_params_mark,
 )
 
 __all__ = ["render_text", "render_aggregated", "format_text"]
@@ -504,8 +505,7 @@ class _Text:
 
     def _depth_lines(self, d: DepthSummary) -> list[str]:
         def params(name: str, n: int) -> str:  # tied weights marked, as in the detailed profile
-            shared = d.params_shared.get(name)
-            return params_to_string(n) + (f" ({params_to_string(shared)} shared)" if shared else "")
+            return params_to_string(n) + shared_params_mark(d.params_shared.get(name))
 
         return [
             f"    params      - { {k: params(k, v) for k, v in d.params} }",
@@ -530,9 +530,8 @@ class _Text:
         the mean over the copies of a collapsed run."""
         mean_of = "mean " if mean else ""
         # tied weights count in each module holding them (the total counts them once): marked
-        shared = f" ({params_to_string(m.params_shared)} shared)" if m.params_shared else ""
         items = [
-            f"{params_to_string(m.params)} = {_pct(m.params_share)} Params{shared}",
+            f"{params_to_string(m.params)} = {_pct(m.params_share)} Params{shared_params_mark(m.params_shared)}",
             f"{macs_to_string(m.macs)} = {_pct(m.macs_share)} MACs",
             f"{mean_of}{self.dur(m.latency)} = {self.time_share(m.latency_share)} latency",
             self.rate(m.flops_per_second),

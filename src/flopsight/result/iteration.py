@@ -193,13 +193,15 @@ def iteration_stats(result: Profile) -> IterationStats:
     latency = counted = sum(walls) if walls else forward.latency
     backward, step = result.phase_total("backward"), result.phase_total("step")
     communication = _communication_time(result)
-    anatomy = _anatomy(result, latency, communication) if walls else None  # the step's own: its parts add up
+    anatomy = None
     steps = getattr(result, "samples", None)
     timed = TIMED["iteration"] in result.spans
     if steps is not None and steps.count > 1:  # several steps: the median wall time, as every latency
         latency = steps.median("wall")
         if not timed:  # and the median step's anatomy, which adds up to it (the verdict's parts)
-            anatomy = median_anatomy(steps.figures) or anatomy
+            anatomy = median_anatomy(steps.figures)
+    if anatomy is None and walls:  # the step's own: its parts add up to its wall time
+        anatomy = _anatomy(result, counted, communication)
     if timed:  # the latencies a step timed at its phases' boundaries measured (see TIMED)
         latency = math.fsum(result.spans[TIMED["iteration"]])
         forward, backward, step = (_timed(result, stats, phase) for phase, stats in

@@ -20,6 +20,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from .stats import seconds_from_file
+
 __all__ = ["Spread", "spread", "StepSamples", "NOISE_THRESHOLD", "IQR_FROM"]
 
 #: a figure whose spread (``±``, half its width) exceeds this share of its median is noisy
@@ -141,10 +143,9 @@ class StepSamples:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "StepSamples":
-        def seconds(values) -> tuple[float, ...]:  # null (the meta device's times) reads as 0
-            return tuple(v if v is not None else 0.0 for v in values)
-
-        return cls(str(d.get("unit", "step")), {k: seconds(v) for k, v in d.get("figures", {}).items()},
-                   {p: {ph: seconds(v) for ph, v in phases.items()}
+        # null (the meta device's times) reads as 0
+        return cls(str(d.get("unit", "step")),
+                   {k: tuple(seconds_from_file(v)) for k, v in d.get("figures", {}).items()},
+                   {p: {ph: tuple(seconds_from_file(v)) for ph, v in phases.items()}
                     for p, phases in d.get("modules", {}).items()},
                    bool(d.get("first_step", False)))

@@ -496,12 +496,12 @@ class ProfileDiff:
     def to_dict(self, all_modules: bool = False, gates: Sequence[GateResult] = ()) -> dict[str, Any]:
         """The diff as a JSON-ready dict of data (the ``json`` format adds the words: the
         notes, the verdict's text and each gate's message; docs/diff.md)."""
-        same = self.sameness()
+        same, differing = self.sameness(), self.differing
         return {
             "flopsight_diff": DIFF_SCHEMA_VERSION,
             "a": _side_dict(self.a),
             "b": _side_dict(self.b),
-            "header": [{"field": name, "a": va, "b": vb, "differs": name in self.differing}
+            "header": [{"field": name, "a": va, "b": vb, "differs": name in differing}
                        for name, va, vb in self.header()],
             "caveats": [{"kind": c.kind, "figures": list(c.figures), "warning": c.warns} for c in self.caveats],
             "module_level": {"compared": self.modules_compared, "forced": self.forced},

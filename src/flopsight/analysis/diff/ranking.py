@@ -13,7 +13,6 @@ can still differ on their own when a third lies between them, told apart from ne
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 from typing import Hashable, Mapping
 
@@ -65,7 +64,7 @@ def rank(results: Mapping[Hashable, ProfileResult], alpha: float = DEFAULT_ALPHA
                     raise ValueError(f"results: {short!r} holds fewer than 2 steps (or passes): its noise is "
                                      "unknown and it cannot be ranked; profile several (steps=N)")
                 verdicts[a, b] = v
-    median = {k: statistics.median(r.samples.figures["wall"]) for k, r in results.items()}
+    median = {k: r.samples.median("wall") for k, r in results.items()}
     tiers: list[list[Hashable]] = []
     for key in sorted(results, key=median.get):  # sorted() is stable: ties keep the given order
         # the earliest tier holding a profile this one is not told apart from

@@ -189,7 +189,8 @@ def _vocab(config: Any) -> int:
 
 
 def image_shape(config: Any) -> tuple[int, int, int]:
-    """(channels, height, width) of the images a model takes: its vision config's, else 3x224x224."""
+    """(channels, height, width) of the images a model takes: its vision config's, else
+    (``config`` None too) 3x224x224."""
     vision = getattr(config, "vision_config", None) or config
     size = getattr(vision, "image_size", None) or 224
     height, width = (size, size) if isinstance(size, int) else tuple(size)

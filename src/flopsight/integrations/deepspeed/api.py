@@ -100,7 +100,7 @@ class FlopsProfiler:
     def start_profile(self, ignore_list: list[type] | None = None) -> None:
         """Start counting and timing everything the model runs, its backward pass and
         any optimizer's step included (restarts if running)."""
-        if self._profiler is not None and self._profiler.running:
+        if self._profiler_running():
             self._profiler.stop()
         self._result = None
         # DeepSpeed's API profiles where it is called (often rank 0 only): no gathering
@@ -111,7 +111,7 @@ class FlopsProfiler:
 
     def stop_profile(self) -> None:
         """Stop counting; the profile stays available to the getters and printers."""
-        if self._profiler is not None and self._profiler.running:
+        if self._profiler_running():
             self._result = self._stop()
 
     def _stop(self) -> ProfileResult | None:
@@ -120,7 +120,7 @@ class FlopsProfiler:
 
     def reset_profile(self) -> None:
         """Discard what was measured so far (and keep profiling if running)."""
-        if self._profiler is not None and self._profiler.running:
+        if self._profiler_running():
             self._stop()
             self._profiler.start()
         self._result = None
@@ -132,6 +132,10 @@ class FlopsProfiler:
         for module in list(_PROFILED.keys()):
             if _PROFILED.get(module, (None,))[0] is self:
                 del _PROFILED[module]
+
+    def _profiler_running(self) -> bool:
+        """Whether a capture is running (started, not yet stopped)."""
+        return self._profiler is not None and self._profiler.running
 
     def _register(self) -> None:
         for name, module in self.model.named_modules():
@@ -151,7 +155,7 @@ class FlopsProfiler:
         until the model runs again)."""
         if self._result is not None:
             return self._result
-        if self._profiler is not None and self._profiler.running:
+        if self._profiler_running():
             snapshot = self._profiler.snapshot()
             return snapshot if snapshot.total.ran or snapshot.spans.get("backward") else None
         return None

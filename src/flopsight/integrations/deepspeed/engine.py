@@ -139,7 +139,7 @@ class EngineProfiler(FlopsProfiler):
         elif engine.global_steps == profile_step:
             if engine.global_rank == 0:
                 self.start_profile()
-            elif self._profiler is None or not self._profiler.running:
+            elif not self._profiler_running():
                 if self._steps > 1:
                     self._start_steps(engine)
                 else:
@@ -214,7 +214,7 @@ class EngineProfiler(FlopsProfiler):
     def _end_steps(self, report: bool) -> None:
         self._unwrap()
         try:
-            if self._profiler is not None and self._profiler.running:
+            if self._profiler_running():
                 self._result = self._stop()
             if report and self._result is not None:
                 engine = self.ds_engine
@@ -248,7 +248,7 @@ class EngineProfiler(FlopsProfiler):
     def _end_follow(self) -> None:
         unwrap, self._unwrap_step = self._unwrap_step, None
         try:
-            if self._profiler is not None and self._profiler.running:
+            if self._profiler_running():
                 self._stop()  # published for rank 0
         finally:
             if unwrap is not None:
@@ -263,9 +263,6 @@ class EngineProfiler(FlopsProfiler):
             self._timed.remove()
             self._timed = None
 
-    def _profiler_running(self) -> bool:
-        return self._profiler is not None and self._profiler.running
-
     def _step_done(self) -> bool:
         """Whether the profiled step has updated the model (the engine counted it)."""
         if self.ds_engine is None:
@@ -275,7 +272,7 @@ class EngineProfiler(FlopsProfiler):
     def start_profile(self, ignore_list: list[type] | None = None) -> None:
         if self.ds_engine is None:
             return super().start_profile(ignore_list)
-        if self._profiler is not None and self._profiler.running:
+        if self._profiler_running():
             return  # a later micro-batch of the step being profiled
         if self._steps > 1:
             return self._start_steps(self.ds_engine, ignore_list)

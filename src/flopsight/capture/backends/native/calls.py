@@ -51,7 +51,8 @@ class NativeCalls(PythonCalls):
         self._modules = self.tracked_modules(ctx)
         self._index_paths = [self.paths[id(m)] for m in self._modules]
         pre, post = self.hooks(ctx)
-        # only a timing session wraps forwards: a counting one keeps its global hooks
+        # only a timing session wraps forwards: a counting one keeps its global hooks (no
+        # callers: torch's call path is not the one recognised, nothing is wrapped either)
         callers = module_call_frames() if self._records is not None and WrappedForwards.fit(self._modules) else ()
         try:
             if self._records is not None:
@@ -177,12 +178,11 @@ class WrappedForwards:
 
     @staticmethod
     def fit(modules: list[nn.Module]) -> bool:
-        """Whether a session of ``modules`` may wrap forwards: torch's call path is the one
-        recognised, no module is scripted (the global hooks see a scripted call only), and none
-        is a DataParallel (its replicas copy each module's attributes: a wrapper would run the
-        original module)."""
-        return bool(module_call_frames()) and not any(is_scripted(m) or isinstance(m, nn.DataParallel)
-                                                      for m in modules)
+        """Whether a session of ``modules`` may wrap forwards (where torch's call path is the
+        one recognised: :func:`module_call_frames`): no module is scripted (the global hooks see
+        a scripted call only), and none is a DataParallel (its replicas copy each module's
+        attributes: a wrapper would run the original module)."""
+        return not any(is_scripted(m) or isinstance(m, nn.DataParallel) for m in modules)
 
     def _wrap(self, recorder, module: nn.Module, index: int) -> None:
         before = module.__dict__.get("forward", _ABSENT)  # set on the instance (accelerate's hooks)

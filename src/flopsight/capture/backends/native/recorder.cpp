@@ -1511,10 +1511,9 @@ std::vector<Row> runs_of(const std::vector<Record>& records, int64_t batch, bool
           continue;
         }
       }
-      if (unit) end_stretch();  // a unit changes what later nodes are charged to
       rows.push_back(Row{{r.op, r.sig, r.node_seq, r.seq_before, r.seq_after, r.t0, r.t1, r.accumulated, 1, r.t1 - r.t0}});
       if (unit) {
-        end_stretch();
+        end_stretch();  // a unit changes what later nodes are charged to
       } else {
         last_op = static_cast<int64_t>(rows.size()) - 1;
       }

@@ -21,7 +21,7 @@ from torch.nn.modules.module import register_module_forward_hook, register_modul
 
 from ...._torch_private import autograd_sequence_nr, current_autograd_node, remove_global_hook, tag_nodes
 from ....formulas.shapes import nested_tensors
-from ...active import running_here
+from ...active import elsewhere
 from ...calls import CallRecord, CallTracking, autocast_dtypes, choose_path, note_error, unwind
 from ...modules import compiled_paths
 
@@ -76,15 +76,9 @@ class PythonCalls(CallTracking):
         home = threading.get_ident()  # the profiling thread: its sequence numbers are thread 0's
         script_root, record_inputs = (self.root, self.record_inputs(ctx)) if self.root_is_script else (None, None)
 
-        def foreign() -> bool:
-            """Whether the call is another profile's: the hooks are process-wide, so they also see
-            the calls of this model that a profiler on another thread makes, where its own session
-            runs (a thread the model's forward starts, or the autograd engine's, has none)."""
-            return threading.get_ident() != home and bool(running_here())
-
         def pre_hook(module, args):
             paths = paths_of.get(id(module))
-            if paths is None or ctx.paused or foreign():  # not a module of this model (or an ignored one)
+            if paths is None or ctx.paused or elsewhere(home):  # not a module of this model (or an ignored one)
                 return
             ctx.settle()  # the stack is about to change: ops recorded so far ran under the old one
             h0 = now()
@@ -118,7 +112,7 @@ class PythonCalls(CallTracking):
 
         def post_hook(module, args, *kwargs_output):
             # (kwargs, output); torch's path for a forward that raised passes (output,) only
-            if id(module) not in paths_of or ctx.paused or foreign():
+            if id(module) not in paths_of or ctx.paused or elsewhere(home):
                 return
             ctx.settle()  # before the end stamp: a host clock leaves its time out as overhead
             end = stamp()
