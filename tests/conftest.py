@@ -82,9 +82,9 @@ def pytest_generate_tests(metafunc):
 
 
 def _native_available() -> bool:
-    from flopsight.capture.backends.native.build import load
+    from flopsight.capture.backends.native.recorder import RECORDER
 
-    return load(quiet=True) is not None
+    return RECORDER.load(quiet=True) is not None
 
 
 @pytest.fixture(autouse=True)
@@ -104,11 +104,11 @@ def backend(request, monkeypatch):
 
 
 def pytest_report_header(config):
-    from flopsight.capture.backends.native.build import failure, load
+    from flopsight.capture.backends.native.recorder import RECORDER
 
-    if load(quiet=True) is not None:
+    if RECORDER.load(quiet=True) is not None:
         return "flopsight backends: python and native (the counting tests run on both)"
-    return f"flopsight backends: python only (native not built: {failure()})"
+    return f"flopsight backends: python only (native not built: {RECORDER.failure})"
 
 
 #: what a module's repr says differently between torch releases, normalised in every golden

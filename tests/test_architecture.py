@@ -15,13 +15,13 @@ SRC = pathlib.Path(__file__).resolve().parents[1] / "src"
 
 #: Layers, bottom up: a module may import modules of its own layer or of a layer below.
 LAYERS = (
-    ("flopsight._version", "flopsight._quiet", "flopsight._torch_private", "flopsight._checks"),
+    ("flopsight._version", "flopsight._quiet", "flopsight._torch_private", "flopsight._checks", "flopsight._process"),
     ("flopsight.result",),
     ("flopsight.formulas", "flopsight.hardware", "flopsight.torch_support"),
     ("flopsight.capture",),
     ("flopsight.analysis",),
     ("flopsight.renderers",),
-    ("flopsight.profiler", "flopsight.options", "flopsight.native_check"),
+    ("flopsight.profiler", "flopsight.options"),
     ("flopsight.integrations", "flopsight.cli"),
     ("flopsight.deepspeed", "flopsight.__main__", "flopsight"),
 )

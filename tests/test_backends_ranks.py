@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import pytest
 
-from flopsight.capture.backends.native.build import load
+from flopsight.capture.backends.native.recorder import RECORDER
 from helpers import assert_memory_agrees
 from multirank.launch import rank_results
 
-pytestmark = pytest.mark.skipif(load(quiet=True) is None, reason="the native backend cannot be built here")
+pytestmark = pytest.mark.skipif(RECORDER.load(quiet=True) is None, reason="the native backend cannot be built here")
 
 MODELS = ("ddp", "fsdp2", "row")
 

@@ -23,12 +23,12 @@ from torch import nn
 import flopsight
 from flopsight._torch_private import node_sequence_nr
 from flopsight.capture.calls import ModuleCalls
-from flopsight.capture.backends.native.build import load
+from flopsight.capture.backends.native.recorder import RECORDER
 from flopsight.capture.modules import describe
 from flopsight.capture.timing import HostClock
 from flopsight.profiler import open_session
 
-RECORDER = load(quiet=True)
+RECORDER = RECORDER.load(quiet=True)
 pytestmark = pytest.mark.skipif(RECORDER is None, reason="the native backend cannot be built here")
 
 

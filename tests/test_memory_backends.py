@@ -11,11 +11,11 @@ import torch
 from torch import nn
 
 import flopsight
-from flopsight.capture.backends.native.build import load
+from flopsight.capture.backends.native.recorder import RECORDER
 from helpers import assert_memory_agrees, close
 from models import LeNet
 
-needs_native = pytest.mark.skipif(load(quiet=True) is None, reason="the native backend cannot be built here")
+needs_native = pytest.mark.skipif(RECORDER.load(quiet=True) is None, reason="the native backend cannot be built here")
 
 
 def cnn():
@@ -105,7 +105,7 @@ def test_where_torch_profiler_holds_the_reports_memory_is_read_in_python(run):
 def test_native_memory_leaves_the_thread_as_found_also_after_an_exception():
     """The session's state goes onto the thread's debug info and comes off at stop, raised or
     not: torch.profiler (which takes the same slot) runs after it, and so does a profile."""
-    recorder = load(quiet=True)
+    recorder = RECORDER.load(quiet=True)
     model = nn.Linear(4, 2)
     with pytest.raises(RuntimeError, match="boom"):
         with flopsight.Profiler(model, memory=True, backend="native"):

@@ -19,9 +19,10 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 import flopsight
-from flopsight.capture.backends.native.build import cache_folder, load
+from flopsight.capture.backends.native.build import cache_folder
+from flopsight.capture.backends.native.recorder import RECORDER
 
-NATIVE = load(quiet=True) is not None
+NATIVE = RECORDER.load(quiet=True) is not None
 needs_native = pytest.mark.skipif(not NATIVE, reason="the native backend cannot be built here")
 
 
@@ -163,7 +164,7 @@ def test_the_native_module_hooks_see_the_calls_python_sees():
     the Python hooks are not what is installed."""
     from torch.nn.modules import module as torch_module
 
-    recorder = load(quiet=True)
+    recorder = RECORDER.load(quiet=True)
 
     def run(backend):
         torch.manual_seed(0)
@@ -211,7 +212,7 @@ def test_a_timing_pass_after_a_native_count_tracks_modules_in_cpp(name):
     probe = Probe()
     result = flopsight.profile(probe, torch.randn(2, 4), warm_up=1, backend=name)
     (counting, _, _), (timing, root_hooks, inner_forward) = seen
-    recorder = load(quiet=True)
+    recorder = RECORDER.load(quiet=True)
     native = name == "native"
     assert (recorder.module_pre in counting, recorder.module_pre in timing) == (native, False)
     assert (recorder.module_pre in root_hooks, inner_forward) == ((True, "ForwardWrapper") if native else
@@ -382,13 +383,14 @@ def test_the_build_is_cached_per_torch_python_and_platform():
 
 def test_a_failed_build_is_not_tried_again_until_the_source_torch_or_compiler_changes(tmp_path, monkeypatch, capsys):
     """Every new process tried a failed build again (18 s each on torch 2.6): the failure is
-    kept, with its reason, in the build's folder, whose name carries torch, Python and the
-    source's hash; the compiler's identity is kept in the file."""
+    kept, with its reason, in the build's folder, whose name carries torch, Python, the
+    source's hash and the compiler's identity."""
     import shutil
 
     from torch.utils import cpp_extension
 
     from flopsight.capture.backends.native import build
+    from flopsight.capture.backends.native.recorder import Recorder
 
     if shutil.which(os.environ.get("CXX", "c++")) is None:
         pytest.skip("no C++ compiler here")
@@ -399,14 +401,17 @@ def test_a_failed_build_is_not_tried_again_until_the_source_torch_or_compiler_ch
     real, tries = cpp_extension.load, []
     monkeypatch.setattr(cpp_extension, "load", lambda **kw: tries.append(1) or real(**kw))
 
+    recorder = None
+
     def fresh_process_load():
-        monkeypatch.setattr(build, "_loaded", {})
-        return build.load()
+        nonlocal recorder
+        recorder = Recorder()
+        return recorder.load()
 
     assert fresh_process_load() is None and len(tries) == 1
-    assert "error:" in build.failure() and (build.cache_folder() / "build-failed.txt").exists()
+    assert "error:" in recorder.failure and (build.cache_folder() / "build-failed.txt").exists()
     assert fresh_process_load() is None and len(tries) == 1  # not tried again
-    assert "a build failed here before" in build.failure() and "build-failed.txt to retry" in build.failure()
+    assert "a build failed here before" in recorder.failure and "build-failed.txt to retry" in recorder.failure
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("flopsight:")]
     assert len(lines) == 3  # building, its failure, the kept failure: one line each
     monkeypatch.setattr(build, "_compiler_identity", lambda compiler: "another compiler")

@@ -10,10 +10,10 @@ import torch
 from torch import nn
 
 import flopsight
-from flopsight.capture.backends.native.build import load
+from flopsight.capture.backends.native.recorder import RECORDER
 from flopsight.formulas import REGISTRY
 
-needs_native = pytest.mark.skipif(load(quiet=True) is None, reason="the native backend cannot be built here")
+needs_native = pytest.mark.skipif(RECORDER.load(quiet=True) is None, reason="the native backend cannot be built here")
 
 PRODUCTS = 5
 

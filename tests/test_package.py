@@ -63,9 +63,9 @@ def test_the_package_data_lists_every_file_read_at_run_time():
 
 
 def _native_here() -> bool:
-    from flopsight.capture.backends.native.build import load
+    from flopsight.capture.backends.native.recorder import RECORDER
 
-    return load(quiet=True) is not None
+    return RECORDER.load(quiet=True) is not None
 
 
 #: run by the installed wheel's interpreter: where flopsight came from and what it counted

@@ -14,10 +14,10 @@ import torch
 from hypothesis import given, note
 
 import flopsight
-from flopsight.capture.backends.native.build import load
+from flopsight.capture.backends.native.recorder import RECORDER
 from property_models import build, graphs
 
-NATIVE = load(quiet=True) is not None
+NATIVE = RECORDER.load(quiet=True) is not None
 
 
 def run(graph: tuple, device: str, backend: str):

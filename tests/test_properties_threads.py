@@ -17,9 +17,9 @@ from torch import nn
 
 import flopsight
 from flopsight._torch_private import dispatch_mode_flags
-from flopsight.capture.backends.native.build import load
+from flopsight.capture.backends.native.recorder import RECORDER
 
-BACKENDS = ["python", "native"] if load(quiet=True) is not None else ["python"]
+BACKENDS = ["python", "native"] if RECORDER.load(quiet=True) is not None else ["python"]
 
 runs = st.fixed_dictionaries({
     "backend": st.sampled_from(BACKENDS),

@@ -256,9 +256,9 @@ def test_a_warning_the_model_issues_every_call_is_still_shown_once():
 
 
 def _native_built() -> bool:
-    from flopsight.capture.backends.native.build import load
+    from flopsight.capture.backends.native.recorder import RECORDER
 
-    return load(quiet=True) is not None
+    return RECORDER.load(quiet=True) is not None
 
 
 @pytest.mark.parametrize("backend", ["python", pytest.param("native", marks=pytest.mark.skipif(

@@ -164,9 +164,9 @@ def test_two_profilers_overlapping_in_either_order_count_what_each_saw(backend, 
     """A starts, B starts, then either stops first: while both run, the one started last counts
     (Linear(4, 3) on 2 rows: 2 * 4 * 3 = 24 MACs a forward). Stopping A first crashed torch <= 2.9."""
     if backend == "native":
-        from flopsight.capture.backends.native.build import load
+        from flopsight.capture.backends.native.recorder import RECORDER
 
-        if load(quiet=True) is None:
+        if RECORDER.load(quiet=True) is None:
             pytest.skip("the native backend cannot be built here")
     model, x = torch.nn.Linear(4, 3), torch.ones(2, 4)
     a, b = flopsight.Profiler(model, backend=backend), flopsight.Profiler(model, backend=backend)
@@ -201,9 +201,9 @@ def test_a_torch_outside_the_tested_range_gets_one_line_and_flopsight_runs(monke
 
 # -- the native recorder against the Python path -----------------------------------------------------
 def _native_or_skip():
-    from flopsight.capture.backends.native.build import load
+    from flopsight.capture.backends.native.recorder import RECORDER
 
-    recorder = load(quiet=True)
+    recorder = RECORDER.load(quiet=True)
     if recorder is None:
         pytest.skip("the native backend cannot be built here")
     return recorder
@@ -211,20 +211,20 @@ def _native_or_skip():
 
 def test_the_native_recorder_counts_the_self_check_model_as_the_python_path_on_this_torch():
     """RecordFunction's layout, the composite-op rule, recompute and backward numbering: what
-    the self-check at load compares (capture/backends/native/self_check.py)."""
-    from flopsight.native_check import disagreement
-    from flopsight.profiler import Profiler
+    the self-check of a build compares (capture/backends/native/self_check.py)."""
+    from flopsight.capture.backends.native.self_check import disagreement
 
-    _native_or_skip()
-    assert disagreement(Profiler) is None
+    assert disagreement(_native_or_skip()) is None
 
 
-def test_a_recorder_that_disagrees_is_not_used_and_one_line_says_so(monkeypatch, capsys):
+def test_a_recorder_that_disagrees_is_not_used_and_one_line_says_so(monkeypatch, capsys, tmp_path):
     from flopsight.capture.backends.native import self_check
+    from flopsight.capture.backends.native.recorder import RECORDER
 
     _native_or_skip()
-    monkeypatch.setattr(self_check, "_checked", {})
-    monkeypatch.setattr(self_check, "_disagreement", [lambda: "module 'block', forward: 0 MACs against 64"])
+    monkeypatch.setattr(self_check, "cache_folder", lambda: tmp_path)  # no verdict kept: checked now
+    monkeypatch.setattr(RECORDER, "verdicts", {})
+    monkeypatch.setattr(self_check, "disagreement", lambda module: "module 'block', forward: 0 MACs against 64")
     model, x = torch.nn.Linear(4, 3), torch.ones(2, 4)
     for _ in range(2):
         result = flopsight.profile(model, x, backend="auto")

@@ -1,36 +1,11 @@
-"""The public API, loaded by :mod:`flopsight` the first time one of its names is used
-(``import flopsight`` itself imports no torch: the command line's ``--help`` stays quick)."""
+"""The registration functions of the public API (``flopsight.register_formula``...), loaded by
+:mod:`flopsight` the first time one of them is used."""
 
+from __future__ import annotations
 
-from ._quiet import import_torch
-from ._version import __version__
+from .formulas import REGISTRY
 
-import_torch()  # first, its NumPy notice hidden (see flopsight._quiet)
-
-from .analysis.diff import diff
-from .capture.notices import UnprofiledForwardWarning, UnsupportedOpWarning
-from .torch_support import UntestedTorchWarning
-from .capture.timing import FakeClock
-from .formulas import REGISTRY, Cost
-from .integrations.attach import AttachedProfiler, attach
-from .integrations.deepspeed.api import (FlopsProfiler, get_model_profile, get_module_duration, get_module_flops,
-                                         get_module_macs)
-from .options import ProfileOptions
-from .profiler import Profiler, profile
-from .result.communication import Collective
-from .result.metadata import Metadata, Timing
-from .result.profile_result import SCHEMA_VERSION, Coverage, ModelCall, ModuleStats, ProfileResult, load
-from .result.stats import Stats
-from .result.steps import combine_steps
-from .result.tree import ModuleNode, Phases
-from .renderers.numbers import (
-    bytes_to_string,
-    duration_to_string,
-    flops_to_string,
-    macs_to_string,
-    number_to_string,
-    params_to_string,
-)
+__all__ = ["register_formula", "mark_zero_cost", "register_module", "register_function"]
 
 
 def register_formula(*ops, registry=None, reads_values: bool = False):

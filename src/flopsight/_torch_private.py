@@ -7,6 +7,8 @@ these is a one-file change. Nothing in this module patches torch.
 from __future__ import annotations
 
 
+import sys
+
 import torch
 import torch.nn.modules.module as _module_mod
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -33,7 +35,8 @@ __all__ = [
     "module_call_frames",
     "has_own_hooks",
     "original_module",
-    "prime_modes",
+    "may_compile",
+    "force_eager",
     "autograd_sequence_nr",
     "current_autograd_node",
     "torch_function_subclasses",
@@ -71,22 +74,19 @@ __all__ = [
 ]
 
 
-_primed = False
+def may_compile() -> bool:
+    """Whether code in this process may compile with dynamo: ``torch._dynamo`` is imported (by
+    ``torch.compile``, or a library), or flex attention's module, whose eager call compiles.
+    Without either, nothing in a profiled span can be compiled before it starts, and importing
+    dynamo (a second or more) is left to what needs it."""
+    return "torch._dynamo" in sys.modules or "torch.nn.attention.flex_attention" in sys.modules
 
 
-def prime_modes() -> None:
-    """Do torch's one-time lazy import (``torch._dynamo``, ~1 s) before anything is timed.
-
-    Torch imports it the first time a mode handles an op, which would otherwise land
-    inside the first measured module span of the process.
-    """
-    global _primed
-    if not _primed:
-        # torch's import notes a missing NumPy, which flopsight does not use
-        with ignoring("Failed to initialize NumPy"):
-            import torch._dynamo  # noqa: F401
-
-        _primed = True
+def force_eager():
+    """torch.compile's ``force_eager`` stance, set now (a context manager: its exit restores)."""
+    # torch's dynamo import notes a missing NumPy, which flopsight does not use
+    with ignoring("Failed to initialize NumPy"):
+        return torch.compiler.set_stance("force_eager")
 
 
 #: Sequence number of the next autograd node this thread creates (nodes are numbered as
@@ -209,7 +209,10 @@ def allow_under_mode(hop, mode_type: type) -> None:
 
 
 def compiler_stance() -> str:
-    """The name of torch.compile's current stance (``"default"`` unless set)."""
+    """The name of torch.compile's current stance (``"default"`` unless set; without importing
+    dynamo where nothing has: then nothing set it)."""
+    if "torch._dynamo" not in sys.modules:
+        return "default"
     from torch._dynamo.eval_frame import _stance
 
     return _stance.stance

@@ -17,7 +17,7 @@ import contextlib
 import dataclasses
 import platform
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -25,16 +25,15 @@ from torch import nn
 from ._quiet import ignoring
 from ._torch_private import kineto_running, original_module
 from ._version import __version__
-from .native_check import disagreement
 from .capture.build import build_result, device_timed
 from .capture.sources.gather import announce, gather_ranks, publish_failure, span_failure_text
 from .capture.inputs import batch_size, describe_inputs, model_device, model_dtype
 from .capture.calls import ModuleCalls
 from .capture.modules import compiled_paths, describe
-from .capture.backends.native import self_check
 from .capture.parallel import detect_parallel, warn_data_parallel
 from .capture.plan import CaptureOptions
 from .capture.recursion import deep_enough, room_for
+from .capture.running import RUNNING
 from .capture.session import CaptureSession
 from .capture.sources.spans import SpanTimes
 from .capture.state import ModelState
@@ -481,6 +480,9 @@ class Profiler:
         self._ran_on: torch.device | None = None  # the accelerator the steps so far ran on
         self._snapshot: tuple | None = None  # (what the session had seen, the snapshot of it)
         self._room = contextlib.ExitStack()  # a deep model's recursion limit, while running
+        self._save: Callable[[ProfileResult], None] | None = None  # see save_at_exit
+        self._planned: int | None = None
+        self._unwatch_exit: Callable[[], None] | None = None
 
     @property
     def running(self) -> bool:
@@ -499,7 +501,33 @@ class Profiler:
             except BaseException:
                 self._room.close()
                 raise
+            if self._save is not None:
+                self._unwatch_exit = RUNNING.at_exit(self._at_exit)
         return self
+
+    def save_at_exit(self, save: Callable[[ProfileResult], None] | None, steps: int | None = None) -> None:
+        """If the process ends while this profiler runs (the script's end, an uncaught exception,
+        ``sys.exit``, ``SIGTERM``), stop it and call ``save(result)`` with what it measured so
+        far, marked incomplete (``result.metadata.incomplete``) and gathered from no other rank
+        (they may be gone); ``steps``: how many steps were to be profiled (default: ``steps``'s
+        option), said in the mark. None: nothing saved (the profiler is still stopped cleanly)."""
+        self._save, self._planned = save, steps
+        if self.running and save is not None and self._unwatch_exit is None:
+            self._unwatch_exit = RUNNING.at_exit(self._at_exit)
+
+    def _unwatch(self) -> None:
+        unwatch, self._unwatch_exit = self._unwatch_exit, None
+        if unwatch is not None:
+            unwatch()
+
+    def _at_exit(self) -> None:
+        save, planned, done = self._save, self._planned or self.options.steps, len(self._measured)
+        result = self._stop(None, gather=False)
+        if result is None or save is None:
+            return
+        ran = f", after {done} of {planned} steps" if planned is not None and planned > 1 else ""
+        save(result.updated(metadata=dataclasses.replace(
+            result.metadata, incomplete=f"the process ended while it was being profiled{ran}")))
 
     def _open(self) -> None:
         # the device a step ran on, once one did: a CPU-offloaded model's first step finds its GPU by its inputs
@@ -517,6 +545,7 @@ class Profiler:
             return
         self._measured.append(self._build(session, session.stop()))
         if self.options.steps is not None and len(self._measured) >= self.options.steps:
+            self._unwatch()
             self._finish()
         else:
             self._open()
@@ -527,6 +556,10 @@ class Profiler:
         optimizer step, or if it is the only one. ``error``: what ended the span (``with``
         passes it): the result records it (``metadata.error``), so rank 0 names this rank
         failed and leaves it out of its figures over ranks; a rank 0 that raised gathers nothing."""
+        return self._stop(error)
+
+    def _stop(self, error: BaseException | None, gather: bool = True) -> ProfileResult | None:
+        self._unwatch()
         session, self._session = self._session, None
         if session is None:
             return self._result
@@ -538,9 +571,9 @@ class Profiler:
         calls, spans = raw.get(ModuleCalls), raw.get(SpanTimes)
         if not self._measured or (calls is not None and calls.top_calls) or (spans and spans.seconds().get("step")):
             self._measured.append(self._build(session, raw))
-        return self._finish(error)
+        return self._finish(error, gather)
 
-    def _finish(self, error: BaseException | None = None) -> ProfileResult:
+    def _finish(self, error: BaseException | None = None, gather: bool = True) -> ProfileResult:
         self._room.close()  # the recursion limit as it was
         measured, self._measured = self._measured, []
         self._snapshot = None
@@ -552,7 +585,7 @@ class Profiler:
             publish_failure(error)
             self._result = result
         else:
-            self._result = with_ranks(result, self.options.gather_timeout)
+            self._result = with_ranks(result, self.options.gather_timeout if gather else None)
         return self._result
 
     def snapshot(self) -> ProfileResult:
@@ -594,6 +627,3 @@ class Profiler:
         # any exception leaving the span (the model's or the code around it) fails this rank's profile
         self.stop(exc)
 
-
-# the native recorder is checked against the Python path before its first session counts
-self_check.use(lambda: disagreement(Profiler))

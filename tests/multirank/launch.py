@@ -37,9 +37,10 @@ def torchrun(script: Path, *args: str, nproc: int = 2, timeout: float = 180) -> 
     return proc
 
 
-def deepspeed_launch(script: Path, *args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
-    """``DS_ACCELERATOR=cpu deepspeed --num_gpus 2 script args...`` in ``cwd``, with flopsight's
-    sources on the path; raises with the output if the run fails."""
+def deepspeed_start(script: Path, *args: str, cwd: Path, timeout: float = 600):
+    """Start ``DS_ACCELERATOR=cpu deepspeed --num_gpus 2 script args...`` in ``cwd``, with
+    flopsight's sources on the path; returns ``wait()``, which gives its
+    ``subprocess.CompletedProcess`` (launches may run side by side)."""
     launcher = Path(sys.executable).with_name("deepspeed")
     env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
@@ -48,19 +49,38 @@ def deepspeed_launch(script: Path, *args: str, cwd: Path, timeout: float = 600) 
     # replaces the last one's (their include paths differ) and two at once wait on each other's
     # lock: one folder per virtualenv builds it once
     env.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch_extensions"))
-    # DeepSpeed's launcher cannot pick a port itself (torchrun --standalone can): a free one is
-    # chosen here, and the launch tried again on another if something took it in between
-    for _ in range(3):
-        port = free_port()
-        try:
-            proc = subprocess.run([str(launcher), "--num_gpus", "2", "--master_port", str(port), str(script), *args],
-                                  capture_output=True, text=True, env=env, timeout=timeout, cwd=cwd)
-        finally:
-            # DeepSpeed's CPU all-reduce leaves a shared-memory buffer per rank (69 MB) behind
-            for path in Path("/dev/shm").glob(f"deepspeed_*_{port}_*"):
-                path.unlink(missing_ok=True)
-        if "EADDRINUSE" not in proc.stdout + proc.stderr:
-            break
+
+    def launch(port: int) -> subprocess.Popen:
+        return subprocess.Popen([str(launcher), "--num_gpus", "2", "--master_port", str(port), str(script), *args],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
+
+    port = free_port()
+    process = launch(port)
+
+    def wait() -> subprocess.CompletedProcess:
+        nonlocal port, process
+        # DeepSpeed's launcher cannot pick a port itself (torchrun --standalone can): a free one
+        # is chosen here, and the launch tried again on another if something took it in between
+        for tries in range(3):
+            try:
+                out, err = process.communicate(timeout=timeout)
+            finally:
+                # DeepSpeed's CPU all-reduce leaves a shared-memory buffer per rank (69 MB) behind
+                for path in Path("/dev/shm").glob(f"deepspeed_*_{port}_*"):
+                    path.unlink(missing_ok=True)
+            if "EADDRINUSE" not in out + err or tries == 2:
+                return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+            port = free_port()
+            process = launch(port)
+        raise AssertionError("unreachable")
+
+    return wait
+
+
+def deepspeed_launch(script: Path, *args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    """``DS_ACCELERATOR=cpu deepspeed --num_gpus 2 script args...`` in ``cwd`` (see
+    :func:`deepspeed_start`); raises with the output if the run fails."""
+    proc = deepspeed_start(script, *args, cwd=cwd, timeout=timeout)()
     if proc.returncode != 0:
         raise AssertionError(f"deepspeed {script.name} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n"
                              f"{proc.stderr[-4000:]}")

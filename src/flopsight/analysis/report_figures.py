@@ -378,7 +378,7 @@ def summary_figures(
                  if it is not None and it.anatomy is not None else None),
         unsupported_ops=sorted(result.unsupported_ops.items()),
         coverage=result.coverage,
-        error=result.metadata.error or None,
+        error=result.metadata.error or result.metadata.incomplete or None,
     )
 
 

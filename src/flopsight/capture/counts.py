@@ -1,17 +1,14 @@
-"""What the counting backends collect (:class:`Counts`), and what both hold while they run
-(:data:`EAGER_STANCE`)."""
+"""What the counting backends collect (:class:`Counts`)."""
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 
-import torch
 
 from ..result.stats import Stats
 from .context import CaptureContext
 
-__all__ = ["Counts", "collect_counts", "EAGER_STANCE"]
+__all__ = ["Counts", "collect_counts"]
 
 
 @dataclass
@@ -37,37 +34,3 @@ def collect_counts(ctx: CaptureContext, backend: str, note: str | None = None, o
     tally = ctx.tally
     return Counts(tally.resolve(ctx.clock.seconds, ctx.clock.scale), tally.bytes_moved(),
                   dict(tally.unsupported), [list(t) for t in tally.tops], backend, note, tuple(sorted(on_values)))
-
-
-class _EagerStance:
-    """torch.compile's ``force_eager`` stance while any counting source runs.
-
-    Under a dispatch mode dynamo compiles nothing, and eager flex_attention's
-    ``torch.compile(fullgraph=True)`` raises for compiling nothing unless the stance is not
-    the default. Sessions may stop in any order (two attached profilers sharing a step), so
-    the stance is counted, not nested: the first start sets it, the last stop restores it. The
-    stance is the process's and profilers on two threads may start at once: counted under a lock
-    (two first starts would each set it, and the last stop restore the other's ``force_eager``).
-    """
-
-    def __init__(self) -> None:
-        self._users = 0
-        self._stance = None
-        self._lock = threading.Lock()
-
-    def acquire(self) -> None:
-        with self._lock:
-            if self._users == 0:
-                self._stance = torch.compiler.set_stance("force_eager")  # sets it now; exit restores
-            self._users += 1
-
-    def release(self) -> None:
-        with self._lock:
-            self._users -= 1
-            if self._users == 0:
-                stance, self._stance = self._stance, None
-                stance.__exit__(None, None, None)
-
-
-#: the stance every counting source (this one, the native one) holds while it runs
-EAGER_STANCE = _EagerStance()

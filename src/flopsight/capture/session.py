@@ -20,13 +20,10 @@ into it.
 
 from __future__ import annotations
 
-import threading
 import time
 
-from .._torch_private import dispatch_mode_flags, set_dispatch_mode_flags
 from ..formulas.registry import Registry
 from ..torch_support import warn_if_untested
-from .active import running_here
 from .attribution import Attribution
 from .sources.collectives import Communication
 from .context import CaptureContext
@@ -36,20 +33,12 @@ from .params import ModelParameters
 from .placement import resolve_timeline
 from .plan import PLAN, CaptureOptions, Row, plan
 from .raw import RawCapture
+from .running import RUNNING
 from .sources.spans import SpanTimer, SpanTimes
 from .backends.native.calls import NativeCalls
 from .timing import Clock, on_device
 
 __all__ = ["CaptureSession"]
-
-#: every running session in the process: (its thread, its modules' ids, whether the native
-#: recorder tracks its calls); read and changed under _RUNNING_LOCK
-_RUNNING: dict[int, tuple[int, frozenset, bool]] = {}
-_RUNNING_LOCK = threading.Lock()
-#: torch's process-wide dispatch-mode flags as the first of the running sessions found them: put
-#: back when the last one stops (sessions on two threads may stop in any order, see _torch_private)
-_FLAGS_BEFORE: list[dict] = []
-
 
 class CaptureSession:
     """Composes the capture sources for one model between ``start`` and ``stop``.
@@ -94,15 +83,15 @@ class CaptureSession:
     # -- lifecycle ----------------------------------------------------------------------
     def start(self) -> None:
         warn_if_untested()
-        sessions = running_here()
-        self._claim_modules()
+        sessions = RUNNING.here()
+        RUNNING.claim(self, frozenset(id(info.module) for info in self.options.infos.values()), self._native_calls())
         try:
             for source in self._sources:
                 source.start(self.ctx)
                 self._started.append(source)
         except BaseException:
             self._stop_sources()
-            _release_modules(self)
+            RUNNING.release(self)
             raise
         self._host_origin = time.perf_counter()  # the span timer, started last, has just begun
         self._now_origin = self.ctx.clock.now()  # the same moment on the clock's host time
@@ -112,7 +101,7 @@ class CaptureSession:
 
     def stop(self) -> RawCapture:
         """Remove everything that was installed and resolve the measurements."""
-        sessions = running_here()
+        sessions = RUNNING.here()
         if self in sessions:
             sessions.remove(self)
             if sessions:
@@ -123,27 +112,20 @@ class CaptureSession:
             self.ctx.clock.finish()
             return self._collect()
         finally:
-            _release_modules(self)
+            RUNNING.release(self)
             self.ctx.release()
 
-    def _claim_modules(self) -> None:
-        """Register this session's modules, or refuse to start: the native recorder's module
-        hooks are process-wide and hear every thread's calls, so a session on another thread
-        that profiles one of the same modules would be counted twice (the Python backend's
-        hooks tell the threads apart: two Python sessions may share a model)."""
-        mine = frozenset(id(info.module) for info in self.options.infos.values())
-        native = self._native_calls()
-        me = threading.get_ident()
-        with _RUNNING_LOCK:
-            for thread, modules, theirs_native in _RUNNING.values():
-                if thread != me and (native or theirs_native) and not mine.isdisjoint(modules):
-                    raise RuntimeError(
-                        "model: another thread is profiling this model (or one of its modules), and flopsight's "
-                        "native recorder, which one of the two profiles uses, hears every thread's calls of it: "
-                        "profile the model on one thread at a time, or pass backend='python' to both profiles")
-            if not _RUNNING:
-                _FLAGS_BEFORE[:] = [dispatch_mode_flags()]
-            _RUNNING[id(self)] = (me, mine, native)
+    def abandon(self) -> None:
+        """Remove everything that was installed, measuring nothing more (the process is ending,
+        see :mod:`.running`); from any thread."""
+        sessions = RUNNING.here()
+        if self in sessions:
+            sessions.remove(self)
+        try:
+            self._stop_sources()
+        finally:
+            RUNNING.release(self)
+            self.ctx.release()
 
     def _check_share(self) -> None:
         """Warn when the profiler's own host time was a large share of a timed span whose clock
@@ -200,8 +182,3 @@ class CaptureSession:
             raw = RawCapture(*raw, timeline)
         return raw
 
-
-def _release_modules(session: CaptureSession) -> None:
-    with _RUNNING_LOCK:
-        if _RUNNING.pop(id(session), None) is not None and not _RUNNING and _FLAGS_BEFORE:
-            set_dispatch_mode_flags(_FLAGS_BEFORE.pop())

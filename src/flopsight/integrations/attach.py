@@ -46,6 +46,7 @@ Profile Summary at step 2:
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 from typing import Any, Mapping
 
@@ -140,6 +141,19 @@ class AttachedProfiler:
     # -- the optimizer's hooks ----------------------------------------------------------
     def _start(self) -> None:
         self._profiler.start()  # every rank profiles; rank 0 gathers and prints
+        if _rank() == 0:  # the rank that reports: a process ending meanwhile still reports
+            self._profiler.save_at_exit(self._save_incomplete, steps=self.config.steps)
+
+    def _save_incomplete(self, result: ProfileResult) -> None:
+        """The process ends during the profiled step(s): what was measured, marked incomplete,
+        to ``output_file`` (on stdout it would follow a traceback: one line on stderr says
+        where to ask for it instead)."""
+        self.result, self._done = result, True
+        if self.config.output_file is None:
+            print(f"flopsight: {result.metadata.incomplete}; no report printed (an output_file in the "
+                  "flops_profiler block keeps an incomplete one)", file=sys.stderr)
+            return
+        self.report = write(result, self.config.output_file, **_report_options(self.config, self._parallel))
 
     def _after_step(self, optimizer, args, kwargs) -> None:
         self._stepped(lambda action: _after_this_step(self, action))

@@ -226,6 +226,9 @@ class Metadata:
     attention: str = "dense"  # see flopsight.formulas.attention.ATTENTION_CONVENTIONS
     timing: Timing = field(default_factory=Timing)
     error: str | None = None  # set when the profiled call raised
+    #: set when the process ended while the profile ran: what it measured until then, and why
+    #: it is incomplete ("the process ended after 3 of 8 profiled steps")
+    incomplete: str | None = None
     #: the paths of the modules that ran ``torch.compile``d ("" for the model itself): each is
     #: timed as one region (its kernels charged to it), its counts from the eager module
     compiled: tuple[str, ...] = ()
@@ -256,6 +259,8 @@ class Metadata:
         d["inputs"] = self.inputs.to_dict() if self.inputs is not None else None
         d["compiled"] = list(self.compiled)
         d["on_values"] = list(self.on_values)
+        if self.incomplete is None:  # written where set only: complete results read as before
+            del d["incomplete"]
         return d
 
     @classmethod

@@ -16,7 +16,7 @@ and the check in tests) and :mod:`.native` (``RecordFunction`` and C++ module ho
 subscribed; the session makes it once, and nothing downstream decides again.
 
 ``backend="auto"`` (the default, or ``$FLOPSIGHT_BACKEND``) counts natively where the recorder
-gives the Python path's numbers (checked once per process, :mod:`.native.self_check`) and
+gives the Python path's numbers (checked once per build, :mod:`.native.self_check`) and
 no source needs each op in Python; ``"native"`` asks for it (an error when it cannot be built;
 the same fall-backs otherwise, each named in ``result.metadata.backend_note``); ``"python"``
 always uses the Python backend.

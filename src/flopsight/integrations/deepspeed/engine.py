@@ -28,6 +28,7 @@ once the profiled step is over.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import torch
@@ -165,10 +166,29 @@ class EngineProfiler(FlopsProfiler):
         options = ProfileOptions(optimizer=engine, ignore_modules=ignore_list, gather_timeout=None,
                                  parallel=engine_parallel(engine), memory=self._memory)
         self._profiler = Profiler(self.model, options=options).start()
+        if engine.global_rank == 0:  # the rank that reports: a process ending meanwhile still reports
+            self._profiler.save_at_exit(self._save_incomplete, steps=self._steps)
         if keep:
             self._result = None
             self.started = True
             self._register()
+
+    def _save_incomplete(self, result: ProfileResult) -> None:
+        """The process ends while the step(s) are profiled (an exception, a launcher tearing the
+        ranks down, fewer steps than ``steps``): rank 0 writes what it measured, marked
+        incomplete, to the block's ``output_file`` (on stdout it would follow a traceback: one
+        line on stderr says where to ask for it instead)."""
+        engine = self.ds_engine
+        output_file = engine.flops_profiler_output_file()
+        self._result = result
+        if output_file is None:
+            print(f"flopsight: {result.metadata.incomplete}; no report printed (an output_file in the "
+                  "flops_profiler block keeps an incomplete one)", file=sys.stderr)
+            return
+        FlopsProfiler.print_model_profile(
+            self, profile_step=engine.global_steps, module_depth=engine.flops_profiler_module_depth(),
+            top_modules=engine.flops_profiler_top_modules(), detailed=engine.flops_profiler_detailed(),
+            output_file=output_file)
 
     def _wrap_steps(self) -> None:
         self._unwrap_steps = wrap_method(self.ds_engine, "step", self._one_of_the_steps)

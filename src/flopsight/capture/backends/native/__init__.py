@@ -1,6 +1,7 @@
 """The native backend: ops through the recorder's ``RecordFunction`` callback (:mod:`.ops`),
 module calls through its C++ hooks (:mod:`.calls`), both in ``recorder.cpp``, built from source
-(:mod:`.build`) and checked against the Python backend once per process (:mod:`.self_check`).
+(:mod:`.build`) and checked against the Python backend once per build (:mod:`.self_check`);
+:mod:`.recorder` owns the loaded extension.
 
 The ops a source claims (the collectives under torch.distributed) go to Python as they
 return, one by one: they are few, and the source watches each one's ``Work`` for its completion.
@@ -18,80 +19,15 @@ listens to each call as it happens (module rules, kernels), and for ``torch.comp
 
 from __future__ import annotations
 
-import contextlib
-import threading
-
-from torch import nn
-
 from ...modules import compiled_paths
-from ...._torch_private import is_higher_order_op, kineto_running
+from ...._torch_private import kineto_running
 from ...timing import FakeClock, HostClock, on_device
-from ..composed import CallsAndOps
-from ..python.calls import PythonCalls
-from .build import IN_USE, failure, load, loaded
-from .calls import NativeCalls
+from .backend import NativeBackend
 from .ops import NativeCountingSource
-from .self_check import check
+from .recorder import RECORDER
+from .self_check import verdict
 
 __all__ = ["NativeBackend", "native_backend"]
-
-_STARTING = threading.Lock()  # a native session's check that none runs, and its start, as one step
-
-
-class NativeBackend(CallsAndOps):
-    """See the module docstring: ``ops``, the native counting (None in a timing session);
-    ``native_calls``, whether the C++ hooks track the module calls."""
-
-    def __init__(self, ctx, recorder, ops: NativeCountingSource | None, native_calls: bool):
-        self.ops = ops
-        #: memory from the allocators' reports (published to ``ctx.events.allocations``)
-        self.tracks_memory = ops is not None and ops.memory
-        if native_calls:
-            self.calls = NativeCalls(ctx, recorder, drains=ops is None)
-            if ops is not None:
-                ops.replay_call = self.calls.replay
-        else:
-            self.calls = PythonCalls(ctx)
-        self._ctx = ctx
-
-    def start(self, ctx) -> None:
-        # One native session at a time: a session chosen while none ran (IN_USE) may start after
-        # another thread's has; then it must fail before its module tracking replaces the running
-        # one's in the recorder (one process-wide set of C++ hooks), and leave that one running.
-        with _STARTING:
-            if IN_USE[0]:
-                raise RuntimeError(
-                    "backend: flopsight's native recorder is already running a profile on another thread "
-                    "(it runs one at a time); profile on this thread with backend='python'")
-            super().start(ctx)
-
-    def pause(self, paused: bool) -> None:
-        if isinstance(self.calls, NativeCalls):
-            self.calls.pause(paused)
-
-    def unrecorded(self):
-        return self.ops.unrecorded() if self.ops is not None else contextlib.nullcontext()
-
-    def function_routing(self, handlers: dict) -> tuple[bool, object]:
-        """Whether a function mode is needed, and its ``__torch_function__`` in C: the same
-        routing, with the units the recorder counts whole let through. Only where a unit it
-        cannot record may run (one written in Python, a user's, a handler that is not a unit)."""
-        if self.ops is None:
-            return bool(handlers), None
-        passthrough = self.ops.passthrough
-        registry, modules = self._ctx.registry, self._modules()
-        # a higher-order operator (flex attention) is routed through its class without a mode
-        needed = any(_may_run(registry.unit(f), modules) for f in handlers
-                     if f not in passthrough and not is_higher_order_op(f))
-        return needed, self.ops.recorder.function_mode_hook(handlers, set(passthrough)) if needed else None
-
-    def _modules(self) -> list | None:
-        """The profiled modules; None when the session counts a span of code with no model in
-        it (a bare root): then any unit may run."""
-        modules = [info.module for info in self._ctx.options.infos.values()]
-        if len(modules) == 1 and type(modules[0]) is nn.Module:
-            return None
-        return modules
 
 
 def _no_native_memory(recorder, options, params) -> str | None:
@@ -107,10 +43,6 @@ def _no_native_memory(recorder, options, params) -> str | None:
     return None
 
 
-def _may_run(unit, modules: list | None) -> bool:
-    return unit is None or unit.may_run is None or modules is None or bool(unit.may_run(modules))
-
-
 def native_backend(ctx) -> tuple[NativeBackend | None, str | None]:
     """(the native backend for the session of ``ctx``, or None; why not, when it was asked for)."""
     options = ctx.options
@@ -123,9 +55,9 @@ def native_backend(ctx) -> tuple[NativeBackend | None, str | None]:
     native_calls = not ctx.events.modules and not compiled_paths(options.infos) and (
         isinstance(ctx.clock, HostClock) or (options.count and on_device(ctx.clock)))
     if not options.count:  # a timing session: the C++ hooks when the recorder is built and free
-        if not native_calls or IN_USE[0]:
+        if not native_calls or RECORDER.busy:
             return None, None
-        recorder = loaded()  # a timing pass never builds it (the counting pass before it did)
+        recorder = RECORDER.loaded  # a timing pass never builds it (the counting pass before it did)
         return (NativeBackend(ctx, recorder, None, True), None) if recorder is not None else (None, None)
     recorder, note = _counting_recorder(options.backend, ctx)
     if recorder is None:
@@ -146,15 +78,15 @@ def _counting_recorder(backend: str, ctx) -> tuple[object | None, str | None]:
         return None, "a source reads each op's tensors in Python while it runs"
     if backend == "auto" and isinstance(ctx.clock, FakeClock):
         return None, f"ops are timed on the {ctx.clock.name} clock"
-    if IN_USE[0]:
+    if RECORDER.busy:
         return None, "a native session is already running (profiles nested in it count in Python)"
-    recorder = load(quiet=False)
+    recorder = RECORDER.load(quiet=False)
     if recorder is None:
         if backend == "native":
             raise RuntimeError(f"backend: 'native' was asked for, but the native recorder cannot be built here "
-                               f"({failure()}); use backend='auto' or 'python'")
+                               f"({RECORDER.failure}); use backend='auto' or 'python'")
         return None, "the native recorder cannot be built here"
-    differs = check(recorder)
+    differs = verdict(recorder)
     if differs is not None:
         return None, f"the native recorder disagrees with the Python path on this torch ({differs})"
     return recorder, None

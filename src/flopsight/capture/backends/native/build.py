@@ -3,14 +3,16 @@
 It is compiled from the installed source with the machine's C++ compiler through torch's
 extension tooling and ninja, never downloaded, into a user cache folder
 (``$FLOPSIGHT_CACHE``, else ``$XDG_CACHE_HOME/flopsight``, else ``~/.cache/flopsight``) under
-a name that carries torch's version, the Python tag, the platform and the source's hash: a
-build is reused only where it is valid (this API is outside torch's stable ABI). Loading a
-cached build takes a few hundredths of a second; a first build, a minute or so.
+a name that carries torch's version, the Python tag, the platform, the source's hash and the
+compiler's identity: a build is reused only where it is valid (this API is outside torch's
+stable ABI), and a new torch, source or compiler builds (and checks, :mod:`.self_check`) anew.
+Loading a cached build takes a few hundredths of a second; a first build, a minute or so.
 
-When there is no compiler or the build fails, :func:`load` says so in one line, once per
-process, and returns None: the caller counts with the Python path. A failed build is kept in
-its folder (``build-failed.txt``: the compiler, and the compiler's first error), so other
-processes do not try it again until the source, torch or the compiler changes.
+When there is no compiler or the build fails, :func:`build` raises :class:`BuildFailed` (the
+recorder, :mod:`.recorder`, says so in one line, once per process, and the caller counts with
+the Python path). A failed build is kept in its folder (``build-failed.txt``: the compiler's
+first error), so other processes do not try it again until the source, torch or the compiler
+changes.
 
 >>> cache_folder().name.startswith("torch-")
 True
@@ -25,21 +27,15 @@ import os
 import platform
 import shutil
 import sys
-import threading
 from pathlib import Path
 
 import torch
 
 from ...._quiet import ignoring
 
-__all__ = ["load", "loaded", "cache_folder", "BuildFailed", "SOURCE", "IN_USE"]
+__all__ = ["build", "cache_folder", "BuildFailed", "SOURCE"]
 
 SOURCE = Path(__file__).with_name("recorder.cpp")
-
-_lock = threading.Lock()
-#: native sessions running (counting or timing): the recorder is one per process
-IN_USE = [0]
-_loaded: dict[str, object] = {}  # "module" -> the extension, "error" -> why it is not there
 
 
 class BuildFailed(RuntimeError):
@@ -47,15 +43,20 @@ class BuildFailed(RuntimeError):
 
 
 def cache_folder() -> Path:
-    """Where this torch, Python and platform's build lives."""
+    """Where the build for this torch, Python, platform, source and compiler lives."""
     root = os.environ.get("FLOPSIGHT_CACHE")
     if root:
         base = Path(root)
     else:
         base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "flopsight"
     source_hash = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:12]
-    tag = f"torch-{torch.__version__}-{sys.implementation.cache_tag}-{platform.machine()}-{source_hash}"
+    compiler_hash = hashlib.sha256(_compiler_identity(_compiler()).encode()).hexdigest()[:8]
+    tag = f"torch-{torch.__version__}-{sys.implementation.cache_tag}-{platform.machine()}-{compiler_hash}-{source_hash}"
     return base / "native" / tag.replace("+", "_")
+
+
+def _compiler() -> str:
+    return os.environ.get("CXX", "c++")  # what torch's tooling compiles with
 
 
 def _ninja_on_path() -> None:
@@ -74,7 +75,10 @@ def _ninja_on_path() -> None:
         os.environ["PATH"] = os.pathsep.join([path, *missing]) if path else os.pathsep.join(missing)
 
 
-def _build(quiet: bool):
+def build(quiet: bool):
+    """The extension, compiled here if this source, torch, Python and compiler have no build yet
+    (:class:`BuildFailed` where it cannot be: no compiler, a compiler error, a build that failed
+    before)."""
     from torch.utils import cpp_extension
 
     folder = cache_folder()
@@ -89,12 +93,11 @@ def _build(quiet: bool):
         # and each of its subprocesses makes Python forget which warnings it already showed)
         with contextlib.suppress(ImportError, OSError):  # a build cut short: torch's tooling redoes it
             return _import(name, library)
-    compiler = os.environ.get("CXX", "c++")  # what torch's tooling compiles with
+    compiler = _compiler()
     if not built and shutil.which(compiler) is None:
         raise BuildFailed(f"no C++ compiler: {compiler!r} is not on PATH")
     failed = folder / _FAILED
-    identity = _compiler_identity(compiler)
-    earlier = _earlier_failure(failed, identity)
+    earlier = _earlier_failure(failed)
     if earlier is not None:
         raise BuildFailed(f"{earlier}; a build failed here before and is not tried again until the source, torch "
                           f"or the compiler changes: delete {failed} to retry")
@@ -113,11 +116,11 @@ def _build(quiet: bool):
     except Exception as e:
         reason = _first_error(str(e))
         with contextlib.suppress(OSError):  # a read-only cache: the next process tries again
-            failed.write_text(f"{identity}\n{reason}\n")
+            failed.write_text(f"{reason}\n")
         raise BuildFailed(reason) from e
 
 
-#: in a build folder: the compiler's identity, then why its build failed
+#: in a build folder: why its build failed
 _FAILED = "build-failed.txt"
 
 
@@ -131,13 +134,12 @@ def _compiler_identity(compiler: str) -> str:
         return path
 
 
-def _earlier_failure(failed: Path, identity: str) -> str | None:
-    """Why this source failed to build with this torch and this compiler, if it has."""
+def _earlier_failure(failed: Path) -> str | None:
+    """Why this source failed to build with this torch and this compiler (the folder's), if it has."""
     try:
-        first, _, reason = failed.read_text().partition("\n")
+        return failed.read_text().strip() or "the build failed"
     except OSError:
         return None
-    return reason.strip() or "the build failed" if first == identity else None
 
 
 def _first_error(text: str) -> str:
@@ -158,36 +160,3 @@ def _import(name: str, library: Path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def load(quiet: bool = False):
-    """The native recorder module, built on first use; None (after one line on stderr, unless
-    ``quiet``) when it cannot be built here. The outcome is kept for the process."""
-    with _lock:
-        if "module" in _loaded:
-            return _loaded["module"]
-        if "error" in _loaded:
-            return None
-        try:
-            module = _build(quiet)
-        except BaseException as e:  # no compiler, no ninja, a failed build: the Python path counts
-            if isinstance(e, KeyboardInterrupt):
-                raise
-            reason = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
-            _loaded["error"] = reason
-            if not quiet:
-                print(f"flopsight: the native backend is not available ({reason[:600]}); "
-                      "counting with the Python path", file=sys.stderr)
-            return None
-        _loaded["module"] = module
-        return module
-
-
-def loaded():
-    """The native recorder module if this process has loaded it already (never builds), else None."""
-    return _loaded.get("module")
-
-
-def failure() -> str | None:
-    """Why the native recorder is not available (None: it is, or no build was tried)."""
-    return _loaded.get("error")  # type: ignore[return-value]

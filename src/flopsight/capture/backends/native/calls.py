@@ -23,7 +23,7 @@ from ...._torch_private import has_own_hooks, module_call_frames
 from ...calls import CallRecord, choose_path, unwind
 from ...scripted import is_scripted
 from ..python.calls import PythonCalls
-from .build import IN_USE
+from .recorder import RECORDER
 
 __all__ = ["NativeCalls", "CallRecords", "WrappedForwards", "host_offset"]
 
@@ -236,7 +236,7 @@ class CallRecords:
         self._deferred: list[tuple] = []
 
     def __enter__(self) -> "CallRecords":
-        IN_USE[0] += 1
+        RECORDER.acquire()
         self._ctx.settle = self.settle
         return self
 
@@ -246,7 +246,7 @@ class CallRecords:
             self.replay_deferred()
         finally:
             self._ctx.settle = _nothing
-            IN_USE[0] -= 1
+            RECORDER.release()
 
     def settle(self) -> None:
         if not self._pending[0]:

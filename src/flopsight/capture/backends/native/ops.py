@@ -28,11 +28,11 @@ from __future__ import annotations
 import contextlib
 import struct
 import warnings
-import weakref
 from typing import Any, NamedTuple
 
 import torch
 
+from ...._process import WARNED
 from ...._torch_private import (
     ACCUMULATE_GRAD_SEQUENCE_NR,
     builtin_aten_op,
@@ -49,10 +49,11 @@ from ....formulas.registry import ZERO
 from ....result.stats import ZERO_STATS, Stats
 from ...attribution import whole_call_bytes
 from ...context import CaptureContext
-from ...counts import EAGER_STANCE, Counts, collect_counts
+from ...counts import Counts, collect_counts
 from ...events import OpEvent
+from ...stance import EAGER_STANCE
 from ...timing import FakeClock
-from .build import IN_USE
+from .recorder import RECORDER, Tables
 from .calls import _nothing, host_offset
 
 __all__ = ["NativeCountingSource", "NO_NODE"]
@@ -123,35 +124,26 @@ class _Op:
         return out, tuple(inputs[:n]), kwargs
 
 
-class _Tables:
-    """What this process has learnt from the recorder, kept across sessions: its operators
-    (id -> (name, overload)), the operator names it was configured with, and per registry
-    (formulas differ) each operator's entry and each signature's cost."""
-
-    def __init__(self) -> None:
-        #: (value ops, costed ops, unit ops, claimed ops) the recorder was configured with
-        self.names: tuple | None = None
-        self.ops: list[tuple[str, str]] = []
-        self.registries: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-    def configure(self, recorder, registry, claimed: tuple = ()) -> "_RegistryTables":
-        """The recorder set up for ``registry`` and the ops a source claims (``claimed``: their
-        names), tables forgotten when the operator names change."""
-        tables = self.registries.get(registry)
-        if tables is None or tables.version != registry.version:
-            tables = self.registries[registry] = _RegistryTables(registry)
-        names = (*tables.names, claimed)
-        if names != self.names:
-            recorder.configure(*names)
-            self.names = names
-            self.ops.clear()
-            for other in self.registries.values():
-                other.forget()
-        return tables
+def _configure(recorder, registry, claimed: tuple = ()) -> "_RegistryTables":
+    """The recorder set up for ``registry`` and the ops a source claims (``claimed``: their
+    names), the process's tables (:class:`~.recorder.Tables`) forgotten when the operator names
+    change."""
+    known: Tables = RECORDER.tables
+    tables = known.registries.get(registry)
+    if tables is None or tables.version != registry.version:
+        tables = known.registries[registry] = _RegistryTables(registry)
+    names = (*tables.names, claimed)
+    if names != known.names:
+        recorder.configure(*names)
+        known.names = names
+        known.ops.clear()
+        for other in known.registries.values():
+            other.forget()
+    return tables
 
 
 class _RegistryTables:
-    """One registry's entries per operator id and costs per signature (see :class:`_Tables`)."""
+    """One registry's entries per operator id and costs per signature (see :class:`~.recorder.Tables`)."""
 
     def __init__(self, registry) -> None:
         self.version = registry.version
@@ -162,9 +154,6 @@ class _RegistryTables:
     def forget(self) -> None:
         self.ops.clear()
         self.costs.clear()
-
-
-_TABLES = _Tables()
 
 
 class NativeCountingSource:
@@ -212,7 +201,7 @@ class NativeCountingSource:
 
     def start(self, ctx: CaptureContext) -> None:
         claims = ctx.events.claims
-        self._tables = _TABLES.configure(self._rec, ctx.registry, tuple(sorted(map(op_overload_name, claims))))
+        self._tables = _configure(self._rec, ctx.registry, tuple(sorted(map(op_overload_name, claims))))
         EAGER_STANCE.acquire()
         try:
             if self.memory and not self._rec.start_memory():  # checked when the backend was chosen
@@ -223,7 +212,7 @@ class NativeCountingSource:
                 self._rec.stop_memory()
             EAGER_STANCE.release()
             raise
-        IN_USE[0] += 1
+        RECORDER.acquire()
         self._running = self._recording = True
         ctx.settle = self.settle
         ctx.settle_calls = self.settle_calls
@@ -240,7 +229,7 @@ class NativeCountingSource:
             self._recording = False
             self.settle()
         finally:
-            IN_USE[0] -= 1
+            RECORDER.release()
             ctx.settle = ctx.settle_calls = _nothing
             ctx.events.aside = contextlib.nullcontext
             EAGER_STANCE.release()
@@ -320,8 +309,9 @@ class NativeCountingSource:
         overhead = ctx.overhead.seconds
         h0 = ctx.overhead.begin()
         # repeats merged unless a listener needs each op's interval
-        rows, values, ops = self._rec.drain_runs(len(_TABLES.ops), not ctx.events.ran)
-        _TABLES.ops.extend((name, overload) for _, name, overload in ops)
+        known = RECORDER.tables.ops
+        rows, values, ops = self._rec.drain_runs(len(known), not ctx.events.ran)
+        known.extend((name, overload) for _, name, overload in ops)
         for sig, key, inputs, outputs in values:
             self._values[sig] = (key, inputs, outputs)
         self._charge(_ROWS.iter_unpack(rows), not (ctx.suppressed or ctx.paused), overhead)
@@ -332,7 +322,7 @@ class NativeCountingSource:
         ops = self._tables.ops
         units = self._tables.units
         while len(ops) <= op_id:
-            name, overload = _TABLES.ops[len(ops)]
+            name, overload = RECORDER.tables.ops[len(ops)]
             op = native_op(name, overload)
             ops.append(None if op is None else
                        _Op(self._ctx.registry.resolve(op), op_schema(op), units.get(f"{name}.{overload}")))
@@ -483,29 +473,25 @@ class NativeCountingSource:
         return known
 
 
-_ATEN_UNITS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # registry -> (version, functions)
-
-
 def _aten_units(registry) -> frozenset:
     """The registry's units the recorder counts whole, per version: those that are builtin aten
     ops (``torch.lstm_cell``...) and the functions that reach one at the same cost (``F.dropout``)."""
-    known = _ATEN_UNITS.get(registry)
+    cache = RECORDER.tables.aten_units
+    known = cache.get(registry)
     if known is None or known[0] != registry.version:
         units = registry.units()
         aten = {f for f in units if builtin_aten_op(f) is not None}
-        known = _ATEN_UNITS[registry] = (registry.version, frozenset(
+        known = cache[registry] = (registry.version, frozenset(
             aten | {f for f, unit in units.items() if unit.reaches is not None and unit.reaches in aten}))
     return known[1]
 
 
-_DTYPES: list = []
-
-
 def _dtypes(recorder) -> list:
     """torch.dtype by ScalarType index (signatures name dtypes by index)."""
-    if not _DTYPES:
-        _DTYPES.extend(recorder.dtypes())
-    return _DTYPES
+    known = RECORDER.tables.dtypes
+    if not known:
+        known.extend(recorder.dtypes())
+    return known
 
 
 def operator_names(registry) -> tuple[tuple, dict]:
@@ -539,12 +525,8 @@ def _takes_batch_sizes(packet, name: str) -> bool:
     return any(a.name == "batch_sizes" for a in op_schema(overload).arguments)
 
 
-_warned: set[str] = set()
-
-
 def _warn_values(name: str) -> None:
-    if name not in _warned:
-        _warned.add(name)
+    if WARNED.first(f"native values {name}"):
         warnings.warn(f"flopsight: the formula for {name} reads tensor values, which the native backend "
                       "does not keep for it: counted on shapes alone; register it with reads_values=True "
                       "(or use backend='python') to count it on values", RuntimeWarning, stacklevel=2)

@@ -468,6 +468,15 @@ bool describe(std::string& key, const c10::IValue& v) {
 py::object to_python(const c10::IValue& v);
 py::tuple as_tuple(const std::vector<c10::IValue>& values);
 
+// whether the interpreter is finalising (or gone): nothing may call into Python then
+bool finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return !Py_IsInitialized() || Py_IsFinalizing();
+#else
+  return !Py_IsInitialized() || _Py_IsFinalizing();
+#endif
+}
+
 // hand a claimed op to Python (see the top of this file); an error there is reported as
 // unraisable, never thrown into the op
 void claim(Frame& frame, const std::vector<c10::IValue>& outputs, int64_t t1) {
@@ -478,6 +487,7 @@ void claim(Frame& frame, const std::vector<c10::IValue>& outputs, int64_t t1) {
     if (!g_on.load()) return;
     ++g_op_records;
   }
+  if (finalizing()) return;  // no Python left to hand it to
   py::gil_scoped_acquire gil;
   if (g_claim == nullptr) return;
   py::object handler = py::reinterpret_borrow<py::object>(g_claim);
@@ -883,7 +893,10 @@ struct ModuleHooks {
   py::object pre, post;  // the Python hooks, for the calls above
   std::vector<py::object> callers;  // the code objects of the frames Module.__call__ calls forward from
 };
-ModuleHooks g_modules;  // used with the GIL held only
+// used with the GIL held only; never destroyed: its Python objects would be released by the C++
+// runtime's exit handlers, after the interpreter has finalised (a fatal error). Python's own
+// exit handler (capture/running.py) stops every session before that; this is the last guard.
+ModuleHooks& g_modules = *new ModuleHooks();
 
 bool handling_exception() {
 #if PY_VERSION_HEX >= 0x030B0000

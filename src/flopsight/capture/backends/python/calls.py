@@ -21,7 +21,7 @@ from torch.nn.modules.module import register_module_forward_hook, register_modul
 
 from ...._torch_private import autograd_sequence_nr, current_autograd_node, remove_global_hook, tag_nodes
 from ....formulas.shapes import nested_tensors
-from ...active import elsewhere
+from ...running import RUNNING
 from ...calls import CallRecord, CallTracking, autocast_dtypes, choose_path, note_error, unwind
 from ...modules import compiled_paths
 
@@ -78,7 +78,7 @@ class PythonCalls(CallTracking):
 
         def pre_hook(module, args):
             paths = paths_of.get(id(module))
-            if paths is None or ctx.paused or elsewhere(home):  # not a module of this model (or an ignored one)
+            if paths is None or ctx.paused or RUNNING.elsewhere(home):  # not a module of this model (or an ignored one)
                 return
             ctx.settle()  # the stack is about to change: ops recorded so far ran under the old one
             h0 = now()
@@ -112,7 +112,7 @@ class PythonCalls(CallTracking):
 
         def post_hook(module, args, *kwargs_output):
             # (kwargs, output); torch's path for a forward that raised passes (output,) only
-            if id(module) not in paths_of or ctx.paused or elsewhere(home):
+            if id(module) not in paths_of or ctx.paused or RUNNING.elsewhere(home):
                 return
             ctx.settle()  # before the end stamp: a host clock leaves its time out as overhead
             end = stamp()

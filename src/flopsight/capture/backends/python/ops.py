@@ -19,13 +19,13 @@ from ...._torch_private import (
     exit_mode,
     flex_attention_ops,
     innermost_dispatch_mode,
-    prime_modes,
 )
 from ....formulas.registry import ZERO
 from ....result.stats import ZERO_STATS
 from ...context import CaptureContext
-from ...counts import EAGER_STANCE, Counts, collect_counts
+from ...counts import Counts, collect_counts
 from ...events import OpEvent
+from ...stance import EAGER_STANCE
 
 __all__ = ["CountingSource"]
 
@@ -100,7 +100,6 @@ class CountingSource:
         self._note = note  # why the native backend is not counting (None: it was not asked for)
 
     def start(self, ctx: CaptureContext) -> None:
-        prime_modes()
         for hop in flex_attention_ops():  # higher-order ops run their aten ops under the mode
             allow_under_mode(hop, _CountingMode)
         EAGER_STANCE.acquire()

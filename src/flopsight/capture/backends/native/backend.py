@@ -1,0 +1,76 @@
+"""The native backend (:mod:`flopsight.capture.backends.native`): its calls and ops composed."""
+
+from __future__ import annotations
+
+import contextlib
+
+from torch import nn
+
+from ...._torch_private import is_higher_order_op
+from ..composed import CallsAndOps
+from ..python.calls import PythonCalls
+from .calls import NativeCalls
+from .ops import NativeCountingSource
+from .recorder import RECORDER
+
+__all__ = ["NativeBackend"]
+
+
+class NativeBackend(CallsAndOps):
+    """See the module docstring: ``ops``, the native counting (None in a timing session);
+    ``native_calls``, whether the C++ hooks track the module calls."""
+
+    def __init__(self, ctx, recorder, ops: NativeCountingSource | None, native_calls: bool):
+        self.ops = ops
+        #: memory from the allocators' reports (published to ``ctx.events.allocations``)
+        self.tracks_memory = ops is not None and ops.memory
+        if native_calls:
+            self.calls = NativeCalls(ctx, recorder, drains=ops is None)
+            if ops is not None:
+                ops.replay_call = self.calls.replay
+        else:
+            self.calls = PythonCalls(ctx)
+        self._ctx = ctx
+
+    def start(self, ctx) -> None:
+        # One native session at a time: a session chosen while none ran may start after
+        # another thread's has; then it must fail before its module tracking replaces the running
+        # one's in the recorder (one process-wide set of C++ hooks), and leave that one running.
+        with RECORDER.starting:
+            if RECORDER.busy:
+                raise RuntimeError(
+                    "backend: flopsight's native recorder is already running a profile on another thread "
+                    "(it runs one at a time); profile on this thread with backend='python'")
+            super().start(ctx)
+
+    def pause(self, paused: bool) -> None:
+        if isinstance(self.calls, NativeCalls):
+            self.calls.pause(paused)
+
+    def unrecorded(self):
+        return self.ops.unrecorded() if self.ops is not None else contextlib.nullcontext()
+
+    def function_routing(self, handlers: dict) -> tuple[bool, object]:
+        """Whether a function mode is needed, and its ``__torch_function__`` in C: the same
+        routing, with the units the recorder counts whole let through. Only where a unit it
+        cannot record may run (one written in Python, a user's, a handler that is not a unit)."""
+        if self.ops is None:
+            return bool(handlers), None
+        passthrough = self.ops.passthrough
+        registry, modules = self._ctx.registry, self._modules()
+        # a higher-order operator (flex attention) is routed through its class without a mode
+        needed = any(_may_run(registry.unit(f), modules) for f in handlers
+                     if f not in passthrough and not is_higher_order_op(f))
+        return needed, self.ops.recorder.function_mode_hook(handlers, set(passthrough)) if needed else None
+
+    def _modules(self) -> list | None:
+        """The profiled modules; None when the session counts a span of code with no model in
+        it (a bare root): then any unit may run."""
+        modules = [info.module for info in self._ctx.options.infos.values()]
+        if len(modules) == 1 and type(modules[0]) is nn.Module:
+            return None
+        return modules
+
+
+def _may_run(unit, modules: list | None) -> bool:
+    return unit is None or unit.may_run is None or modules is None or bool(unit.may_run(modules))
