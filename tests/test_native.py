@@ -345,11 +345,12 @@ def test_auto_counts_natively_where_it_can_and_says_why_not(monkeypatch):
     assert flopsight.profile(model, x, backend="python").metadata.backend_note is None
     monkeypatch.setenv("FLOPSIGHT_BACKEND", "python")
     assert flopsight.profile(model, x).metadata.backend == "python"
-    # a profile nested in a running native one counts in Python (one recorder per process)
+    # a profile nested in a running native one counts in Python (one recorder per process); the
+    # outer one counts its pass too (the inner one's, warm_up=0: one counted call), and its own
     with flopsight.Profiler(model, backend="native") as outer:
         inner = flopsight.profile(model, x, backend="native", warm_up=0)
         model(x)
-    assert outer.result.metadata.backend == "native" and outer.result.total.forward.calls == 1
+    assert outer.result.metadata.backend == "native" and outer.result.total.forward.calls == 2
     assert inner.metadata.backend == "python" and "already running" in inner.metadata.backend_note
     assert inner.total.forward.macs == 4
 

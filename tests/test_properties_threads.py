@@ -6,6 +6,7 @@ HYPOTHESIS_PROFILE (tests/conftest.py).
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 
@@ -26,6 +27,7 @@ runs = st.fixed_dictionaries({
     "kind": st.sampled_from(["span", "call"]),
     "steps": st.integers(1, 4),
     "backward": st.booleans(),
+    "nested": st.booleans(),  # a span's first step also profiled by a second Profiler, inside it
 })
 
 
@@ -45,10 +47,15 @@ def profiled(model: nn.Module, width: int, run: dict):
         with torch.set_grad_enabled(run["backward"]):
             return flopsight.profile(model, x, backend=run["backend"], warm_up=1, repeat=run["steps"])
     with flopsight.Profiler(model, backend=run["backend"]) as prof:
-        for _ in range(run["steps"]):
-            out = model(x)
-            if run["backward"]:
-                out.sum().backward()
+        for step in range(run["steps"]):
+            with flopsight.Profiler(model, backend=run["backend"]) if run["nested"] and step == 0 \
+                    else contextlib.nullcontext() as inner:
+                out = model(x)
+                if run["backward"]:
+                    out.sum().backward()
+            if inner is not None:  # one step, as if alone; the outer one counts it too
+                assert (inner.result.total.forward.macs, inner.result.total.forward.flops) == forward_counts(
+                    x.shape[1], 1)
     return prof.result
 
 
@@ -229,3 +236,48 @@ def test_a_profiler_stopping_on_another_thread_while_the_model_runs_its_hooks(ba
     # flags, which each mode's exit sets back to what its entry saw, are put back by the last session
     # to stop (else dynamo refuses to compile anything afterwards)
     assert dispatch_mode_flags() == flags_before
+
+
+# -- several profilers at once on one thread: nested, overlapping, any order -------------------------------
+#: MACs of one training step of mlp(4) on 3 rows, per module and phase, by hand: Linear(4, 8) forward
+#: 3*4*8 = 96, its backward the weight's gradient only (the input needs none) 96; Linear(8, 2)
+#: forward 3*8*2 = 48, its backward the weight's gradient 48 and the input's 48
+STEP_MACS = {"0": (96, 96), "2": (48, 96)}
+STEP_MACS[""] = (96 + 48, 96 + 96)
+
+def _starts_first(order: list[int]) -> list[tuple[int, str]]:
+    """Each profiler's first place in ``order`` its start, its second its stop."""
+    started: set[int] = set()
+    return [(i, "stop" if i in started or started.add(i) else "start") for i in order]
+
+
+schedules = st.lists(  # the profilers: each on one module of the model, with its backend
+    st.tuples(st.sampled_from(["", "0", "2"]), st.sampled_from(BACKENDS)), min_size=2, max_size=4,
+).flatmap(lambda profilers: st.tuples(
+    st.just(profilers),
+    # each profiler's start and stop once, in any order that starts it first, with steps in between
+    st.permutations([i for i in range(len(profilers)) for _ in ("start", "stop")]).map(_starts_first),
+    st.lists(st.integers(0, 2), min_size=2 * len(profilers), max_size=2 * len(profilers)),
+))
+
+
+@given(schedules)
+def test_any_number_of_profilers_nested_or_overlapping_each_count_their_own_span(schedule):
+    """Profilers on the model or its layers, on either backend, started and stopped in any order,
+    with 0 to 2 training steps after each start or stop: each counts the steps of its own span in
+    its own module, as if it ran alone (an outer one includes what an inner one counted)."""
+    profilers, order, steps_after = schedule
+    model, x = mlp(4), torch.ones(3, 4)
+    modules = dict(model.named_modules())
+    running = [flopsight.Profiler(modules[path], backend=backend) for path, backend in profilers]
+    seen = [0] * len(profilers)  # steps each one's span saw
+    for (i, what), steps in zip(order, steps_after):
+        getattr(running[i], what)()
+        for _ in range(steps):
+            model(x).sum().backward()
+            for j, prof in enumerate(running):
+                seen[j] += prof.running
+    for (path, backend), prof, steps in zip(profilers, running, seen):
+        total = prof.result.total
+        forward, backward = STEP_MACS[path]
+        assert (total.forward.macs, total.backward.macs) == (steps * forward, steps * backward), (path, backend)

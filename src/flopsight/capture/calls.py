@@ -163,7 +163,7 @@ class CallTracking:
             # runs after the global pre-hook, so the root's call record is on top of the stack.
             # kwargs=None: torch looks a hook's with_kwargs flag up at each call, so a call running
             # while another thread's profiler adds or removes its own hook of the root may miss it
-            if ctx.paused or RUNNING.elsewhere(home):  # another thread's profile
+            if RUNNING.elsewhere(home):  # another thread's profile
                 return
             kwargs = {} if kwargs is None else kwargs
             if self.first_inputs is None:

@@ -3,16 +3,11 @@ and the services every source may use.
 
 Each field has one writer: the call tracker owns the call stack and the call log, the span
 timer owns ``phase`` and ``last_phase`` (spans are where phases begin and end), the
-attribution object is the only one that writes the tally, the session sets ``paused``, and
-the sources that count a call whole (units, module rules, autograd functions) hold
-``suppressed`` above zero while it runs so that the aten ops underneath are not counted
-again. :class:`Overhead` is the profiler's own host time, handed to every source: it is
-only ever changed through its methods.
-
->>> from flopsight.capture.timing import FakeClock
->>> overhead = Overhead(FakeClock().now)
->>> h0 = overhead.begin(); overhead.end(h0); overhead.seconds
-0.0
+attribution object is the only one that writes the tally, and the sources that count a call
+whole (units, module rules, autograd functions) hold ``suppressed`` above zero while it runs so
+that the aten ops underneath are not counted again. :class:`~.overhead.Overhead` is the
+profiler's own host time, handed to every source (the thread's, shared with every session on
+it: :mod:`.running`): it is only ever changed through its methods.
 """
 
 from __future__ import annotations
@@ -23,39 +18,21 @@ from typing import Any, Callable, TypeVar
 
 from ..formulas.registry import Registry
 from .events import Events
+from .overhead import Overhead
+from .running import RUNNING
 from .tally import Tally
 from .timing import Clock
 
-__all__ = ["Overhead", "CaptureContext"]
+__all__ = ["CaptureContext"]
 
 T = TypeVar("T")
 
 
-class Overhead:
-    """Host seconds spent in the profiler's own code, so spans can leave them out."""
-
-    __slots__ = ("now", "seconds")
-
-    def __init__(self, now: Callable[[], float]):
-        self.now = now
-        self.seconds = 0.0
-
-    def begin(self) -> float:
-        return self.now()
-
-    def end(self, started: float) -> None:
-        """The profiler's own work that began at host time ``started`` ends now."""
-        self.seconds += self.now() - started
-
-
 class NoBackend:
     """A context's backend before the session makes its own (:mod:`.backends`): nothing to
-    pause or leave unrecorded."""
+    leave unrecorded."""
 
     tracks_memory = False
-
-    def pause(self, paused: bool) -> None:
-        pass
 
     def unrecorded(self) -> Any:
         return contextlib.nullcontext()
@@ -77,7 +54,6 @@ class CaptureContext:
     #: where communication between them belongs (a wrapper's gradient reduction after backward)
     last_phase: str = "forward"
     suppressed: int = 0  # > 0 while a call counted whole runs
-    paused: bool = False  # a profile nested inside this one is running: record nothing
     stack: list = field(default_factory=list)  # active module calls, innermost last
     calls: list = field(default_factory=list)  # every module call begun, in order (the call log)
     events: Events = field(default_factory=Events)
@@ -88,7 +64,7 @@ class CaptureContext:
     params: Any = None
     #: what the session was asked for (a :class:`~.plan.CaptureOptions`)
     options: Any = None
-    #: called by every writer of ``stack``, ``phase``, ``suppressed`` and ``paused`` just
+    #: called by every writer of ``stack``, ``phase`` and ``suppressed`` just
     #: before it changes them: a backend that charges ops later (the native one) charges what
     #: ran under the state that is ending (the backend sets it while it runs)
     settle: Callable[[], None] = lambda: None
@@ -101,7 +77,8 @@ class CaptureContext:
 
     @classmethod
     def create(cls, clock: Clock, registry: Registry, **kwargs) -> "CaptureContext":
-        return cls(clock, registry, Overhead(clock.now), Tally(clock.scale is not None), **kwargs)
+        # the profiler's own time is the thread's, shared by every session on it (see .running)
+        return cls(clock, registry, RUNNING.overhead(clock.now), Tally(clock.scale is not None), **kwargs)
 
     def add_source(self, source: object) -> None:
         self._sources[type(source)] = source
@@ -110,12 +87,6 @@ class CaptureContext:
         """This session's source of class ``kind`` (None when the plan has none): for the
         sources that drive another one (the optimizer hooks open the span timer's spans)."""
         return self._sources.get(kind)
-
-    def set_paused(self, paused: bool) -> None:
-        """Record nothing (a profile nested inside this one starts) or record again."""
-        self.settle()
-        self.paused = paused
-        self.backend.pause(paused)
 
     def release(self) -> None:
         """The session is over: drop what ties its objects to each other (the sources, their

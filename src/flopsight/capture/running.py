@@ -16,13 +16,24 @@ would have had: a ``SIGTERM`` handler is installed only while such a callback is
 only where the signal's handler was the default one, and after saving it ends the process by
 the same signal.
 
->>> RUNNING.here(), RUNNING.elsewhere(threading.get_ident())
-([], False)
+**Several at once.** Sessions nest and overlap freely; none pauses another. Each counts the
+ops that run inside its own model during its own span, as if it ran alone: a profile of a
+training step keeps the forward that a library profiles inside it, and an outer profile
+includes what an inner one counted. What keeps them apart is the profiler's own code (a
+formula reading a mask, a native batch charged in Python, the meta tensors of a signature):
+it runs inside :meth:`RunningSessions.own_code`, which no session records. And the profiler's
+own time is one clock per thread (:meth:`RunningSessions.overhead`), which every session on it
+adds to and reads differences of, so each leaves the others' time out of its spans as it
+leaves out its own.
+
+>>> RUNNING.here(), RUNNING.elsewhere(threading.get_ident()), OWN_CODE.depth
+([], False, 0)
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
 import sys
@@ -31,8 +42,19 @@ from typing import Any, Callable, NamedTuple
 
 from .._process import PROCESS
 from .._torch_private import dispatch_mode_flags, set_dispatch_mode_flags
+from .overhead import Overhead
 
-__all__ = ["RUNNING", "RunningSessions"]
+__all__ = ["RUNNING", "RunningSessions", "OWN_CODE"]
+
+
+class _OwnCode(threading.local):
+    """How deep this thread is in the profiler's own code (0: the user's): read per op."""
+
+    depth = 0
+
+
+#: the profiler's own code running on this thread (see :meth:`RunningSessions.own_code`)
+OWN_CODE = _OwnCode()
 
 
 class Running(NamedTuple):
@@ -75,6 +97,31 @@ class RunningSessions:
         makes, where that profiler's own session runs (a thread the model's forward starts, or
         the autograd engine's, has none)."""
         return threading.get_ident() != home and bool(getattr(self._local, "sessions", None))
+
+    @contextlib.contextmanager
+    def own_code(self, *unrecorded):
+        """The profiler's own code runs torch ops meanwhile: no session records them (its
+        dispatch mode and function mode pass them through; ``unrecorded``: the contexts that
+        take a backend's recording off, the native recorder's)."""
+        OWN_CODE.depth += 1
+        try:
+            with contextlib.ExitStack() as stack:
+                for context in unrecorded:
+                    stack.enter_context(context)
+                yield
+        finally:
+            OWN_CODE.depth -= 1
+
+    def overhead(self, now: Callable[[], float]) -> Overhead:
+        """The profiler's own time on this thread, as measured with clock ``now``: one object
+        that every session of this thread on that clock adds to (see the module docstring)."""
+        kept = getattr(self._local, "overheads", None)
+        if kept is None:
+            kept = self._local.overheads = {}
+        found = kept.get(now)
+        if found is None:
+            found = kept[now] = Overhead(now)
+        return found
 
     def claim(self, session: Any, modules: frozenset, native: bool) -> None:
         """Register ``session`` (its modules' ids; whether the native recorder's hooks track

@@ -13,9 +13,8 @@ Phases: ``forward``, ``backward`` (charged by autograd node), ``recompute`` (a f
 during backward: activation checkpointing) and ``step`` (inside ``optimizer.step()``); see
 :mod:`.attribution`.
 
-Sessions nest: while a session runs inside another (``get_model_profile`` inside a running
-``FlopsProfiler``), the outer one records nothing, so the inner one's passes never leak
-into it.
+Sessions nest and overlap freely, none pausing another: each counts what runs inside its own
+model during its own span (:mod:`.running`).
 """
 
 from __future__ import annotations
@@ -64,6 +63,7 @@ class CaptureSession:
         self._started: list = []
         self._host_origin = 0.0  # time.perf_counter() when the span started: collectives' origin
         self._now_origin: float | None = None
+        self._overhead_origin = 0.0
 
     @property
     def clock(self) -> Clock:
@@ -83,7 +83,6 @@ class CaptureSession:
     # -- lifecycle ----------------------------------------------------------------------
     def start(self) -> None:
         warn_if_untested()
-        sessions = RUNNING.here()
         RUNNING.claim(self, frozenset(id(info.module) for info in self.options.infos.values()), self._native_calls())
         try:
             for source in self._sources:
@@ -95,17 +94,14 @@ class CaptureSession:
             raise
         self._host_origin = time.perf_counter()  # the span timer, started last, has just begun
         self._now_origin = self.ctx.clock.now()  # the same moment on the clock's host time
-        if sessions:
-            sessions[-1].ctx.set_paused(True)
-        sessions.append(self)
+        self._overhead_origin = self.ctx.overhead.seconds  # the thread's profiler time then
+        RUNNING.here().append(self)
 
     def stop(self) -> RawCapture:
         """Remove everything that was installed and resolve the measurements."""
         sessions = RUNNING.here()
         if self in sessions:
             sessions.remove(self)
-            if sessions:
-                sessions[-1].ctx.set_paused(False)
         try:
             self._stop_sources()
             self._check_share()
@@ -134,7 +130,7 @@ class CaptureSession:
         if clock.subtracts_overhead or self._now_origin is None or not (options.timeline or not options.count):
             return
         span = clock.now() - self._now_origin
-        share = self.ctx.overhead.seconds / span if span > 0 else 0.0
+        share = (self.ctx.overhead.seconds - self._overhead_origin) / span if span > 0 else 0.0
         if share > PROFILER_SHARE_LIMIT:
             warn_profiler_share(share, clock.name)
 

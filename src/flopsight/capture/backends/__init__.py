@@ -53,9 +53,6 @@ class Backend(Protocol):
         """Its parts of the raw capture: :class:`~..calls.ModuleCalls`, and
         :class:`~..counts.Counts` when it counts."""
 
-    def pause(self, paused: bool) -> None:
-        """Record nothing (a profile nested inside this one runs) or record again."""
-
     def unrecorded(self) -> ContextManager:
         """A context in which the profiler's own torch ops are not recorded (a formula reading values)."""
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 
 from ..context import CaptureContext
+from ..running import OWN_CODE
 from .units import publish_whole, run_whole
 
 __all__ = ["AutogradFunctions"]
@@ -45,7 +46,7 @@ class AutogradFunctions:
 
         def counted(cls, *args, **kwargs):
             bound = apply.__get__(None, cls)
-            if ctx.suppressed or ctx.paused:
+            if ctx.suppressed or OWN_CODE.depth:
                 return bound(*args, **kwargs)
             out, t0, t1, seq_start, seq_end = run_whole(ctx, bound, args, kwargs)
             h0 = ctx.overhead.begin()

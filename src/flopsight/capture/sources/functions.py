@@ -18,6 +18,7 @@ from torch.overrides import TorchFunctionMode
 
 from ..._torch_private import active_function_modes, exit_mode, is_higher_order_op, torch_function_subclasses
 from ..context import CaptureContext
+from ..running import OWN_CODE
 
 __all__ = ["FunctionInterceptor", "SubclassRoutes"]
 
@@ -36,7 +37,7 @@ class _InterceptMode(TorchFunctionMode):
             handler = self._handlers.get(func)
         except TypeError:  # an unhashable callable has no handler
             handler = None
-        if handler is None:
+        if handler is None or OWN_CODE.depth:  # no handler, or the profiler's own call
             return func(*args, **kwargs)
         return handler(func, args, kwargs)
 

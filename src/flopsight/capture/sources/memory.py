@@ -130,7 +130,7 @@ class MemorySource:
     # -- saved for backward -------------------------------------------------------------
     def _pack(self, tensor):
         ctx = self._ctx
-        if not ctx.paused and isinstance(tensor, torch.Tensor):
+        if isinstance(tensor, torch.Tensor):
             ctx.settle_calls()  # the calls the native hooks recorded so far: the module saving it on the stack
             path = ctx.attribution.current_module()
             if path is None:

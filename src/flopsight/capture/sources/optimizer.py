@@ -115,7 +115,7 @@ class OptimizerSteps:
             return run
 
         def begins(optimizer, args, kwargs, bound: bool = False):
-            if (self._optimizer is None or optimizer is self._optimizer) and not ctx.paused:
+            if self._optimizer is None or optimizer is self._optimizer:
                 self._depth += 1
                 if self._depth == 1:
                     # torch's hooks see step()'s self among args; a wrapper's bound step does not

@@ -139,7 +139,7 @@ class SpanTimer:
 
     def _backward_reached(self, grad_outputs):
         """The engine runs the first node of a profiled forward's outputs (on its thread)."""
-        if "backward" in self._open or self._ctx.paused:
+        if "backward" in self._open:
             return None
         self._enter("backward")
         self.begin("backward")
@@ -181,8 +181,7 @@ class SpanTimer:
         """Run a wrapper's ``backward(loss)`` (``func(*args, **kwargs)``) as a backward span:
         while it runs, what runs outside the autograd nodes (its gradient reduction after
         ``loss.backward()``) is the backward phase's."""
-        ctx = self._ctx
-        if "backward" in self._open or ctx.paused:
+        if "backward" in self._open:
             return func(*args, **kwargs)
         outputs = args[0] if args else kwargs.get("loss")  # a wrapper's backward(loss)
         outputs = [outputs] if isinstance(outputs, torch.Tensor) else list(outputs or ())

@@ -11,6 +11,7 @@ from __future__ import annotations
 from ..._torch_private import autograd_sequence_nr
 from ..context import CaptureContext
 from ..events import OpEvent
+from ..running import OWN_CODE
 
 __all__ = ["UnitSource", "run_whole", "publish_whole"]
 
@@ -29,7 +30,7 @@ class UnitSource:
 
     def _run(self, func, args, kwargs):
         ctx = self._ctx
-        if ctx.suppressed or ctx.paused:
+        if ctx.suppressed or OWN_CODE.depth:
             return func(*args, **kwargs)
         unit = self._units[func]
         with ctx.events.aside():

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
-
 from torch import nn
 
 from ...._torch_private import is_higher_order_op
+from ...running import RUNNING
 from ..composed import CallsAndOps
 from ..python.calls import PythonCalls
 from .calls import NativeCalls
@@ -43,12 +42,8 @@ class NativeBackend(CallsAndOps):
                     "(it runs one at a time); profile on this thread with backend='python'")
             super().start(ctx)
 
-    def pause(self, paused: bool) -> None:
-        if isinstance(self.calls, NativeCalls):
-            self.calls.pause(paused)
-
     def unrecorded(self):
-        return self.ops.unrecorded() if self.ops is not None else contextlib.nullcontext()
+        return self.ops.unrecorded() if self.ops is not None else RUNNING.own_code()
 
     def function_routing(self, handlers: dict) -> tuple[bool, object]:
         """Whether a function mode is needed, and its ``__torch_function__`` in C: the same

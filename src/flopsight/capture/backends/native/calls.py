@@ -80,10 +80,6 @@ class NativeCalls(PythonCalls):
             finally:
                 self._rec.untrack_modules()
 
-    def pause(self, paused: bool) -> None:
-        """The C++ hooks ignore (a profile nested inside this one runs) or see the model's calls."""
-        self._rec.pause_modules(paused)
-
     def replay(self, kind: int, index: int, recompute: int, seq: int, stamp: float, overhead: float) -> None:
         """A call of the ``index``-th tracked module that the C++ hooks recorded entering
         (``kind`` -1) or leaving (-2), replayed in order with the ops around it:

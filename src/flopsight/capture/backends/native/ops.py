@@ -51,6 +51,7 @@ from ...attribution import whole_call_bytes
 from ...context import CaptureContext
 from ...counts import Counts, collect_counts
 from ...events import OpEvent
+from ...running import RUNNING
 from ...stance import EAGER_STANCE
 from ...timing import FakeClock
 from .recorder import RECORDER, Tables
@@ -177,7 +178,6 @@ class NativeCountingSource:
         self._tables: _RegistryTables | None = None
         self._values: dict[int, tuple] = {}  # signature -> (key, inputs, outputs) handed over
         self._on_values: set[str] = set()  # the operators costed on their own values
-        self._recording = False
         self._running = False
         self._claimed_ops: dict[int, tuple] = {}  # operator id -> (op overload, _Op) of the claimed ops
         self._by_address: dict | None = None
@@ -213,7 +213,7 @@ class NativeCountingSource:
             EAGER_STANCE.release()
             raise
         RECORDER.acquire()
-        self._running = self._recording = True
+        self._running = True
         ctx.settle = self.settle
         ctx.settle_calls = self.settle_calls
         ctx.events.aside = self.aside
@@ -226,7 +226,6 @@ class NativeCountingSource:
             if self.memory:
                 self._rec.stop_memory()
             self._rec.stop()
-            self._recording = False
             self.settle()
         finally:
             RECORDER.release()
@@ -239,32 +238,25 @@ class NativeCountingSource:
             self.settle()
         return collect_counts(ctx, self.backend, on_values=self._on_values)
 
-    @contextlib.contextmanager
     def aside(self):
         """Record nothing while a call counted whole runs (its ops are not counted again):
         RecordFunction is off on this thread meanwhile, so its ops run at full speed."""
         self.settle()
+        return self._thread_off()
+
+    def unrecorded(self):
+        """The profiler's own code runs torch ops meanwhile (a formula on a signature's meta
+        tensors, a collective's handler): no session records them (see ...running), this one
+        with RecordFunction off on the thread."""
+        return RUNNING.own_code(self._thread_off())
+
+    @contextlib.contextmanager
+    def _thread_off(self):
         was = self._rec.set_thread_enabled(False)
         try:
             yield
         finally:
             self._rec.set_thread_enabled(was)
-
-    @contextlib.contextmanager
-    def unrecorded(self):
-        """Record nothing while the profiler's own code runs torch ops."""
-        if not self._recording:
-            yield
-            return
-        self._set_recording(False)
-        try:
-            yield
-        finally:
-            self._set_recording(True)
-
-    def _set_recording(self, on: bool) -> None:
-        self._recording = on
-        self._rec.set_recording(on)
 
     def _claimed(self, op_id: int, inputs: tuple, outputs: tuple, t0: int, t1: int) -> None:
         """A claimed op (a collective) returned, on the thread that ran it. Its handler settles
@@ -276,7 +268,7 @@ class NativeCountingSource:
             op = self._claimed_ops[op_id] = (func, _Op(self._ctx.registry.resolve(func), op_schema(func)))
         func, op = op
         handler = self._ctx.events.claims.get(func)
-        if handler is None or self._ctx.suppressed or self._ctx.paused:
+        if handler is None or self._ctx.suppressed:
             return
         out, args, kwargs = op.call_values(inputs, outputs)
         if self._offset is not None:
@@ -314,7 +306,7 @@ class NativeCountingSource:
         known.extend((name, overload) for _, name, overload in ops)
         for sig, key, inputs, outputs in values:
             self._values[sig] = (key, inputs, outputs)
-        self._charge(_ROWS.iter_unpack(rows), not (ctx.suppressed or ctx.paused), overhead)
+        self._charge(_ROWS.iter_unpack(rows), not ctx.suppressed, overhead)
         self._values.clear()
         ctx.overhead.end(h0)
 

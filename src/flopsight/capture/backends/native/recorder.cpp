@@ -886,7 +886,6 @@ constexpr int32_t kEnter = -1, kExit = -2;
 
 struct ModuleHooks {
   bool active = false;
-  bool paused = false;  // a profile nested inside this one is running
   int64_t generation = 0;  // one per track_modules: the wrappers of an earlier one pass through
   std::unordered_map<PyObject*, int32_t> index;  // module -> its index (Python keeps them alive)
   std::vector<PyObject*> stack;  // the modules entered and not exited, as Python's stack has them
@@ -950,7 +949,7 @@ PyObject* call_ends(PyObject* module, int32_t index, ToPython&& to_python) {
 // the forward pre-hook (global, or a module's own): hook(module, args)
 PyObject* module_pre(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   ModuleHooks& h = g_modules;
-  if (!h.active || h.paused || nargs < 1) Py_RETURN_NONE;
+  if (!h.active || nargs < 1) Py_RETURN_NONE;
   auto it = h.index.find(args[0]);
   if (it == h.index.end()) Py_RETURN_NONE;
   return call_begins(args[0], it->second, [&] { return PyObject_Vectorcall(h.pre.ptr(), args, nargs, nullptr); });
@@ -959,7 +958,7 @@ PyObject* module_pre(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 // the always-called forward hook (global, or a module's own): hook(module, args, output)
 PyObject* module_post(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   ModuleHooks& h = g_modules;
-  if (!h.active || h.paused || nargs < 1) Py_RETURN_NONE;
+  if (!h.active || nargs < 1) Py_RETURN_NONE;
   auto it = h.index.find(args[0]);
   if (it == h.index.end()) Py_RETURN_NONE;
   return call_ends(args[0], it->second, [&] { return PyObject_Vectorcall(h.post.ptr(), args, nargs, nullptr); });
@@ -982,7 +981,7 @@ struct ForwardWrapper {
 
 bool wrapper_live(const ForwardWrapper* w) {
   const ModuleHooks& h = g_modules;
-  return w->generation == h.generation && h.active && !h.paused;
+  return w->generation == h.generation && h.active;
 }
 
 // whether the wrapper's caller is Module.__call__ (_call_impl or the closure it calls forward from)
@@ -1183,7 +1182,6 @@ void track_modules(const py::list& modules, py::object pre, py::object post, con
   h.callers.clear();
   for (const auto& caller : callers) h.callers.push_back(py::reinterpret_borrow<py::object>(caller));
   ++h.generation;
-  h.paused = false;
   h.active = true;
 }
 
@@ -1197,8 +1195,6 @@ void untrack_modules() {
   h.post = py::object();
   h.callers.clear();
 }
-
-void pause_modules(bool paused) { g_modules.paused = paused; }
 
 // the module calls begun and not ended (0: none is running)
 int64_t open_calls() { return static_cast<int64_t>(g_modules.stack.size()); }
@@ -1356,8 +1352,6 @@ void stop() {
   if (handle) at::removeCallback(*handle);
   Py_CLEAR(g_claim);  // called with the GIL held
 }
-
-void set_recording(bool on) { g_on.store(on && g_handle.has_value()); }
 
 // RecordFunction on this thread on or off; returns whether it was on. Off while a call counted
 // whole runs: its ops then skip RecordFunction altogether (boxing every op's arguments)
@@ -1608,7 +1602,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("signature", &signature, py::arg("sig"), "A signature's key.");
   m.def("operator", &operator_name, py::arg("id"), "(name, overload) of an operator id.");
   m.def("stop", &stop, "Remove the recorder.");
-  m.def("set_recording", &set_recording, "Record ops (True) or let them pass unrecorded (False).");
   m.def("set_thread_enabled", &set_thread_enabled, py::arg("on"),
         "RecordFunction on this thread on or off (returns whether it was on).");
   m.def("start_memory", &start_memory,
@@ -1635,7 +1628,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "(what module.forward was) as module_pre and module_post would see the call.");
   m.def("open_calls", &open_calls, "The tracked module calls begun and not ended.");
   m.def("untrack_modules", &untrack_modules, "Stop recording module calls and forget the modules.");
-  m.def("pause_modules", &pause_modules, py::arg("paused"), "Ignore module calls (a nested profile runs).");
   m.def("function_mode_hook", &function_mode_hook, py::arg("handlers"), py::arg("passthrough"),
         "A __torch_function__ in C for a function mode (bind it to the mode): calls with no handler "
         "run as they are, as do calls of the passthrough functions on plain tensors; the others go to "

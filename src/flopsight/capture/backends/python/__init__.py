@@ -4,8 +4,7 @@ backend is tested against."""
 
 from __future__ import annotations
 
-import contextlib
-
+from ...running import RUNNING
 from ..composed import CallsAndOps
 from .calls import PythonCalls
 from .ops import CountingSource
@@ -23,11 +22,8 @@ class PythonBackend(CallsAndOps):
         self.calls = PythonCalls(ctx)
         self.ops = CountingSource(ctx, note) if ctx.options.count else None
 
-    def pause(self, paused: bool) -> None:  # the hooks read ctx.paused
-        pass
-
-    def unrecorded(self):  # a formula's ops run inside the dispatch mode's handler: not seen
-        return contextlib.nullcontext()
+    def unrecorded(self):  # the profiler's own ops: no session records them (see ...running)
+        return RUNNING.own_code()
 
     def function_routing(self, handlers: dict) -> tuple[bool, object]:  # every unit is seen in Python
         return bool(handlers), None

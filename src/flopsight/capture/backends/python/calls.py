@@ -78,7 +78,7 @@ class PythonCalls(CallTracking):
 
         def pre_hook(module, args):
             paths = paths_of.get(id(module))
-            if paths is None or ctx.paused or RUNNING.elsewhere(home):  # not a module of this model (or an ignored one)
+            if paths is None or RUNNING.elsewhere(home):  # not a module of this model (or an ignored one)
                 return
             ctx.settle()  # the stack is about to change: ops recorded so far ran under the old one
             h0 = now()
@@ -112,7 +112,7 @@ class PythonCalls(CallTracking):
 
         def post_hook(module, args, *kwargs_output):
             # (kwargs, output); torch's path for a forward that raised passes (output,) only
-            if id(module) not in paths_of or ctx.paused or RUNNING.elsewhere(home):
+            if id(module) not in paths_of or RUNNING.elsewhere(home):
                 return
             ctx.settle()  # before the end stamp: a host clock leaves its time out as overhead
             end = stamp()

@@ -25,6 +25,7 @@ from ....result.stats import ZERO_STATS
 from ...context import CaptureContext
 from ...counts import Counts, collect_counts
 from ...events import OpEvent
+from ...running import OWN_CODE, RUNNING
 from ...stance import EAGER_STANCE
 
 __all__ = ["CountingSource"]
@@ -48,27 +49,42 @@ class _CountingMode(EagerDispatchMode):
         # longer path, so a plain profile pays one test
         self._events = ctx.events
         self._watched = ctx.events.watched
+        # sessions already running on this thread have their modes below this one: they would
+        # see the ops of its charging (a formula reading a mask), which are nobody's
+        self._nested = bool(RUNNING.here())
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if OWN_CODE.depth:  # the profiler's own op (another session's formula): no one's
+            return func(*args, **kwargs) if kwargs else func(*args)
         stamp = self._stamp
         t0 = stamp()
         out = func(*args, **kwargs) if kwargs else func(*args)
         t1 = stamp()
         ctx = self._ctx
-        if not ctx.suppressed and not ctx.paused:
+        if not ctx.suppressed:
             h0 = t1 if self._stamp_is_now else self._now()
-            entry = self._resolved(func) or self._resolve(func)
-            if self._watched:
-                self._charge_watched(entry, func, args, kwargs or _NO_KWARGS, out, t0, t1)
+            if self._nested:  # its charging's ops are the profiler's: the modes below see them
+                OWN_CODE.depth += 1
+                try:
+                    self._charge(func, args, kwargs, out, t0, t1)
+                finally:
+                    OWN_CODE.depth -= 1
             else:
-                io = entry.io  # None for views: most free ops
-                nbytes = io(out, args, kwargs or _NO_KWARGS) if io is not None else 0
-                if entry.formula is ZERO:  # most ops (views, copies) cost nothing: skip the formula
-                    self._place(entry, t0, t1, (), ZERO_STATS, nbytes)
-                else:
-                    self._place(entry, t0, t1, (out, args, kwargs or _NO_KWARGS), None, nbytes)
+                self._charge(func, args, kwargs, out, t0, t1)
             self._overhead_end(h0)
         return out
+
+    def _charge(self, func, args, kwargs, out, t0, t1) -> None:
+        entry = self._resolved(func) or self._resolve(func)
+        if self._watched:
+            self._charge_watched(entry, func, args, kwargs or _NO_KWARGS, out, t0, t1)
+        else:
+            io = entry.io  # None for views: most free ops
+            nbytes = io(out, args, kwargs or _NO_KWARGS) if io is not None else 0
+            if entry.formula is ZERO:  # most ops (views, copies) cost nothing: skip the formula
+                self._place(entry, t0, t1, (), ZERO_STATS, nbytes)
+            else:
+                self._place(entry, t0, t1, (out, args, kwargs or _NO_KWARGS), None, nbytes)
 
     def _charge_watched(self, entry, func, args, kwargs, out, t0, t1) -> None:
         """Charge an op that other sources watch, and publish it: a source that claimed the
