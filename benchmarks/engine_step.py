@@ -14,8 +14,9 @@ ranges, each round's figure over the plain step's of the same round):
 
 * what each profiled step costs: the whole step and each phase (``engine.step()``, where
   both profilers print their reports, included);
-* where flopsight's time goes on rank 0: the profile's start, its stop (this rank's result
-  built), gathering the other rank's result, printing the report (of it, writing the file);
+* where flopsight's time goes on rank 0: the profile's start, its stop (what ran collected), and
+  off the step, on a thread of its own: building this rank's result, gathering the other
+  rank's, rendering and writing the report (of it, writing the file);
 * what each profiler reports, read from the report it wrote: its iteration latency, fwd, bwd
   and step latencies over the plain step's wall time and phases, and its iteration latency
   over its own engine's unprofiled steps after the profiled one (issue 28: within 10%), and,
@@ -43,7 +44,6 @@ import flopsight.deepspeed
 import flopsight.integrations.deepspeed.engine
 import flopsight.profiler
 import flopsight.renderers.output
-from flopsight.integrations.deepspeed.api import FlopsProfiler
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
 from zero_stages import Net, remove_shared_buffers  # noqa: E402
@@ -52,10 +52,12 @@ VARIANTS = ("plain", "deepspeed", "flopsight")
 
 #: flopsight's parts of the profiled step: (label, owner, attribute), each timed where it runs
 PARTS = (("the profile's start", flopsight.profiler.Profiler, "start"),
-         ("its stop (this rank's result built)", flopsight.profiler.Profiler, "stop"),
-         ("gathering the other rank's result", flopsight.integrations.deepspeed.engine, "with_ranks"),
-         ("printing the report", FlopsProfiler, "print_model_profile"),
-         ("  of it, writing the file", flopsight.renderers.output, "write_atomically"))
+         ("its stop (what ran collected)", flopsight.profiler.Profiler, "_end_session"),
+         ("the rest, on a thread of its own, off the step:", flopsight.profiler.Profiler, "_finish_then"),
+         ("  this rank's result built", flopsight.profiler, "build_result"),
+         ("  gathering the other rank's result", flopsight.integrations.deepspeed.engine, "with_ranks"),
+         ("  rendering and writing the report", flopsight.integrations.deepspeed.engine, "write"),
+         ("    of it, writing the file", flopsight.renderers.output, "write_atomically"))
 _SPENT: dict[str, float] = {}  # label -> seconds in the step being timed
 #: the report's latency lines: label -> (its line's start, the plain step's phase it measures); the
 #: last is flopsight's only
@@ -77,6 +79,8 @@ def _timed(label: str, function):
     return timed
 
 
+MEMORY: bool | None = None  # --memory on/off (None: the block's default, on)
+
 #: unprofiled steps each engine runs after the profiled one: the reference for what it reports
 AFTER = 2
 
@@ -94,7 +98,7 @@ def profiled_step(variant: str, stage: int, profile_step: int, out: str) -> dict
               "flops_profiler": {"enabled": variant != "plain", "profile_step": profile_step, "module_depth": -1,
                                  "top_modules": 1, "detailed": True, "output_file": out}}
     if variant == "flopsight":
-        flopsight.deepspeed.install()
+        flopsight.deepspeed.install(memory=None if MEMORY is None else MEMORY)
     try:
         engine, _, _, _ = deepspeed.initialize(model=Net(), config=config)
         loss_fn = torch.nn.CrossEntropyLoss()
@@ -115,6 +119,8 @@ def profiled_step(variant: str, stage: int, profile_step: int, out: str) -> dict
             t4 = clock()
             walls.append(t4 - t0)
             if step == profile_step:
+                if variant == "flopsight":  # its finish, off the step on a thread of its own: done
+                    engine.flops_profiler._measured()
                 spent = dict(_SPENT)
                 phases = {"iteration": t4 - t0, "fwd": t1 - t0, "bwd": t3 - t2, "step": t4 - t3}
         _SPENT.clear()
@@ -158,8 +164,12 @@ def main(argv=None) -> None:
     parser.add_argument("--zero", type=int, default=0, choices=range(4))
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--profile-step", type=int, default=3)
+    parser.add_argument("--memory", choices=("on", "off"), help="flopsight's memory counting (default: on, the "
+                                                                "engine's default)")
     parser.add_argument("--local_rank", type=int, default=0, help=argparse.SUPPRESS)  # set by the launcher
     args = parser.parse_args(argv)
+    global MEMORY
+    MEMORY = None if args.memory is None else args.memory == "on"
     warnings.filterwarnings("ignore")
     times: dict[str, list[dict[str, float]]] = {v: [] for v in VARIANTS}
     parts: dict[str, list[float]] = {label: [] for label, _, _ in PARTS}

@@ -145,13 +145,14 @@ def test_memory_figures_and_gates():
         big = flopsight.profile(Net(hidden=32), torch.ones(B, 8), memory=True, clock=flopsight.FakeClock())
     d = flopsight.diff(small, big)
     # saved for backward: encoder.0's input (2*8*4 B = 64) and the ReLU's output (2*hidden*4 B), which head
-    # also saves (one storage): 64 + 128 = 192 -> 64 + 256 = 320; peak: the Linear's and the ReLU's outputs
-    # live at once, 2 * 2*hidden*4 B: 256 -> 512
+    # also saves (one storage): 64 + 128 = 192 -> 64 + 256 = 320; peak, everything live at once: the
+    # parameters, (8*hidden + hidden + hidden*4 + 4) * 4 B = 848 -> 1680, and the Linear's and the ReLU's
+    # outputs live at once, 2 * 2*hidden*4 B = 256 -> 512: 1104 -> 2192
     assert (d.total["activations"].a, d.total["activations"].b) == (192, 320)
-    assert (d.total["memory"].a, d.total["memory"].b) == (256, 512)
+    assert (d.total["memory"].a, d.total["memory"].b) == (1104, 2192)
     assert d.module("encoder.1")["activations"].delta == 128
-    assert [g.gate.text for g in d.check(["memory>+255", "memory>+256", "activations>+50%", "activations>+70%"])] \
-        == ["memory>+255", "activations>+50%"]  # +256 B and +66.7%
+    assert [g.gate.text for g in d.check(["memory>+1087", "memory>+1088", "activations>+50%", "activations>+70%"])] \
+        == ["memory>+1087", "activations>+50%"]  # +1088 B and +66.7%
     # memory not tracked on one side: a memory gate cannot pass silently
     untracked = flopsight.diff(inference(Net()), big)
     assert untracked.total["memory"].a is None

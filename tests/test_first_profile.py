@@ -14,7 +14,7 @@ import torch
 
 import flopsight
 from flopsight.capture.backends.native import self_check
-from flopsight.capture.backends.native.recorder import RECORDER
+from flopsight.capture.backends.native.recorder import RECORDER, UNCHECKED
 
 ROOT = Path(__file__).resolve().parents[1]
 needs_native = pytest.mark.skipif(RECORDER.load(quiet=True) is None, reason="the native backend cannot be built here")
@@ -38,6 +38,8 @@ def test_a_first_profile_imports_no_dynamo_on_either_backend_unless_something_ma
             model(torch.ones(2, 4))
         print("macs", prof.result.total.forward.macs)
     """
+    if RECORDER.load(quiet=True) is not None:  # the build's check, done and kept: its checkpoint imports dynamo
+        self_check.verdict(RECORDER.loaded)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr
@@ -50,24 +52,24 @@ def test_the_self_check_runs_once_per_build_and_later_processes_read_its_verdict
     """A verdict is kept in the build's folder under a key of the capture code: a new process
     (the recorder's verdicts forgotten) reads it; an edit of the capture code checks again."""
     monkeypatch.setattr(self_check, "cache_folder", lambda: tmp_path)
-    monkeypatch.setattr(RECORDER, "verdicts", {})
+    monkeypatch.setattr(RECORDER, "verdict", UNCHECKED)
     ran = []
     monkeypatch.setattr(self_check, "disagreement", lambda module: ran.append(1))  # agrees (None)
     module = RECORDER.loaded
     assert self_check.verdict(module) is None and len(ran) == 1
     kept = (tmp_path / self_check.VERDICT_FILE).read_text().splitlines()
     assert kept == [self_check.key(), "agrees"]
-    RECORDER.verdicts.clear()  # a new process
+    RECORDER.verdict = UNCHECKED  # a new process
     assert self_check.verdict(module) is None and len(ran) == 1
     monkeypatch.setattr(self_check, "key", lambda: "flopsight 0.0 edited")
-    RECORDER.verdicts.clear()
+    RECORDER.verdict = UNCHECKED
     assert self_check.verdict(module) is None and len(ran) == 2
 
 
 @needs_native
 def test_a_verdict_that_disagrees_is_kept_too_and_keeps_the_recorder_out(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(self_check, "cache_folder", lambda: tmp_path)
-    monkeypatch.setattr(RECORDER, "verdicts", {})
+    monkeypatch.setattr(RECORDER, "verdict", UNCHECKED)
     (tmp_path / self_check.VERDICT_FILE).write_text(f"{self_check.key()}\ndisagrees: module 'x', forward: 1 MACs "
                                                      "against 2\n")
     result = flopsight.profile(torch.nn.Linear(4, 3), torch.ones(2, 4), backend="auto")

@@ -36,12 +36,19 @@ def test_activations_saved_for_backward_per_module():
     assert r.module("").memory.activations == 128 + 256 == r.memory.activations
 
 
+PARAMS = (8 * 16 + 16 + 16 * 4 + 4) * 4  # 848 B
+
+
 def test_forward_peaks_per_module_call():
     r = training_step()
     # fc1 allocates its output (256 B); the ReLU its own (256 B more: 512 live); fc1's output
     # is then freed (256) and fc2 allocates 4*4 floats (64 B: 320 live)
     assert [r.module(p).memory.peak for p in ("0", "1", "2")] == [256, 512, 320]
-    assert r.module("").memory.peak == 512 == r.memory.phase_peaks["forward"]
+    assert r.module("").memory.peak == 512
+    # the span's peaks count what was live when it began too: the parameters (848 B; the fresh
+    # AdamW holds no state yet, and no gradient exists yet)
+    assert r.memory.live_at_start == PARAMS
+    assert r.memory.phase_peaks["forward"] == PARAMS + 512
     assert r.module("0").memory.peak_backward > 0
     # the backward pass runs autograd nodes, not module calls: a module's backward peak is
     # the highest of its subtree's, so the root's is the model's
@@ -51,11 +58,34 @@ def test_forward_peaks_per_module_call():
 
 def test_params_grads_and_adamw_state():
     r = training_step()
-    params = (8 * 16 + 16 + 16 * 4 + 4) * 4  # 848 B
+    params = PARAMS
     assert (r.memory.params, r.memory.grads) == (params, params)
     # AdamW keeps exp_avg and exp_avg_sq per parameter element, and a scalar fp32 step per tensor
     assert r.memory.optimizer_state == 2 * params + 4 * 4
     assert r.memory.peak == max(r.memory.phase_peaks.values()) >= r.memory.phase_peaks["step"]
+    # nothing live at the start was released: the peak is it plus the most allocated
+    assert r.memory.peak == r.memory.live_at_start + r.memory.peak_allocated
+
+
+def test_the_peak_counts_the_states_and_gradients_live_before_the_span():
+    """Issue 36: with AdamW's states and the gradients alive before the span, the peak counted
+    only what the span allocated. Now it counts everything live at once: the parameters (848 B),
+    the gradients (848 B) and AdamW's state (2 * 848 + 4 * 4 = 1712 B) live at the start, 3408 B;
+    the span first releases the gradients (zero_grad), then allocates: its peak is what was live
+    then (3408 - 848 = 2560 B) plus the most it allocated."""
+    model = mlp()
+    opt = torch.optim.AdamW(model.parameters())
+    x = torch.randn(B, 8)
+    model(x).pow(2).mean().backward()
+    opt.step()  # the state exists, and the gradients are left in place
+    with flopsight.Profiler(model, optimizer=opt, memory=True) as prof:
+        opt.zero_grad()  # set_to_none: the gradients of before are released
+        model(x).pow(2).mean().backward()
+        opt.step()
+    m = prof.result.memory
+    assert m.live_at_start == PARAMS + PARAMS + 2 * PARAMS + 4 * 4 == 3408
+    assert m.peak == 3408 - PARAMS + m.peak_allocated
+    assert m.peak >= m.params + m.grads + m.optimizer_state
 
 
 def test_the_meta_device_gives_the_same_activations_and_forward_peaks():
@@ -77,7 +107,8 @@ def test_memory_is_off_unless_asked_and_survives_save_and_load(tmp_path):
 
 def test_profile_counts_memory_of_one_forward():
     r = flopsight.profile(mlp(), torch.randn(B, 8), warm_up=0, memory=True)
-    assert r.module("").memory.activations == 384 and r.memory.phase_peaks["forward"] == 512
+    # the parameters (848 B) live throughout, 512 B allocated at most
+    assert r.module("").memory.activations == 384 and r.memory.phase_peaks["forward"] == PARAMS + 512
 
 
 @pytest.mark.parametrize("memory", ["yes", 1, None])
@@ -92,7 +123,10 @@ def test_the_report_prints_the_memory_lines():
     text = flopsight.renderers.text_renderer.render_text(training_step())
     assert "memory, params per GPU:" in text and "848 B" in text
     assert "memory, activations saved for backward per GPU:" in text
-    assert "memory, peak allocated while profiling per GPU:" in text and "(fwd 512 B, bwd " in text
+    # the peak of everything live: the 848 B of parameters and the 512 B the forward allocated at most
+    assert "memory, peak per GPU (everything live at once):" in text and "(fwd 1.36 KB, bwd " in text
+    assert "memory, live when profiling began, in the peak:" in text
+    assert "memory, peak allocated while profiling per GPU:" in text
     assert "memory," not in flopsight.renderers.text_renderer.render_text(training_step(memory=False))
 
 

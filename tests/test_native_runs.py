@@ -56,7 +56,8 @@ def test_the_blocks_of_repeated_ops_give_the_peak_of_each_in_turn(backend):
     input). The largest block is one output, made by the product."""
     result = forward(backend)
     assert result.module("").memory.peak == 128
-    assert result.memory.peak == 128
+    # the span's peak also counts the weight live throughout: 4 * 4 floats, 64 bytes
+    assert (result.memory.peak, result.memory.peak_allocated) == (64 + 128, 128)
     largest = result.memory.largest_buffer
     assert (largest.bytes, largest.op, largest.module, largest.phase) == (64, "aten.mm", "", "forward")
 

@@ -10,7 +10,7 @@ import torch
 
 import flopsight
 from flopsight.analysis.ranks import rank_figures, spread
-from flopsight.capture.sources.gather import check_gather_timeout, gather_ranks
+from flopsight.capture.gather import check_gather_timeout, gather_ranks
 
 
 
@@ -69,13 +69,14 @@ def test_a_rank_whose_profile_raised_tells_rank_0_at_once(run):
     assert json.loads((run / "ranks0.json").read_text())["profile_failed_s"] < 30
 
 
-def test_a_rank_that_never_profiles_costs_rank_0_about_two_seconds(run):
+def test_a_rank_that_never_profiles_is_named_and_not_waited_for(run):
     result = flopsight.load(run / "rank0_only.json")
     assert result.rank_notes == {1: "not profiling"} and result.missing_ranks == []
     assert rank_figures(result).not_profiling == [1]
     report = (run / "rank0_only.txt").read_text()
     assert "ranks not profiling (never started a profile):" in report and "straggler" not in report
-    # the default gather_timeout is 60 s; a rank that never started a profile is waited for 2
+    # the default gather_timeout is 60 s; rank 1 profiled in step until this profile, so it is
+    # waited for PEER_WAIT (2 s) and no more (benchmarks/rank0_only.py measures a rank 0 alone)
     assert json.loads((run / "ranks0.json").read_text())["rank0_only_s"] < 30
 
 

@@ -221,11 +221,11 @@ def test_the_native_recorder_counts_the_self_check_model_as_the_python_path_on_t
 
 def test_a_recorder_that_disagrees_is_not_used_and_one_line_says_so(monkeypatch, capsys, tmp_path):
     from flopsight.capture.backends.native import self_check
-    from flopsight.capture.backends.native.recorder import RECORDER
+    from flopsight.capture.backends.native.recorder import RECORDER, UNCHECKED
 
     _native_or_skip()
     monkeypatch.setattr(self_check, "cache_folder", lambda: tmp_path)  # no verdict kept: checked now
-    monkeypatch.setattr(RECORDER, "verdicts", {})
+    monkeypatch.setattr(RECORDER, "verdict", UNCHECKED)
     monkeypatch.setattr(self_check, "disagreement", lambda module: "module 'block', forward: 0 MACs against 64")
     model, x = torch.nn.Linear(4, 3), torch.ones(2, 4)
     for _ in range(2):

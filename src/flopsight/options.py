@@ -30,7 +30,7 @@ from torch import nn
 from ._checks import check_bool, check_choice, check_int
 from .capture.backends import check_backend
 from .capture.parallel import check_parallel
-from .capture.sources.gather import DEFAULT_GATHER_TIMEOUT, check_gather_timeout
+from .capture.gather import DEFAULT_GATHER_TIMEOUT, check_gather_timeout
 from .capture.sources.kernels import check_kernels
 from .capture.sources.optimizer import check_optimizer
 from .capture.timing import Clock

@@ -15,7 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import platform
+import sys
+import threading
+import time
 from collections.abc import Mapping
 from typing import Any, Callable
 
@@ -26,7 +30,7 @@ from ._quiet import ignoring
 from ._torch_private import kineto_running, original_module
 from ._version import __version__
 from .capture.build import build_result, device_timed
-from .capture.sources.gather import announce, gather_ranks, publish_failure, span_failure_text
+from .capture.gather import announce, gather_ranks, publish_failure, span_failure_text
 from .capture.inputs import batch_size, describe_inputs, model_device, model_dtype
 from .capture.calls import ModuleCalls
 from .capture.modules import compiled_paths, describe
@@ -398,7 +402,7 @@ def _nothing_stepped(optimizer: Any) -> bool:
 
 
 def with_ranks(result: ProfileResult, gather_timeout: float | None) -> ProfileResult:
-    """``result`` with every rank's result on rank 0 (see :mod:`flopsight.capture.sources.gather`)."""
+    """``result`` with every rank's result on rank 0 (see :mod:`flopsight.capture.gather`)."""
     if gather_timeout is None:
         return result
     ranks, notes = gather_ranks(result, gather_timeout)
@@ -406,6 +410,11 @@ def with_ranks(result: ProfileResult, gather_timeout: float | None) -> ProfileRe
 
 
 # -- Profiler ------------------------------------------------------------------------------
+#: seconds a finish detached from the step that stopped its profile waits before its work
+#: (Profiler.stop_detached): long enough for the step to return, short beside a report's reading
+FINISH_DELAY = 0.01
+
+
 class Profiler:
     """Profile whatever runs between :meth:`start` and :meth:`stop` (or inside ``with``):
     a forward, a whole training step, several micro-batches, generate().
@@ -475,7 +484,10 @@ class Profiler:
         self._session: CaptureSession | None = None
         self._infos = None
         self._result: ProfileResult | None = None
-        self._measured: list[ProfileResult] = []  # the steps ended so far
+        #: the steps ended so far, each built when the profile finishes (off the critical path
+        #: where it finishes on a thread of its own: stop_detached)
+        self._measured: list[Callable[[], ProfileResult]] = []
+        self._finishing: threading.Thread | None = None  # see stop_detached
         self._first_step = False
         self._ran_on: torch.device | None = None  # the accelerator the steps so far ran on
         self._snapshot: tuple | None = None  # (what the session had seen, the snapshot of it)
@@ -543,9 +555,10 @@ class Profiler:
         session, self._session = self._session, None
         if session is None:
             return
-        self._measured.append(self._build(session, session.stop()))
+        self._measured.append(self._later(session, session.stop()))
         if self.options.steps is not None and len(self._measured) >= self.options.steps:
             self._unwatch()
+            self._room.close()  # the recursion limit as it was
             self._finish()
         else:
             self._open()
@@ -559,25 +572,72 @@ class Profiler:
         return self._stop(error)
 
     def _stop(self, error: BaseException | None, gather: bool = True) -> ProfileResult | None:
+        if not self._end_session():
+            return self.result if self._result is not None or self._finishing is not None else None
+        return self._finish(error, gather)
+
+    def stop_detached(self, then: Callable[[ProfileResult], None] | None = None) -> None:
+        """Stop now (everything installed removed, what ran measured), and finish on a thread
+        of its own: the result built, every rank's gathered on rank 0, then ``then(result)``
+        (a report rendered and written). What the DeepSpeed engine's drop-in calls at the end of
+        the profiled step: none of it is on the step's critical path (the thread begins its
+        work :data:`FINISH_DELAY` later: a thread running Python takes the interpreter's lock
+        from the step it shares it with for milliseconds at a time). :attr:`result` waits for
+        it; so does the interpreter's exit."""
+        if not self._end_session(detached=True):
+            return
+        measured, self._measured = self._measured, []  # the thread's: a new start() begins anew
+        self._finishing = threading.Thread(target=self._finish_then, args=(measured, then), name="flopsight-finish")
+        self._finishing.start()
+
+    def _finish_then(self, measured: list, then: Callable[[ProfileResult], None] | None) -> None:
+        time.sleep(FINISH_DELAY)  # the step that stopped the profile goes on meanwhile, alone
+        try:
+            result = self._finish(measured=measured)
+            if then is not None:
+                then(result)
+        except Exception as e:  # on its own thread: said in one line, the training goes on
+            print(f"flopsight: finishing the profile failed: {type(e).__name__}: {e}", file=sys.stderr)
+
+    def _end_session(self, detached: bool = False) -> bool:
+        """Stop the running session, keeping what ran since the last :meth:`step` as a step of
+        its own if it ran the model or an optimizer step, or if it is the only one; False when
+        none was running. ``detached``: its measurements resolved with the result (see
+        :meth:`stop_detached`), what the run's objects tell included."""
         self._unwatch()
         session, self._session = self._session, None
         if session is None:
-            return self._result
+            return False
         try:
-            raw = session.stop()
-        except BaseException:
-            self._room.close()
-            raise
-        calls, spans = raw.get(ModuleCalls), raw.get(SpanTimes)
-        if not self._measured or (calls is not None and calls.top_calls) or (spans and spans.seconds().get("step")):
-            self._measured.append(self._build(session, raw))
-        return self._finish(error, gather)
+            collected = session.stop_deferred()
+            only = not self._measured
+            if detached:
+                depth = max(info.depth for info in self._infos.values())
+                self._measured.append(lambda: self._kept(session, collected(), only, depth))
+            else:
+                raw = collected()
+                if self._ran(raw, only):
+                    self._measured.append(self._later(session, raw))
+        finally:
+            self._room.close()  # the recursion limit as it was
+        return True
 
-    def _finish(self, error: BaseException | None = None, gather: bool = True) -> ProfileResult:
-        self._room.close()  # the recursion limit as it was
-        measured, self._measured = self._measured, []
+    @staticmethod
+    def _ran(raw, only: bool) -> bool:
+        calls, spans = raw.get(ModuleCalls), raw.get(SpanTimes)
+        return only or bool(calls is not None and calls.top_calls) or bool(spans and spans.seconds().get("step"))
+
+    def _kept(self, session: CaptureSession, raw, only: bool, depth: int) -> ProfileResult | None:
+        with deep_enough(depth):  # torch's walks of a deep model recurse (parameters())
+            return self._later(session, raw)() if self._ran(raw, only) else None
+
+    def _finish(self, error: BaseException | None = None, gather: bool = True,
+                measured: list | None = None) -> ProfileResult:
+        if measured is None:
+            measured, self._measured = self._measured, []
         self._snapshot = None
-        result = combine_steps(measured, "step", first_step=self._first_step)
+        built = [build() for build in measured]
+        result = combine_steps([r for r in built if r is not None], "step", first_step=self._first_step)
         if error is not None and not result.metadata.error:  # a model's error names its module already
             result = result.updated(metadata=dataclasses.replace(result.metadata, error=span_failure_text(error)))
         if error is not None and self.options.gather_timeout is not None and _world()[1] == 0:
@@ -601,6 +661,11 @@ class Profiler:
         return self._snapshot[1]
 
     def _build(self, session: CaptureSession, raw) -> ProfileResult:
+        return self._later(session, raw)()
+
+    def _later(self, session: CaptureSession, raw) -> Callable[[], ProfileResult]:
+        """The result of a stopped session's ``raw`` capture, to build when called: what the
+        run's objects tell (its metadata) is read now, while they are as the step left them."""
         calls = raw.get(ModuleCalls)
         args, kwargs = (calls.first_inputs if calls is not None else None) or ((), {})
         meta = run_metadata(self._target, args, kwargs, everything=self._everything,
@@ -612,10 +677,18 @@ class Profiler:
                             compiled=compiled_paths(self._infos))
         if meta.device_type not in ("cpu", "meta"):
             self._ran_on = torch.device(meta.device)
-        return build_result(self._infos, raw, ignored=self.options.ignore, metadata=meta)
+        return functools.partial(build_result, self._infos, raw, ignored=self.options.ignore, metadata=meta)
+
+    def wait(self) -> None:
+        """Wait for the finish :meth:`stop_detached` runs on its own thread (if one does)."""
+        finishing = self._finishing
+        if finishing is not None:
+            finishing.join()
+            self._finishing = None
 
     @property
     def result(self) -> ProfileResult:
+        self.wait()
         if self._result is None:
             raise RuntimeError("result: nothing profiled yet; call start() and stop(), or use `with Profiler(model)`")
         return self._result

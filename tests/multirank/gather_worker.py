@@ -8,7 +8,7 @@
 * ``profile_failed``: both call ``flopsight.profile`` with the default ``gather_timeout``; rank
   1's forward raises: rank 0 learns it at once instead of waiting out the 60 s;
 * ``rank0_only``: only rank 0 profiles, with the default ``gather_timeout`` (the pattern of
-  DeepSpeed's docs): rank 0 waits about 2 s for rank 1, not 60.
+  DeepSpeed's docs): rank 0 waits a few hundredths of a second for rank 1, not 60.
 
 Rank 0 writes ``OUT/<scenario>.json`` and ``.txt`` (the text report); every rank writes
 ``OUT/ranks<r>.json`` with the number of results it holds in ``result.ranks`` and, on rank 0,
@@ -25,7 +25,7 @@ import torch.distributed as dist
 from torch import nn
 
 import flopsight
-import flopsight.capture.sources.gather
+import flopsight.capture.gather
 
 out = sys.argv[1]
 rank = dist.get_rank()
@@ -47,15 +47,15 @@ def save(name, result, seconds=None):
 save("both", flopsight.profile(model, torch.randn(2 + rank, 8), warm_up=0))
 
 if rank == 1:  # it started the profile, then failed before its profiled step: no result sent
-    flopsight.capture.sources.gather.announce()
-    flopsight.capture.sources.gather._count += 1  # the next profiles still match rank 0's by order
+    flopsight.capture.gather.announce()
+    flopsight.capture.gather.GATHERING.gathered += 1  # the next profiles still match rank 0's by order
 else:
-    flopsight.capture.sources.gather._WARN_AFTER = 0.0  # say at once what rank 0 waits for
+    flopsight.capture.gather.GATHERING.warn_after = 0.0  # say at once what rank 0 waits for
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         save("one_missing", flopsight.profile(model, torch.randn(2, 8), warm_up=0, gather_timeout=2))
     held["warned"] = " ".join(str(w.message) for w in caught)
-    flopsight.capture.sources.gather._WARN_AFTER = 5.0
+    flopsight.capture.gather.GATHERING.warn_after = 5.0
 
 prof = flopsight.Profiler(model)
 try:

@@ -5,3 +5,10 @@ from .report_figures import ModuleFigures, SummaryFigures, module_figures, summa
 
 __all__ = ["DepthSummary", "by_depth_and_type", "max_depth", "SummaryFigures", "ModuleFigures", "summary_figures",
            "module_figures"]
+
+
+def __getattr__(name: str):
+    """A submodule, imported the first time it is named (see :mod:`flopsight._lazy`)."""
+    from .._lazy import submodule
+
+    return submodule(__name__, name)

@@ -489,14 +489,15 @@ class Report:
 
     @cached_property
     def peak_buffer(self) -> PeakBuffer | None:
-        """The one buffer that makes up most of the memory peak and outweighs the model's
-        parameters, gradients, optimizer state and activations together (None when none does)."""
+        """The one buffer that makes up most of the memory allocated while profiling and outweighs
+        the model's parameters, gradients, optimizer state and activations together (None when
+        none does)."""
         m = self.result.memory
-        if m is None or m.largest_buffer is None or 2 * m.largest_buffer.bytes < m.peak \
+        if m is None or m.largest_buffer is None or 2 * m.largest_buffer.bytes < m.peak_allocated \
                 or m.largest_buffer.bytes <= m.params + m.grads + m.optimizer_state + m.activations:
             return None
         zero = (self.result.metadata.parallel or {}).get("zero_stage")
-        return PeakBuffer(m.largest_buffer, max(m.peak - m.largest_buffer.bytes, 0), zero or None)
+        return PeakBuffer(m.largest_buffer, max(m.peak_allocated - m.largest_buffer.bytes, 0), zero or None)
 
     @property
     def device_usage(self) -> DeviceUsage | None:

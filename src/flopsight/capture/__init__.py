@@ -29,3 +29,10 @@ How a capture is put together:
   :mod:`.params`, :mod:`.inputs`, :mod:`.scripted`, :mod:`.wrappers`, :mod:`.parallel` (the
   run's parallelism), :mod:`.notices` (warnings), :mod:`.recursion`.
 """
+
+
+def __getattr__(name: str):
+    """A submodule, imported the first time it is named (see :mod:`flopsight._lazy`)."""
+    from .._lazy import submodule
+
+    return submodule(__name__, name)

@@ -24,9 +24,9 @@ starts) to what it needs, and publishes what it sees:
   ``phase_ends(kind)``), from the span timer;
 * ``allocations``: the blocks of memory the model allocated and released, from a backend that
   ``tracks_memory`` (the native one: the allocators' reports, in runs: ``allocated_run(path,
-  phase, change, peak, largest, op, temporaries, temporaries_peak)``, and ``freed(nbytes,
-  temporary)`` for a block released outside its run); elsewhere the memory source reads
-  ``ops`` itself;
+  phase, change, peak, largest, op, temporaries, temporaries_peak)``, ``freed(nbytes,
+  temporary)`` for a block released outside its run, and ``freed_before(address, nbytes)`` for
+  one allocated before the session); elsewhere the memory source reads ``ops`` itself;
 * ``claims``: ops a source charges itself (op overload -> ``handler(event)``; the collectives);
 * ``functions``: torch functions a source runs itself (function -> ``handler(func, args,
   kwargs)``, which must call ``func``), routed by the function interceptor (the units);

@@ -20,6 +20,7 @@ model during its own span (:mod:`.running`).
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 from ..formulas.registry import Registry
 from ..torch_support import warn_if_untested
@@ -99,6 +100,11 @@ class CaptureSession:
 
     def stop(self) -> RawCapture:
         """Remove everything that was installed and resolve the measurements."""
+        return self.stop_deferred()()
+
+    def stop_deferred(self) -> Callable[[], RawCapture]:
+        """Remove everything that was installed now; the measurements resolved when the
+        function returned is called (once, from any thread: nothing changes them meanwhile)."""
         sessions = RUNNING.here()
         if self in sessions:
             sessions.remove(self)
@@ -106,10 +112,19 @@ class CaptureSession:
             self._stop_sources()
             self._check_share()
             self.ctx.clock.finish()
-            return self._collect()
-        finally:
+        except BaseException:
             RUNNING.release(self)
             self.ctx.release()
+            raise
+        RUNNING.release(self)
+
+        def collected() -> RawCapture:
+            try:
+                return self._collect()
+            finally:
+                self.ctx.release()
+
+        return collected
 
     def abandon(self) -> None:
         """Remove everything that was installed, measuring nothing more (the process is ending,

@@ -5,3 +5,10 @@
 from .main import main
 
 __all__ = ["main"]
+
+
+def __getattr__(name: str):
+    """A submodule, imported the first time it is named (see :mod:`flopsight._lazy`)."""
+    from .._lazy import submodule
+
+    return submodule(__name__, name)

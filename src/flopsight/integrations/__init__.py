@@ -6,3 +6,10 @@ from .attach import AttachedProfiler, attach
 from .deepspeed.config import FlopsProfilerConfig, parse_config
 
 __all__ = ["attach", "AttachedProfiler", "FlopsProfilerConfig", "parse_config"]
+
+
+def __getattr__(name: str):
+    """A submodule, imported the first time it is named (see :mod:`flopsight._lazy`)."""
+    from .._lazy import submodule
+
+    return submodule(__name__, name)

@@ -41,7 +41,7 @@ except ImportError as e:  # the optional extra
     raise ImportError("flopsight.integrations.hf needs transformers: pip install 'flopsight[hf]'") from e
 
 from ..analysis.efficiency import efficiency
-from ..capture.sources.gather import DEFAULT_GATHER_TIMEOUT, publish_failure
+from ..capture.gather import DEFAULT_GATHER_TIMEOUT, publish_failure
 from ..capture.sources.optimizer import wrap_method
 from ..hardware import check_peak
 from ..options import ProfileOptions

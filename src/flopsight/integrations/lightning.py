@@ -48,7 +48,7 @@ except ImportError as error:  # the core needs torch alone; this module needs Li
     ) from error
 
 from ..analysis.efficiency import Efficiency, efficiency
-from ..capture.sources.gather import DEFAULT_GATHER_TIMEOUT, publish_failure
+from ..capture.gather import DEFAULT_GATHER_TIMEOUT, publish_failure
 from ..hardware import Peak, lookup_peak, resolve_peak
 from ..options import ProfileOptions
 from ..profiler import Profiler, with_ranks

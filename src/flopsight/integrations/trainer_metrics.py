@@ -62,7 +62,7 @@ METRICS = {
                                                            "holds token ids (Hugging Face Trainer)"),
     "mfu": ("mfu", "fraction", "model_flops / iter_latency_s / peak; only when a peak is known"),
     "hfu": ("hfu", "fraction", "as mfu with flops; only when activation checkpointing ran"),
-    "memory_peak_bytes": ("memory_peak_bytes", "bytes", "with memory=True: the peak of the storages allocated"),
+    "memory_peak_bytes": ("memory_peak_bytes", "bytes", "with memory=True: the peak of everything live at once"),
 }
 
 

@@ -69,3 +69,10 @@ def render(result, fmt: str = "text", **options: Any) -> str:
     module, function = FORMATS[fmt]
     return getattr(importlib.import_module(f"{__name__}.{module}"), function)(
         Report(result, ReportOptions.of(**options)))
+
+
+def __getattr__(name: str):
+    """A submodule, imported the first time it is named (see :mod:`flopsight._lazy`)."""
+    from .._lazy import submodule
+
+    return submodule(__name__, name)

@@ -140,7 +140,8 @@ def _memory(m: MemoryTotals | None) -> list[str]:
         return []
     rows = [[name, bytes_to_string(value)] for name, value in (
         ("params", m.params), ("grads", m.grads), ("optimizer state", m.optimizer_state),
-        ("activations saved for backward", m.activations), ("peak", m.peak))]
+        ("activations saved for backward", m.activations), ("peak (everything live at once)", m.peak),
+        ("peak allocated while profiling", m.peak_allocated))]
     return ["#### Memory", ""] + _table(["", "bytes"], rows)
 
 

@@ -360,8 +360,10 @@ class _Text:
         self.kv("memory, optimizer state per GPU: ", bytes_to_string(m.optimizer_state))
         self.kv("memory, activations saved for backward per GPU: ", bytes_to_string(m.activations))
         phases = ", ".join(f"{_PHASE_SHORT.get(p, p)} {bytes_to_string(b)}" for p, b in m.phase_peaks.items())
-        self.kv("memory, peak allocated while profiling per GPU: ",
+        self.kv("memory, peak per GPU (everything live at once): ",
                 bytes_to_string(m.peak) + (f" ({phases})" if phases else ""))
+        self.kv("memory, live when profiling began, in the peak: ", bytes_to_string(m.live_at_start))
+        self.kv("memory, peak allocated while profiling per GPU: ", bytes_to_string(m.peak_allocated))
 
     def _peak_buffer(self, p: PeakBuffer) -> None:
         """What makes the peak: one buffer, and whose it is when DeepSpeed ZeRO ran."""
@@ -369,8 +371,8 @@ class _Text:
         where = f"{b.op} in the {_PHASE_SHORT.get(b.phase, b.phase)} of {b.module or 'the model'}"
         whose = (f"; under ZeRO-{p.zero_stage} it is DeepSpeed's bucket buffer (reduce_bucket_size or "
                  "allgather_bucket_size elements), not the model's" if p.zero_stage else "")
-        self.kv("memory, peak's largest buffer per GPU: ",
-                f"{bytes_to_string(b.bytes)} ({where}), the rest of the peak {bytes_to_string(p.rest)}{whose}")
+        self.kv("memory, peak allocated while profiling, its largest buffer per GPU: ",
+                f"{bytes_to_string(b.bytes)} ({where}), the rest of it {bytes_to_string(p.rest)}{whose}")
 
     def _device_usage(self, u: DeviceUsage) -> None:
         """The GPU as NVML and the caching allocator saw it (lines left out where unknown)."""

@@ -16,3 +16,10 @@ from .tree import ModuleNode, Phases
 
 __all__ = ["ProfileResult", "ModuleStats", "ModelCall", "Coverage", "load", "SCHEMA_VERSION", "Stats",
            "ModuleNode", "Phases", "Metadata", "Timing", "Collective"]
+
+
+def __getattr__(name: str):
+    """A submodule, imported the first time it is named (see :mod:`flopsight._lazy`)."""
+    from .._lazy import submodule
+
+    return submodule(__name__, name)

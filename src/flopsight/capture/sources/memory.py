@@ -8,7 +8,9 @@
   keeps alive exactly as long as the storage, takes them off when it is freed. The peak of each
   module call (the most bytes live while it ran, above what was live when profiling began)
   is a running maximum kept per call and passed up to the caller when the call ends; the
-  span's peak is kept per phase.
+  span's peak is kept per phase, both as what was allocated while profiling and as everything
+  live at once: what was live when the span began (:class:`LiveAtStart`) and lost as the span
+  releases it, plus what the span allocated.
 
 Parameters, gradients and optimizer state are read off the model and the optimizer when the
 capture stops (see :class:`MemoryTotals` in :mod:`flopsight.result.memory`).
@@ -31,7 +33,7 @@ from ..context import CaptureContext
 from ..events import OpEvent
 from ..wrappers import gradients, local_shard, optimizer_state_tensors
 
-__all__ = ["MemorySource", "MemoryFigures", "tensor_bytes", "NO_PEAK"]
+__all__ = ["MemorySource", "MemoryFigures", "LiveAtStart", "tensor_bytes", "NO_PEAK"]
 
 NO_PEAK = -(2**63)  # a run of blocks' peak when none was allocated (see MemorySource.allocated_run)
 
@@ -66,6 +68,43 @@ class MemoryFigures:
     temporaries: dict[str, int] = field(default_factory=dict)
 
 
+class LiveAtStart:
+    """What was live when the span began, and what of it the span released since.
+
+    On a CUDA device the native backend reads, the allocator's figure
+    (``torch.cuda.memory_allocated``: every block), and its reports of the blocks released
+    (:meth:`MemorySource.freed_before`); elsewhere the model's parameters, their gradients and
+    the optimizer's state, each storage once, a weak reference to each telling when the span
+    releases it (c10's CPU allocator does not report the release of a block it handed out
+    before memory was reported: other tensors live at the start are not seen there)."""
+
+    def __init__(self, tensors: list, device: torch.device | None) -> None:
+        self.released = 0
+        self.from_allocator = device is not None
+        self._watched: list = []
+        if device is not None:
+            self.bytes = torch.cuda.memory_allocated(device)
+            return
+        self.bytes = 0
+        seen = set()
+        for t in tensors:
+            key = storage_key(t) if isinstance(t, torch.Tensor) else None
+            if key is None or key in seen:
+                continue
+            seen.add(key)
+            storage = t.untyped_storage()
+            nbytes = storage.nbytes()
+            self.bytes += nbytes
+            self._watched.append(weakref.ref(storage, partial(self._gone, nbytes)))
+
+    def _gone(self, nbytes: int, _ref=None) -> None:
+        self.released += nbytes
+
+    def close(self) -> None:
+        """Stop watching (what the span released is known)."""
+        self._watched.clear()
+
+
 class MemorySource:
     """Tracks saved activations per module and live bytes per module call and phase."""
 
@@ -76,7 +115,10 @@ class MemorySource:
         self.grads_at_step = 0  # the most gradient bytes held when a step began
         self.activations: dict[str, int] = {}  # module path -> bytes its forward saved
         self.peaks: dict[tuple[str, str], int] = {}  # (path, phase) -> peak bytes over its calls
-        self.phase_peaks: dict[str, int] = {}
+        self.phase_peaks: dict[str, int] = {}  # of the bytes allocated while profiling
+        #: of everything live: the bytes allocated while profiling less those of the start released
+        self.phase_peaks_live: dict[str, int] = {}
+        self._start: LiveAtStart | None = None
         self.temporaries: dict[str, int] = {}  # module path -> most bytes one op held while it ran
         self._temporary = 0  # bytes of the running op's temporaries
         self.live = 0
@@ -100,6 +142,12 @@ class MemorySource:
         else:  # the outputs of each op, and of each call counted whole (its ops are not published)
             ctx.events.ops.append(self._op)
             ctx.events.calls.append(self._op)
+        params = ctx.params.tensors
+        # the allocator's figures where it reports every block (CUDA's, through the native backend)
+        cuda = next((p.device for p in params if p.device.type == "cuda"), None)
+        self._start = LiveAtStart([*map(local_shard, params), *gradients(params, self._optimizer),
+                                   *optimizer_state_tensors(self._optimizer)],
+                                  cuda if ctx.backend.tracks_memory else None)
         self._active = True
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack)
         self._hooks.__enter__()
@@ -107,19 +155,27 @@ class MemorySource:
     def stop(self, ctx: CaptureContext) -> None:
         self._active = False
         self._tracked.clear()  # drops the weak references: storages still alive go unwatched
+        if self._start is not None:
+            self._start.close()
         hooks, self._hooks = self._hooks, None
         if hooks is not None:
             hooks.__exit__(None, None, None)
 
     def collect(self, ctx: CaptureContext) -> MemoryFigures:
         params = ctx.params.tensors
+        at_start = self._start.bytes if self._start is not None else 0
+        # everything live at once: what was live at the start, less what the span released of
+        # it until then, plus what it allocated; the span itself (nothing allocated) counts too
+        phase_peaks = {phase: at_start + peak for phase, peak in self.phase_peaks_live.items()}
         return MemoryFigures(dict(self.activations), dict(self.peaks), temporaries=dict(self.temporaries), totals={
             "params": tensor_bytes(local_shard(p) for p in params),
             "grads": max(self.grads_at_step, self._gradient_bytes()),
             "optimizer_state": tensor_bytes(optimizer_state_tensors(self._optimizer)),
             "activations": sum(self.activations.values()),
-            "peak": max(self.phase_peaks.values(), default=0),
-            "phase_peaks": dict(self.phase_peaks),
+            "peak": max([at_start, *phase_peaks.values()]),
+            "phase_peaks": phase_peaks,
+            "live_at_start": at_start,
+            "peak_allocated": max(self.phase_peaks.values(), default=0),
             "largest_buffer": asdict(self.largest) if self.largest.bytes else None,
         })
 
@@ -206,6 +262,9 @@ class MemorySource:
             self._call_max[-1][1] = live
         if live > self.phase_peaks.get(phase, 0):
             self.phase_peaks[phase] = live
+        live_now = live - self._start.released if self._start is not None else live
+        if live_now > self.phase_peaks_live.get(phase, NO_PEAK):
+            self.phase_peaks_live[phase] = live_now
         if phase == "backward" and live > self.peaks.get((path, phase), 0):  # no call stack in backward
             self.peaks[(path, phase)] = live
 
@@ -220,6 +279,12 @@ class MemorySource:
             self._temporary -= nbytes
         elif self._active:
             self.live -= nbytes
+
+    def freed_before(self, address: int, nbytes: int) -> None:
+        """A block of ``nbytes`` allocated before the span was released (the native backend's
+        allocator reports): counted where the live bytes at the start are the allocator's."""
+        if self._start is not None and self._start.from_allocator:
+            self._start.released += nbytes
 
     # -- optimizer steps (an optimizer-steps listener) -------------------------------------
     def step_begins(self, optimizer) -> None:

@@ -239,18 +239,24 @@ class FlopsProfiler:
         ``efficiency`` and ``dtype``, as in
         :func:`~flopsight.renderers.text_renderer.render_text`.
         """
-        check_output_file(output_file)
-        options = dict(profile_step=profile_step, module_depth=module_depth, top_modules=top_modules,
-                       detailed=detailed, parallel=engine_parallel_info(self.ds_engine),
-                       recompute_fwd_factor=self.recompute_fwd_factor, ops=ops, collapse=collapse,
-                       detail_depth=detail_depth, peak=peak, efficiency=efficiency, dtype=dtype)
-        ReportOptions(**options)  # checked before anything is read
+        options = self._report_options(profile_step=profile_step, module_depth=module_depth, top_modules=top_modules,
+                                       detailed=detailed, output_file=output_file, ops=ops, collapse=collapse,
+                                       detail_depth=detail_depth, peak=peak, efficiency=efficiency, dtype=dtype)
+        output_file = options.pop("output_file")
         result = self._measured()  # a snapshot while still running: built once
         if result is None:
             warnings.warn("flopsight: print_model_profile: nothing measured yet; call start_profile() and run the "
                           "model first", UserWarning, stacklevel=2)
             return
         write(result, output_file, **options)
+
+    def _report_options(self, output_file: str | None = None, **report: Any) -> dict[str, Any]:
+        """The report's options (``output_file`` among them), checked before anything is read."""
+        check_output_file(output_file)
+        options = dict(report, parallel=engine_parallel_info(self.ds_engine),
+                       recompute_fwd_factor=self.recompute_fwd_factor)
+        ReportOptions(**options)
+        return {**options, "output_file": output_file}
 
     def print_model_aggregated_profile(self, module_depth: int = -1, top_modules: int = 1) -> None:
         """Print only the top modules per depth."""

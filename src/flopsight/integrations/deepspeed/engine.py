@@ -35,13 +35,14 @@ import torch
 from torch import nn
 
 from ...capture.inputs import model_device
-from ...capture.sources.gather import DEFAULT_GATHER_TIMEOUT
+from ...capture.gather import DEFAULT_GATHER_TIMEOUT
 from ...capture.sources.optimizer import wrap_method
 from ...capture.parallel import engine_parallel
 from ...capture.timing import default_clock
 from ..._checks import check_int
 from ...options import ProfileOptions
 from ...profiler import Profiler, with_ranks
+from ...renderers.output import write
 from ...result.profile_result import ProfileResult
 from .api import FlopsProfiler
 from .config import FlopsProfilerConfig, parse_config
@@ -222,26 +223,44 @@ class EngineProfiler(FlopsProfiler):
         (``timed.<kind>`` spans), and on rank 0 every rank's (``result.ranks``)."""
         if self.ds_engine is None:
             return super()._stop()
-        result = self._profiler.stop()
+        self._finish_detached(None)
+        return self._measured()
+
+    def _finish_detached(self, report: dict | None) -> None:
+        """Stop measuring now, and finish off the step's critical path (a thread of its own):
+        the result built, with the timed step's latencies where it was timed (``timed.<kind>``
+        spans), every rank's gathered on rank 0 (``result.ranks``), and, given ``report``'s
+        options (``output_file`` among them), the report written. The getters wait for it."""
         timed, self._timed = self._timed, None
-        if result is not None and timed is not None:
+        spans = {}
+        if timed is not None:
             timed.remove()
             spans = timed.spans()
+
+        def then(result: ProfileResult) -> None:
             if spans:
                 result = result.updated(spans={**result.spans, **spans})
-        return with_ranks(result, DEFAULT_GATHER_TIMEOUT) if result is not None else None
+            self._result = result = with_ranks(result, DEFAULT_GATHER_TIMEOUT)
+            if report is not None:
+                options = dict(report)
+                write(result, options.pop("output_file"), **options)
+
+        self._profiler.stop_detached(then)
+
+    def _measured(self) -> ProfileResult | None:
+        if self._profiler is not None:
+            self._profiler.wait()  # a detached finish: its result
+        return super()._measured()
 
     def _end_steps(self, report: bool) -> None:
         self._unwrap()
         try:
             if self._profiler_running():
-                self._result = self._stop()
-            if report and self._result is not None:
                 engine = self.ds_engine
-                FlopsProfiler.print_model_profile(
-                    self, profile_step=engine.global_steps, module_depth=engine.flops_profiler_module_depth(),
+                self._finish_detached(self._report_options(
+                    profile_step=engine.global_steps, module_depth=engine.flops_profiler_module_depth(),
                     top_modules=engine.flops_profiler_top_modules(), detailed=engine.flops_profiler_detailed(),
-                    output_file=engine.flops_profiler_output_file())
+                    output_file=engine.flops_profiler_output_file()) if report else None)
         finally:
             FlopsProfiler.end_profile(self)
             self._remove_hook()
@@ -269,7 +288,7 @@ class EngineProfiler(FlopsProfiler):
         unwrap, self._unwrap_step = self._unwrap_step, None
         try:
             if self._profiler_running():
-                self._stop()  # published for rank 0
+                self._finish_detached(None)  # published for rank 0, off the step's critical path
         finally:
             if unwrap is not None:
                 unwrap()
@@ -307,8 +326,13 @@ class EngineProfiler(FlopsProfiler):
                             detailed: bool = True, output_file: str | None = None) -> None:
         if not self._step_done() or self._several():
             return  # a micro-batch before the boundary, or more steps to profile: it goes on
-        super().stop_profile()
-        super().print_model_profile(profile_step, module_depth, top_modules, detailed, output_file)
+        if self.ds_engine is None or not self._profiler_running():
+            super().stop_profile()
+            return super().print_model_profile(profile_step, module_depth, top_modules, detailed, output_file)
+        # gathered, rendered and written off the step's critical path: it returns at once
+        self._finish_detached(self._report_options(profile_step=profile_step, module_depth=module_depth,
+                                                   top_modules=top_modules, detailed=detailed,
+                                                   output_file=output_file))
 
     def end_profile(self) -> None:
         if self._step_done() and not self._several():

@@ -79,11 +79,8 @@ def build(quiet: bool):
     """The extension, compiled here if this source, torch, Python and compiler have no build yet
     (:class:`BuildFailed` where it cannot be: no compiler, a compiler error, a build that failed
     before)."""
-    from torch.utils import cpp_extension
-
     folder = cache_folder()
     folder.mkdir(parents=True, exist_ok=True)
-    _ninja_on_path()
     name = "flopsight_native_" + folder.name.rsplit("-", 1)[-1]
     library = next((p for suffix in (".so", ".pyd") for p in folder.glob(f"{name}*{suffix}")), None)
     built = library is not None
@@ -101,6 +98,9 @@ def build(quiet: bool):
     if earlier is not None:
         raise BuildFailed(f"{earlier}; a build failed here before and is not tried again until the source, torch "
                           f"or the compiler changes: delete {failed} to retry")
+    from torch.utils import cpp_extension  # (imports setuptools: 60 ms a process that only loads)
+
+    _ninja_on_path()
     if not quiet and not built:
         print(f"flopsight: building the native counting backend into {folder} (once for this torch, "
               "Python and platform; about half a minute)", file=sys.stderr)

@@ -62,6 +62,7 @@ __all__ = ["NativeCountingSource", "NO_NODE"]
 NO_NODE = -(2**63)  # the recorder's node sequence number for an op outside the backward pass
 MEMORY = -3  # a memory run's row (recorder.cpp's kMemory)
 RELEASED = -4  # a block released outside the memory run it was allocated in (kReleased)
+RELEASED_BEFORE = -5  # a block allocated before the session, released (kReleasedBefore)
 _ROWS = struct.Struct("=10q")  # drain_runs' rows
 
 
@@ -336,6 +337,9 @@ class NativeCountingSource:
                     if sig not in self._not_model:
                         for listener in self._ctx.events.allocations:
                             listener.freed(node_seq, seq_before == 1)
+                elif op_id == RELEASED_BEFORE:  # (0, bytes, address)
+                    for listener in self._ctx.events.allocations:
+                        listener.freed_before(node_seq, seq_before)
                 else:  # a module call entered or left (recorder.cpp's kEnter, kExit)
                     replay_call(op_id, sig, node_seq, seq_before, t0 * 1e-9 + offset, overhead)
                 continue

@@ -679,9 +679,15 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext*) {
 // else 0); accumulated: the block's address; on a release, seq_after: its allocation's index
 // in the same batch, else -1 and t0: the run its allocation went into, see drain_runs), so
 // Python replays them in order with the ops and module calls, as the Python path sees tensors.
-// Blocks allocated before the session (or while not recording) are not tracked: their release
-// is not either. The autograd engine carries the state into its threads (ThreadLocalState).
+// Blocks allocated before the session (or while not recording) are not tracked; the release of
+// one while recording is recorded with its bytes (seq_after kBefore): the live bytes the
+// session began with lose them. The autograd engine carries the state into its threads
+// (ThreadLocalState).
 constexpr int32_t kMemory = -3;
+// a release's seq_after for a block allocated before the session: the allocators that know its
+// size (CUDA's caching allocator; c10's CPU allocator only knows blocks made while memory was
+// reported) report it, and the live bytes the session started with lose it
+constexpr int64_t kBefore = -2;
 
 std::atomic<bool> g_memory{false};
 // a block allocated while recording, alive: its bytes, and where its record went (its index in
@@ -776,7 +782,7 @@ struct MemoryState final : torch::profiler::impl::ProfilerStateBase {
   void reportMemoryUsage(void* ptr, int64_t bytes, size_t, size_t, c10::Device) override {
     if (!g_memory.load(std::memory_order_relaxed) || bytes == 0) return;
     if (bytes < 0) {
-      released(ptr);
+      released(ptr, -bytes);
       return;
     }
     // the op running and its autograd node: the innermost recorded op's, else the thread's
@@ -803,10 +809,16 @@ struct MemoryState final : torch::profiler::impl::ProfilerStateBase {
   }
 
   // a block released (its context does not matter: drain_runs reads only where it was allocated)
-  void released(void* ptr) {
+  void released(void* ptr, int64_t bytes) {
     std::lock_guard<std::mutex> guard(g_lock);
     Block* block = g_blocks.find(ptr);
-    if (block == nullptr) return;  // allocated before the session, or not recorded
+    if (block == nullptr) {  // allocated before the session (or not recorded): its bytes, in order
+      if (g_on.load(std::memory_order_relaxed)) {
+        g_records.push_back(Record{kMemory, -1, kNoNode, -bytes, kBefore, -1, 0, reinterpret_cast<intptr_t>(ptr)});
+        g_pending = static_cast<int64_t>(g_records.size());
+      }
+      return;
+    }
     // no op record since it was allocated (an op is recorded when it returns, after what it
     // allocated), in the same batch: it lived inside the op that made it, a temporary
     bool same_batch = block->batch == g_batch && block->index < g_records.size();
@@ -1439,7 +1451,9 @@ py::tuple drain(int32_t ops_known) {
 //   memory run:  kMemory, run, node_seq, accumulated, live change, live peak, largest block, its op,
 //                temporaries' change, their peak (peaks: kNoPeak when none was allocated)
 //   released:    kReleased, run, bytes, temporary, 0...
+//   released, allocated before the session: kReleasedBefore, 0, bytes, the block's address, 0...
 constexpr int32_t kReleased = -4;
+constexpr int32_t kReleasedBefore = -5;
 constexpr int64_t kNoPeak = INT64_MIN;
 
 struct Row {
@@ -1492,6 +1506,9 @@ std::vector<Row> runs_of(const std::vector<Record>& records, int64_t batch, bool
           m[7] = r.sig;
         }
       }
+    } else if (r.op == kMemory && r.seq_after == kBefore) {  // released, allocated before the session
+      rows.push_back(Row{{kReleasedBefore, 0, -r.seq_before, r.accumulated, 0, 0, 0, 0, 0, 0}});
+      memory = -1;  // in order with the runs around it
     } else if (r.op == kMemory) {  // released
       int64_t bytes = -r.seq_before, run = r.t0;
       bool temporary = false;

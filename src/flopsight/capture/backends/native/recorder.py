@@ -18,7 +18,10 @@ from typing import Any
 from ...._process import PROCESS
 from .build import build
 
-__all__ = ["RECORDER", "Recorder", "Tables"]
+__all__ = ["RECORDER", "Recorder", "Tables", "UNCHECKED"]
+
+#: the verdict of a recorder not checked yet in this process
+UNCHECKED = object()
 
 
 class Tables:
@@ -52,7 +55,8 @@ class Recorder:
     def reset(self) -> None:
         """As a fresh process has it, but for the extension: a loaded library stays loaded."""
         self.in_use = 0
-        self.verdicts: dict[str, str | None] = {}  # the self-check's, by key: None agrees, else what differed
+        #: the self-check's verdict for this process: None agrees, else what differed (.self_check)
+        self.verdict: str | None | object = UNCHECKED
         self.tables = Tables()
         if self._module is None:
             self._error = None

@@ -43,7 +43,7 @@ from ..python import PythonBackend
 from .backend import NativeBackend
 from .build import cache_folder
 from .ops import NativeCountingSource
-from .recorder import RECORDER
+from .recorder import RECORDER, UNCHECKED
 
 __all__ = ["verdict", "disagreement", "key", "VERDICT_FILE"]
 
@@ -63,20 +63,20 @@ def key() -> str:
 
 def verdict(module) -> str | None:
     """None when the loaded extension ``module`` counts as the Python path does, else what
-    differed: the build's kept verdict, else the check's (run now, kept, said in one line
-    when it disagrees)."""
+    differed: the process's, else the build's kept verdict, else the check's (run now, kept,
+    said in one line when it disagrees)."""
+    if RECORDER.verdict is not UNCHECKED:
+        return RECORDER.verdict
     path, wanted = cache_folder() / VERDICT_FILE, key()
-    if wanted in RECORDER.verdicts:
-        return RECORDER.verdicts[wanted]
     kept = _read(path, wanted)
     if kept is not False:
-        RECORDER.verdicts[wanted] = kept
+        RECORDER.verdict = kept
         return kept
     try:
         found = disagreement(module)
     except Exception as e:  # the check could not run: the recorder is not trusted either
         found = f"the check raised {type(e).__name__}: {e}"
-    RECORDER.verdicts[wanted] = found
+    RECORDER.verdict = found
     _write(path, wanted, found)
     if found is not None:
         print(f"flopsight: the native backend disagrees with the Python path on torch {torch.__version__} "

@@ -7,13 +7,18 @@ nothing can hang on it. Profiles are matched across ranks by their order: the n-
 rank gathers is the n-th of every other rank (the same program runs on every rank).
 
 Each rank says when a profile starts (:func:`announce`, a count per rank in the store): rank 0
-waits the whole ``timeout`` only for the ranks that started the profile it gathers, and about
-:data:`UNANNOUNCED_WAIT` seconds for the others (profiling on rank 0 only, as DeepSpeed's docs
-do, costs rank 0 no more). Profiles still match by order, so a program that profiles on every
-rank should not also profile on rank 0 alone in between. A rank whose profiled call raised
-sends what it knows of the failure (:func:`publish_failure`), so rank 0 does not wait for it
-either; a rank whose result says its profiled span raised (in the model or in the code
-around it: :func:`span_failure_text`) is noted as failed.
+waits the whole ``timeout`` for the ranks that started the profile it gathers. For the others
+it reads their count: a rank that started the previous profile (the ranks profile in step, one
+of them a little late) is waited for :data:`PEER_WAIT` seconds to start this one; a rank that
+never started one, :data:`FIRST_WAIT` seconds at rank 0's first profile (a rank's first may
+start a little later) and not at all after it; any other, not at all. So profiling on rank 0
+alone, as DeepSpeed's docs do, costs rank 0 a few store reads, and its first profile a few
+hundredths of a second more. A rank that starts a profile after rank 0 has given up on it is
+noted "not profiling"; rank 0 warns at its next gather, and drops the result the rank left.
+Profiles still match by order. A rank whose profiled call raised sends
+what it knows of the failure (:func:`publish_failure`), so rank 0 does not wait for it either;
+a rank whose result says its profiled span raised (in the model or in the code around it:
+:func:`span_failure_text`) is noted as failed.
 
 >>> gather_ranks(object(), timeout=1.0)   # outside torch.distributed: nothing to gather
 ([], {})
@@ -29,23 +34,41 @@ from typing import Any
 
 import torch
 
-from ..._torch_private import default_store
-from ..calls import failure_text
+from .._process import PROCESS
+from .._torch_private import default_store
+from .calls import failure_text
 
 __all__ = ["gather_ranks", "announce", "publish_failure", "span_failure_text", "check_gather_timeout",
-           "DEFAULT_GATHER_TIMEOUT", "UNANNOUNCED_WAIT"]
+           "DEFAULT_GATHER_TIMEOUT", "FIRST_WAIT", "PEER_WAIT", "GATHERING"]
 
 #: seconds rank 0 waits for the other ranks' results
 DEFAULT_GATHER_TIMEOUT = 60.0
 
-#: seconds rank 0 waits for a rank that has not said it profiles (its first profile may
-#: start a little later than rank 0's)
-UNANNOUNCED_WAIT = 2.0
+#: seconds rank 0 waits, at its first profile, for the ranks that never said they started one
+#: (all together): the first profile of a rank may start a little later than rank 0's
+FIRST_WAIT = 0.02
+#: seconds rank 0 waits for a rank that started the previous profile to start this one
+PEER_WAIT = 2.0
 
-_count = 0  # profiles gathered by this process so far: the key of the next one
-_announces = 0  # profiles this process announced (see announce)
 _ANNOUNCE = "flopsight/profiling/rank"
-_WARN_AFTER = 5.0  # seconds of waiting before rank 0 says what it is waiting for
+
+
+class Gathering:
+    """What this process counts for gathering (:data:`GATHERING`): its profiles gathered and
+    announced so far, and, on rank 0, the ranks it gave up on (rank -> the profile's number)."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.gathered = 0  # profiles gathered by this process so far: the key of the next one
+        self.announced = 0  # profiles this process announced (see announce)
+        self.given_up: dict[int, int] = {}
+        self.warn_after = 5.0  # seconds of waiting before rank 0 says what it is waiting for
+
+
+#: the process's gathering counters
+GATHERING: Gathering = PROCESS.own("gathering", Gathering)
 
 
 def check_gather_timeout(timeout: Any) -> float:
@@ -71,24 +94,23 @@ def announce() -> None:
     """Say that a profile starts on this rank (it will gather): rank 0 waits for the ranks
     that did. A count in the store, per rank: its n-th profile was announced when the count
     reached n."""
-    global _announces
     found = _store_and_rank()
     if found is None:
         return
     store, rank, _ = found
-    _announces += 1
+    GATHERING.announced += 1
     store.add(f"{_ANNOUNCE}{rank}", 1)
 
 
 def _next_profile(store, rank: int) -> int:
     """The number of the profile this rank gathers now. One that gathers without having
     started here (a result built by hand) still counts as announced."""
-    global _count, _announces
-    _count += 1
-    if _announces < _count:
-        store.add(f"{_ANNOUNCE}{rank}", _count - _announces)
-        _announces = _count
-    return _count
+    counts = GATHERING
+    counts.gathered += 1
+    if counts.announced < counts.gathered:
+        store.add(f"{_ANNOUNCE}{rank}", counts.gathered - counts.announced)
+        counts.announced = counts.gathered
+    return counts.gathered
 
 
 def publish_failure(exc: BaseException) -> None:
@@ -137,19 +159,21 @@ def gather_ranks(result, timeout: float = DEFAULT_GATHER_TIMEOUT) -> tuple[list,
     if rank != 0:
         store.set(f"{prefix}{rank}", json.dumps(result.to_dict()))
         return [], {}
-    from ...result.profile_result import ProfileResult
+    from ..result.profile_result import ProfileResult
 
+    _late_starts(store, world)
     results: list = [result] + [None] * (world - 1)
     notes: dict[int, str] = {}
     started = time.monotonic()
     deadline = started + timeout
-    warn_at = started + min(_WARN_AFTER, timeout)
+    warn_at = started + min(GATHERING.warn_after, timeout)
     for r in range(1, world):
         key = f"{prefix}{r}"
         # one round trip to the store when the result is there already (the usual case)
         there = store.check([key])
-        if not there and not _started(store, f"{_ANNOUNCE}{r}", n, min(UNANNOUNCED_WAIT, deadline - time.monotonic())):
+        if not there and not _started(store, f"{_ANNOUNCE}{r}", n, started, timeout):
             notes[r] = "not profiling"
+            GATHERING.given_up[r] = n
             continue
         while not there and not _arrived(store, key, min(warn_at, deadline) - time.monotonic()):
             now = time.monotonic()
@@ -176,15 +200,36 @@ def gather_ranks(result, timeout: float = DEFAULT_GATHER_TIMEOUT) -> tuple[list,
     return results, notes
 
 
-def _started(store, key: str, n: int, seconds: float) -> bool:
+def _late_starts(store, world: int) -> None:
+    """Rank 0: the ranks it gave up on that have started that profile since (they profile too,
+    only later than rank 0 waited): said once, their result dropped from the store."""
+    late = []
+    for r, n in list(GATHERING.given_up.items()):
+        if store.add(f"{_ANNOUNCE}{r}", 0) >= n:
+            late.append(str(r))
+            del GATHERING.given_up[r]
+            key = f"flopsight/profile{n}/rank{r}"
+            if store.check([key]):
+                store.delete_key(key)
+    if late:
+        warnings.warn(f"flopsight: rank(s) {', '.join(late)} started a profile after rank 0 had given up on them "
+                      "(rank 0 took them for ranks that do not profile): profile every rank in step (a barrier before "
+                      "the profile), or on rank 0 alone", UserWarning, stacklevel=4)
+
+
+def _started(store, key: str, n: int, since: float, timeout: float) -> bool:
     """Whether the rank counting its profiles under ``key`` has started its ``n``-th, waiting
-    up to ``seconds`` for it (a rank's first profile may start a little after rank 0's)."""
-    give_up = time.monotonic() + seconds
-    while store.add(key, 0) < n:
-        if time.monotonic() >= give_up:
-            return False
-        time.sleep(0.02)
-    return True
+    for it from monotonic time ``since`` as long as its count allows (see the module docstring)."""
+    count = store.add(key, 0)
+    if count >= n:
+        return True
+    wait = FIRST_WAIT if n == 1 else PEER_WAIT if count == n - 1 else 0.0
+    give_up = since + min(wait, timeout)
+    while time.monotonic() < give_up:
+        time.sleep(0.002)
+        if store.add(key, 0) >= n:
+            return True
+    return False
 
 
 def _arrived(store, key: str, seconds: float) -> bool:
