@@ -31,7 +31,7 @@ def test_a_new_source_is_one_row_and_collects_its_own_part():
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     options = CaptureOptions(describe(model), optimizer=opt)
     session = CaptureSession(options, registry=REGISTRY, clock=flopsight.FakeClock(),
-                             table=PLAN + (Row("toy", ToySource),))
+                             table=PLAN + (Row("toy", ToySource, needs={"ops", "calls"}),))
     session.start()
     try:
         model(torch.ones(3, 4)).sum().backward()
@@ -44,3 +44,41 @@ def test_a_new_source_is_one_row_and_collects_its_own_part():
         charged = sum(op.calls for (path, ph), ops in counts.ops.items() if ph == phase for op in ops.values())
         assert toy.ops[phase] == charged > 0
     assert toy.module_calls == sum(raw.get(ModuleCalls).calls.values()) == 4  # the model and its 3 layers
+
+
+def test_the_backend_is_chosen_from_the_rows_needs_before_any_source_is_made():
+    """Each source is made knowing the backend: a row needing each module call as it happens
+    keeps the native recorder's C++ hooks out (Python hooks track the calls), one needing each
+    op's tensors in Python keeps the recorder out; no row's need, a native session where it
+    builds. An unknown need is refused."""
+    import pytest
+
+    from flopsight.capture.backends.native.recorder import RECORDER
+    from flopsight.capture.plan import needs_of
+
+    seen = []
+
+    class Sees:
+        def __init__(self, ctx):
+            seen.append((type(ctx.backend).__name__, ctx.backend.hears_all_threads))
+
+        def start(self, ctx):
+            pass
+
+        def stop(self, ctx):
+            pass
+
+    def backend_seen(*needs):
+        seen.clear()
+        table = PLAN + (Row("sees", Sees, needs=set(needs)),)
+        CaptureSession(CaptureOptions(describe(torch.nn.Linear(2, 2)), backend="auto"), registry=REGISTRY,
+                       clock=flopsight.capture.timing.HostClock(), table=table)
+        return seen[0]
+
+    if RECORDER.load(quiet=True) is not None:
+        assert backend_seen() == ("NativeBackend", True)
+        assert backend_seen("calls") == ("NativeBackend", False)
+    assert backend_seen("ops") == ("PythonBackend", False)
+    assert needs_of([Row("a", Sees, needs={"ops"}), Row("b", Sees, needs={"memory"})]) == {"ops", "memory"}
+    with pytest.raises(ValueError, match="needs: \\['opz'\\] are not among"):
+        Row("typo", Sees, needs={"opz"})

@@ -1,7 +1,8 @@
 """A toy capture source: what adding a measurement to flopsight takes (see test_plan.py).
 
-It subscribes to the op events the counting source publishes and to the module calls, and
-collects its own typed part: how many ops each phase ran, and how many module calls began.
+It subscribes to the op events the counting source publishes and to the module calls (its row
+says it needs both: ``needs={"ops", "calls"}``), and collects its own typed part: how many ops
+each phase ran, and how many module calls began.
 """
 
 from dataclasses import dataclass, field

@@ -131,8 +131,10 @@ class Attribution:
         self._seq_seen: int | None = None  # sequence nr after the last backward op, in a backward pass
 
     def charge(self, entry, t0, t1, payload: tuple = (), cost: Stats | None = None, nbytes: int = 0) -> str | None:
-        """Charge one call of ``entry`` (see :meth:`place`); returns the module path charged,
-        or None when the call is not the profiled model's."""
+        """Charge one call of ``entry`` that a source charges itself (a claimed op), after the
+        ops recorded before it (see :meth:`place`); returns the module path charged, or None
+        when the call is not the profiled model's."""
+        self.ctx.backend.settle()
         where = self.place(entry, t0, t1, payload, cost, nbytes)
         return None if where is None else where[0]
 
@@ -213,7 +215,9 @@ class Attribution:
         gradients of many modules: the root's backward. One issued outside the model's calls
         and the spans is the root's too, in the phase of the forward call, backward or step
         that came last. ``owner``: the module the collective works for when its issuer knows
-        better than where it was issued (FSDP2 gathers a layer's parameters ahead of its use)."""
+        better than where it was issued (FSDP2 gathers a layer's parameters ahead of its use).
+        The ops recorded before it are charged first."""
+        self.ctx.backend.settle()
         node = current_autograd_node()
         if node is not None and node_sequence_nr(node) == ACCUMULATE_GRAD_SEQUENCE_NR:
             self.ctx.tally.add("", "backward", entry.name, ZERO_STATS, t0, t1)

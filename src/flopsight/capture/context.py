@@ -5,7 +5,14 @@ Each field has one writer: the call tracker owns the call stack and the call log
 timer owns ``phase`` and ``last_phase`` (spans are where phases begin and end), the
 attribution object is the only one that writes the tally, and the sources that count a call
 whole (units, module rules, autograd functions) hold ``suppressed`` above zero while it runs so
-that the aten ops underneath are not counted again. :class:`~.overhead.Overhead` is the
+that the aten ops underneath are not counted again.
+
+A backend may charge ops later than they run (the native one charges the recorder's records in
+batches): whatever changes the state that decides where a cost goes first has the backend
+charge what ran under the state that is ending. So the state changes through the context's
+methods, which do it (:meth:`~CaptureContext.change_phase`, :meth:`~CaptureContext.boundary`,
+:meth:`~CaptureContext.counted_whole`, :meth:`~CaptureContext.module_now`): no source charges
+or settles anything itself. :class:`~.overhead.Overhead` is the
 profiler's own host time, handed to every source (the thread's, shared with every session on
 it: :mod:`.running`): it is only ever changed through its methods.
 """
@@ -14,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 from ..formulas.registry import Registry
 from .events import Events
@@ -29,13 +36,20 @@ T = TypeVar("T")
 
 
 class NoBackend:
-    """A context's backend before the session makes its own (:mod:`.backends`): nothing to
-    leave unrecorded."""
+    """A context's backend before the session makes its own (:mod:`.backends`): nothing
+    recorded, nothing to settle."""
 
-    tracks_memory = False
+    tracks_memory = hears_all_threads = host_call_stamps = False
 
-    def unrecorded(self) -> Any:
+    def settle(self) -> None:
+        pass
+
+    settle_calls = settle
+
+    def aside(self) -> Any:
         return contextlib.nullcontext()
+
+    unrecorded = aside
 
 
 @dataclass(eq=False)
@@ -64,13 +78,6 @@ class CaptureContext:
     params: Any = None
     #: what the session was asked for (a :class:`~.plan.CaptureOptions`)
     options: Any = None
-    #: called by every writer of ``stack``, ``phase`` and ``suppressed`` just
-    #: before it changes them: a backend that charges ops later (the native one) charges what
-    #: ran under the state that is ending (the backend sets it while it runs)
-    settle: Callable[[], None] = lambda: None
-    #: ``settle`` where it changes the module stack (module calls were recorded since the
-    #: last one), else nothing: what reads the stack alone calls it (a tensor saved for backward)
-    settle_calls: Callable[[], None] = lambda: None
     #: the session's :class:`~.backends.Backend` (the hot path: ops, module calls, phase changes)
     backend: Any = field(default_factory=NoBackend)
     _sources: dict = field(default_factory=dict)
@@ -95,6 +102,40 @@ class CaptureContext:
         self.events.clear()
         self._sources.clear()
         self.attribution = None
+
+    # -- the state that decides where a cost goes, changed ----------------------------------
+    def change_phase(self, phase: str) -> str:
+        """The phase becomes ``phase`` (what ran so far is charged under the phase it ran in);
+        returns the phase it was."""
+        self.backend.settle()
+        was, self.phase = self.phase, phase
+        return was
+
+    def boundary(self) -> tuple:
+        """A span's boundary: what ran so far is charged (under the state it ran in), then the
+        boundary's (stamp, the profiler's own seconds then)."""
+        self.backend.settle()
+        return self.clock.stamp(), self.overhead.seconds
+
+    @contextlib.contextmanager
+    def counted_whole(self):
+        """A call counted whole runs (a unit, an autograd function): the ops underneath are not
+        counted again, and run with the backend's op-level counting set aside."""
+        self.backend.settle()
+        self.suppressed += 1
+        try:
+            with self.backend.aside():
+                yield
+        finally:
+            self.backend.settle()
+            self.suppressed -= 1
+
+    def module_now(self) -> str | None:
+        """The path of the module call running now (None outside every call): the module calls
+        a backend recorded so far are on the stack first (a tensor saved for backward belongs
+        to the module saving it)."""
+        self.backend.settle_calls()
+        return self.attribution.current_module()
 
     def span_seconds(self, start, end, ovh_start: float, ovh_end: float) -> float:
         """A span from stamp ``start`` to ``end`` in seconds, less the profiler's own time

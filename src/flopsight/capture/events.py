@@ -29,9 +29,7 @@ starts) to what it needs, and publishes what it sees:
   one allocated before the session); elsewhere the memory source reads ``ops`` itself;
 * ``claims``: ops a source charges itself (op overload -> ``handler(event)``; the collectives);
 * ``functions``: torch functions a source runs itself (function -> ``handler(func, args,
-  kwargs)``, which must call ``func``), routed by the function interceptor (the units);
-* ``aside``: how to take op-level counting off while a call counted whole runs (set by the
-  counting source while it runs; a no-op otherwise).
+  kwargs)``, which must call ``func``), routed by the function interceptor (the units).
 
 >>> events = Events()
 >>> seen = []
@@ -43,7 +41,6 @@ starts) to what it needs, and publishes what it sees:
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any, Callable, NamedTuple
 
 __all__ = ["OpEvent", "Events"]
@@ -81,7 +78,6 @@ class Events:
         self.allocations: list = []
         self.claims: dict[Any, Callable[[OpEvent], None]] = {}
         self.functions: dict[Callable, Callable] = {}
-        self.aside: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
 
     @property
     def watched(self) -> bool:
@@ -94,7 +90,6 @@ class Events:
         for subscribers in (self.ops, self.calls, self.ran, self.modules, self.calls_in_order, self.forwards,
                             self.steps, self.phases, self.allocations, self.claims, self.functions):
             subscribers.clear()
-        self.aside = contextlib.nullcontext
 
     def publish_op(self, event: OpEvent) -> None:
         for listener in self.ops:

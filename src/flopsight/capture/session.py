@@ -31,12 +31,11 @@ from .calls import ModuleCalls
 from .notices import PROFILER_SHARE_LIMIT, warn_profiler_share
 from .params import ModelParameters
 from .placement import resolve_timeline
-from .plan import PLAN, CaptureOptions, Row, plan
+from .plan import PLAN, CaptureOptions, Row, plan_sources
 from .raw import RawCapture
 from .running import RUNNING
 from .sources.spans import SpanTimer, SpanTimes
-from .backends.native.calls import NativeCalls
-from .timing import Clock, on_device
+from .timing import Clock
 
 __all__ = ["CaptureSession"]
 
@@ -55,12 +54,9 @@ class CaptureSession:
                                                options=options, params=ModelParameters(options.infos))
         if options.count:
             ctx.attribution = Attribution(ctx)
-        rows = plan(options, ctx, table)
-        made = {}
-        for row in sorted(rows, key=lambda row: row.made_last):  # stable: table order otherwise
-            made[row.name] = source = row.make(ctx)
+        self._sources: list = plan_sources(options, ctx, table)  # started in the table's order
+        for source in self._sources:
             ctx.add_source(source)
-        self._sources: list = [made[row.name] for row in rows]  # started in the table's order
         self._started: list = []
         self._host_origin = 0.0  # time.perf_counter() when the span started: collectives' origin
         self._now_origin: float | None = None
@@ -75,16 +71,13 @@ class CaptureSession:
         """Whether a device's clock stamped only the phases' boundaries (the top-level calls,
         the span timer's): the module calls inside them were stamped on the host, by the
         native recorder's hooks."""
-        return on_device(self.ctx.clock) and self._native_calls()
-
-    def _native_calls(self) -> bool:
-        """Whether the native recorder's hooks track this session's module calls."""
-        return any(isinstance(getattr(s, "calls", None), NativeCalls) for s in self._sources)
+        return self.ctx.backend.host_call_stamps
 
     # -- lifecycle ----------------------------------------------------------------------
     def start(self) -> None:
         warn_if_untested()
-        RUNNING.claim(self, frozenset(id(info.module) for info in self.options.infos.values()), self._native_calls())
+        RUNNING.claim(self, frozenset(id(info.module) for info in self.options.infos.values()),
+                      self.ctx.backend.hears_all_threads)
         try:
             for source in self._sources:
                 source.start(self.ctx)

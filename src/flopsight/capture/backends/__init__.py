@@ -5,21 +5,22 @@ A backend owns the three things that run per op or per module call:
 * **op capture and costing**: each aten op (and each unit the recorder sees whole), charged
   through the attribution object with the registry's formulas;
 * **module-call tracking**: the stack of active calls and the call log (:mod:`..calls`);
-* **phase changes**: ``ctx.settle()`` is called by every writer of the state that decides
-  where a cost goes (the stack, the phase, a call counted whole, a pause) just before it changes
-  it; a backend that charges later (the native one) installs it while it runs, to charge what
-  ran under the state that is ending.
+* **settling**: a backend may charge ops later than they run (the native one charges its
+  records in batches); :meth:`Backend.settle` charges what ran so far under the state it ran
+  in, and the context calls it whenever that state is about to change (a phase, a call counted
+  whole, a span's end: :class:`~..context.CaptureContext`), the call tracking before it pushes
+  or pops a call. No source calls it.
 
 Two implementations: :mod:`.python` (a dispatch mode and Python module hooks: the fallback,
 and the check in tests) and :mod:`.native` (``RecordFunction`` and C++ module hooks, in
-``recorder.cpp``). :func:`choose` picks one from the options and the sources that
-subscribed; the session makes it once, and nothing downstream decides again.
+``recorder.cpp``). :func:`choose` picks one from the options and what the sources need, before
+they are made; the session makes it once, and nothing downstream decides again.
 
 ``backend="auto"`` (the default, or ``$FLOPSIGHT_BACKEND``) counts natively where the recorder
-gives the Python path's numbers (checked once per build, :mod:`.native.self_check`) and
-no source needs each op in Python; ``"native"`` asks for it (an error when it cannot be built;
-the same fall-backs otherwise, each named in ``result.metadata.backend_note``); ``"python"``
-always uses the Python backend.
+gives the Python path's numbers (checked once per build, :mod:`.native.self_check`) and it
+serves what the sources need (memory from the allocators' reports where they give it);
+``"native"`` asks for it (an error when it cannot be built; the same fall-backs otherwise, each
+named in ``result.metadata.backend_note``); ``"python"`` always uses the Python backend.
 
 >>> check_backend("python")
 'python'
@@ -42,6 +43,12 @@ class Backend(Protocol):
     #: whether it publishes the model's memory to ``ctx.events.allocations`` (else the memory
     #: source reads each op's outputs)
     tracks_memory: bool
+    #: whether its module-call tracking hears every thread's calls of the model (the native
+    #: recorder's process-wide C++ hooks): another thread may not profile one of its modules
+    hears_all_threads: bool
+    #: whether it stamps module calls on the host inside phases a device's clock times (the
+    #: native recorder's hooks, in a counting session on a CUDA clock)
+    host_call_stamps: bool
 
     def start(self, ctx) -> None:
         """Install the module-call tracking, then the op capture."""
@@ -53,8 +60,19 @@ class Backend(Protocol):
         """Its parts of the raw capture: :class:`~..calls.ModuleCalls`, and
         :class:`~..counts.Counts` when it counts."""
 
+    def settle(self) -> None:
+        """Charge what ran so far under the state it ran in (the context's, now)."""
+
+    def settle_calls(self) -> None:
+        """:meth:`settle` where module calls were recorded since the last one (the stack is
+        then behind them), else nothing."""
+
+    def aside(self) -> ContextManager:
+        """A context in which a call counted whole runs: its ops are not counted again."""
+
     def unrecorded(self) -> ContextManager:
-        """A context in which the profiler's own torch ops are not recorded (a formula reading values)."""
+        """A context in which the profiler's own torch ops are recorded by no session (a
+        formula reading values)."""
 
     def function_routing(self, handlers: dict) -> tuple[bool, Callable | None]:
         """Whether the function mode routing ``handlers`` is needed (a unit it cannot count
@@ -73,11 +91,11 @@ def check_backend(backend: str | None) -> str:
     return backend
 
 
-def choose(ctx) -> Backend:
-    """The backend for the session of context ``ctx`` (its options read, its other sources
-    already subscribed to ``ctx.events``)."""
+def choose(ctx, needs: frozenset = frozenset()) -> Backend:
+    """The backend for the session of context ``ctx`` (its options read), whose sources need
+    ``needs`` of it (:data:`~..plan.NEEDS`). Chosen before any source is made."""
     from .native import native_backend
     from .python import PythonBackend
 
-    backend, note = native_backend(ctx)
+    backend, note = native_backend(ctx, needs)
     return backend if backend is not None else PythonBackend(ctx, note)

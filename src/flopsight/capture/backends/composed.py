@@ -8,9 +8,16 @@ __all__ = ["CallsAndOps"]
 
 class CallsAndOps:
     """What both backends are made of: ``calls`` (module-call tracking, started first, stopped
-    last) and ``ops`` (op capture, None in a session that counts nothing)."""
+    last) and ``ops`` (op capture, None in a session that counts nothing). Nothing to settle
+    unless a part says so."""
 
     calls = ops = None
+    tracks_memory = hears_all_threads = host_call_stamps = False
+
+    def settle(self) -> None:
+        pass
+
+    settle_calls = settle
 
     def start(self, ctx) -> None:
         self.calls.start(ctx)

@@ -16,7 +16,8 @@ kernels) or, for a functional collective, on the stream that waited for its resu
 
 Under the native backend a claimed op comes to its handler as it returns, before the ops
 recorded ahead of it are charged: each handler first does what must happen at once (watch the
-``Work``, stamp a completion), then ``ctx.settle()`` charges those ops, then it charges its own.
+``Work``, stamp a completion), then charges it: the attribution object has the backend charge
+the ops before it first.
 
 While collectives are in flight, the ops and the calls counted whole that run (heard from
 ``ctx.events``) are compute overlapping them: the rest of a flight the rank waited for.
@@ -347,11 +348,9 @@ class CollectivesSource:
         if kind == "all_gather" and self._gathers and isinstance(bound.get(payload), torch.Tensor):
             # FSDP2 gathers a layer's parameters ahead of its use (prefetching): the layer's
             owner = self._gathers.get(storage_key(bound[payload]))
-        self._ctx.settle()  # (the native backend) the ops before it charged: where it ran is known now
         call.path, call.phase = self._ctx.attribution.charge_collective(event.entry, event.t0, event.t1, owner)
 
     def _free(self, event: OpEvent) -> None:
-        self._ctx.settle()
         self._ctx.attribution.charge(event.entry, event.t0, event.t1, (), ZERO_STATS)
         func, args, out = event.func, event.args, event.out
         if func.name().startswith("fsdp::all_gather_copy_in") and self._param_paths:
@@ -365,7 +364,6 @@ class CollectivesSource:
         pending = self._awaiting.pop(id(tensor), None)
         if pending is not None:
             pending[0]()
-        self._ctx.settle()
         self._ctx.attribution.charge(event.entry, event.t0, event.t1, (), ZERO_STATS)
 
 

@@ -132,9 +132,6 @@ class MemorySource:
         self._active = False
         ctx.events.calls_in_order.append(self)  # in order with the blocks: the C++ hooks serve it
         ctx.events.steps.append(self)
-
-    # -- lifecycle ----------------------------------------------------------------------
-    def start(self, ctx: CaptureContext) -> None:
         # live bytes from the allocators' reports where the backend reads them (native), else
         # from each op's output storages, read here (the Python backend publishes every op)
         if ctx.backend.tracks_memory:
@@ -142,6 +139,9 @@ class MemorySource:
         else:  # the outputs of each op, and of each call counted whole (its ops are not published)
             ctx.events.ops.append(self._op)
             ctx.events.calls.append(self._op)
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def start(self, ctx: CaptureContext) -> None:
         params = ctx.params.tensors
         # the allocator's figures where it reports every block (CUDA's, through the native backend)
         cuda = next((p.device for p in params if p.device.type == "cuda"), None)
@@ -187,8 +187,7 @@ class MemorySource:
     def _pack(self, tensor):
         ctx = self._ctx
         if isinstance(tensor, torch.Tensor):
-            ctx.settle_calls()  # the calls the native hooks recorded so far: the module saving it on the stack
-            path = ctx.attribution.current_module()
+            path = ctx.module_now()
             if path is None:
                 return tensor
             key = storage_key(tensor)

@@ -110,13 +110,12 @@ class SpanTimer:
         self._open[kind] = (self._ctx.clock.stamp(), self._ctx.overhead.seconds)
 
     def end(self, kind: str) -> None:
-        self._ctx.settle()  # ops recorded so far ran inside the span
+        end, overhead = self._ctx.boundary()  # what ran so far ran inside the span
         opened = self._open.pop(kind, None)
         if kind in ("backward", "step"):
             self._ctx.last_phase = kind
         if opened is not None:
-            ctx = self._ctx
-            self.spans.append(SpanStamps(kind, opened[0], ctx.clock.stamp(), opened[1], ctx.overhead.seconds))
+            self.spans.append(SpanStamps(kind, opened[0], end, opened[1], overhead))
 
     # -- phases ----------------------------------------------------------------------------
     def forward_begins(self, record) -> None:
@@ -165,17 +164,15 @@ class SpanTimer:
         self.end("step")
         self._leave()
 
-    def _enter(self, phase: str) -> None:  # always before begin(): ops recorded so far ran before the span
-        self._ctx.settle()
-        self._outer_phase.append(self._ctx.phase)
-        self._ctx.phase = phase
+    def _enter(self, phase: str) -> None:  # always before begin(): what ran so far ran before the span
+        self._outer_phase.append(self._ctx.change_phase(phase))
         for listener in self._ctx.events.phases:
             listener.phase_begins(phase)
 
-    def _leave(self) -> None:  # always after end(), which settled
+    def _leave(self) -> None:  # always after end()
         for listener in self._ctx.events.phases:
             listener.phase_ends(self._ctx.phase)
-        self._ctx.phase = self._outer_phase.pop() if self._outer_phase else "forward"
+        self._ctx.change_phase(self._outer_phase.pop() if self._outer_phase else "forward")
 
     def run_backward(self, func, args, kwargs):
         """Run a wrapper's ``backward(loss)`` (``func(*args, **kwargs)``) as a backward span:

@@ -33,8 +33,7 @@ class UnitSource:
         if ctx.suppressed or OWN_CODE.depth:
             return func(*args, **kwargs)
         unit = self._units[func]
-        with ctx.events.aside():
-            out, t0, t1, seq_start, seq_end = run_whole(ctx, func, args, kwargs)
+        out, t0, t1, seq_start, seq_end = run_whole(ctx, func, args, kwargs)
         h0 = ctx.overhead.begin()
         bound = unit.bind(args, kwargs)  # None if no schema fits: reported as a failed formula
         where = ctx.attribution.charge_whole(unit, t0, t1, out, bound, seq_start, seq_end)
@@ -47,17 +46,12 @@ def run_whole(ctx: CaptureContext, call, args: tuple, kwargs: dict) -> tuple:
     """Run a call counted whole: (its result, start and end stamps, and the range of sequence
     numbers of the autograd nodes it made). The ops it runs are not counted again."""
     stamp = ctx.clock.stamp
-    ctx.settle()
-    ctx.suppressed += 1
-    try:
+    with ctx.counted_whole():
         seq_start = autograd_sequence_nr()
         t0 = stamp()
         out = call(*args, **kwargs)
         t1 = stamp()
         return out, t0, t1, seq_start, autograd_sequence_nr()
-    finally:
-        ctx.settle()
-        ctx.suppressed -= 1
 
 
 def publish_whole(ctx: CaptureContext, unit, func, args, kwargs, out, t0, t1, where) -> None:

@@ -43,8 +43,9 @@ def _no_native_memory(recorder, options, params) -> str | None:
     return None
 
 
-def native_backend(ctx) -> tuple[NativeBackend | None, str | None]:
-    """(the native backend for the session of ``ctx``, or None; why not, when it was asked for)."""
+def native_backend(ctx, needs: frozenset = frozenset()) -> tuple[NativeBackend | None, str | None]:
+    """(the native backend for the session of ``ctx`` whose sources need ``needs``, or None;
+    why not, when it was asked for)."""
     options = ctx.options
     if options.backend == "python":
         return None, None
@@ -52,30 +53,29 @@ def native_backend(ctx) -> tuple[NativeBackend | None, str | None]:
     # compiled, and they stamp on the session's clock (the host's); on a device's clock a
     # counting session's inner calls too: its phases' boundaries (the top-level calls, the
     # span timer's) are then the device's only stamps, none per module call
-    native_calls = not ctx.events.modules and not compiled_paths(options.infos) and (
+    native_calls = "calls" not in needs and not compiled_paths(options.infos) and (
         isinstance(ctx.clock, HostClock) or (options.count and on_device(ctx.clock)))
     if not options.count:  # a timing session: the C++ hooks when the recorder is built and free
         if not native_calls or RECORDER.busy:
             return None, None
         recorder = RECORDER.loaded  # a timing pass never builds it (the counting pass before it did)
         return (NativeBackend(ctx, recorder, None, True), None) if recorder is not None else (None, None)
+    if "ops" in needs:
+        return None, "a source reads each op's tensors in Python while it runs"
     recorder, note = _counting_recorder(options.backend, ctx)
     if recorder is None:
         return None, note
-    if options.memory:
+    if "memory" in needs:
         why = _no_native_memory(recorder, options, ctx.params)
         if why is not None:
             return None, why
-    ops = NativeCountingSource(ctx, recorder, memory=options.memory)
+    ops = NativeCountingSource(ctx, recorder, memory="memory" in needs)
     return NativeBackend(ctx, recorder, ops, native_calls), None
 
 
 def _counting_recorder(backend: str, ctx) -> tuple[object | None, str | None]:
     """(the loaded recorder, or None for the Python path; why not native, or None) for a
-    session asked for ``backend`` (not ``"python"``) with context ``ctx`` (its sources already
-    subscribed)."""
-    if ctx.events.ops:
-        return None, "a source reads each op's tensors in Python while it runs"
+    session asked for ``backend`` (not ``"python"``) with context ``ctx``."""
     if backend == "auto" and isinstance(ctx.clock, FakeClock):
         return None, f"ops are timed on the {ctx.clock.name} clock"
     if RECORDER.busy:

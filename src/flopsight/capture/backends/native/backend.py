@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from torch import nn
 
 from ...._torch_private import is_higher_order_op
 from ...running import RUNNING
+from ...timing import on_device
 from ..composed import CallsAndOps
 from ..python.calls import PythonCalls
 from .calls import NativeCalls
@@ -23,12 +26,22 @@ class NativeBackend(CallsAndOps):
         self.ops = ops
         #: memory from the allocators' reports (published to ``ctx.events.allocations``)
         self.tracks_memory = ops is not None and ops.memory
+        #: the C++ hooks hear every thread's calls; inside phases a device's clock times, they
+        #: stamp the calls on the host
+        self.hears_all_threads = native_calls
+        self.host_call_stamps = native_calls and ops is not None and on_device(ctx.clock)
+        settle = ops.settle if ops is not None else None
         if native_calls:
-            self.calls = NativeCalls(ctx, recorder, drains=ops is None)
+            self.calls = NativeCalls(ctx, recorder, drains=ops is None, settle=settle)
             if ops is not None:
                 ops.replay_call = self.calls.replay
+            settle = self.calls.settle
         else:
-            self.calls = PythonCalls(ctx)
+            self.calls = PythonCalls(ctx, settle)
+        if settle is not None:  # (instance attributes: the context calls them at every boundary)
+            self.settle = settle
+        if ops is not None:
+            self.settle_calls = ops.settle_calls
         self._ctx = ctx
 
     def start(self, ctx) -> None:
@@ -41,6 +54,9 @@ class NativeBackend(CallsAndOps):
                     "backend: flopsight's native recorder is already running a profile on another thread "
                     "(it runs one at a time); profile on this thread with backend='python'")
             super().start(ctx)
+
+    def aside(self):
+        return self.ops.aside() if self.ops is not None else contextlib.nullcontext()
 
     def unrecorded(self):
         return self.ops.unrecorded() if self.ops is not None else RUNNING.own_code()

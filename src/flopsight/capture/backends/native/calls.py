@@ -2,7 +2,7 @@
 and record the ones inside a top-level call into its stream, in order with the ops; Python
 hears only of the calls it must (top-level ones, and calls that begin or end while an
 exception is handled), through the Python backend's hooks. When the stream is charged
-(``ctx.settle``), each recorded call is replayed onto the module stack, as the Python hooks
+(the backend settles), each recorded call is replayed onto the module stack, as the Python hooks
 would have pushed and popped it.
 
 A timing session (no op counted) drains the stream itself (:class:`CallRecords`), and keeps
@@ -36,16 +36,22 @@ def host_offset(recorder) -> float:
 class NativeCalls(PythonCalls):
     """Module calls through the recorder's C++ hooks (``recorder``: the loaded extension);
     ``drains``: whether this tracker drains the stream itself (a timing session: no op is
-    counted, so nothing else settles it)."""
+    counted, so nothing else settles it); ``settle``: else the op capture's settle."""
 
-    def __init__(self, ctx, recorder, drains: bool):
-        super().__init__(ctx)
+    def __init__(self, ctx, recorder, drains: bool, settle=None):
+        self._records = CallRecords(ctx, recorder, self) if drains else None
+        super().__init__(ctx, self._records.settle if self._records is not None else settle)
         self._ctx = ctx
         self._in_order = ctx.events.calls_in_order
         self._rec = recorder
         self._modules: list = []
-        self._records = CallRecords(ctx, recorder, self) if drains else None
         self._wrapped: WrappedForwards | None = None
+
+    @property
+    def settle(self):
+        """What the backend settles with: this tracker's own records' (a timing session), else
+        the op capture's, given."""
+        return self._settle
 
     def start(self, ctx) -> None:
         self._modules = self.tracked_modules(ctx)
@@ -215,7 +221,7 @@ def _instance_forward_wins(module: nn.Module) -> bool:
 
 class CallRecords:
     """A timing session's module calls through the recorder's C++ hooks (no op is recorded):
-    installed as ``ctx.settle``, it replays the calls recorded so far onto the module stack.
+    the backend's settle, it replays the calls recorded so far onto the module stack.
 
     A batch drained while no module call is open (only when a top-level call ends: a call
     outside every call goes to the Python hooks, so nothing is recorded between two) changes
@@ -233,7 +239,6 @@ class CallRecords:
 
     def __enter__(self) -> "CallRecords":
         RECORDER.acquire()
-        self._ctx.settle = self.settle
         return self
 
     def __exit__(self, *exc) -> None:
@@ -241,7 +246,6 @@ class CallRecords:
             self.settle()
             self.replay_deferred()
         finally:
-            self._ctx.settle = _nothing
             RECORDER.release()
 
     def settle(self) -> None:
@@ -275,6 +279,3 @@ class CallRecords:
             calls = self._calls.replay_batch(records, self._offset, overhead, stack, phase, first)
             log[first:first + len(calls)] = calls
 
-
-def _nothing() -> None:
-    pass

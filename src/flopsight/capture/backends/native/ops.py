@@ -4,8 +4,9 @@ The recorder observes the ops a dispatch mode would see, in C++, and records eac
 operator, signature, autograd node and stamps. The Python side charges them through the
 same attribution object and the same registry formulas as the dispatch-mode path, in
 batches: whenever the state that decides where a cost goes is about to change (a module
-call begins or ends, a phase, a call counted whole, a pause), the session calls
-``ctx.settle()``, and what was recorded under the old state is charged under it. So every
+call begins or ends, a phase, a call counted whole), the backend settles (the context asks it,
+:meth:`NativeCountingSource.settle`), and what was recorded under the old state is charged
+under it. So every
 op lands where the dispatch mode would have put it. The recorder hands a batch over in runs
 (``recorder.cpp``'s drain_runs): consecutive ops of one signature under one state as one row
 with their count and summed time, and the blocks of memory allocated and released under one
@@ -55,7 +56,7 @@ from ...running import RUNNING
 from ...stance import EAGER_STANCE
 from ...timing import FakeClock
 from .recorder import RECORDER, Tables
-from .calls import _nothing, host_offset
+from .calls import host_offset
 
 __all__ = ["NativeCountingSource", "NO_NODE"]
 
@@ -215,9 +216,6 @@ class NativeCountingSource:
             raise
         RECORDER.acquire()
         self._running = True
-        ctx.settle = self.settle
-        ctx.settle_calls = self.settle_calls
-        ctx.events.aside = self.aside
 
     def stop(self, ctx: CaptureContext) -> None:
         if not self._running:
@@ -230,8 +228,6 @@ class NativeCountingSource:
             self.settle()
         finally:
             RECORDER.release()
-            ctx.settle = ctx.settle_calls = _nothing
-            ctx.events.aside = contextlib.nullcontext
             EAGER_STANCE.release()
 
     def collect(self, ctx: CaptureContext) -> Counts:
@@ -242,7 +238,6 @@ class NativeCountingSource:
     def aside(self):
         """Record nothing while a call counted whole runs (its ops are not counted again):
         RecordFunction is off on this thread meanwhile, so its ops run at full speed."""
-        self.settle()
         return self._thread_off()
 
     def unrecorded(self):

@@ -4,6 +4,8 @@ backend is tested against."""
 
 from __future__ import annotations
 
+import contextlib
+
 from ...running import RUNNING
 from ..composed import CallsAndOps
 from .calls import PythonCalls
@@ -21,6 +23,9 @@ class PythonBackend(CallsAndOps):
     def __init__(self, ctx, note: str | None = None):
         self.calls = PythonCalls(ctx)
         self.ops = CountingSource(ctx, note) if ctx.options.count else None
+
+    def aside(self):  # a call counted whole: the dispatch mode off while it runs
+        return self.ops.aside() if self.ops is not None else contextlib.nullcontext()
 
     def unrecorded(self):  # the profiler's own ops: no session records them (see ...running)
         return RUNNING.own_code()

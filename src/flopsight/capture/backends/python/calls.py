@@ -31,9 +31,11 @@ __all__ = ["PythonCalls"]
 class PythonCalls(CallTracking):
     """Tracks module calls with Python hooks (see the module docstring)."""
 
-    def __init__(self, ctx):
+    def __init__(self, ctx, settle=None):
         super().__init__(ctx)
         self._handles: list = []
+        #: the backend's settle: what ran so far is charged before the stack changes
+        self._settle = settle if settle is not None else _nothing
 
     def start(self, ctx) -> None:
         pre, post = self.hooks(ctx)
@@ -74,13 +76,14 @@ class PythonCalls(CallTracking):
         overhead, stamp, now = ctx.overhead, ctx.clock.stamp, ctx.overhead.now
         overhead_end = overhead.end
         home = threading.get_ident()  # the profiling thread: its sequence numbers are thread 0's
+        settle = self._settle
         script_root, record_inputs = (self.root, self.record_inputs(ctx)) if self.root_is_script else (None, None)
 
         def pre_hook(module, args):
             paths = paths_of.get(id(module))
             if paths is None or RUNNING.elsewhere(home):  # not a module of this model (or an ignored one)
                 return
-            ctx.settle()  # the stack is about to change: ops recorded so far ran under the old one
+            settle()  # the stack is about to change: what ran so far ran under the old one
             h0 = now()
             top = stack[-1] if stack else None
             path = paths[0] if len(paths) == 1 else choose_path(paths, top.path if top else None)
@@ -114,7 +117,7 @@ class PythonCalls(CallTracking):
             # (kwargs, output); torch's path for a forward that raised passes (output,) only
             if id(module) not in paths_of or RUNNING.elsewhere(home):
                 return
-            ctx.settle()  # before the end stamp: a host clock leaves its time out as overhead
+            settle()  # before the end stamp: a host clock leaves its time out as overhead
             end = stamp()
             h0 = now()
             ovh_end = overhead.seconds
@@ -147,3 +150,7 @@ class PythonCalls(CallTracking):
             overhead_end(h0)
 
         return pre_hook, post_hook
+
+
+def _nothing() -> None:
+    pass

@@ -106,8 +106,8 @@ class _CountingMode(EagerDispatchMode):
 
 
 class CountingSource:
-    """Installs the counting dispatch mode between ``start`` and ``stop``; while it runs,
-    ``ctx.events.aside`` takes the mode off (for the calls counted whole)."""
+    """Installs the counting dispatch mode between ``start`` and ``stop``; :meth:`aside` takes
+    it off (for the calls counted whole)."""
 
     backend = "python"
 
@@ -125,7 +125,6 @@ class CountingSource:
         except BaseException:
             EAGER_STANCE.release()
             raise
-        ctx.events.aside = self.aside
 
     def collect(self, ctx: CaptureContext) -> Counts:
         return collect_counts(ctx, self.backend, self._note)
@@ -149,7 +148,6 @@ class CountingSource:
         mode, self._mode = self._mode, None
         if mode is None:
             return
-        ctx.events.aside = contextlib.nullcontext
         try:
             exit_mode(mode)  # another profiler's mode may have entered above it
         finally:
