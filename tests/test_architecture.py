@@ -22,7 +22,7 @@ LAYERS = (
     ("flopsight.capture",),
     ("flopsight.analysis",),
     ("flopsight.renderers",),
-    ("flopsight.profiler", "flopsight.options"),
+    ("flopsight.profiler", "flopsight.options", "flopsight.timing_plan"),
     ("flopsight.integrations", "flopsight.cli"),
     ("flopsight.deepspeed", "flopsight.__main__", "flopsight"),
 )

@@ -45,6 +45,7 @@ from .capture.timing import Clock, default_clock, on_device
 from .formulas.registry import Registry
 from .options import CALL_ONLY, SPAN_ONLY, ProfileOptions
 from .result.metadata import Metadata, Timing
+from .timing_plan import timing_plan
 from .result.profile_result import ProfileResult
 from .result.steps import combine_steps
 
@@ -164,20 +165,11 @@ def run_metadata(model: nn.Module, args: tuple, kwargs: dict, *, everything: boo
     )
 
 
-def _timing(clock: Clock, separate: bool, compiled: bool = False, device: bool = False,
-            phases: bool = False) -> Timing:
-    if device:
-        method = "device"
-    elif phases:
-        method = "phases"
-    elif separate:
-        method = "separate"
-    elif clock.subtracts_overhead:
-        method = "subtract"
-    else:
-        method = "single"
-    note = "latency of the whole compiled call only; counts from the eager module" if compiled else None
-    return Timing(method, clock.name, note)
+def _span_timing(clock: Clock, phases: bool) -> Timing:
+    """How a span (:class:`Profiler`) is timed: counted and timed in the same pass, its phases
+    timed at their boundaries on a device (``phases``), else the profiler's own time taken
+    out where the clock allows."""
+    return Timing("phases" if phases else "subtract" if clock.subtracts_overhead else "single", clock.name)
 
 
 # -- sessions ------------------------------------------------------------------------------
@@ -272,25 +264,17 @@ class CallProfile:
         self.count_call, self.time_call = ((self.target, model) if self.name == "forward"
                                            else (getattr(self.target, self.name), getattr(model, self.name)))
         self.infos = describe(self.target)
-        self.compiled = model is not self.target
-        timing = options.timing
-        if self.compiled:
-            # Compiled code runs fused and skips hooks added after compilation: time the
-            # compiled model as a whole, through its wrapper, in a separate pass.
-            timing = "separate"
-            self.time_infos = {"": dataclasses.replace(self.infos[""], module=model)}
-        else:
-            self.time_infos = self.infos
+        compiled = model is not self.target
+        # Compiled code runs fused and skips hooks added after compilation: the compiled model is
+        # timed as a whole, through its wrapper
+        self.time_infos = {"": dataclasses.replace(self.infos[""], module=model)} if compiled else self.infos
         # compiled regions, the model's or its modules': each compiles on its first call, which no
         # timed call may be
-        self.regions = ("",) if self.compiled else compiled_paths(self.infos)
+        self.regions = ("",) if compiled else compiled_paths(self.infos)
         self.clock = options.clock or default_clock(model_device(self.target, self.args, self.kwargs))
-        self.separate = timing == "separate" or (timing == "auto" and options.warm_up >= 1)
-        # on a device (CUDA), module times are their kernels' and the forward's an uninstrumented
-        # call's: anything the host does per module or op would be the device's idle time
-        self.device = (on_device(self.clock) and timing != "subtract" and self.name == "forward" and not self.regions
-                       and not kineto_running())
-        self.separate = self.separate or self.device
+        self.plan = timing_plan(options.timing, options.warm_up, options.repeat, forward=self.name == "forward",
+                                compiled=compiled, regions=bool(self.regions), on_device=on_device(self.clock),
+                                subtracts=self.clock.subtracts_overhead, profiler_running=kineto_running())
         self.state = ModelState(self.target)
         self.passes = 0
 
@@ -306,11 +290,12 @@ class CallProfile:
             raise
         finally:
             self.state.restore()
-        separate = self.separate
+        separate = self.plan.separate
         first = (counts if separate else times[0]).get(ModuleCalls)
+        note = "latency of the whole compiled call only; counts from the eager module" if self.plan.compiled else None
         meta = run_metadata(self.target, self.args, self.kwargs, autocast=first.autocast if first is not None else None,
                             mode=options.mode, method=self.name, warm_up=options.warm_up, attention=options.attention,
-                            compiled=self.regions, timing=_timing(self.clock, separate, self.compiled, self.device),
+                            compiled=self.regions, timing=Timing(self.plan.method, self.clock.name, note),
                             parallel=detect_parallel(self.target))
         timed = [build_result(self.infos, counts if separate else t, t if separate else None, ignored=options.ignore,
                               metadata=meta) for t in times]
@@ -318,34 +303,32 @@ class CallProfile:
         return with_ranks(combine_steps(timed, "pass", first_step=options.warm_up == 0), options.gather_timeout)
 
     def _passes(self):
-        """(the counting pass's capture or None, the timed passes' captures)."""
-        warm_up, repeat = self.options.warm_up, self.options.repeat
-        if self.device:
-            # counted, then (warmed up) one pass recording kernels, whose durations the host
-            # does not perturb, then uninstrumented calls for the forward's latency
-            counts = self._captured(count=True, timeline=False)
-            for _ in range(warm_up - 1):
+        """(the counting pass's capture or None, the timed passes' captures), the plan's passes
+        run in turn (:mod:`.timing_plan`)."""
+        counts, times, kernels = None, [], None
+        # the kernels are recorded in the timing pass, or with the counting pass where no timing
+        # pass runs (and on a device, in a pass of their own)
+        kernels_here = self.options.kernels and self.plan.method != "device"
+        for kind in self.plan.passes:
+            if kind == "warm":
                 self._plain()
-            kernels = self._captured(count=False, kernels=True)
-            return counts, [device_timed(kernels, self._uninstrumented()) for _ in range(repeat)]
-        if self.separate:
-            # doubles as the first warm-up (not of a compiled model: it ran the eager module); the
-            # timing passes' timelines are the result's
-            counts = self._captured(count=True, timeline=False)
-            for _ in range(compiled_warm_ups(warm_up) if self.regions else warm_up - 1):
-                self._plain()
-            return counts, [self._captured(count=False) for _ in range(repeat)]
-        for _ in range(compiled_warm_ups(warm_up) if self.regions else warm_up):
-            self._plain()
-        return None, [self._captured(count=True) for _ in range(repeat)]
+            elif kind == "count":
+                counts = self._captured(count=True, timeline=False, kernels=False)
+            elif kind == "timed":
+                times.append(self._captured(count=False, kernels=kernels_here))
+            elif kind == "counted and timed":
+                times.append(self._captured(count=True, kernels=kernels_here))
+            elif kind == "kernels":
+                kernels = self._captured(count=False, kernels=True)
+            else:  # "events"
+                times.append(device_timed(kernels, self._uninstrumented()))
+        return counts, times
 
     def _captured(self, count: bool, timeline: bool = True, kernels: bool = False):
         self._rewind()
         # the whole call is the model's: ops between its module calls (generate()'s sampling) are the root's
         session = open_session(self.infos if count else self.time_infos, self.options, self.registry, self.clock,
-                               count=count, timeline=timeline, outside_to_root=True,
-                               kernels=kernels or (self.options.kernels and not self.device
-                                                   and (not count or not self.separate)))
+                               count=count, timeline=timeline, outside_to_root=True, kernels=kernels)
         try:
             with self._quiet_compiled():
                 (self.count_call if count else self.time_call)(*self.args, **self.kwargs)
@@ -378,17 +361,6 @@ class CallProfile:
         # wrapper: intended
         return ignoring(r"Using `torch.compile\(module\)` when there are global hooks") if self.regions \
             else contextlib.nullcontext()
-
-
-def compiled_warm_ups(warm_up: int) -> int:
-    """Untimed calls of a compiled model before its timed ones: ``warm_up``, and at least two
-    when there is any (the first compiles; ``mode="reduce-overhead"`` records its CUDA graph
-    on the second), so no timed call includes compilation.
-
-    >>> compiled_warm_ups(0), compiled_warm_ups(1), compiled_warm_ups(5)
-    (0, 2, 5)
-    """
-    return max(warm_up, 2) if warm_up else 0
 
 
 def _nothing_stepped(optimizer: Any) -> bool:
@@ -672,7 +644,7 @@ class Profiler:
                             autocast=calls.autocast if calls is not None else None, mode="custom",
                             attention=self.options.attention,
                             batch_size_given=self.batch_size,
-                            timing=_timing(session.clock, False, phases=session.phases_on_device),
+                            timing=_span_timing(session.clock, session.phases_on_device),
                             parallel=detect_parallel(self._target, given=self.options.parallel),
                             compiled=compiled_paths(self._infos))
         if meta.device_type not in ("cpu", "meta"):
