@@ -22,6 +22,7 @@ with REGISTRY.builtins_loading():
         pooling,
         reduction,
         rnn,
+        sparse,
         zero_cost,
     )
 

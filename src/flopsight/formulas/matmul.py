@@ -11,6 +11,8 @@ family).
 MACs are the full dense product; FLOPs are 2 per MAC plus one per output element for an
 added ``input`` term (bias), skipped when ``beta == 0``. Integer products (``int @ int``,
 ``aten._int_mm``) are counted like float ones: a multiply-add is a MAC whatever its dtype.
+A sparse operand (``torch.mm``/``@`` with a COO or CSR matrix) is counted by :mod:`.sparse`:
+one MAC per stored entry per column of the dense operand.
 
 >>> import torch
 >>> from flopsight.formulas.matmul import mm, addmm, grouped_mm
@@ -25,10 +27,14 @@ Stats(macs=1280, flops=2560)
 
 from __future__ import annotations
 
+import torch
 
 from .activation import activation_flops
 from .registry import REGISTRY, Cost, OpNames
 from .shapes import numel, prod
+from .sparse import added_flops, product_macs
+
+_STRIDED = torch.strided  # a product with an operand of another layout is sparse (formulas/sparse.py)
 
 aten = OpNames("aten")  # names: an op this torch lacks is skipped (registry.builtins_loading)
 
@@ -53,12 +59,16 @@ def linear_cost(rows: int, in_features: int, out_features: int, bias: bool) -> C
 
 @REGISTRY.register(aten.mm, aten._int_mm)
 def mm(out, self, mat2, **_) -> Cost:
+    if self.layout is not _STRIDED or mat2.layout is not _STRIDED:
+        return Cost.of_product(product_macs(self, mat2))
     m, k = self.shape
     return linear_cost(m, k, mat2.shape[-1], bias=False)
 
 
 @REGISTRY.register(aten.addmm)
 def addmm(out, self, mat1, mat2, *, beta, **_) -> Cost:
+    if mat1.layout is not _STRIDED or mat2.layout is not _STRIDED:
+        return Cost.of_product(product_macs(mat1, mat2), added_flops(out, self, beta))
     m, k = mat1.shape
     return linear_cost(m, k, mat2.shape[-1], bias=beta != 0)
 
@@ -71,6 +81,8 @@ def addmm_activation(out, self, mat1, mat2, *, beta, **_) -> Cost:
 
 @REGISTRY.register(aten.bmm)
 def bmm(out, self, mat2, **_) -> Cost:
+    if self.layout is not _STRIDED or mat2.layout is not _STRIDED:
+        return Cost.of_product(product_macs(self, mat2))
     batch, m, k = self.shape
     return Cost.of_product(batch * m * k * mat2.shape[-1])
 
@@ -90,12 +102,13 @@ def addbmm(out, self, batch1, batch2, *, beta, **_) -> Cost:
 
 @REGISTRY.register(aten.mv)
 def mv(out, self, vec, **_) -> Cost:
-    return Cost.of_product(prod(self.shape))
+    return Cost.of_product(product_macs(self, vec) if self.layout is not _STRIDED else prod(self.shape))
 
 
 @REGISTRY.register(aten.addmv)
 def addmv(out, self, mat, vec, *, beta, **_) -> Cost:
-    return Cost.of_product(prod(mat.shape), _bias_flops(out, beta))
+    macs = product_macs(mat, vec) if mat.layout is not _STRIDED else prod(mat.shape)
+    return Cost.of_product(macs, _bias_flops(out, beta))
 
 
 @REGISTRY.register(aten.dot, aten.vdot)

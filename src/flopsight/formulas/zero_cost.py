@@ -12,7 +12,8 @@ the data-moving ones, :data:`BOOKKEEPING_OPS` the bookkeeping ones:
 * **views and metadata**: ``view``, ``reshape``, ``permute``, ``transpose``, ``expand``,
   ``select``, ``slice``, ``split``, ``unbind``, ``as_strided``, ``sym_size``, asserts ...
 * **copies and conversions**: ``clone``, ``copy_``, ``_to_copy`` (``.to``, dtype casts),
-  ``fill_``, ``zero_``, ``*_like``, the functionalised ``*_copy`` / ``*_scatter`` forms.
+  ``fill_``, ``zero_``, ``*_like``, the functionalised ``*_copy`` / ``*_scatter`` forms,
+  layout conversions (``to_dense``, ``to_sparse``, ``to_sparse_csr``...).
 * **creation and random sampling**: ``empty``, ``zeros``, ``arange``, ``linspace``,
   ``eye``, ``rand*``, ``normal_``, ``bernoulli_``, ``multinomial`` ... Generating a
   random number is not counted as arithmetic (DeepSpeed counts dropout as 0 too).
@@ -38,8 +39,9 @@ the data-moving ones, :data:`BOOKKEEPING_OPS` the bookkeeping ones:
   ``median``/``kthvalue``/``mode`` along a dim), ``trace_backward``,
   ``masked_select_backward``, ``_pack_padded_sequence_backward``, ``to_dense_backward``;
   sparse-gradient bookkeeping (``_indices``, ``_values``,
-  ``_sparse_coo_tensor_with_dims_and_tensors``...); the optimizers' ``_foreach_copy_``,
-  ``_foreach_zero_`` (``zero_grad(set_to_none=False)``), ``_foreach_clone``.
+  ``_sparse_coo_tensor_with_dims_and_tensors``, a compressed layout's ``crow_indices``...);
+  the optimizers' ``_foreach_copy_``, ``_foreach_zero_`` (``zero_grad(set_to_none=False)``),
+  ``_foreach_clone``.
 * **profiler ranges and communication**: ``record_function`` ranges (``optimizer.step()``
   opens one); collectives (their in-network reductions are not counted as compute).
 
@@ -111,6 +113,8 @@ _VIEWS = """
 _COPIES = """
     clone contiguous _lazy_clone copy copy_ _copy_from _copy_from_and_resize
     _to_copy to type_as lift_fresh_copy pin_memory _pin_memory _to_dense to_dense
+    _to_sparse _to_sparse_csr _to_sparse_csc _to_sparse_bsr _to_sparse_bsc
+    to_sparse to_sparse_csr to_sparse_csc to_sparse_bsr to_sparse_bsc
     fill fill_ zero zero_ resize_ resize_as_ _resize_output_ set_
     view_copy expand_copy permute_copy transpose_copy t_copy squeeze_copy unsqueeze_copy
     select_copy slice_copy split_copy split_with_sizes_copy unbind_copy as_strided_copy
@@ -165,6 +169,9 @@ _BACKWARD = """
     _indices _values indices values _nnz sparse_dim dense_dim is_coalesced _coalesced_
     _sparse_coo_tensor_with_dims _sparse_coo_tensor_with_dims_and_tensors _sparse_coo_tensor_unsafe
     sparse_coo_tensor _validate_sparse_coo_tensor_args sparse_mask
+    crow_indices col_indices ccol_indices row_indices sparse_compressed_tensor _sparse_compressed_tensor_unsafe
+    sparse_csr_tensor sparse_csc_tensor sparse_bsr_tensor sparse_bsc_tensor _sparse_csr_tensor_unsafe
+    _validate_sparse_compressed_tensor_args _validate_sparse_csr_tensor_args
     _foreach_copy _foreach_copy_ _foreach_zero _foreach_zero_ _foreach_clone
 """
 
