@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 
 import pytest
 import torch
@@ -35,15 +38,19 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
     return code, captured.out, captured.err
 
 
-def subprocess_run(*argv: str, prelude: str | None = None, **kwargs) -> subprocess.CompletedProcess:
+def flopsight_command(*argv: str, prelude: str | None = None) -> list[str]:
     """``python -m flopsight ARGV`` with this interpreter (the venv's), or ``prelude`` first."""
     if prelude is None:
-        command = [sys.executable, "-m", "flopsight", *argv]
-    else:
-        code = f"{prelude}\nimport runpy, sys\nsys.argv = ['flopsight', *{list(argv)!r}]\n" \
-               "runpy.run_module('flopsight', run_name='__main__', alter_sys=True)"
-        command = [sys.executable, "-c", code]
-    return subprocess.run(command, capture_output=True, text=True, timeout=300, **kwargs)
+        return [sys.executable, "-m", "flopsight", *argv]
+    code = f"{prelude}\nimport runpy, sys\nsys.argv = ['flopsight', *{list(argv)!r}]\n" \
+           "runpy.run_module('flopsight', run_name='__main__', alter_sys=True)"
+    return [sys.executable, "-c", code]
+
+
+def subprocess_run(*argv: str, prelude: str | None = None, **kwargs) -> subprocess.CompletedProcess:
+    """``python -m flopsight ARGV`` (see :func:`flopsight_command`), run to its end."""
+    return subprocess.run(flopsight_command(*argv, prelude=prelude), capture_output=True, text=True, timeout=300,
+                          **kwargs)
 
 
 @pytest.fixture
@@ -51,8 +58,10 @@ def factory_file(tmp_path):
     """A factory file whose functions record each call in ``calls.txt`` beside it."""
     path = tmp_path / "models_for_cli.py"
     path.write_text(textwrap.dedent(f"""
+        import time
         import torch
         CALLS = {str(tmp_path / "calls.txt")!r}
+        STARTED = {str(tmp_path / "forward_started")!r}
 
         def _called(name):
             with open(CALLS, "a") as f:
@@ -78,6 +87,23 @@ def factory_file(tmp_path):
 
         def broken():
             return Broken(), torch.ones(1)
+
+        class Interrupted(torch.nn.Module):
+            def forward(self, x):
+                raise KeyboardInterrupt  # what Ctrl-C raises while the model runs
+
+        def interrupted():
+            return Interrupted(), torch.ones(1)
+
+        class Sleepy(torch.nn.Module):
+            def forward(self, x):
+                open(STARTED, "w").close()  # the model runs: Ctrl-C may come now
+                for _ in range(12000):  # 2 minutes at most
+                    time.sleep(0.01)
+                return x
+
+        def sleepy():
+            return Sleepy(), torch.ones(1)
     """))
     return path
 
@@ -221,6 +247,69 @@ def test_a_failing_model_is_exit_status_1_with_the_error(capsys, factory_file):
     assert len(err.strip().splitlines()) == 1 and "--traceback" in err
     with pytest.raises(RuntimeError, match="the model is broken"):
         main(["profile", f"{factory_file}:broken", "--traceback"])
+
+
+def test_an_interrupted_run_is_exit_status_130_with_one_line(capsys, factory_file):
+    """A KeyboardInterrupt in the forward (what Ctrl-C raises there): one line, as shells expect
+    of SIGINT 128 + 2; ``--traceback`` lets it through whole."""
+    try:
+        code, out, err = run(capsys, "profile", f"{factory_file}:interrupted")
+    except KeyboardInterrupt:  # not let through to pytest, which would stop the whole run
+        pytest.fail("the KeyboardInterrupt escaped main()")
+    assert (code, out, err) == (130, "", "flopsight: interrupted\n")
+    with pytest.raises(KeyboardInterrupt):
+        main(["profile", f"{factory_file}:interrupted", "--traceback"])
+
+
+def _read_terminal(leader: int, chunks: list[bytes]) -> None:
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # the child closed the terminal
+            return
+        if not chunk:
+            return
+        chunks.append(chunk)
+
+
+@pytest.mark.skipif(not hasattr(os, "openpty"), reason="needs a pseudo-terminal")
+def test_ctrl_c_in_the_forward_erases_the_bar_and_prints_one_line(factory_file):
+    """SIGINT while the model runs (its forward writes a marker, then sleeps), stderr a
+    terminal so that the progress bar is drawn: the bar is erased, then one line, status 130."""
+    import pty
+
+    started = factory_file.parent / "forward_started"
+    leader, follower = pty.openpty()
+    # a shell's foreground command gets Python's handler; one started from a background job inherits SIGINT ignored
+    prelude = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)"
+    process = subprocess.Popen(flopsight_command("profile", f"{factory_file}:sleepy", "--warm-up", "0",
+                                                 prelude=prelude),
+                               stdout=subprocess.PIPE, stderr=follower)
+    os.close(follower)
+    chunks: list[bytes] = []
+    reader = threading.Thread(target=_read_terminal, args=(leader, chunks), daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 240
+        while not started.exists():  # inside the forward
+            assert process.poll() is None, "flopsight ended before the model ran"
+            assert time.monotonic() < deadline, "the model never ran"
+            time.sleep(0.05)
+        process.send_signal(signal.SIGINT)
+        code = process.wait(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    reader.join(timeout=10)
+    os.close(leader)
+    out = process.stdout.read().decode()
+    drawn = b"".join(chunks).decode()
+    assert code == 130 and out == ""
+    assert "Traceback" not in drawn and "2/3 profile" in drawn  # the bar was drawn
+    # the bar's line is erased ("\r\x1b[K"), then one line (a terminal ends it with "\r\n")
+    assert drawn.rsplit("\r\x1b[K", 1)[1] == "flopsight: interrupted\r\n"
+    assert drawn.count("\n") == 1
 
 
 def test_factory_errors_are_usage_errors(capsys, factory_file, tmp_path):
@@ -393,11 +482,25 @@ def test_train_mode_measures_forward_backward_and_step(capsys, tmp_path):
     code, text, err = run(capsys, "profile", path, "--mode", "train", "--seq-len", "8", "--warm-up", "0")
     assert code == 0, err
     assert "bwd latency:" in text and "step latency:" in text
+    # the built-in model computes its own loss from the labels it is given: its input ids
+    assert err == "flopsight: note: --mode train: the loss is the model's own .loss (labels = its input ids)\n"
     assert run(capsys, "profile", path, "--mode", "train", "--seq-len", "8", "--device", "meta", "-o", str(out))[0] == 0
     result = flopsight.load(out)
     assert result.total.forward.macs == llama_macs(8, 32, 4, 2, 64, 2, 64)
     assert result.total.backward.macs > result.total.forward.macs
     assert result.module("").step.flops > 0  # AdamW's update, its own phase
+
+
+def test_train_mode_says_once_that_the_loss_is_the_mean_of_the_output(capsys, factory_file, tmp_path):
+    """A model without a loss of its own (a factory's Sequential returns a tensor): backward()
+    runs on the mean of its output, and the command says so once for its three steps (one
+    warm-up, two measured), before the report is written."""
+    report = tmp_path / "r.json"
+    code, out, err = run(capsys, "profile", f"{factory_file}:pair", "--mode", "train", "--warm-up", "1",
+                         "--repeat", "2", "-o", str(report))
+    assert code == 0 and out == ""
+    assert err.splitlines() == ["flopsight: note: --mode train: the loss is the mean of the model's output "
+                                "(it returns no .loss)", f"flopsight: wrote {report}"]
 
 
 @pytest.mark.parametrize("mode", ["forward", "train"])

@@ -31,7 +31,6 @@ from .meta import prepare_for_meta
 from .models import Target, UsageError, available_memory, call_factory, choose_device, default_dtype, \
     split_factory_output
 from .progress import Progress
-from .run import with_labels
 
 __all__ = ["DTYPES", "pick_device", "build", "build_factory", "default_call", "check_input_shape",
            "explain_input_shape"]
@@ -188,9 +187,7 @@ def build(args: argparse.Namespace, target: Target, device: str, on_meta: Any,
             with torch.device(device), default_dtype(_dtype(args)):
                 model = target.build_model()
         call = default_call(args, target.input_kind, target.config, device, args.seq_len or target.default_seq_len,
-                            _dtype(args))
-        if args.mode == "train":
-            call = (call[0], with_labels(model, call[1]))
+                            _dtype(args))  # --mode train adds labels as it runs (run.with_labels)
     if device == "meta":
         with room_for(model):
             prepare_for_meta(model)

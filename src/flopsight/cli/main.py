@@ -8,7 +8,8 @@
 
 With no arguments (``python -m flopsight``, ``make demo``) it profiles ResNet-18 and prints
 the report. Every option is checked before a model is built: a bad value is a usage error
-(exit status 2) naming the option. A model that fails while it runs is exit status 1.
+(exit status 2) naming the option. A model that fails while it runs is exit status 1, and
+Ctrl-C exit status 130, each with one line on stderr (``--traceback`` shows the whole one).
 This file parses and dispatches: ``profile`` is :mod:`.profile` (its options
 :mod:`.options`), ``list`` :mod:`.listing`, ``diff`` :mod:`.diff` (with a parser of its own).
 Parsing imports no torch: ``--help``, ``--version``, ``list`` and usage errors are quick;
@@ -31,7 +32,10 @@ from .._version import __version__
 from .listing import cmd_list
 from .options import DEFAULT_MODEL, add_options
 
-__all__ = ["main", "parse", "build_parser", "DEFAULT_MODEL"]
+__all__ = ["main", "parse", "build_parser", "DEFAULT_MODEL", "INTERRUPTED"]
+
+#: the exit status of a run stopped by Ctrl-C (SIGINT): 128 + 2, as shells report it
+INTERRUPTED = 130
 
 
 # -- the parser ------------------------------------------------------------------------------------
@@ -106,12 +110,19 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """Run the command line ``argv`` (default: ``sys.argv[1:]``); returns the exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["diff"]:  # diff has its own parser and exit statuses
-        from .diff import main as diff_main
-
-        return diff_main(argv[1:])
+    args = None
     try:
-        args = parse(argv)
-        return args.run(args)
-    except SystemExit as e:  # argparse's errors (2), --help and --version (0)
-        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if argv[:1] == ["diff"]:  # diff has its own parser and exit statuses
+            from .diff import main as diff_main
+
+            return diff_main(argv[1:])
+        try:
+            args = parse(argv)
+            return args.run(args)
+        except SystemExit as e:  # argparse's errors (2), --help and --version (0)
+            return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except KeyboardInterrupt:  # Ctrl-C: one line, as for any failure (the progress bar is erased by then)
+        if getattr(args, "traceback", False):
+            raise
+        print("flopsight: interrupted", file=sys.stderr)
+        return INTERRUPTED

@@ -173,7 +173,8 @@ def add_options(p: argparse.ArgumentParser, version: str) -> None:
     other = p.add_argument_group("other")
     other.add_argument("--progress", action=argparse.BooleanOptionalAction,
                        help="a progress bar on stderr (default: when stderr is a terminal)")
-    other.add_argument("--traceback", action="store_true", help="show the whole traceback when the model fails")
+    other.add_argument("--traceback", action="store_true",
+                       help="show the whole traceback when the model fails (or Ctrl-C stops it)")
     other.add_argument("--version", action="version", version=version)
 
 

@@ -121,14 +121,16 @@ def given_repeat(args: argparse.Namespace, device: str) -> int | None:
 
 
 def run_mode(args: argparse.Namespace, model: torch.nn.Module, call_args: tuple, call_kwargs: dict, warm_up: int,
-             progress: Progress, repeat: int | None = None) -> Any:
-    """Profile the model as ``--mode`` says, ``repeat`` timed calls (None: ``--repeat auto``)."""
+             progress: Progress, repeat: int | None = None, labels: bool = False) -> Any:
+    """Profile the model as ``--mode`` says, ``repeat`` timed calls (None: ``--repeat auto``);
+    ``labels``: a training step gives the model labels for its own loss (a built-in model's
+    inputs, not a factory's own)."""
     auto = repeat is None
     options = ProfileOptions(warm_up=warm_up, attention=args.attention, repeat=MIN_REPEAT if auto else repeat)
     # torch's own walks (model.eval(), .train(), .parameters()) recurse: room for a deep model's
     with room_for(model):
         if args.mode == "train":
-            return run_train(model, call_args, call_kwargs, options, progress=progress, auto=auto)
+            return run_train(model, call_args, call_kwargs, options, progress=progress, auto=auto, labels=labels)
         if args.mode == "generate":
             return run_generate(model, call_args, call_kwargs, options, max_new_tokens=args.max_new_tokens,
                                 progress=progress, auto=auto)
@@ -154,7 +156,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
             on_meta_device = meta_masks() if device == "meta" else contextlib.nullcontext()
             with progress.stage("profile", total=total), on_meta_device, quiet_transformers():
                 try:
-                    result = run_mode(args, model, call_args, call_kwargs, warm_up, progress, repeat)
+                    result = run_mode(args, model, call_args, call_kwargs, warm_up, progress, repeat,
+                                      labels=target.kind != "factory")
                 except Exception:
                     explain_input_shape(args, model, call_args)  # a UsageError when the batch was in the shape
                     raise

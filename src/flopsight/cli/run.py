@@ -28,8 +28,8 @@ from ..result.profile_result import ProfileResult
 from .progress import Progress
 from .repeat import BUDGET_S, planned_repeat
 
-__all__ = ["run_forward", "run_generate", "run_train", "with_labels", "loss_of", "calls_counted", "calls_per_run",
-           "seconds_per_call", "auto_repeat"]
+__all__ = ["run_forward", "run_generate", "run_train", "with_labels", "loss_of", "loss_note", "calls_counted",
+           "calls_per_run", "seconds_per_call", "auto_repeat"]
 
 
 @contextlib.contextmanager
@@ -147,36 +147,49 @@ def _forward_parameters(model: nn.Module) -> Mapping[str, inspect.Parameter]:
         return {}
 
 
-def with_labels(model: nn.Module, kwargs: dict) -> dict:
+def with_labels(model: nn.Module, kwargs: dict) -> tuple[dict, str | None]:
     """``kwargs`` plus what makes a transformers model compute its own loss, as in
     training: ``labels`` (the target token ids, or class 0 for a classifier), or
-    ``return_loss`` (CLIP). Unchanged for a model that takes neither.
+    ``return_loss`` (CLIP); and what was added, in words. Unchanged, and None, for a model
+    that takes neither.
 
     >>> with_labels(torch.nn.Linear(2, 2), {"input": 1})
-    {'input': 1}
+    ({'input': 1}, None)
     """
     parameters = _forward_parameters(model)
     if "labels" in parameters:
-        ids = kwargs.get("decoder_input_ids", kwargs.get("input_ids"))
+        name = "decoder_input_ids" if "decoder_input_ids" in kwargs else "input_ids"
+        ids = kwargs.get(name)
         if isinstance(ids, torch.Tensor):
-            return {**kwargs, "labels": ids}
+            return {**kwargs, "labels": ids}, f"labels = its {name.replace('_', ' ')}"
         first = next((v for v in kwargs.values() if isinstance(v, torch.Tensor)), None)
         if first is not None and getattr(getattr(model, "config", None), "num_labels", None):
-            return {**kwargs, "labels": torch.zeros(first.shape[0], dtype=torch.long, device=first.device)}
+            labels = torch.zeros(first.shape[0], dtype=torch.long, device=first.device)
+            return {**kwargs, "labels": labels}, "labels = class 0 for every sample"
     if "return_loss" in parameters:
-        return {**kwargs, "return_loss": True}
-    return kwargs
+        return {**kwargs, "return_loss": True}, "return_loss=True"
+    return kwargs, None
 
 
-def _first_float(value: Any) -> torch.Tensor | None:
+def _first_float(value: Any, path: str = "") -> tuple[torch.Tensor, str] | None:
+    """The first floating-point tensor in ``value`` (depth first), with where it is in it
+    (``['logits']``, ``[0]``; ``""`` for ``value`` itself)."""
     if isinstance(value, torch.Tensor):
-        return value if value.is_floating_point() else None
-    items = value.values() if isinstance(value, Mapping) else value if isinstance(value, (list, tuple)) else ()
-    for item in items:
-        found = _first_float(item)
+        return (value, path) if value.is_floating_point() else None
+    if isinstance(value, Mapping):
+        items = [(f"[{k!r}]", v) for k, v in value.items()]
+    else:
+        items = [(f"[{i}]", v) for i, v in enumerate(value)] if isinstance(value, (list, tuple)) else []
+    for key, item in items:
+        found = _first_float(item, path + key)
         if found is not None:
             return found
     return None
+
+
+def _own_loss(output: Any) -> torch.Tensor | None:
+    loss = output.get("loss") if isinstance(output, Mapping) else getattr(output, "loss", None)
+    return loss if isinstance(loss, torch.Tensor) else None
 
 
 def loss_of(output: Any) -> torch.Tensor:
@@ -186,27 +199,55 @@ def loss_of(output: Any) -> torch.Tensor:
     >>> loss_of((torch.ones(2, 3), torch.ones(1))).item()
     1.0
     """
-    loss = output.get("loss") if isinstance(output, Mapping) else getattr(output, "loss", None)
-    if isinstance(loss, torch.Tensor):
+    loss = _own_loss(output)
+    if loss is not None:
         return loss
     first = _first_float(output)
     if first is None:
         raise ValueError("--mode train: the model's output holds no floating-point tensor to take a loss from")
-    return first.mean()
+    return first[0].mean()
+
+
+def loss_note(output: Any, labels: str | None = None) -> str:
+    """What ``--mode train`` says of its loss, once a run: what :func:`loss_of` took from
+    ``output``, and the ``labels`` :func:`with_labels` gave the model (in words), if any.
+
+    >>> loss_note(torch.ones(2, 3))
+    "--mode train: the loss is the mean of the model's output (it returns no .loss)"
+    >>> loss_note({"last_hidden_state": torch.ones(2, 3)})
+    "--mode train: the loss is the mean of the model's output['last_hidden_state'] (it returns no .loss)"
+    >>> loss_note({"loss": torch.ones(()), "logits": torch.ones(2, 3)}, "labels = its input ids")
+    "--mode train: the loss is the model's own .loss (labels = its input ids)"
+    """
+    if _own_loss(output) is not None:
+        return "--mode train: the loss is the model's own .loss" + (f" ({labels})" if labels else "")
+    first = _first_float(output)
+    where = first[1] if first is not None else ""
+    return f"--mode train: the loss is the mean of the model's output{where} (it returns no .loss)"
 
 
 def run_train(model: nn.Module, args: tuple, kwargs: dict, options: ProfileOptions, *,
-              progress: Progress | None = None, auto: bool = False) -> ProfileResult:
+              progress: Progress | None = None, auto: bool = False, labels: bool = False) -> ProfileResult:
     """``options.warm_up`` training steps, then ``options.repeat`` profiled: forward,
     ``backward()`` of the loss and an AdamW step, under :class:`flopsight.Profiler` (the
     optimizer's step is its own phase; each step measured on its own, times their medians).
     With ``auto``, the steps profiled are planned from the last warm-up step's time
-    (:func:`~.repeat.planned_repeat`; the minimum without a warm-up): no step is added."""
+    (:func:`~.repeat.planned_repeat`; the minimum without a warm-up): no step is added.
+    ``labels``: first give a transformers model what makes it compute its own loss
+    (:func:`with_labels`: the command's built-in models, not a factory's own inputs).
+    ``progress`` notes which loss was used (:func:`loss_note`) once the steps are done."""
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    added = None
+    if labels:
+        kwargs, added = with_labels(model, kwargs)
+    notes: list[str] = []
 
     def step() -> None:
-        loss_of(model(*args, **kwargs)).backward()
+        output = model(*args, **kwargs)
+        if not notes:
+            notes.append(loss_note(output, added))
+        loss_of(output).backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
@@ -224,4 +265,6 @@ def run_train(model: nn.Module, args: tuple, kwargs: dict, options: ProfileOptio
             for _ in range(options.repeat):
                 step()
                 prof.step()
+    if progress is not None and notes:  # after the timed steps, before the report
+        progress.note(notes[0])
     return prof.result
