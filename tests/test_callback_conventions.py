@@ -12,6 +12,7 @@ import pytest
 import torch
 from torch import nn
 
+from flopsight._process import WARNED
 from flopsight.cli import main as cli_main
 from flopsight.renderers.output import check_output_file
 
@@ -112,7 +113,7 @@ def test_both_callbacks_profile_the_same_step_and_mark_the_first(tmp_path, step)
 
 
 def test_lightnings_old_names_are_still_logged_with_one_warning(tmp_path, monkeypatch):
-    monkeypatch.setattr(lightning, "_old_names_warned", False)
+    monkeypatch.setattr(WARNED, "_keys", set())  # a fresh process's: nothing warned yet
     callback = lightning.FlopsightCallback(output=None)
     with pytest.warns(FutureWarning, match=r"flopsight/train/\.\.\. are deprecated") as caught:
         lightning_run(tmp_path, callback)
@@ -126,7 +127,7 @@ def test_lightnings_old_names_are_still_logged_with_one_warning(tmp_path, monkey
 
 
 def test_hf_warns_once_that_profile_step_counts_differently_now(monkeypatch):
-    monkeypatch.setattr(hf, "_numbering_warned", False)
+    monkeypatch.setattr(WARNED, "_keys", set())  # a fresh process's: nothing warned yet
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         hf.FlopsightCallback(profile_step=0, output=None)  # refused until 0.1.0: written for today's numbering

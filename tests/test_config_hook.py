@@ -441,7 +441,9 @@ def _attach_module():
 
 
 def test_a_profile_step_from_before_the_change_warns_once_which_step_it_profiles_now(monkeypatch):
-    monkeypatch.setattr(_attach_module(), "_numbering_warned", False)
+    from flopsight._process import WARNED
+
+    monkeypatch.setattr(WARNED, "_keys", set())  # a fresh process's: nothing warned yet
     model, opt = make()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -185,12 +185,12 @@ def test_two_profilers_overlapping_in_either_order_count_what_each_saw(backend, 
 
 # -- the tested range ---------------------------------------------------------------------------------------
 def test_a_torch_outside_the_tested_range_gets_one_line_and_flopsight_runs(monkeypatch):
-    import flopsight.torch_support as support
-
     assert untested("2.8.0") is not None and untested("2.16.0") is not None
     assert all(untested(v) is None for v in TESTED)
     monkeypatch.setattr(torch, "__version__", "2.16.0")
-    monkeypatch.setattr(support, "_warned", False)
+    from flopsight._process import WARNED
+
+    monkeypatch.setattr(WARNED, "_keys", set())  # a fresh process's: nothing warned yet
     model, x = torch.nn.Linear(4, 3), torch.ones(2, 4)
     with pytest.warns(UntestedTorchWarning,
                       match=r"torch 2\.16\.0 is outside the tested range \(2\.9 to 2\.15\)") as seen:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import sys
 import warnings
 
+from ._process import WARNED
 from .formulas.availability import release
 
 __all__ = ["FLOOR", "NEWEST", "TESTED", "UntestedTorchWarning", "untested", "warn_if_untested"]
@@ -37,15 +38,10 @@ def untested(version: str) -> str | None:
             "the ops it added or renamed")
 
 
-_warned = False
-
-
 def warn_if_untested() -> None:
     """Say so once per process (at the first profile) when the running torch is untested."""
-    global _warned
-    if _warned:
+    if not WARNED.first("untested torch"):
         return
-    _warned = True
     import torch
 
     line = untested(torch.__version__)

@@ -54,9 +54,11 @@ import torch
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
+from .._process import PROCESS, WARNED
 from ..analysis.report_figures import ParallelInfo
 from ..analysis.report_options import ReportOptions
-from ..capture.sources.optimizer import check_optimizer, wrap_method
+from .._wrap import wrap_method
+from ..capture.sources.optimizer import check_optimizer
 from ..capture.parallel import engine_parallel
 from ..options import ProfileOptions
 from ..profiler import Profiler, check_model
@@ -209,7 +211,7 @@ class AttachedProfiler:
         """Remove everything still installed; warns if the profiled step(s) never ended."""
         if not self.attached:
             return
-        _pending[:] = [(h, a) for h, a in _pending if h is not self]
+        FINISHES.pending[:] = [(h, a) for h, a in FINISHES.pending if h is not self]
         self._detach()
         if not self._done:
             ran = f"{self.steps} step{'' if self.steps == 1 else 's'} ran"
@@ -234,25 +236,34 @@ class AttachedProfiler:
 # So the handles whose step this is are finished from one global post hook, registered
 # during the step (from their optimizer's own post hook) and thereby the last to run:
 # removing it, the profilers' hooks and the handles' own hooks from there is safe.
-_pending: list[tuple[AttachedProfiler, Any]] = []
-_finisher = None
+class Finishes:
+    """The handles whose step is ending, and the one global post hook that finishes them."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.pending: list[tuple[AttachedProfiler, Any]] = []
+        self.finisher = None
+
+
+#: the process's handles finishing at the end of this step
+FINISHES: Finishes = PROCESS.own("attach finishes", Finishes)
 
 
 def _after_this_step(handle: AttachedProfiler, action) -> None:
     """Run ``action`` (the handle's next step or finish) once this step's hooks have run."""
-    global _finisher
-    _pending.append((handle, action))
-    if _finisher is None:
-        _finisher = register_optimizer_step_post_hook(_run_pending)
+    FINISHES.pending.append((handle, action))
+    if FINISHES.finisher is None:
+        FINISHES.finisher = register_optimizer_step_post_hook(_run_pending)
 
 
 def _run_pending(optimizer, args, kwargs) -> None:
-    global _finisher
-    actions = _pending[:]
-    _pending.clear()
-    if _finisher is not None:
-        _finisher.remove()
-        _finisher = None
+    actions = FINISHES.pending[:]
+    FINISHES.pending.clear()
+    if FINISHES.finisher is not None:
+        FINISHES.finisher.remove()
+        FINISHES.finisher = None
     error = None
     for _, action in actions:
         try:
@@ -318,16 +329,10 @@ def attach(
     return AttachedProfiler(model, optimizer, cfg, batch_size, parallel)
 
 
-#: whether the warning that profile_step changed its meaning was given in this process
-_numbering_warned = False
-
-
 def _warn_numbering(step: int) -> None:
     # until 0.1.0 attach profiled the profile_step-th step after it, one earlier than the engine;
     # 0 was refused then, so a 0 was written for the numbering of now
-    global _numbering_warned
-    if step >= 1 and not _numbering_warned:
-        _numbering_warned = True
+    if step >= 1 and WARNED.first("attach profile_step numbering"):
         warn_numbering_changed(f"flopsight.attach's profile_step={step}", step, "DeepSpeed's engine does",
                                f"step {step + 1} after attach", stacklevel=3)
 

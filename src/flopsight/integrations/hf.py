@@ -40,9 +40,10 @@ try:
 except ImportError as e:  # the optional extra
     raise ImportError("flopsight.integrations.hf needs transformers: pip install 'flopsight[hf]'") from e
 
+from .._process import WARNED
 from ..analysis.efficiency import efficiency
 from ..capture.gather import DEFAULT_GATHER_TIMEOUT, publish_failure
-from ..capture.sources.optimizer import wrap_method
+from .._wrap import wrap_method
 from ..hardware import check_peak
 from ..options import ProfileOptions
 from ..profiler import Profiler, with_ranks
@@ -57,18 +58,12 @@ __all__ = ["FlopsightCallback", "step_metrics", "PREFIX", "LOGGED"]
 
 logger = logging.getLogger(__name__)
 
-#: whether the warning that profile_step changed its meaning was given in this process
-_numbering_warned = False
-
-
 # -- argument checks ---------------------------------------------------------------------
 def _check_profile_step(step: Any) -> int:
     step = check_profile_step(step)
-    global _numbering_warned
-    if step >= 1 and not _numbering_warned:
+    if step >= 1 and WARNED.first("hf callback profile_step numbering"):
         # until 0.1.0 this callback profiled the step that ends at global_step == profile_step, one
         # earlier; 0 was refused then, so a 0 was written for the numbering of now
-        _numbering_warned = True
         warn_numbering_changed(f"FlopsightCallback(profile_step={step})", step,
                                "DeepSpeed's profile_step and flopsight's Lightning callback do",
                                f"the Trainer's step {step + 1} (state.global_step {step} -> {step + 1})", stacklevel=3)

@@ -47,6 +47,7 @@ except ImportError as error:  # the core needs torch alone; this module needs Li
         "flopsight.integrations.lightning needs Lightning 2: pip install 'flopsight[lightning]'"
     ) from error
 
+from .._process import WARNED
 from ..analysis.efficiency import Efficiency, efficiency
 from ..capture.gather import DEFAULT_GATHER_TIMEOUT, publish_failure
 from ..hardware import Peak, lookup_peak, resolve_peak
@@ -65,7 +66,6 @@ __all__ = ["FlopsightCallback", "METRICS", "PREFIX", "DEPRECATED_METRICS", "DEPR
 DEPRECATED_PREFIX = "flopsight/train/"
 
 #: whether the warning that the old names are deprecated was given in this process
-_old_names_warned = False
 
 #: the names logged until 0.1.0, logged for one more release (after :data:`DEPRECATED_PREFIX`) ->
 #: (unit, definition); ``device/`` names are this rank's, the others (more than one rank) the
@@ -367,9 +367,7 @@ class FlopsightCallback(Callback):
 
 
 def _warn_old_names() -> None:
-    global _old_names_warned
-    if not _old_names_warned:
-        _old_names_warned = True
+    if WARNED.first("lightning old metric names"):
         warnings.warn("flopsight: the Lightning callback's metric names flopsight/train/... are deprecated: they are "
                       "logged this release only, besides the names both flopsight callbacks log now "
                       "(flopsight/model_flops, flopsight/iter_latency_s, flopsight/mfu...; each old name's new one: "

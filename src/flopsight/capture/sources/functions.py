@@ -16,6 +16,7 @@ from typing import Callable
 
 from torch.overrides import TorchFunctionMode
 
+from ..._process import PROCESS
 from ..._torch_private import active_function_modes, exit_mode, is_higher_order_op, torch_function_subclasses
 from ..context import CaptureContext
 from ..running import OWN_CODE
@@ -42,6 +43,23 @@ class _InterceptMode(TorchFunctionMode):
         return handler(func, args, kwargs)
 
 
+class Routes:
+    """The routes open in this process (:class:`SubclassRoutes`): innermost last; what each
+    wrapped class held before; and, per thread, whether a handler runs."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.open: list = []  # the routes open, innermost last
+        self.saved: dict = {}  # (class, attribute) -> what it held before
+        self.inside = threading.local()  # .depth: handlers running on this thread
+
+
+#: the process's open routes
+ROUTES: Routes = PROCESS.own("routes", Routes)
+
+
 class SubclassRoutes:
     """Where no function mode runs, the calls that bypass the backend still reach their handler:
     those a tensor subclass takes over in Python (a jagged nested tensor's own attention), and
@@ -52,32 +70,28 @@ class SubclassRoutes:
     routed again (as inside a mode's handler).
     """
 
-    _open: list = []  # the routes open, innermost last
-    _saved: dict = {}  # class -> its own __torch_function__ as it was
-    _inside = threading.local()  # .depth: handlers running on this thread
-
     def __init__(self, handlers: dict) -> None:
         self.handlers = handlers
 
     def open(self) -> None:
-        routes = SubclassRoutes
-        if not routes._open:
+        routes = ROUTES
+        if not routes.open:
             for cls in torch_function_subclasses():
                 original = cls.__dict__["__torch_function__"]
-                routes._saved[(cls, "__torch_function__")] = original
+                routes.saved[(cls, "__torch_function__")] = original
                 cls.__torch_function__ = classmethod(_routed(original))
             for cls in {type(f) for f in self.handlers if is_higher_order_op(f)}:
                 original = cls.__dict__.get("__call__", _INHERITED)
-                routes._saved[(cls, "__call__")] = original
+                routes.saved[(cls, "__call__")] = original
                 cls.__call__ = _routed_call(cls.__call__)
-        routes._open.append(self)
+        routes.open.append(self)
 
     def close(self) -> None:
-        routes = SubclassRoutes
-        if self in routes._open:
-            routes._open.remove(self)
-        if not routes._open:
-            saved, routes._saved = routes._saved, {}
+        routes = ROUTES
+        if self in routes.open:
+            routes.open.remove(self)
+        if not routes.open:
+            saved, routes.saved = routes.saved, {}
             for (cls, name), original in saved.items():
                 if original is _INHERITED:
                     delattr(cls, name)
@@ -90,16 +104,16 @@ _INHERITED = object()  # a class that had no attribute of its own
 
 def _handler_of(func):
     """The innermost open route's handler of ``func`` (None: none, or inside a handler)."""
-    if getattr(SubclassRoutes._inside, "depth", 0) or not SubclassRoutes._open:
+    if getattr(ROUTES.inside, "depth", 0) or not ROUTES.open:
         return None
     try:
-        return SubclassRoutes._open[-1].handlers.get(func)
+        return ROUTES.open[-1].handlers.get(func)
     except TypeError:  # an unhashable callable has no handler
         return None
 
 
 def _handled(handler, func, args, kwargs):
-    inside = SubclassRoutes._inside
+    inside = ROUTES.inside
     inside.depth = 1
     try:
         return handler(func, args, kwargs or {})

@@ -15,13 +15,12 @@ from __future__ import annotations
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
+from ..._wrap import wrap_method
 from ..context import CaptureContext
 from .functions import FunctionInterceptor
 from .spans import SpanTimer
 
-__all__ = ["OptimizerSteps", "wrap_method", "check_optimizer"]
-
-_ABSENT = object()
+__all__ = ["OptimizerSteps", "check_optimizer"]
 
 
 def check_optimizer(optimizer, arg: str = "optimizer"):
@@ -32,38 +31,6 @@ def check_optimizer(optimizer, arg: str = "optimizer"):
         f"{arg}: expected a torch.optim.Optimizer, an object with a step() method (a DeepSpeed ZeRO "
         f"optimizer) or None, got {type(optimizer).__name__}"
     )
-
-
-def wrap_method(obj, name: str, around):
-    """Route every ``obj.<name>(...)`` through ``around(original, args, kwargs)`` (which must
-    call ``original``) by giving ``obj`` an attribute of its own; returns the function that
-    puts it back as it was.
-
-    >>> class Wrapper:
-    ...     def step(self): return "stepped"
-    >>> w, seen = Wrapper(), []
-    >>> remove = wrap_method(w, "step", lambda call, args, kwargs: seen.append("around") or call(*args, **kwargs))
-    >>> w.step(), seen
-    ('stepped', ['around'])
-    >>> remove(); "step" in vars(w)
-    False
-    """
-    saved = vars(obj).get(name, _ABSENT)
-    original = getattr(obj, name)
-
-    def wrapped(*args, **kwargs):
-        return around(original, args, kwargs)
-
-    setattr(obj, name, wrapped)
-
-    def remove() -> None:
-        if vars(obj).get(name) is wrapped:  # not replaced again since: put it back
-            if saved is _ABSENT:
-                delattr(obj, name)
-            else:
-                setattr(obj, name, saved)
-
-    return remove
 
 
 class OptimizerSteps:

@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 import torch
 
+from ..._process import PROCESS
 from ..._torch_private import jagged_layout, modes_disabled
 from ..shapes import broadcast_shape, numel, prod
 
@@ -50,12 +51,28 @@ def readable(t: Any) -> bool:
     )
 
 
-_reads = [0]  # how many times formulas read values: a cost that did cannot be reused by shape
+class ValuesRead:
+    """What formulas have read of tensor values in this process: how many times they asked
+    (a cost that did cannot be reused by shape), how many reads copied values (off the device),
+    and the values kept (see :func:`read_values`)."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.asked = 0
+        self.copied = 0
+        #: (key, ids of the tensors) -> (weak references to them, their versions, the value read)
+        self.known: dict[tuple, tuple] = {}
+
+
+#: the process's reads
+VALUES: ValuesRead = PROCESS.own("values read", ValuesRead)
 
 
 def values_read() -> int:
     """How many times a formula has read tensor values so far (see :func:`read_values`)."""
-    return _reads[0]
+    return VALUES.asked
 
 
 def read_values(fn: Callable, *tensors: Any, key: Any = None) -> Any:
@@ -70,35 +87,33 @@ def read_values(fn: Callable, *tensors: Any, key: Any = None) -> Any:
     copies it to the host and waits for the GPU; so a mask is read once per pass.
 
     >>> mask = torch.ones(4, dtype=torch.bool)
-    >>> before = _value_reads[0]
-    >>> [read_values(lambda m: int(m.sum()), mask, key="kept") for _ in range(3)], _value_reads[0] - before
+    >>> before = VALUES.copied
+    >>> [read_values(lambda m: int(m.sum()), mask, key="kept") for _ in range(3)], VALUES.copied - before
     ([4, 4, 4], 1)
     >>> mask[0] = False       # written to: its version changes, it is read again
-    >>> read_values(lambda m: int(m.sum()), mask, key="kept"), _value_reads[0] - before
+    >>> read_values(lambda m: int(m.sum()), mask, key="kept"), VALUES.copied - before
     (3, 2)
     """
-    _reads[0] += 1
+    VALUES.asked += 1
     if not all(readable(t) for t in tensors):
         return None
     if key is not None:
         cache_key = (key, *map(id, tensors))
-        known = _known.get(cache_key)
+        known = VALUES.known.get(cache_key)
         if known is not None and all(r() is t and v == t._version for r, t, v in zip(known[0], tensors, known[1])):
             return known[2]
-    _value_reads[0] += 1
+    VALUES.copied += 1
     with modes_disabled(), torch.no_grad():
         value = fn(*tensors)
     if key is not None:
-        if len(_known) >= _KNOWN_LIMIT:
-            _known.pop(next(iter(_known)))  # the oldest
-        _known[cache_key] = ([weakref.ref(t) for t in tensors], [t._version for t in tensors], value)
+        known = VALUES.known
+        if len(known) >= _KNOWN_LIMIT:
+            known.pop(next(iter(known)))  # the oldest
+        known[cache_key] = ([weakref.ref(t) for t in tensors], [t._version for t in tensors], value)
     return value
 
 
-#: (key, ids of the tensors) -> (weak references to them, their versions, the value read)
-_known: dict[tuple, tuple] = {}
 _KNOWN_LIMIT = 64
-_value_reads = [0]  # how many times values were actually read (copied off the device)
 
 
 def _ints(t: Any) -> list[int] | None:

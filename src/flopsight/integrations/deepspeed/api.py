@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from ..._checks import is_int
+from ..._process import PROCESS
 from ...analysis.report_figures import ParallelInfo, model_forward
 from ...analysis.report_options import ReportOptions
 from ...capture.modules import describe, walk
@@ -41,9 +42,19 @@ __all__ = [
     "get_module_duration",
 ]
 
-# module object -> (profiler, path): what the get_module_* helpers read. Weak, so a
-# profiled model is never kept alive, and nothing is stored on the module itself.
-_PROFILED: "weakref.WeakKeyDictionary[nn.Module, tuple[FlopsProfiler, str]]" = weakref.WeakKeyDictionary()
+class Profiled:
+    """Module object -> (profiler, path): what the get_module_* helpers read. Weak, so a
+    profiled model is never kept alive, and nothing is stored on the module itself."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.modules: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+#: the process's modules profiled by a FlopsProfiler
+PROFILED: Profiled = PROCESS.own("profiled modules", Profiled)
 
 
 def engine_parallel_info(ds_engine: Any) -> ParallelInfo | None:
@@ -129,9 +140,10 @@ class FlopsProfiler:
         """Stop and clean up; the last profile's totals stay readable."""
         self.stop_profile()
         self.started = False
-        for module in list(_PROFILED.keys()):
-            if _PROFILED.get(module, (None,))[0] is self:
-                del _PROFILED[module]
+        profiled = PROFILED.modules
+        for module in list(profiled.keys()):
+            if profiled.get(module, (None,))[0] is self:
+                del profiled[module]
 
     def _profiler_running(self) -> bool:
         """Whether a capture is running (started, not yet stopped)."""
@@ -139,7 +151,7 @@ class FlopsProfiler:
 
     def _register(self) -> None:
         for name, module in self.model.named_modules():
-            _PROFILED[module] = (self, name)
+            PROFILED.modules[module] = (self, name)
 
     # -- results --------------------------------------------------------------------------
     @property
@@ -268,7 +280,7 @@ class FlopsProfiler:
 def _lookup(module: nn.Module):
     if not isinstance(module, nn.Module):
         raise TypeError(f"module: expected a torch.nn.Module, got {type(module).__name__}")
-    entry = _PROFILED.get(module)
+    entry = PROFILED.modules.get(module)
     if entry is None:
         raise ValueError("module: not part of a model profiled by a FlopsProfiler (call start_profile() first)")
     profiler, path = entry

@@ -34,9 +34,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..._process import PROCESS
 from ...capture.inputs import model_device
 from ...capture.gather import DEFAULT_GATHER_TIMEOUT
-from ...capture.sources.optimizer import wrap_method
+from ..._wrap import wrap_method
 from ...capture.parallel import engine_parallel
 from ...capture.timing import default_clock
 from ..._checks import check_int
@@ -50,10 +51,6 @@ from .timed_step import TimedStep
 
 __all__ = ["install", "uninstall", "installed", "EngineProfiler"]
 
-#: (module, attribute, DeepSpeed's object) for each name install() replaced
-_REPLACED: list[tuple[Any, str, Any]] = []
-
-
 def _engine_modules() -> list:
     try:
         import deepspeed.runtime.engine as engine
@@ -62,9 +59,21 @@ def _engine_modules() -> list:
     return [engine]
 
 
-#: what install() was asked for, read by each EngineProfiler when its engine builds it
-#: (None: what the engine's flops_profiler block says, else its default)
-_OPTIONS: dict[str, Any] = {"memory": None, "steps": None}
+class Installation:
+    """What :func:`install` did in this process: (module, attribute, DeepSpeed's object) for
+    each name it replaced, and what it was asked for, read by each :class:`EngineProfiler` when
+    its engine builds it (None: what the engine's flops_profiler block says, else its default)."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.replaced: list[tuple[Any, str, Any]] = []
+        self.options: dict[str, Any] = {"memory": None, "steps": None}
+
+
+#: the process's installation
+INSTALLED: Installation = PROCESS.own("deepspeed install", Installation)
 
 
 def install(*, memory: bool | None = None, steps: int | None = None) -> None:
@@ -77,25 +86,25 @@ def install(*, memory: bool | None = None, steps: int | None = None) -> None:
     if memory is not None and not isinstance(memory, bool):
         raise TypeError(f"memory: expected a bool or None, got {type(memory).__name__}")
     check_int(steps, "steps", low=1, optional=True, what="how many steps to profile")  # before any engine runs
-    _OPTIONS.update(memory=memory, steps=steps)
-    if _REPLACED:
+    INSTALLED.options.update(memory=memory, steps=steps)
+    if INSTALLED.replaced:
         return
     for module in _engine_modules():
-        _REPLACED.append((module, "FlopsProfiler", module.FlopsProfiler))
+        INSTALLED.replaced.append((module, "FlopsProfiler", module.FlopsProfiler))
         module.FlopsProfiler = EngineProfiler
 
 
 def uninstall() -> None:
     """Put DeepSpeed's own profiler back (engines already built keep the one they have)."""
-    _OPTIONS.update(memory=None, steps=None)
-    while _REPLACED:
-        module, name, original = _REPLACED.pop()
+    INSTALLED.options.update(memory=None, steps=None)
+    while INSTALLED.replaced:
+        module, name, original = INSTALLED.replaced.pop()
         setattr(module, name, original)
 
 
 def installed() -> bool:
     """Whether :func:`install` is in effect."""
-    return bool(_REPLACED)
+    return bool(INSTALLED.replaced)
 
 
 class EngineProfiler(FlopsProfiler):
@@ -116,8 +125,8 @@ class EngineProfiler(FlopsProfiler):
         block = _config_block(ds_engine)
         # warns about keys DeepSpeed ignores; its defaults without a block
         config = parse_config({"flops_profiler": block}) if block is not None else FlopsProfilerConfig()
-        self._memory = config.memory if _OPTIONS["memory"] is None else _OPTIONS["memory"]
-        self._steps = config.steps if _OPTIONS["steps"] is None else _OPTIONS["steps"]
+        self._memory = config.memory if INSTALLED.options["memory"] is None else INSTALLED.options["memory"]
+        self._steps = config.steps if INSTALLED.options["steps"] is None else INSTALLED.options["steps"]
         self._steps_done = 0
         self._unwrap_steps = None  # the wrapper that ends each of several profiled steps
         self._unwrap_step = None

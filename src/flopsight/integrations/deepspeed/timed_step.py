@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...capture.sources.optimizer import wrap_method
+from ..._wrap import wrap_method
 from ...capture.timing import Clock
 from ...result.iteration import TIMED
 
