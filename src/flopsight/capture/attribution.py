@@ -24,12 +24,12 @@ from .._torch_private import (
     autograd_sequence_nr,
     current_autograd_node,
     node_thread,
-    function_modes_disabled,
     node_sequence_nr,
 )
 from ..formulas.bytes_moved import tensors_bytes
 from ..result.stats import ZERO_STATS, Stats
 from .context import CaptureContext
+from .costs import evaluate
 from .notices import warn_formula_failed, warn_unprofiled_forward, warn_unsupported
 
 __all__ = ["Attribution", "WholeCall", "whole_call_bytes"]
@@ -153,22 +153,18 @@ class Attribution:
         """:meth:`place` for a call that ran while autograd node ``node`` executed (None: none)
         and left the thread's sequence counter at ``seq_after`` (None: read it now), with the
         module stack and phase as they are now: an op recorded natively, charged later;
-        ``calls`` of it in a row (the native recorder's repeats), ``t1 - t0`` their time."""
+        ``calls`` of it in a row (the native recorder's repeats), ``t1 - t0`` their time.
+        Where it goes is :meth:`locate`'s rule; a node made by a backward op is noted here."""
         ctx = self.ctx
         stack = ctx.stack
-        top_id = -1
         if node is None or (stack and stack[-1].phase == "recompute"):
             self._seq_seen = None
-            if stack:
-                top = stack[-1]
-                path, phase = top.path, top.phase
-                if phase == "forward":
-                    top_id = stack[0].top_id
-            elif ctx.phase != "forward" or ctx.outside_to_root:  # in a step or a backward span
-                path, phase = "", ctx.phase
-            else:
+            where = self._outside_nodes()
+            if where is None:
                 return None
+            path, phase, top_id = where
         else:
+            top_id = -1
             whole = self._whole_call_of(node)
             if whole is not None:
                 self._charge_whole_backward(whole, t0, t1)
@@ -191,22 +187,32 @@ class Attribution:
 
     def locate(self, node) -> tuple[str, str] | None:
         """Where something that happened now, while autograd node ``node`` ran (None: none),
-        belongs, as :meth:`place_at` decides for an op, without charging anything: (module
-        path, phase), or None when it is not the profiled model's (a block of memory the
-        native backend saw allocated)."""
-        ctx = self.ctx
-        stack = ctx.stack
+        belongs: the rule :meth:`place_at` charges by, charging nothing: (module path, phase),
+        or None when it is not the profiled model's (a block of memory the native backend saw
+        allocated)."""
+        stack = self.ctx.stack
         if node is None or (stack and stack[-1].phase == "recompute"):
-            if stack:
-                return stack[-1].path, stack[-1].phase
-            if ctx.phase != "forward" or ctx.outside_to_root:
-                return "", ctx.phase
-            return None
+            where = self._outside_nodes()
+            return where[:2] if where is not None else None
         whole = self._whole_call_of(node)
         if whole is not None:
             return whole.path, "backward"
         path = self._backward_owner(node)
         return (path, "backward") if path is not None else None
+
+    def _outside_nodes(self) -> tuple[str, str, int] | None:
+        """Outside the backward pass's nodes (or in a forward it re-runs): the innermost module
+        call running, else the root in a step or a backward span, or when the profiled call is
+        the model's own method: (path, phase, the top-level forward call's index or -1); None
+        where it is not the model's (user code around a profiled module)."""
+        ctx = self.ctx
+        stack = ctx.stack
+        if stack:
+            top = stack[-1]
+            return top.path, top.phase, stack[0].top_id if top.phase == "forward" else -1
+        if ctx.phase != "forward" or ctx.outside_to_root:
+            return "", ctx.phase, -1
+        return None
 
     def charge_collective(self, entry, t0, t1, owner: str | None = None) -> tuple[str, str]:
         """Charge a collective op like any free op and say where the collective belongs:
@@ -238,17 +244,14 @@ class Attribution:
         return stack[-1].path if stack else None
 
     def evaluate(self, entry, *payload, calls: int = 1) -> Stats:
-        """``entry.cost(*payload)``; an op without a formula, or whose formula fails, costs
-        nothing and is listed (and warned about once) as unsupported (``calls`` times)."""
-        if entry.formula is None:
-            self._unsupported(entry.name, None, calls)
-            return ZERO_STATS
-        try:
-            with function_modes_disabled():
-                return entry.cost(*payload)
-        except Exception as e:  # a formula bug must not break the user's model
-            self._unsupported(entry.name, e, calls)
-            return ZERO_STATS
+        """``entry.cost(*payload)`` (:func:`.costs.evaluate`); an op without a formula, or whose
+        formula fails, costs nothing and is listed (and warned about once) as unsupported
+        (``calls`` times)."""
+        found = evaluate(entry, payload)
+        if isinstance(found, Stats):
+            return found
+        self._unsupported(entry.name, found, calls)
+        return ZERO_STATS
 
     def _unsupported(self, name: str, error: Exception | None, calls: int = 1) -> None:
         counter = self.ctx.tally.unsupported

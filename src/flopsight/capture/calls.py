@@ -18,8 +18,8 @@ from .inputs import batch_size
 from .running import RUNNING
 from .scripted import is_scripted
 
-__all__ = ["CallRecord", "unwind", "ModuleCalls", "TopCall", "CallTracking", "choose_path", "autocast_dtypes",
-           "note_error", "failure_text"]
+__all__ = ["CallRecord", "begun", "unwind", "ModuleCalls", "TopCall", "CallTracking", "choose_path",
+           "autocast_dtypes", "note_error", "failure_text"]
 
 
 def _parent_of(path: str) -> str:
@@ -110,6 +110,24 @@ class ModuleCalls:
         """Seconds of each top-level forward call (the model, or what modules of it the
         caller ran directly): the wall time of the forward phase."""
         return [self.seconds[r.index] for r in self.log if r.parent < 0 and r.phase == "forward"]
+
+
+def begun(index: int, paths: list[str], caller: CallRecord | None, phase: str, module: nn.Module, seq: int,
+          exc=None) -> CallRecord:
+    """The record of a module call that begins, however it was heard (a Python hook, the native
+    recorder's replay): ``index`` in the call log, its path among the module's ``paths`` by its
+    ``caller``'s (the innermost call running, None for a top-level call, which is its parent),
+    ``phase``, the autograd sequence counter ``seq`` then, the exception being handled then.
+
+    >>> outer = begun(0, [""], None, "forward", "M", 5)
+    >>> inner = begun(1, ["enc.norm", "dec.norm"], begun(0, ["dec"], None, "forward", "D", 5), "forward", "N", 7)
+    >>> (outer.parent, outer.seq_start), (inner.path, inner.parent, inner.seq_start)
+    ((-1, 5), ('dec.norm', 0, 7))
+    """
+    path = paths[0] if len(paths) == 1 else choose_path(paths, caller.path if caller is not None else None)
+    rec = CallRecord(index, path, phase, module, caller.index if caller is not None else -1, exc)
+    rec.seq_start = seq
+    return rec
 
 
 def unwind(stack: list, module: nn.Module) -> CallRecord | None:

@@ -20,7 +20,7 @@ import time
 from torch import nn
 
 from ...._torch_private import has_own_hooks, module_call_frames
-from ...calls import CallRecord, choose_path, unwind
+from ...calls import CallRecord, begun, unwind
 from ...scripted import is_scripted
 from ..python.calls import PythonCalls
 from .recorder import RECORDER
@@ -96,11 +96,9 @@ class NativeCalls(PythonCalls):
         stack, log = ctx.stack, ctx.calls
         module = self._modules[index]
         if kind == -1:
-            top = stack[-1]  # never empty: a top-level call goes to the Python hook
-            paths = self._index_paths[index]
-            path = paths[0] if len(paths) == 1 else choose_path(paths, top.path)
-            rec = CallRecord(len(log), path, "recompute" if recompute else ctx.phase, module, top.index, None)
-            rec.seq_start = seq
+            # (the stack is never empty: a top-level call goes to the Python hook)
+            rec = begun(len(log), self._index_paths[index], stack[-1], "recompute" if recompute else ctx.phase,
+                        module, seq)
             rec.ovh_start = overhead
             rec.start = stamp
             log.append(rec)
@@ -129,11 +127,9 @@ class NativeCalls(PythonCalls):
         top = stack[-1] if stack else None
         for kind, index, recompute, seq, _, t, _, _ in records:
             if kind == -1:  # (top is never None: a top-level call goes to the Python hook)
-                paths = index_paths[index]
-                path = paths[0] if len(paths) == 1 else choose_path(paths, top.path)
-                rec = CallRecord(first + len(calls), path, "recompute" if recompute else phase, modules[index],
-                                 top.index, None)
-                rec.seq_start, rec.ovh_start, rec.start = seq, overhead, t * 1e-9 + offset
+                rec = begun(first + len(calls), index_paths[index], top, "recompute" if recompute else phase,
+                            modules[index], seq)
+                rec.ovh_start, rec.start = overhead, t * 1e-9 + offset
                 append(rec)
                 push(rec)
                 top = rec

@@ -37,7 +37,6 @@ from ...._process import WARNED
 from ...._torch_private import (
     ACCUMULATE_GRAD_SEQUENCE_NR,
     builtin_aten_op,
-    function_modes_disabled,
     native_op,
     op_overload_name,
     op_overload_names,
@@ -47,9 +46,10 @@ from ...._torch_private import (
 from ....formulas.attention import entries as attention_entries
 from ....formulas.attention.convention import reads_values
 from ....formulas.registry import ZERO
-from ....result.stats import ZERO_STATS, Stats
+from ....result.stats import ZERO_STATS
 from ...attribution import whole_call_bytes
 from ...context import CaptureContext
+from ...costs import evaluate
 from ...counts import Counts, collect_counts
 from ...events import OpEvent
 from ...running import RUNNING
@@ -104,6 +104,14 @@ class _Failed:
 
     def cost(self, *payload):
         raise self.error
+
+
+def _costed_as(entry, found) -> tuple:
+    """(the entry to charge, its cost or None) from :func:`~...costs.evaluate`'s answer: a
+    formula that failed on this signature is charged as failed (each call listed)."""
+    if isinstance(found, Exception):
+        return _Failed(entry, found), None
+    return entry, found
 
 
 class _Op:
@@ -370,16 +378,11 @@ class NativeCountingSource:
         """A run of blocks the allocator handed out (and took back) while autograd node
         ``node_seq`` ran (an AccumulateGrad's parameter at TensorImpl ``accumulated``), under
         one state: see recorder.cpp's drain_runs and :meth:`MemorySource.allocated_run`."""
-        stack = self._ctx.stack
-        if node_seq == NO_NODE and stack:  # most blocks: the module running
-            top = stack[-1]
-            path, phase = top.path, top.phase
-        else:
-            where = self._ctx.attribution.locate(self._node(node_seq, accumulated))
-            if where is None:  # not the model's: neither are its releases
-                self._not_model.add(run)
-                return
-            path, phase = where
+        where = self._ctx.attribution.locate(self._node(node_seq, accumulated))  # as an op's cost
+        if where is None:  # not the model's: neither are its releases
+            self._not_model.add(run)
+            return
+        path, phase = where
         name = self._op_names.get(op_id, False)
         if name is False:
             op = self._op(op_id) if op_id >= 0 else None
@@ -426,19 +429,10 @@ class NativeCountingSource:
         entry = op.entry
         io = entry.io
         nbytes = io(out, args, kwargs) if io is not None else 0
-        if entry.formula is None:
-            cost: Stats | None = None  # listed as unsupported, each call, by the attribution
-        elif entry.formula is ZERO:
-            cost = ZERO_STATS
-        else:
-            reads = attention_entries.values_read()
-            try:
-                with function_modes_disabled():
-                    cost = entry.cost(out, args, kwargs)
-            except Exception as e:  # a formula bug must not break the user's model
-                entry, cost = _Failed(entry, e), None
-            if sig >= 0 and attention_entries.values_read() != reads:  # it wanted values it was not given
-                _warn_values(entry.name)
+        reads = attention_entries.values_read()
+        entry, cost = _costed_as(entry, evaluate(entry, (out, args, kwargs)))
+        if sig >= 0 and attention_entries.values_read() != reads:  # it wanted values it was not given
+            _warn_values(entry.name)
         known = Costed(entry, cost, nbytes)
         if sig >= 0:
             self._tables.costs[sig] = known
@@ -449,12 +443,7 @@ class NativeCountingSource:
         """(unit, cost or None, bytes read, backward cost, bytes written) of a unit's call."""
         bound = unit.bind(args, kwargs)  # None if no schema fits: its formula then fails
         read, written = whole_call_bytes(out, bound)
-        try:
-            with function_modes_disabled():
-                cost = unit.cost(out, bound)
-            entry = unit
-        except Exception as e:  # a formula bug must not break the user's model
-            entry, cost = _Failed(unit, e), None
+        entry, cost = _costed_as(unit, evaluate(unit, (out, bound)))
         backward = ZERO_STATS
         if unit.backward is not None:
             backward = self._ctx.attribution.evaluate(unit.backward_entry, out, bound)

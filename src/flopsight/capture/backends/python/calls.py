@@ -22,7 +22,7 @@ from torch.nn.modules.module import register_module_forward_hook, register_modul
 from ...._torch_private import autograd_sequence_nr, current_autograd_node, remove_global_hook, tag_nodes
 from ....formulas.shapes import nested_tensors
 from ...running import RUNNING
-from ...calls import CallRecord, CallTracking, autocast_dtypes, choose_path, note_error, unwind
+from ...calls import CallTracking, autocast_dtypes, begun, note_error, unwind
 from ...modules import compiled_paths
 
 __all__ = ["PythonCalls"]
@@ -86,11 +86,10 @@ class PythonCalls(CallTracking):
             settle()  # the stack is about to change: what ran so far ran under the old one
             h0 = now()
             top = stack[-1] if stack else None
-            path = paths[0] if len(paths) == 1 else choose_path(paths, top.path if top else None)
             # a forward that runs while the backward pass executes a node is activation
             # checkpointing re-running it
             phase = "recompute" if current_autograd_node() is not None else ctx.phase
-            rec = CallRecord(len(log), path, phase, module, top.index if top else -1, sys.exc_info()[1])
+            rec = begun(len(log), paths, top, phase, module, autograd_sequence_nr(), sys.exc_info()[1])
             if phase == "recompute" and threading.get_ident() != home:  # CUDA's backward thread
                 rec.thread = threading.get_ident()
             if top is None and phase == "forward":
@@ -100,7 +99,6 @@ class PythonCalls(CallTracking):
                     self.autocast = autocast_dtypes()
                 for listener in forwards:
                     listener.forward_begins(rec)
-            rec.seq_start = autograd_sequence_nr()
             log.append(rec)
             stack.append(rec)
             for listener in listeners:
