@@ -82,3 +82,14 @@ def test_the_backend_is_chosen_from_the_rows_needs_before_any_source_is_made():
     assert needs_of([Row("a", Sees, needs={"ops"}), Row("b", Sees, needs={"memory"})]) == {"ops", "memory"}
     with pytest.raises(ValueError, match="needs: \\['opz'\\] are not among"):
         Row("typo", Sees, needs={"opz"})
+
+
+def test_a_sessions_options_are_read_off_the_public_ones_with_the_same_defaults(monkeypatch):
+    monkeypatch.delenv("FLOPSIGHT_BACKEND", raising=False)
+    infos = describe(torch.nn.Linear(2, 2))
+    public = flopsight.ProfileOptions()
+    assert CaptureOptions(infos).backend == public.backend == "auto"
+    given = flopsight.ProfileOptions(memory=True, backend="python", kernels=True)
+    capture = CaptureOptions.of(given, infos, count=False, kernels=False)
+    assert (capture.memory, capture.backend, capture.kernels, capture.count) == (True, "python", False, False)
+    assert capture.ignore is given.ignore

@@ -178,9 +178,8 @@ def open_session(infos: dict, options: ProfileOptions, registry: Registry, clock
     """A started capture session of the modules ``infos`` for ``options``: how :func:`profile`'s
     passes and :class:`Profiler`'s steps are all captured (``count``: count ops, else time
     module spans only; ``kernels``: record kernels, default ``options.kernels``)."""
-    capture = CaptureOptions(infos, count=count, memory=options.memory, timeline=timeline,
-                             outside_to_root=outside_to_root, optimizer=options.optimizer, ignore=options.ignore,
-                             backend=options.backend, kernels=options.kernels if kernels is None else kernels)
+    capture = CaptureOptions.of(options, infos, count=count, timeline=timeline, outside_to_root=outside_to_root,
+                                **({} if kernels is None else {"kernels": kernels}))
     session = CaptureSession(capture, registry=registry, clock=clock)
     session.start()
     return session

@@ -1,5 +1,6 @@
-"""What one capture session is asked for (:class:`CaptureOptions`): the front-ends' options as
-the capture reads them.
+"""What one capture session is asked for (:class:`CaptureOptions`): what the front-ends'
+options (:class:`flopsight.ProfileOptions`) say of a capture, and what differs per session (the
+modules, whether it counts, a timeline, where ops outside the model go).
 """
 
 from __future__ import annotations
@@ -39,7 +40,19 @@ class CaptureOptions:
     outside_to_root: bool = False
     optimizer: Any = None
     ignore: Callable[[nn.Module], bool] = _never
-    #: which path counts: "auto", "native" or "python" (see :mod:`.native`)
-    backend: str = "python"
+    #: which path counts: "auto", "native" or "python" (see :mod:`.backends`), as the public
+    #: option resolves it when none is given
+    backend: str = "auto"
     #: also record kernels per module with torch.profiler (see :mod:`.kernels`)
     kernels: bool = False
+
+    #: the fields a front-end's options give (the rest differ per session)
+    FROM_OPTIONS = ("memory", "optimizer", "ignore", "backend", "kernels")
+
+    @classmethod
+    def of(cls, options: Any, infos: dict[str, ModuleInfo], **session: Any) -> "CaptureOptions":
+        """The capture of ``infos`` that ``options`` (a :class:`flopsight.ProfileOptions`) asks
+        for, with the session's own fields (``count``, ``timeline``, ``outside_to_root``, and
+        ``kernels`` where a pass decides it)."""
+        given = {name: getattr(options, name) for name in cls.FROM_OPTIONS}
+        return cls(infos, **{**given, **session})
