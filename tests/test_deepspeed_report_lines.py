@@ -38,9 +38,9 @@ OWN = [
      r"straggler|"
      r"memory, |GPU utilization|op coverage|noise:|note:|micro-batches per step|inputs \(|"
      r"(all_reduce|all_gather|reduce_scatter|broadcast) \()", "flopsight's measured summary lines, after DeepSpeed's"),
-    (r"^    bwd (MACs|latency) +- ", "each depth's top modules by the measured backward"),
+    (r"^    bwd (MACs|op time) +- ", "each depth's top modules by the measured backward"),
     (r"^depth \d+:$|^    (params|MACs|fwd latency) +- ", "depths DeepSpeed's engine report leaves out"),
-    (r"^-+ Per-rank Profile -+$|^Latency over the ranks|^    \S+ \(\w+\) (fwd|bwd) latency: ",
+    (r"^-+ Per-rank Profile -+$|^Latency over the ranks|^    \S+ \(\w+\) (fwd latency|bwd op time): ",
      "the Per-rank section (every rank's figures, gathered on rank 0)"),
     (r"^$", "a blank line between flopsight's sections"),
 ]

@@ -6,6 +6,9 @@
 3. On the meta device every time and rate is n/a (null in JSON).
 4. Parameters tied across modules are marked where a module's params are reported.
 7. The text report states the inputs.
+8. A training report's backward times: every line that states one prints the same number for
+   the same quantity, and names the different ones apart (DeepSpeed's ``bwd latency``, the
+   backward pass's wall time; a module's ``bwd op time``; the step anatomy's ``bwd compute``).
 
 Skew is forced on a fake clock (each stamp one fake millisecond): a module stamps the clock
 itself on one chosen call, so that call is slower by exactly that many ticks; no test reads
@@ -286,6 +289,211 @@ def test_the_inputs_line_names_keyword_inputs():
     r = flopsight.profile(Masked(), (torch.ones(2, 4),), {"mask": torch.ones(2, 4, dtype=torch.bool)},
                           clock=flopsight.FakeClock())
     assert _value(r.render("text"), "inputs (") == "float32[2, 4], mask=bool[2, 4]; batch size 2"
+
+
+# -- 8. the backward's times: one number per quantity, each named apart -------------------------------
+_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?) (s|ms|us|ns)\b")
+
+
+def _seconds(text: str) -> float:
+    """A printed duration ("141 ms") in seconds (on the fake clock every one is whole ms)."""
+    m = _DURATION.match(text)
+    assert m, f"not a duration: {text!r}"
+    return round(float(m.group(1)) * _UNITS[m.group(2)], 9)
+
+
+def _bwd_times(text: str) -> list[tuple[str, str, float]]:
+    """Every statement of a backward time in a training report, as (quantity, where, seconds):
+    the quantity is what the report calls it. Summary lines whose label names the backward and
+    whose value is a time; each depth's ``bwd ...`` row of the aggregated profile (its top
+    type, at depth 0 the model); the top module's line of the detailed profile."""
+    found = []
+    lines = text.splitlines()
+    for line in lines:
+        label, value = line[:70].rstrip(), line[72:].strip()
+        if len(line) > 72 and label.endswith(":") and "bwd" in label and _DURATION.match(value):
+            found.append((label[:-1], "summary", _seconds(value)))
+    depth = None
+    for line in lines:
+        if re.fullmatch(r"depth \d+:", line):
+            depth = int(line.split()[1][:-1])
+        m = re.match(r"^    (bwd [a-z ]+?) +- \{'\w+': '([^']+)'", line)
+        if m and depth == 0 and m.group(1) != "bwd MACs":
+            found.append((m.group(1), "aggregated profile, depth 0", _seconds(m.group(2))))
+    root = lines[lines.index(next(l for l in lines if l.startswith("params, percentage of total params"))) + 1:]
+    root_line = next(l for l in root if re.match(r"^  \d", l))  # the line under the root's name
+    for value, name in re.findall(r"(\d[\d.]* (?:s|ms|us|ns)) = [\d.]+% (bwd [a-z ]+?)(?:,|$)", root_line):
+        found.append((name, "detailed profile, top module", _seconds(value)))
+    return found
+
+
+def _one_number_each(found: list[tuple[str, str, float]]) -> dict[str, float]:
+    """Each quantity's one number: every statement of it prints the same."""
+    numbers: dict[str, float] = {}
+    for quantity, where, seconds in found:
+        assert numbers.setdefault(quantity, seconds) == seconds, (quantity, where, seconds, numbers[quantity])
+    return numbers
+
+
+class _Stalled(nn.Module):
+    """Linear(8, 16) -> ReLU -> Linear(16, 4); on its ``stall_call``-th call a gradient hook on
+    the hidden activation stamps ``clock`` ``ticks`` times in the backward, outside any operator:
+    that backward pass's wall time is ``ticks`` fake ms longer, its operators' time is not."""
+
+    def __init__(self, clock, stall_call: int = 0, ticks: int = 100):
+        super().__init__()
+        self.fc1, self.act, self.fc2 = nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)
+        self.clock, self.stall_call, self.ticks, self.calls = clock, stall_call, ticks, 0
+
+    def forward(self, x):
+        h = self.act(self.fc1(x))
+        self.calls += 1
+        if self.calls == self.stall_call:
+            h.register_hook(self._stall)
+        return self.fc2(h)
+
+    def _stall(self, grad):
+        for _ in range(self.ticks):
+            self.clock.stamp()
+
+
+def _train(model, clock, steps: int = 1):
+    torch.manual_seed(0)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.ones(4, 8), torch.zeros(4, model(torch.ones(1, 8)).shape[1])
+    model.calls = 0  # the shape probe above is not a call of the profiled steps
+    with flopsight.Profiler(model, optimizer=opt, steps=steps, clock=clock) as prof:
+        for _ in range(steps):
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+            if steps > 1:
+                prof.step()
+    return prof.result
+
+
+def test_every_backward_time_of_a_training_report_prints_one_number_per_quantity():
+    plain_clock, stalled_clock = flopsight.FakeClock(), flopsight.FakeClock()
+    torch.manual_seed(0)
+    plain = _train(_Stalled(plain_clock), plain_clock)
+    torch.manual_seed(0)
+    stalled = _train(_Stalled(stalled_clock, stall_call=1), stalled_clock)
+    text = stalled.render("text")
+    found = _bwd_times(text)
+    # what the report states, and where: DeepSpeed's line, the model's row of the aggregated
+    # profile and its line in the detailed one, and the anatomy's part
+    assert {(q, where) for q, where, _ in found} == {
+        ("bwd latency", "summary"),
+        ("bwd op time", "aggregated profile, depth 0"),
+        ("bwd op time", "detailed profile, top module"),
+        ("step anatomy, bwd compute", "summary"),
+    }
+    numbers = _one_number_each(found)
+    before = _one_number_each(_bwd_times(plain.render("text")))
+    # Worked by hand: the hook's 100 stamps (1 fake ms each) fall inside the backward pass and
+    # outside every operator, so the backward's wall time ("bwd latency") is 100 ms longer and the
+    # operators' time ("bwd op time", and the anatomy's "bwd compute") is unchanged:
+    assert numbers["bwd latency"] == pytest.approx(before["bwd latency"] + 0.100)
+    assert numbers["bwd op time"] == before["bwd op time"]
+    # one step, no collectives, no recompute: the anatomy's bwd compute is the same operators' time
+    assert numbers["step anatomy, bwd compute"] == numbers["bwd op time"]
+    # and the 100 ms are the anatomy's framework part (hooks), not compute
+    framework = _value(text, "step anatomy, framework and hooks")
+    assert _seconds(framework) == pytest.approx(_seconds(_value(plain.render("text"), "step anatomy, framework")) + 0.1)
+    # the two quantities now differ by more than the 100 ms, and their names differ: nothing
+    # below the summary calls a module's operators' time "bwd latency"
+    assert numbers["bwd latency"] - numbers["bwd op time"] >= 0.100
+    below = text.split("Aggregated Profile")[1]
+    assert "bwd latency" not in below.replace("not the bwd latency above", "")
+    # the rates divide by the figure printed under the same name
+    bwd_flops = stalled.iteration.backward.flops
+    assert _value(text, "measured bwd FLOPS per GPU = measured bwd flops / bwd latency") == flops_to_string(
+        bwd_flops / numbers["bwd latency"])
+    root_line = next(l for l in text.splitlines() if l.startswith("  ") and "= 100% bwd op time" in l)
+    assert f"{_rate(bwd_flops / numbers['bwd op time'])} bwd" in root_line
+
+
+def _bwd_op_time(text: str, child: str) -> float:
+    """The bwd op time the detailed profile prints for the root's child ``child``."""
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith(f"  ({child}): "))
+    line = lines[at + 1] if lines[at].endswith("(") else lines[at]  # a module with children: figures below
+    return _seconds(re.search(r"(\d[\d.]* (?:s|ms|us|ns)) = [\d.]+% bwd op time", line).group(1))
+
+
+def _rate(flops_per_second: float) -> str:
+    return flops_to_string(round(flops_per_second, 2))
+
+
+class _StallOps(torch.autograd.Function):
+    """Identity forward; its backward runs ``extra`` ``neg`` operators. On the FakeClock an
+    operator stamps at its start and its end: 1 fake ms of operator time, 2 of wall time."""
+
+    @staticmethod
+    def forward(ctx, x, extra: int):
+        ctx.extra = extra
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        for _ in range(ctx.extra):
+            grad = grad.neg()
+        return grad, None
+
+
+class _SlowBackward(nn.Module):
+    """A Linear whose backward runs 20 more operators on its ``slow_call``-th call."""
+
+    def __init__(self, slow_call: int):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.slow_call, self.calls = slow_call, 0
+
+    def forward(self, x):
+        self.calls += 1
+        return _StallOps.apply(self.fc(x), 20 if self.calls == self.slow_call else 0)
+
+
+class _TwoSlow(nn.Module):
+    """``a``'s backward slow in the 2nd step, ``b``'s in the 3rd: the model's in both."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.head = _SlowBackward(2), _SlowBackward(3), nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.head(self.b(self.a(x)))
+
+
+def test_over_several_steps_the_backward_times_are_each_its_own_median_and_say_so():
+    clock = flopsight.FakeClock()
+    model = _TwoSlow()
+    model.a.slow_call += 1  # _train's shape probe calls the model once first
+    model.b.slow_call += 1
+    result = _train(model, clock, steps=3)
+    text = result.render("text")
+    numbers = _one_number_each(_bwd_times(text))
+    # Worked by hand: step 1 runs the plain backward (operators r ms, wall s ms), steps 2 and 3
+    # each 20 more operators (a's in step 2, b's in step 3), each 2 stamps (start, end) of wall
+    # time and 1 of operator time: 40 ms more wall time, 20 ms more operator time.
+    # - bwd latency, the median of the backward's wall times s, s + 40, s + 40: s + 40 ms;
+    # - the model's bwd op time, the median of its own r, r + 20, r + 20: r + 20 ms; a's and b's
+    #   each the median of (their plain time) once slow and twice not: their plain time, so the
+    #   model's is 20 ms more than its children's together (a sum of medians would leave it out);
+    # - the step anatomy is the median step's (step 2: the walls are w, w + 40, w + 40, the middle
+    #   one by wall time, ties in the order they ran): its bwd compute is r + 20 ms, the model's.
+    spans = sorted(result.samples.figures["backward"])
+    assert spans[1] == spans[2] == pytest.approx(spans[0] + 0.040)
+    assert numbers["bwd latency"] == pytest.approx(spans[0] + 0.040)
+    children = [_bwd_op_time(text, name) for name in ("a", "b", "head")]
+    assert numbers["bwd op time"] == pytest.approx(sum(children) + 0.020)
+    assert numbers["step anatomy, bwd compute"] == numbers["bwd op time"]
+    # the anatomy names the step it is of: the median one, whose wall time is the iter wall time
+    # and the noise line's median
+    median = _value(text, "step anatomy, of the median step's wall time (3 steps)")
+    assert median.split(" (")[0] == _value(text, "measured iter wall time") == \
+        _value(text, "step time over 3 steps").split(" (")[0]
 
 
 # -- the HTML page, in a real browser (where one is installed) ------------------------------------

@@ -200,7 +200,7 @@ def test_detailed_tree_shows_each_modules_backward(fake_clock):
     assert (
         "params, percentage of total params, MACs, percentage of total MACs, fwd latency, percentage of total fwd "
         "latency, fwd FLOPS\nthen, with the backward measured (flopsight): bwd MACs, percentage of total bwd MACs, "
-        "bwd latency, percentage of total bwd latency, bwd FLOPS\n" in text
+        "bwd op time, percentage of total bwd op time, bwd FLOPS\n" in text
     )
     total = sum(BWD_MACS.values())
     for name, macs in BWD_MACS.items():
@@ -210,9 +210,9 @@ def test_detailed_tree_shows_each_modules_backward(fake_clock):
         lat = duration_to_string(stats.backward.latency)
         lat_pct = f"{round(100 * stats.backward.latency / result.total.backward.latency, 2):g}%"
         line = next(l for l in text.splitlines() if l.startswith(f"  ({name}): "))
-        assert f", {macs_to_string(macs)} = {pct} bwd MACs, {lat} = {lat_pct} bwd latency, " in line, line
+        assert f", {macs_to_string(macs)} = {pct} bwd MACs, {lat} = {lat_pct} bwd op time, " in line, line
     fc1 = next(l for l in text.splitlines() if l.startswith("  (fc1): "))
-    assert "0 MACs = 0% bwd MACs, 0 s = 0% bwd latency, 0 FLOPS bwd, in_features=8" in fc1
+    assert "0 MACs = 0% bwd MACs, 0 s = 0% bwd op time, 0 FLOPS bwd, in_features=8" in fc1
 
 
 def test_aggregated_profile_adds_bwd_rows(fake_clock):
@@ -225,7 +225,7 @@ def test_aggregated_profile_adds_bwd_rows(fake_clock):
     assert text.splitlines()[0] == "Top 2 modules in terms of params, MACs or fwd latency at different model depths:"
     assert text.splitlines()[1].startswith("(flopsight: with the backward measured")
     assert f"    bwd MACs    - {{'Linear': '{macs_to_string(sum(BWD_MACS.values()))}', 'ReLU': '0 MACs'}}" in text
-    assert f"    bwd latency - {{'Linear': '{duration_to_string(fc)}'" in text
+    assert f"    bwd op time - {{'Linear': '{duration_to_string(fc)}'" in text
 
 
 def test_flops_profiler_getters_keep_deepspeeds_meaning_and_add_the_backward(fake_clock):
@@ -375,6 +375,12 @@ def test_recompute_lines_separate_model_and_hardware_flops(fake_clock):
         (result.total.forward.flops + it.backward.flops + it.recompute.flops)
         / (result.total.forward.latency + it.backward.latency)
     )
+    # the anatomy's bwd compute holds the recomputed forward's operators (they run in the backward
+    # pass), the modules' bwd op time does not (recompute is a phase of its own): the line says so
+    anatomy = value(text, "step anatomy, bwd compute (recompute included)")
+    assert anatomy.startswith(duration_to_string(it.anatomy.backward) + " (")
+    assert it.anatomy.backward > result.total.backward.latency
+    assert "step anatomy, bwd compute: " not in text
     assert_aligned(text)
     gpu = with_metadata(result, device_type="cuda")
     assert_aligned(render_text(gpu))

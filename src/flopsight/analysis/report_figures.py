@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from ..result.communication import Collective, bandwidths
 from ..result.generation import GenerationStats
-from ..result.iteration import CommunicationTime, IterationStats, StepAnatomy
+from ..result.iteration import CommunicationTime, IterationStats, StepAnatomy, median_anatomy
 from ..result.profile_result import Coverage, ProfileResult
 from ..result.stats import Stats
 from ..result.tree import ModuleNode
@@ -198,7 +198,9 @@ class AnatomyFigures:
     communication hidden behind compute (None when nothing was communicated); ``profiler``,
     the profiler's own time left in the phases; ``counted``: the counted step's wall time, which
     the parts add up to, when the report's latencies are those of a step timed apart from it
-    (None when they are the counted step's own)."""
+    (None when they are the counted step's own); ``median_of``: with several steps, how many:
+    the parts are then the median step's (they add up to the median wall time, ``total``),
+    while each module's time is the median of its own samples (None for one step)."""
 
     forward: AnatomyPart
     backward: AnatomyPart
@@ -209,12 +211,15 @@ class AnatomyFigures:
     overlapped: float | None
     profiler: AnatomyPart = AnatomyPart(0.0, 0.0)
     counted: float | None = None
+    median_of: int | None = None
+    #: the wall time the parts add up to
+    total: float = 0.0
 
 
 def anatomy_figures(anatomy: StepAnatomy, communication: CommunicationTime,
-                    counted: float | None = None) -> AnatomyFigures:
-    """The step anatomy's parts with their shares of the whole step (``counted``: see
-    :class:`AnatomyFigures`).
+                    counted: float | None = None, median_of: int | None = None) -> AnatomyFigures:
+    """The step anatomy's parts with their shares of the whole step (``counted`` and
+    ``median_of``: see :class:`AnatomyFigures`).
 
     >>> a = anatomy_figures(StepAnatomy(1.0, 2.0, 0.5, 0.25, 0.25, 0.0), CommunicationTime(0.25, 0.0))
     >>> a.backward, a.framework, a.overlapped
@@ -230,7 +235,7 @@ def anatomy_figures(anatomy: StepAnatomy, communication: CommunicationTime,
     return AnatomyFigures(part(anatomy.forward), part(anatomy.backward), part(anatomy.step),
                           part(anatomy.framework), part(anatomy.communication), part(anatomy.other),
                           communication.overlapped if communication.total else None, part(anatomy.profiler),
-                          counted)
+                          counted, median_of, total)
 
 
 @dataclass(frozen=True)
@@ -374,12 +379,20 @@ def summary_figures(
         generation=generation_figures(result),
         fwd_step=Stats(step_fwd.macs, step_fwd.flops, step_fwd.latency, step_fwd.calls) if per > 1 else None,
         communication=communication_figures(result.collectives()),
-        anatomy=(anatomy_figures(it.anatomy, it.communication, it.counted_latency)
+        anatomy=(anatomy_figures(it.anatomy, it.communication, it.counted_latency, _median_of(result, it))
                  if it is not None and it.anatomy is not None else None),
         unsupported_ops=sorted(result.unsupported_ops.items()),
         coverage=result.coverage,
         error=result.metadata.error or result.metadata.incomplete or None,
     )
+
+
+def _median_of(result: ProfileResult, it: IterationStats) -> int | None:
+    """The number of steps whose median step the anatomy is (None: one step's own, or a
+    counted step's beside a timed one; :func:`~flopsight.result.iteration.iteration_stats`)."""
+    samples = result.samples
+    several = samples is not None and samples.count > 1 and not it.timed
+    return samples.count if several and median_anatomy(samples.figures) is not None else None
 
 
 @dataclass(frozen=True)

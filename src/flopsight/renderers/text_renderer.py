@@ -77,7 +77,10 @@ from .numbers import (
 __all__ = ["render_text", "render_aggregated", "format_text"]
 
 RULE = "-" * 78
-_PHASE_LABELS = {"forward": "fwd latency", "backward": "bwd latency"}
+#: what a module's time in a phase is called: its forward's latency (the call's wall time, as
+#: DeepSpeed's), and its backward's operators' time ("bwd op time"), never "bwd latency", which
+#: is DeepSpeed's summary line, the backward pass's wall time
+_PHASE_LABELS = {"forward": "fwd latency", "backward": "bwd op time"}
 _PHASE_SHORT = {"forward": "fwd", "backward": "bwd"}
 _LINE = "{:<70}  {:<8}"
 #: DeepSpeed's banner, word for word (parsers look for it); flopsight names itself after it
@@ -223,7 +226,7 @@ class _Text:
         if f.generation is not None:
             self._generation(f.generation, batch_printed=parallel is not None and parallel.batch_size is not None)
         if f.anatomy is not None:
-            self._anatomy(f.anatomy)
+            self._anatomy(f.anatomy, recompute=f.training is not None and f.training.recompute is not None)
         inputs = _inputs_text(report.result.metadata)
         if inputs:  # after DeepSpeed's lines: what the figures above were measured on
             self.kv("inputs (shapes and dtypes; batch size): ", inputs)
@@ -416,8 +419,11 @@ class _Text:
                      f"{self.dur(s.min)} / {self.dur(s.mean)} / {self.dur(s.max)}, "
                      f"slowest rank {s.slowest}")
 
-    def _anatomy(self, a: AnatomyFigures) -> None:
-        """Where this rank's iteration wall time went; the parts add up to it."""
+    def _anatomy(self, a: AnatomyFigures, recompute: bool = False) -> None:
+        """Where this rank's iteration wall time went; the parts add up to it. Its bwd compute
+        is the backward's operators' time, as the top module's bwd op time is, but without
+        collectives, with the recompute (``recompute``: said where it ran) and, over several
+        steps, the median step's: labelled so that it is not read as either."""
 
         def part(p: AnatomyPart) -> str:
             return f"{self.dur(p.seconds)} ({self.time_share(p.share)})"
@@ -427,8 +433,12 @@ class _Text:
                     "of the step before the profiled one, timed at its phases' boundaries only (not counted)")
             self.kv("step anatomy, of the profiled step's wall time: ",
                     f"{self.dur(a.counted)} (the profiler's own time in it below)")
+        if a.median_of is not None:  # the parts are one step's, the median one's; module times their own medians
+            self.kv(f"step anatomy, of the median step's wall time ({a.median_of} steps): ",
+                    f"{self.dur(a.total)} (its parts below; each module's times are their own medians)")
         self.kv("step anatomy, fwd compute: ", part(a.forward))
-        self.kv("step anatomy, bwd compute: ", part(a.backward))
+        self.kv("step anatomy, bwd compute (recompute included): " if recompute else "step anatomy, bwd compute: ",
+                part(a.backward))
         self.kv("step anatomy, optimizer step compute: ", part(a.step))
         self.kv("step anatomy, framework and hooks (outside ops and collectives): ", part(a.framework))
         self.kv("step anatomy, communication waited for (exposed): ", part(a.communication))
@@ -496,13 +506,13 @@ class _Text:
                 self.add(f"depth {d.depth}:", *self._depth_lines(d))
             return
         self.add("(flopsight: with the backward measured, each depth also lists its top modules by bwd MACs "
-                 "and bwd latency)")
+                 "and bwd op time, the time of their backward operators)")
         for d, b in zip(a.forward, a.backward):
             self.add(
                 f"depth {d.depth}:",
                 *self._depth_lines(d),
                 f"    bwd MACs    - { {k: macs_to_string(v) for k, v in b.macs} }",
-                f"    bwd latency - { {k: self.dur(v) for k, v in b.latency} }",
+                f"    bwd op time - { {k: self.dur(v) for k, v in b.latency} }",
             )
 
     def _depth_lines(self, d: DepthSummary) -> list[str]:
@@ -541,7 +551,7 @@ class _Text:
         if training:
             items += [
                 f"{macs_to_string(m.bwd_macs)} = {_pct(m.bwd_macs_share)} bwd MACs",
-                f"{mean_of}{self.dur(m.bwd_latency)} = {self.time_share(m.bwd_latency_share)} bwd latency",
+                f"{mean_of}{self.dur(m.bwd_latency)} = {self.time_share(m.bwd_latency_share)} bwd op time",
                 f"{self.rate(m.bwd_flops_per_second)} bwd",
             ]
         return items
@@ -605,14 +615,15 @@ class _Text:
         notes = [note.format(how=f" ({how})" if how else "")]
         if tree.training:
             order.append("then, with the backward measured (flopsight): bwd MACs, percentage of total bwd MACs, "
-                         "bwd latency, percentage of total bwd latency, bwd FLOPS")
+                         "bwd op time, percentage of total bwd op time, bwd FLOPS")
             notes.append(
-                "5. bwd latencies are the time of the backward operators attributed to the module. A module's bwd "
-                "figures are the measured backward of what its forward computed (gradient accumulation into its "
-                "parameters included); frozen parameters and inputs that need no gradient cost no backward. Hooks "
-                "and framework code between those operators (ZeRO's and FSDP's parameter management) are not in "
-                "them: they are the step anatomy's framework part. The optimizer step is not attributed to modules "
-                "(see the summary)."
+                "5. A module's bwd op time is the time of the backward operators attributed to it, not a wall time: "
+                "the top module's is not the bwd latency above, the backward pass's wall time, which also holds "
+                "the autograd engine's work, hooks and framework code between those operators (ZeRO's and FSDP's "
+                "parameter management: the step anatomy's framework part). A module's bwd figures are the measured "
+                "backward of what its forward computed (gradient accumulation into its parameters included); "
+                "frozen parameters and inputs that need no gradient cost no backward. The optimizer step is not "
+                "attributed to modules (see the summary)."
             )
         if tree.collapse:
             notes.append(

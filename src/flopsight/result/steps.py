@@ -50,11 +50,13 @@ def step_figures(result: ProfileResult, unit: str = "step") -> dict[str, float]:
 
 
 def _module_samples(results: Sequence[ProfileResult]) -> dict[str, dict[str, tuple[float, ...]]]:
-    """Per module, per phase: its latency with its submodules' (inclusive) in each step."""
+    """Per module, per phase: its latency with its submodules' (inclusive) in each step, in
+    every phase its subtree ran in (a container whose children alone ran the backward has a
+    backward sample too: its median is then its own, not a sum of its children's medians)."""
     out: dict[str, dict[str, list[float]]] = {}
     for r in results:
         for node in r.walk():
-            for phase in node.record.phases:
+            for phase in node.inclusive:
                 out.setdefault(node.record.name, {}).setdefault(phase, []).append(node.inclusive[phase].latency)
     # a module that did not run in every step (a dynamic model) keeps the steps it ran in
     return {p: {ph: tuple(v) for ph, v in phases.items()} for p, phases in out.items()}

@@ -901,7 +901,7 @@
       return n ? { fwd: stat(n, "forward"), bwd: stat(n, "backward") } : null;
     });
     const longest = Math.max(0, ...perRank.filter(Boolean).map((p) => p.fwd[LATENCY] + p.bwd[LATENCY]));
-    box.append(figuresTable(["rank", "fwd MACs", "fwd latency", "bwd latency", "fwd + bwd"], perRank.map((p, r) => p
+    box.append(figuresTable(["rank", "fwd MACs", "fwd latency", "bwd op time", "fwd + bwd"], perRank.map((p, r) => p
       ? [`rank ${r}`, fmt.macs(p.fwd[MACS]), fmt.duration(p.fwd[LATENCY]), fmt.duration(p.bwd[LATENCY]),
         el("div", { cls: "bar", style: { width: `${Math.max(1, share(p.fwd[LATENCY] + p.bwd[LATENCY], longest))}%`, minWidth: "2px" } })]
       : [`rank ${r}`, "no result", "", "", ""])));
