@@ -7,6 +7,9 @@ these is a one-file change. Nothing in this module patches torch.
 from __future__ import annotations
 
 
+import contextlib
+import os
+import re
 import sys
 
 import torch
@@ -14,7 +17,7 @@ import torch.nn.modules.module as _module_mod
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
-from ._quiet import ignoring
+from ._quiet import ignoring, native_stderr_without
 
 #: Types of ``torch.ops.<ns>.<op>.<overload>`` and ``torch.ops.<ns>.<op>``.
 OpOverload = torch._ops.OpOverload
@@ -71,6 +74,8 @@ __all__ = [
     "kineto_device_work",
     "KINETO_ACTIVITY_TYPES",
     "kineto_running",
+    "kineto_quiet",
+    "KINETO_LOG_LINE",
 ]
 
 
@@ -501,6 +506,39 @@ def _device_work_by_annotation(event) -> bool:
 #: ``kineto_device_work(event)``: whether a raw Kineto event is work the device did (a kernel,
 #: a copy or a memset), by the event's activity type where torch has it, else by elimination.
 kineto_device_work = _device_work_by_activity if KINETO_ACTIVITY_TYPES else _device_work_by_annotation
+
+
+#: a line of Kineto's own log (libkineto's Logger: ``USDT:2026-12-07 04:22:48 29247:29247
+#: SyncActivityProfilerHandler.cpp:52] profiler_start``, ``ERROR:... DeviceProperties.cpp:44]
+#: gpuGetDeviceCount failed with code 35``), or one of torch's C++ warnings from its profiler's
+#: Kineto glue (c10's ``[W1207 04:22:48.123456 29247 torch/csrc/profiler/kineto_shim.cpp:...]``)
+KINETO_LOG_LINE = re.compile(
+    rb"(?:(?:VERBOSE|INFO|WARNING|ERROR|STAGE|USDT):\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \d+:\d+ [\w./-]+:\d+\] "
+    rb"|\[[VIWEF](?:\d{4} [\d:.]+ \d+)? ?[\w./-]*(?:kineto|profiler)[\w./-]*:\d+\] )", re.I)
+
+
+def kineto_quiet():
+    """A context manager around torch.profiler's calls (start, stop, reading its events): the
+    lines Kineto and torch's Kineto glue print from C++ straight to the process's stderr, which
+    no Python setting can catch, are dropped (the rest written on; :func:`flopsight._quiet.native_stderr_without`).
+
+    Kineto's own level (``KINETO_LOG_LEVEL``, 6 to hide its ``USDT`` start and stop marks) is read
+    once per process, when the first torch.profiler starts, and holds for the whole process
+    after it: setting it for the user would hide their own later profiles' messages (CUPTI's
+    errors too), and does nothing where a profiler already ran. So flopsight leaves it alone and
+    drops the lines of its own calls. Where the user set ``KINETO_LOG_LEVEL``, they asked for
+    Kineto's lines at that level: nothing is dropped.
+
+    >>> [bool(KINETO_LOG_LINE.match(line)) for line in (
+    ...     b"USDT:2026-12-07 04:22:48 29247:29247 SyncActivityProfilerHandler.cpp:52] profiler_start",
+    ...     b"ERROR:2026-12-07 04:22:48 29247:29247 DeviceProperties.cpp:44] gpuGetDeviceCount failed with code 35",
+    ...     b"[W1207 04:22:48.123456 29247 torch/csrc/profiler/kineto_shim.cpp:337] Adding profiling metadata ...",
+    ...     b"the model's own print", b"ERROR: the user's own words")]
+    [True, True, True, False, False]
+    """
+    if "KINETO_LOG_LEVEL" in os.environ:
+        return contextlib.nullcontext()
+    return native_stderr_without(KINETO_LOG_LINE)
 
 
 def kineto_running() -> bool:

@@ -33,7 +33,7 @@ from typing import Callable, NamedTuple
 import torch
 
 from ..._checks import check_bool
-from ..._torch_private import kineto_device_work, kineto_events, kineto_running, trace_range
+from ..._torch_private import kineto_device_work, kineto_events, kineto_quiet, kineto_running, trace_range
 
 __all__ = ["check_kernels", "KernelTrace", "KernelTimes", "TraceEvent", "attribute", "busy_seconds",
            "simulated_kernels", "BACKWARD_NODE"]
@@ -117,18 +117,21 @@ class KernelTrace:
         if self._device and self._simulated is None:
             activities.append(torch.profiler.ProfilerActivity.CUDA)
         self._prof = torch.profiler.profile(activities=activities)
-        self._prof.start()
+        with kineto_quiet():  # Kineto's "USDT: ... profiler_start" and its other log lines
+            self._prof.start()
 
     def stop(self, ctx) -> None:
         ranges = self._ranges()
         while ranges:  # a call that raised past its post-hook
             ranges.pop()[1].__exit__(None, None, None)
         if self._prof is not None:
-            self._prof.stop()
+            with kineto_quiet():  # "profiler_stop", and on a CUDA build without a GPU "gpuGetDeviceCount failed"
+                self._prof.stop()
 
     def collect(self, ctx) -> KernelTimes:
         calls = ctx.calls
-        events = [_event(e) for e in kineto_events(self._prof)] if self._prof is not None else []
+        with kineto_quiet():
+            events = [_event(e) for e in kineto_events(self._prof)] if self._prof is not None else []
         self._prof = None  # its trace can be large: freed with the events
         if self._simulated is not None:
             events += simulated_kernels(events, self._simulated)

@@ -1,0 +1,243 @@
+"""Other libraries' output never leaks into a report: torch's "Failed to initialize NumPy"
+notice, the extension loader's "No CUDA runtime is found", and torch.profiler's (Kineto's) own
+log lines, which C++ writes straight to the process's stderr, past Python's ``sys.stderr``.
+
+Each case runs a real profile in a fresh interpreter, as a user's script would, and reads what
+reached its stdout and stderr at the file-descriptor level: stdout must be exactly the report,
+stderr must hold no line of those libraries (flopsight's own ``flopsight: ...`` notices, such as
+a first build of the native backend, are allowed).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from flopsight._quiet import native_stderr_without
+from flopsight._torch_private import KINETO_LOG_LINE
+
+#: what the libraries print: Kineto's log lines, c10's C++ warnings, the NumPy notice, the
+#: extension loader's line, and any Python warning
+FOREIGN = re.compile(r"USDT:|profiler_start|profiler_stop|gpuGetDeviceCount|Kineto|kineto|NumPy|"
+                     r"No CUDA runtime|^\[?[WEI]\d{4} |Warning", re.M)
+
+_MODEL = """
+import torch
+from torch import nn
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+x = torch.ones(4, 8)
+"""
+
+#: each way of profiling, ending with ``result``; flopsight imported (so torch) before anything
+SCENARIOS = {
+    "profile native": "result = flopsight.profile(model, x, backend='native')",
+    "profile python": "result = flopsight.profile(model, x, backend='python')",
+    "profile kernels=True": "result = flopsight.profile(model, x, kernels=True)",
+    "Profiler span": """
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+with flopsight.Profiler(model, optimizer=opt) as prof:
+    model(x).sum().backward()
+    opt.step()
+result = prof.result
+""",
+    "Profiler span kernels=True": """
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+with flopsight.Profiler(model, optimizer=opt, kernels=True) as prof:
+    model(x).sum().backward()
+    opt.step()
+result = prof.result
+""",
+    "Profiler span python backend": """
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+with flopsight.Profiler(model, optimizer=opt, backend='python') as prof:
+    model(x).sum().backward()
+    opt.step()
+result = prof.result
+""",
+    "torch.compile": "result = flopsight.profile(torch.compile(model), x)",
+    "flex attention": """
+from torch.nn.attention.flex_attention import flex_attention
+class Attend(nn.Module):
+    def forward(self, q):
+        return flex_attention(q, q, q)
+result = flopsight.profile(Attend(), torch.ones(1, 2, 16, 8))
+""",
+}
+
+
+def _script(scenario: str, report, prelude: str = "", after: str = "") -> str:
+    """A user's script: ``prelude``, flopsight and the model, the scenario, its report written
+    to stdout and to ``report``, then ``after``."""
+    return "\n".join([
+        prelude,
+        "import sys",
+        "import flopsight",
+        "flopsight.FakeClock  # flopsight's first public name imports torch",
+        _MODEL,
+        textwrap.dedent(SCENARIOS[scenario]),
+        "text = result.render('text')",
+        f"open({str(report)!r}, 'w').write(text)",
+        "sys.stdout.write(text)",
+        "sys.stdout.flush()",
+        after,
+    ])
+
+
+def _run(code: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    environment = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"}
+    environment.update(env or {})
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env=environment)
+
+
+def _foreign(stderr: str) -> list[str]:
+    """stderr's lines that are not flopsight's own notices."""
+    return [line for line in stderr.splitlines() if line and not line.startswith("flopsight: ")]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def native_built():
+    """The native backend built (or its failure recorded) before the scripts run: a first build
+    is the one flopsight path that imports torch's extension loader, and prints its own line."""
+    from flopsight.capture.backends.native.recorder import RECORDER
+
+    RECORDER.load(quiet=True)
+
+
+# -- torch.profiler's (Kineto's) own lines ---------------------------------------------------------------------
+@pytest.mark.parametrize("scenario", ["profile kernels=True", "Profiler span kernels=True"])
+def test_a_kernels_profile_prints_the_report_and_nothing_of_kinetos(scenario, tmp_path):
+    report = tmp_path / "report.txt"
+    done = _run(_script(scenario, report))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == report.read_text()
+    assert done.stdout.startswith("\n" + " DeepSpeed Flops Profiler ".center(78, "-") + "\n")
+    assert _foreign(done.stderr) == [], done.stderr
+    assert not FOREIGN.search(done.stderr), done.stderr
+
+
+def test_kinetos_lines_print_for_a_user_who_asks_for_them_with_kineto_log_level(tmp_path):
+    # torch.profiler alone, as the user would run it: what Kineto prints here at level 0
+    plain = _run("import torch\nwith torch.profiler.profile():\n    torch.ones(2) + 1\n",
+                 env={"KINETO_LOG_LEVEL": "0"})
+    kineto = [line for line in plain.stderr.splitlines() if KINETO_LOG_LINE.match(line.encode())]
+    if not kineto:
+        pytest.skip("this torch's Kineto prints no log line on this machine even at KINETO_LOG_LEVEL=0: "
+                    "nothing to keep for the user")
+    report = tmp_path / "report.txt"
+    done = _run(_script("profile kernels=True", report), env={"KINETO_LOG_LEVEL": "0"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == report.read_text()  # Kineto writes to stderr only
+    # the user's value is theirs: flopsight neither changes it nor drops the lines it lets through
+    mine = [line for line in done.stderr.splitlines() if KINETO_LOG_LINE.match(line.encode())]
+    assert mine and {_what(line) for line in kineto} <= {_what(line) for line in mine}
+
+
+def _what(line: str) -> str:
+    """Where a Kineto line comes from: its severity and source line (``USDT SyncActivityProfilerHandler.cpp:52``)."""
+    m = re.match(r"(\w+):\S+ \S+ \S+ (\S+:\d+)\]", line)
+    return f"{m.group(1)} {m.group(2)}" if m else line
+
+
+def test_the_lines_dropped_are_kinetos_only_and_the_rest_come_through_in_order():
+    # in a process of its own: there Python's sys.stderr writes to descriptor 2, as C++ does
+    code = textwrap.dedent("""
+        import os, sys
+        from flopsight._quiet import native_stderr_without
+        from flopsight._torch_private import KINETO_LOG_LINE
+        print("before", file=sys.stderr)
+        with native_stderr_without(KINETO_LOG_LINE):
+            os.write(2, b"the model's own line\\n")
+            os.write(2, b"USDT:2026-12-07 04:22:48 29247:29247 SyncActivityProfilerHandler.cpp:52] profiler_start\\n")
+            print("a Python line", file=sys.stderr, end="\\n", flush=False)
+            os.write(2, b"ERROR:2026-12-07 04:22:48 29247:29247 DeviceProperties.cpp:44] gpuGetDeviceCount failed\\n")
+            os.write(2, b"last, without a newline")
+        print("", file=sys.stderr)
+        print("after", file=sys.stderr)
+        """)
+    done = _run(code)
+    assert done.returncode == 0
+    assert done.stderr == "before\nthe model's own line\na Python line\nlast, without a newline\nafter\n"
+
+
+def test_what_a_raising_block_printed_still_comes_through(capfd):
+    with pytest.raises(ValueError, match="^raised$"):
+        with native_stderr_without(KINETO_LOG_LINE):
+            os.write(2, b"USDT:2026-12-07 04:22:48 1:1 SyncActivityProfilerHandler.cpp:59] profiler_stop\nkept\n")
+            raise ValueError("raised")
+    assert capfd.readouterr().err == "kept\n"
+
+
+# -- torch's NumPy notice ---------------------------------------------------------------------------------------
+NO_NUMPY = "import sys\nsys.modules['numpy'] = None  # a torch-only install: import numpy fails"
+
+
+#: the scenarios in whose process torch._dynamo is imported (by torch.profiler's start, the
+#: optimizer, torch.compile, flex attention): where torch's NumPy notice was said to come from
+WITH_DYNAMO = {"profile kernels=True", "Profiler span", "Profiler span kernels=True", "Profiler span python backend",
+               "torch.compile", "flex attention"}
+
+
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_no_path_prints_torchs_numpy_notice_on_an_install_without_numpy(scenario, tmp_path):
+    report = tmp_path / "report.txt"
+    done = _run(_script(scenario, report, prelude=NO_NUMPY, after="print('torch._dynamo' in sys.modules)"))
+    assert done.returncode == 0, done.stderr
+    text = report.read_text()
+    # the report, then the script's own line: whether dynamo was imported in the process
+    assert done.stdout == text + f"{scenario in WITH_DYNAMO}\n"
+    assert "NumPy" not in done.stderr and "numpy" not in done.stderr.lower(), done.stderr
+    if scenario != "flex attention":  # eager flex attention: torch warns about the model's own call
+        assert _foreign(done.stderr) == [], done.stderr
+
+
+def test_the_command_line_training_mode_prints_no_numpy_notice(tmp_path):
+    factory = tmp_path / "factory.py"
+    factory.write_text("import torch\n\ndef pair():\n"
+                       "    return torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU()), torch.ones(2, 8)\n")
+    code = (f"{NO_NUMPY}\nimport runpy\nsys.argv = ['flopsight', 'profile', {str(factory) + ':pair'!r}, "
+            "'--mode', 'train', '--no-detailed', '--repeat', '1']\n"
+            "runpy.run_module('flopsight', run_name='__main__', alter_sys=True)")
+    done = _run(code)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("\n" + " DeepSpeed Flops Profiler ".center(78, "-") + "\n")
+    assert _foreign(done.stderr) == [], done.stderr
+
+
+# -- the extension loader's "No CUDA runtime is found" --------------------------------------------------------------
+#: a CUDA build of torch on a machine without a GPU, on this CPU build: torch.utils.cpp_extension
+#: logs "No CUDA runtime is found" when it is imported on a build compiled for CUDA (torch.version.cuda
+#: set) where CUDA_HOME exists and no GPU is available. What torch imports on its own first, as a
+#: CUDA build would (dynamo and inductor ask the CUDA build for its kernels)
+CUDA_BUILD = """
+import torch, torch._dynamo, torch._inductor, torch.profiler, torch.optim
+torch.version.cuda = "12.8"
+torch.cuda._is_compiled = lambda: True
+torch.cuda.is_available = lambda: False
+"""
+#: after the report: the loader imported now prints the line, so the simulation is a real one
+LOADER = """
+print("cpp_extension imported before:", "torch.utils.cpp_extension" in sys.modules, file=sys.stderr)
+import torch.utils.cpp_extension
+"""
+
+
+@pytest.mark.parametrize("scenario", ["profile native", "profile python", "profile kernels=True",
+                                      "Profiler span", "Profiler span kernels=True"])
+def test_no_path_imports_the_extension_loader_so_no_cuda_runtime_line(scenario, tmp_path):
+    report = tmp_path / "report.txt"
+    (tmp_path / "cuda").mkdir()
+    code = _script(scenario, report, prelude="import flopsight\nflopsight.FakeClock\n" + CUDA_BUILD, after=LOADER)
+    done = _run(code, env={"CUDA_HOME": str(tmp_path / "cuda")})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == report.read_text()
+    lines = _foreign(done.stderr)
+    # nothing until the script's own import of the loader, which prints the line (the control)
+    assert lines[0] == "cpp_extension imported before: False", done.stderr
+    assert len(lines) == 2 and "No CUDA runtime is found" in lines[1], done.stderr
