@@ -343,7 +343,7 @@ class Ctx:
         so the CUDA paths (device timing, phase-boundary events) run."""
         if self.cuda:
             return {}
-        from flopsight.capture.timing import FakeDeviceClock
+        from flopsight.capture.runtime.timing import FakeDeviceClock
 
         return {"clock": FakeDeviceClock()}
 

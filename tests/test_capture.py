@@ -4,15 +4,15 @@ import pytest
 import torch
 
 from flopsight._torch_private import tag_nodes
-from flopsight.capture.attribution import Attribution
-from flopsight.capture.build import build_result
-from flopsight.capture.context import CaptureContext, Overhead
-from flopsight.capture.counts import Counts
-from flopsight.capture.calls import CallRecord, ModuleCalls
-from flopsight.capture.modules import describe
-from flopsight.capture.raw import RawCapture
-from flopsight.capture.tally import Tally
-from flopsight.capture.timing import FakeClock
+from flopsight.capture.charging.attribution import Attribution
+from flopsight.capture.assembly.build import build_result
+from flopsight.capture.runtime.context import CaptureContext, Overhead
+from flopsight.capture.charging.counts import Counts
+from flopsight.capture.charging.calls import CallRecord, ModuleCalls
+from flopsight.capture.model.modules import describe
+from flopsight.capture.assembly.raw import RawCapture
+from flopsight.capture.runtime.tally import Tally
+from flopsight.capture.runtime.timing import FakeClock
 from flopsight.formulas import Cost, Registry
 from flopsight.result.metadata import Metadata
 from flopsight.result.stats import Stats

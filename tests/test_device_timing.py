@@ -13,7 +13,7 @@ from torch import nn
 import flopsight
 from flopsight.analysis.kernel_profile import device_busy
 from flopsight.capture.sources.kernels import TraceEvent, attribute, simulated_kernels
-from flopsight.capture.timing import FakeDeviceClock
+from flopsight.capture.runtime.timing import FakeDeviceClock
 from flopsight.result import ProfileResult
 
 from helpers import tiny_gpt2

@@ -86,8 +86,8 @@ def Offloaded() -> nn.Module:
 
 
 def test_the_timing_device_is_the_accelerator_the_model_or_its_inputs_are_on():
-    from flopsight.capture.inputs import model_device
-    from flopsight.capture.timing import CudaEventClock, HostClock, default_clock
+    from flopsight.capture.model.inputs import model_device
+    from flopsight.capture.runtime.timing import CudaEventClock, HostClock, default_clock
 
     # not the first parameter's device: the accelerator one of them is on
     assert model_device(Offloaded()) == torch.device("cuda", 1)

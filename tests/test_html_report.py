@@ -419,7 +419,7 @@ def test_browser_detail_panel_lists_a_modules_kernels(browser, tmp_path):
 @browser_test
 def test_browser_cards_give_the_gpus_busy_time_and_idle_share(browser, tmp_path):
     from flopsight.analysis.kernel_profile import device_busy
-    from flopsight.capture.timing import FakeDeviceClock
+    from flopsight.capture.runtime.timing import FakeDeviceClock
     from flopsight.renderers.numbers import duration_to_string
 
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))

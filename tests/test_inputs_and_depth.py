@@ -189,8 +189,8 @@ def test_the_cli_profiles_a_deep_factory_model(tmp_path, capsys):
 
 
 def test_the_walks_without_recursion_match_torchs():
-    from flopsight.capture.modules import describe, walk, walk_named
-    from flopsight.capture.recursion import model_depth
+    from flopsight.capture.model.modules import describe, walk, walk_named
+    from flopsight.capture.model.recursion import model_depth
 
     shared = nn.Linear(2, 2)
     model = nn.Sequential(nn.Sequential(shared, nn.ReLU()), shared, nn.ModuleDict({"a": nn.Tanh(), "b": None}))

@@ -3,11 +3,11 @@
 import torch
 
 import flopsight
-from flopsight.capture.counts import Counts
-from flopsight.capture.calls import ModuleCalls
-from flopsight.capture.modules import describe
-from flopsight.capture.plan import PLAN, CaptureOptions, Row, plan
-from flopsight.capture.session import CaptureSession
+from flopsight.capture.charging.counts import Counts
+from flopsight.capture.charging.calls import ModuleCalls
+from flopsight.capture.model.modules import describe
+from flopsight.capture.runs.plan import PLAN, CaptureOptions, Row, plan
+from flopsight.capture.runs.session import CaptureSession
 from flopsight.formulas import REGISTRY
 from toy_source import OpsPerPhase, ToySource
 
@@ -54,7 +54,7 @@ def test_the_backend_is_chosen_from_the_rows_needs_before_any_source_is_made():
     import pytest
 
     from flopsight.capture.backends.native.recorder import RECORDER
-    from flopsight.capture.plan import needs_of
+    from flopsight.capture.runs.plan import needs_of
 
     seen = []
 
@@ -72,7 +72,7 @@ def test_the_backend_is_chosen_from_the_rows_needs_before_any_source_is_made():
         seen.clear()
         table = PLAN + (Row("sees", Sees, needs=set(needs)),)
         CaptureSession(CaptureOptions(describe(torch.nn.Linear(2, 2)), backend="auto"), registry=REGISTRY,
-                       clock=flopsight.capture.timing.HostClock(), table=table)
+                       clock=flopsight.capture.runtime.timing.HostClock(), table=table)
         return seen[0]
 
     if RECORDER.load(quiet=True) is not None:

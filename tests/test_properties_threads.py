@@ -173,10 +173,10 @@ def test_a_native_session_that_starts_second_fails_clearly_and_leaves_the_first_
     ran, then both started; the second one's module tracking replaced the first one's in the
     recorder before its start failed, and removing it left the first session tracking nothing.
     The second start is made here on one thread, in the order the two threads took."""
-    from flopsight.capture.modules import describe
-    from flopsight.capture.plan import CaptureOptions
-    from flopsight.capture.session import CaptureSession
-    from flopsight.capture.timing import HostClock
+    from flopsight.capture.model.modules import describe
+    from flopsight.capture.runs.plan import CaptureOptions
+    from flopsight.capture.runs.session import CaptureSession
+    from flopsight.capture.runtime.timing import HostClock
     from flopsight.formulas import REGISTRY
 
     model = mlp(4)

@@ -10,7 +10,7 @@ import torch
 
 import flopsight
 from flopsight.analysis.ranks import rank_figures, spread
-from flopsight.capture.gather import check_gather_timeout, gather_ranks
+from flopsight.capture.assembly.gather import check_gather_timeout, gather_ranks
 
 
 
@@ -102,7 +102,7 @@ def test_gather_timeout_must_be_a_positive_number(timeout):
 
 
 def test_parallel_sizes_are_given_or_detected():
-    from flopsight.capture.parallel import check_parallel, detect_parallel
+    from flopsight.capture.model.parallel import check_parallel, detect_parallel
 
     assert detect_parallel(torch.nn.Linear(2, 2)) is None  # one process, nothing to say
     assert detect_parallel(torch.nn.Linear(2, 2), given={"tp": 4, "pp": 2}) == {"world": 1, "tp": 4, "pp": 2}

@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 import flopsight
-from flopsight.capture.scripted import is_scripted, type_name
-from flopsight.capture.state import ModelState
+from flopsight.capture.model.scripted import is_scripted, type_name
+from flopsight.capture.model.state import ModelState
 
 # torch 2.13 deprecates TorchScript; users still have scripted models
 pytestmark = pytest.mark.filterwarnings(r"ignore:`torch\.jit\.\w+` is deprecated:DeprecationWarning")

@@ -64,7 +64,7 @@ def test_an_error_raised_in_the_model_keeps_naming_its_module():
 
 
 def test_a_long_message_is_cut_to_one_short_line():
-    from flopsight.capture.gather import span_failure_text
+    from flopsight.capture.assembly.gather import span_failure_text
 
     text = span_failure_text(RuntimeError("x" * 300 + "\nsecond line"))
     assert text.startswith("RuntimeError raised in the profiled span, outside the model: xxx") and "\n" not in text

@@ -20,8 +20,8 @@ import pytest
 import torch
 
 import flopsight
-from flopsight.capture.build import UNMEASURED_COST
-from flopsight.capture.timing import HostClock
+from flopsight.capture.assembly.build import UNMEASURED_COST
+from flopsight.capture.runtime.timing import HostClock
 from flopsight.renderers.diff_renderer import verdict_text
 from flopsight.result.samples import StepSamples
 from flopsight.result.steps import combine_steps

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 import flopsight
-from flopsight.capture.timing import CudaEventClock, HostClock, default_clock
+from flopsight.capture.runtime.timing import CudaEventClock, HostClock, default_clock
 from flopsight.result.metadata import Timing
 from models import LeNet
 
@@ -94,7 +94,7 @@ def test_fake_clock_rejects_a_non_positive_step():
 
 
 def test_a_clock_that_cannot_subtract_the_profilers_time_warns_when_it_is_large():
-    from flopsight.capture.timing import HostClock
+    from flopsight.capture.runtime.timing import HostClock
 
     class EventLike(HostClock):
         """Like CUDA events, it cannot take the profiler's own time out; its host time advances

@@ -20,7 +20,7 @@ from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 
 import flopsight
 import flopsight.result.timeline
-from flopsight.capture.build import _timeline
+from flopsight.capture.assembly.build import _timeline
 from flopsight.renderers.trace_renderer import LANES, render_trace
 from flopsight.result.timeline import CallSpan, CollectiveSpan, Span, Timeline
 

@@ -29,11 +29,11 @@ from torch import nn
 
 from ._checks import check_bool, check_choice, check_int
 from .capture.backends import check_backend
-from .capture.parallel import check_parallel
-from .capture.gather import DEFAULT_GATHER_TIMEOUT, check_gather_timeout
+from .capture.model.parallel import check_parallel
+from .capture.assembly.gather import DEFAULT_GATHER_TIMEOUT, check_gather_timeout
 from .capture.sources.kernels import check_kernels
 from .capture.sources.optimizer import check_optimizer
-from .capture.timing import Clock
+from .capture.runtime.timing import Clock
 from .formulas import REGISTRY
 from .formulas.attention import ATTENTION_CONVENTIONS, attention_registry
 from .formulas.registry import Registry

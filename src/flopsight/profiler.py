@@ -29,19 +29,19 @@ from torch import nn
 from ._quiet import ignoring
 from ._torch_private import kineto_running, original_module
 from ._version import __version__
-from .capture.build import build_result, device_timed
-from .capture.gather import announce, gather_ranks, publish_failure, span_failure_text
-from .capture.inputs import batch_size, describe_inputs, model_device, model_dtype
-from .capture.calls import ModuleCalls
-from .capture.modules import compiled_paths, describe
-from .capture.parallel import detect_parallel, warn_data_parallel
-from .capture.plan import CaptureOptions
-from .capture.recursion import deep_enough, room_for
-from .capture.running import RUNNING
-from .capture.session import CaptureSession
+from .capture.assembly.build import build_result, device_timed
+from .capture.assembly.gather import announce, gather_ranks, publish_failure, span_failure_text
+from .capture.model.inputs import batch_size, describe_inputs, model_device, model_dtype
+from .capture.charging.calls import ModuleCalls
+from .capture.model.modules import compiled_paths, describe
+from .capture.model.parallel import detect_parallel, warn_data_parallel
+from .capture.runs.plan import CaptureOptions
+from .capture.model.recursion import deep_enough, room_for
+from .capture.runtime.running import RUNNING
+from .capture.runs.session import CaptureSession
 from .capture.sources.spans import SpanTimes
-from .capture.state import ModelState
-from .capture.timing import Clock, default_clock, on_device
+from .capture.model.state import ModelState
+from .capture.runtime.timing import Clock, default_clock, on_device
 from .formulas.registry import Registry
 from .options import CALL_ONLY, SPAN_ONLY, ProfileOptions
 from .result.metadata import Metadata, Timing
@@ -215,7 +215,7 @@ def profile(model: nn.Module, args: Any = (), kwargs: dict | None = None, *, opt
         attention: ``"dense"`` counts every attention score entry (DeepSpeed's count);
             ``"effective"`` only those a causal mask, a sliding window, a packed batch or a
             block mask leaves in (docs/conventions/attention.md).
-        clock: a clock from :mod:`flopsight.capture.timing` (tests inject ``FakeClock``).
+        clock: a clock from :mod:`flopsight.capture.runtime.timing` (tests inject ``FakeClock``).
         registry: formulas to count with (default: the global registry).
         gather_timeout: under torch.distributed, every rank profiles and rank 0 gathers their
             results into ``result.ranks``, waiting at most this many seconds for each (a
@@ -373,7 +373,7 @@ def _nothing_stepped(optimizer: Any) -> bool:
 
 
 def with_ranks(result: ProfileResult, gather_timeout: float | None) -> ProfileResult:
-    """``result`` with every rank's result on rank 0 (see :mod:`flopsight.capture.gather`)."""
+    """``result`` with every rank's result on rank 0 (see :mod:`flopsight.capture.assembly.gather`)."""
     if gather_timeout is None:
         return result
     ranks, notes = gather_ranks(result, gather_timeout)

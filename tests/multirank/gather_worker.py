@@ -25,7 +25,7 @@ import torch.distributed as dist
 from torch import nn
 
 import flopsight
-import flopsight.capture.gather
+import flopsight.capture.assembly.gather
 
 out = sys.argv[1]
 rank = dist.get_rank()
@@ -47,15 +47,15 @@ def save(name, result, seconds=None):
 save("both", flopsight.profile(model, torch.randn(2 + rank, 8), warm_up=0))
 
 if rank == 1:  # it started the profile, then failed before its profiled step: no result sent
-    flopsight.capture.gather.announce()
-    flopsight.capture.gather.GATHERING.gathered += 1  # the next profiles still match rank 0's by order
+    flopsight.capture.assembly.gather.announce()
+    flopsight.capture.assembly.gather.GATHERING.gathered += 1  # the next profiles still match rank 0's by order
 else:
-    flopsight.capture.gather.GATHERING.warn_after = 0.0  # say at once what rank 0 waits for
+    flopsight.capture.assembly.gather.GATHERING.warn_after = 0.0  # say at once what rank 0 waits for
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         save("one_missing", flopsight.profile(model, torch.randn(2, 8), warm_up=0, gather_timeout=2))
     held["warned"] = " ".join(str(w.message) for w in caught)
-    flopsight.capture.gather.GATHERING.warn_after = 5.0
+    flopsight.capture.assembly.gather.GATHERING.warn_after = 5.0
 
 prof = flopsight.Profiler(model)
 try:

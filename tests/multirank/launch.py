@@ -89,7 +89,7 @@ def deepspeed_launch(script: Path, *args: str, cwd: Path, timeout: float = 600) 
 
 #: the scenarios of tests/multirank/scenarios.py each launcher runs, in this order:
 #: - "gather" last: it ends profiling on rank 0 alone, which offsets how later profiles match
-#:   across ranks (flopsight.capture.gather matches them by their order);
+#:   across ranks (flopsight.capture.assembly.gather matches them by their order);
 #: - "compare" first: DeepSpeed's own profiler counts every linear layer twice in a process
 #:   that has run a ZeRO-3 engine (ZeRO-3 leaves its patched linear behind), and "compare"
 #:   holds that profiler's lines against flopsight's.

@@ -1,33 +1,28 @@
 """Capture: run the model and record raw facts (ops, module calls, spans, phases).
 
-How a capture is put together:
+The folders, by role:
 
-* :mod:`.session` makes the sources :mod:`.plan`'s table picks for the options, starts and
-  stops them, and collects each one's typed part into a :class:`~.raw.RawCapture`;
-  :mod:`.build` turns the parts into a :class:`~flopsight.result.ProfileResult`;
-* :mod:`.context` is what the sources share (clock, overhead, module stack, phase, the
-  backend), :mod:`.events` how they hear of each other's facts without naming each other, and
-  :mod:`.attribution` the one place that decides where every cost goes;
-* :mod:`.backends`: the hot path, behind one ``Backend`` protocol chosen once per capture:
-  ops and their costs, module calls (each backend owning its stack) and phase changes.
-
-  - :mod:`.backends.python`: a dispatch mode (``ops``) and Python module hooks (``calls``),
-    the fallback and the check;
-  - :mod:`.backends.native`: the recorder's ``RecordFunction`` callback (``ops``) and C++
-    module hooks (``calls``), ``recorder.cpp``, its ``build`` and ``self_check``;
-* :mod:`.sources`: one file per source off the hot path: :mod:`~.sources.spans` (iteration,
-  backward and step spans, and the phase), :mod:`~.sources.optimizer` (``optimizer.step()``),
-  :mod:`~.sources.functions` (one function mode), :mod:`~.sources.units`,
-  :mod:`~.sources.module_rules` and :mod:`~.sources.autograd_functions` (calls counted whole),
-  :mod:`~.sources.collectives`, :mod:`~.sources.memory`, :mod:`~.sources.kernels` (kernels per
-  module), :mod:`~.sources.device_usage` (GPU usage), :mod:`~.sources.gather` (every rank's
-  result on rank 0);
-* shared by the backends: :mod:`.calls` (a call's record, the unwind rule, the part module
-  calls make), :mod:`.counts` (the part counting makes), :mod:`.modules` (the module tree),
-  :mod:`.tally`, :mod:`.timing` (clocks);
-* helpers: :mod:`.placement` (the timeline), :mod:`.state` (what profiling restores),
-  :mod:`.params`, :mod:`.inputs`, :mod:`.scripted`, :mod:`.wrappers`, :mod:`.parallel` (the
-  run's parallelism), :mod:`.notices` (warnings), :mod:`.recursion`.
+* :mod:`.runs`, what runs a capture: the session (``runs/session.py``) makes the sources its
+  plan picks (``runs/plan.py``: each source's row says what it needs of the backend, and the
+  backend is chosen from those needs first), starts and stops them, and collects each one's
+  part;
+* :mod:`.runtime`, what the parts of a running capture share: the options, the context
+  (clock, overhead, module stack, phase: it changes only through methods that have the backend
+  settle first), the events, the clocks; ``runtime/running.py``, what the process keeps of the
+  sessions that run (threads, the end of the process, the profiler's own code and time);
+* :mod:`.backends`, the hot path behind one ``Backend`` protocol, chosen once per session:
+  :mod:`.backends.python` (a dispatch mode and Python module hooks: the fallback and the check)
+  and :mod:`.backends.native` (``recorder.cpp``'s ``RecordFunction`` callback and C++ module
+  hooks; ``recorder.py``, the process's one recorder; ``build.py``; ``self_check.py``);
+* :mod:`.sources`, one file per source off the hot path: spans and phases, the optimizer's
+  steps, the function mode, calls counted whole (units, module rules, autograd functions),
+  collectives, memory, kernels, GPU usage;
+* :mod:`.charging`, where a cost goes and what it adds up to: the one attribution rule, the
+  one cost evaluation, module calls' records, the tallies;
+* :mod:`.model`, what describes the model: its module tree, parameters, inputs, scripted
+  parts, parallelism, depth, the state profiling restores, what training wrappers hold;
+* :mod:`.assembly`, from the raw capture to a result: the parts, the timeline, the result,
+  and every rank's gathered on rank 0.
 """
 
 

@@ -23,8 +23,8 @@ from typing import Any
 
 import torch
 
-from ..capture.modules import walk
-from ..capture.recursion import room_for
+from ..capture.model.modules import walk
+from ..capture.model.recursion import room_for
 from ..renderers.numbers import bytes_to_string, params_to_string
 from . import zoo
 from .meta import prepare_for_meta

@@ -16,8 +16,8 @@ from ..options import ProfileOptions
 from . import zoo
 from .build import build, explain_input_shape, pick_device
 from .meta import meta_masks
-from ..capture.calls import failure_text
-from ..capture.recursion import room_for
+from ..capture.charging.calls import failure_text
+from ..capture.model.recursion import room_for
 from .models import BadModel, Target, UsageError, resolve
 from .progress import Progress
 from .repeat import MIN_REPEAT

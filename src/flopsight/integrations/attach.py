@@ -59,7 +59,7 @@ from ..analysis.report_figures import ParallelInfo
 from ..analysis.report_options import ReportOptions
 from .._wrap import wrap_method
 from ..capture.sources.optimizer import check_optimizer
-from ..capture.parallel import engine_parallel
+from ..capture.model.parallel import engine_parallel
 from ..options import ProfileOptions
 from ..profiler import Profiler, check_model
 from ..renderers.output import check_output_file, write

@@ -42,7 +42,7 @@ except ImportError as e:  # the optional extra
 
 from .._process import WARNED
 from ..analysis.efficiency import efficiency
-from ..capture.gather import DEFAULT_GATHER_TIMEOUT, publish_failure
+from ..capture.assembly.gather import DEFAULT_GATHER_TIMEOUT, publish_failure
 from .._wrap import wrap_method
 from ..hardware import check_peak
 from ..options import ProfileOptions

@@ -49,7 +49,7 @@ except ImportError as error:  # the core needs torch alone; this module needs Li
 
 from .._process import WARNED
 from ..analysis.efficiency import Efficiency, efficiency
-from ..capture.gather import DEFAULT_GATHER_TIMEOUT, publish_failure
+from ..capture.assembly.gather import DEFAULT_GATHER_TIMEOUT, publish_failure
 from ..hardware import Peak, lookup_peak, resolve_peak
 from ..options import ProfileOptions
 from ..profiler import Profiler, with_ranks

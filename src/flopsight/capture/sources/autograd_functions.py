@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import inspect
 
-from ..context import CaptureContext
-from ..running import OWN_CODE
+from ..runtime.context import CaptureContext
+from ..runtime.running import OWN_CODE
 from .units import publish_whole, run_whole
 
 __all__ = ["AutogradFunctions"]

@@ -18,8 +18,8 @@ from torch.overrides import TorchFunctionMode
 
 from ..._process import PROCESS
 from ..._torch_private import active_function_modes, exit_mode, is_higher_order_op, torch_function_subclasses
-from ..context import CaptureContext
-from ..running import OWN_CODE
+from ..runtime.context import CaptureContext
+from ..runtime.running import OWN_CODE
 
 __all__ = ["FunctionInterceptor", "SubclassRoutes"]
 

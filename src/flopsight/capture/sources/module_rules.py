@@ -7,7 +7,7 @@ Its backward, if the rule has a backward formula, is charged once when it runs.
 
 from __future__ import annotations
 
-from ..context import CaptureContext
+from ..runtime.context import CaptureContext
 
 __all__ = ["ModuleRules"]
 

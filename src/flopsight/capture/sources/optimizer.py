@@ -16,7 +16,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from ..._wrap import wrap_method
-from ..context import CaptureContext
+from ..runtime.context import CaptureContext
 from .functions import FunctionInterceptor
 from .spans import SpanTimer
 

@@ -9,9 +9,9 @@ once from the unit's backward formula. Each call is published to ``ctx.events.ca
 from __future__ import annotations
 
 from ..._torch_private import autograd_sequence_nr
-from ..context import CaptureContext
-from ..events import OpEvent
-from ..running import OWN_CODE
+from ..runtime.context import CaptureContext
+from ..runtime.events import OpEvent
+from ..runtime.running import OWN_CODE
 
 __all__ = ["UnitSource", "run_whole", "publish_whole"]
 

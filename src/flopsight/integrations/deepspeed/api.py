@@ -25,8 +25,8 @@ from ..._checks import is_int
 from ..._process import PROCESS
 from ...analysis.report_figures import ParallelInfo, model_forward
 from ...analysis.report_options import ReportOptions
-from ...capture.modules import describe, walk
-from ...capture.recursion import room_for
+from ...capture.model.modules import describe, walk
+from ...capture.model.recursion import room_for
 from ...options import ProfileOptions
 from ...profiler import Profiler, as_args, as_kwargs, check_model, profile
 from ...renderers.numbers import duration_to_string, macs_to_string, number_to_string, params_to_string

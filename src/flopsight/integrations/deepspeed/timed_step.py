@@ -13,7 +13,7 @@ result's ``timed.<kind>`` spans (:data:`~flopsight.result.iteration.TIMED`), whi
 counted step's (docs/distributed.md).
 
 >>> import torch
->>> from flopsight.capture.timing import FakeClock
+>>> from flopsight.capture.runtime.timing import FakeClock
 >>> class Engine(torch.nn.Linear):  # what a DeepSpeed engine offers here
 ...     def backward(self, loss): loss.backward()
 ...     def step(self): pass
@@ -40,7 +40,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..._wrap import wrap_method
-from ...capture.timing import Clock
+from ...capture.runtime.timing import Clock
 from ...result.iteration import TIMED
 
 __all__ = ["TimedStep"]

@@ -19,9 +19,9 @@ listens to each call as it happens (module rules, kernels), and for ``torch.comp
 
 from __future__ import annotations
 
-from ...modules import compiled_paths
+from ...model.modules import compiled_paths
 from ...._torch_private import kineto_running
-from ...timing import FakeClock, HostClock, on_device
+from ...runtime.timing import FakeClock, HostClock, on_device
 from .backend import NativeBackend
 from .ops import NativeCountingSource
 from .recorder import RECORDER

@@ -7,8 +7,8 @@ import contextlib
 from torch import nn
 
 from ...._torch_private import is_higher_order_op
-from ...running import RUNNING
-from ...timing import on_device
+from ...runtime.running import RUNNING
+from ...runtime.timing import on_device
 from ..composed import CallsAndOps
 from ..python.calls import PythonCalls
 from .calls import NativeCalls

@@ -20,8 +20,8 @@ import time
 from torch import nn
 
 from ...._torch_private import has_own_hooks, module_call_frames
-from ...calls import CallRecord, begun, unwind
-from ...scripted import is_scripted
+from ...charging.calls import CallRecord, begun, unwind
+from ...model.scripted import is_scripted
 from ..python.calls import PythonCalls
 from .recorder import RECORDER
 

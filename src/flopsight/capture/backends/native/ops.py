@@ -47,14 +47,14 @@ from ....formulas.attention import entries as attention_entries
 from ....formulas.attention.convention import reads_values
 from ....formulas.registry import ZERO
 from ....result.stats import ZERO_STATS
-from ...attribution import whole_call_bytes
-from ...context import CaptureContext
-from ...costs import evaluate
-from ...counts import Counts, collect_counts
-from ...events import OpEvent
-from ...running import RUNNING
-from ...stance import EAGER_STANCE
-from ...timing import FakeClock
+from ...charging.attribution import whole_call_bytes
+from ...runtime.context import CaptureContext
+from ...charging.costs import evaluate
+from ...charging.counts import Counts, collect_counts
+from ...runtime.events import OpEvent
+from ...runtime.running import RUNNING
+from ...runtime.stance import EAGER_STANCE
+from ...runtime.timing import FakeClock
 from .recorder import RECORDER, Tables
 from .calls import host_offset
 

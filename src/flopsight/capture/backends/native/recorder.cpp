@@ -906,7 +906,7 @@ struct ModuleHooks {
 };
 // used with the GIL held only; never destroyed: its Python objects would be released by the C++
 // runtime's exit handlers, after the interpreter has finalised (a fatal error). Python's own
-// exit handler (capture/running.py) stops every session before that; this is the last guard.
+// exit handler (capture/runtime/running.py) stops every session before that; this is the last guard.
 ModuleHooks& g_modules = *new ModuleHooks();
 
 bool handling_exception() {

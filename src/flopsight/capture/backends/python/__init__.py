@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 
-from ...running import RUNNING
+from ...runtime.running import RUNNING
 from ..composed import CallsAndOps
 from .calls import PythonCalls
 from .ops import CountingSource

@@ -22,11 +22,11 @@ from ...._torch_private import (
 )
 from ....formulas.registry import ZERO
 from ....result.stats import ZERO_STATS
-from ...context import CaptureContext
-from ...counts import Counts, collect_counts
-from ...events import OpEvent
-from ...running import OWN_CODE, RUNNING
-from ...stance import EAGER_STANCE
+from ...runtime.context import CaptureContext
+from ...charging.counts import Counts, collect_counts
+from ...runtime.events import OpEvent
+from ...runtime.running import OWN_CODE, RUNNING
+from ...runtime.stance import EAGER_STANCE
 
 __all__ = ["CountingSource"]
 

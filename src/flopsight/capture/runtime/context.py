@@ -23,7 +23,7 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from ..formulas.registry import Registry
+from ...formulas.registry import Registry
 from .events import Events
 from .overhead import Overhead
 from .running import RUNNING

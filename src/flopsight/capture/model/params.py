@@ -24,7 +24,7 @@ class ModelParameters:
     timing pass never does).
 
     >>> from torch import nn
-    >>> from flopsight.capture.modules import describe
+    >>> from flopsight.capture.model.modules import describe
     >>> model = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2, bias=False))
     >>> params = ModelParameters(describe(model))
     >>> sorted(params.owner_by_id[id(p)] for p in params.tensors)

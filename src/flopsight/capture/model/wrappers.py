@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from .._torch_private import dtensor_local
+from ..._torch_private import dtensor_local
 
 __all__ = ["inner_torch_optimizer", "wrapper_gradients", "local_shard", "gradients", "optimizer_state_tensors"]
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import bisect
 
-from .._torch_private import (
+from ..._torch_private import (
     ACCUMULATE_GRAD_SEQUENCE_NR,
     accumulated_parameter,
     autograd_sequence_nr,
@@ -26,9 +26,9 @@ from .._torch_private import (
     node_thread,
     node_sequence_nr,
 )
-from ..formulas.bytes_moved import tensors_bytes
-from ..result.stats import ZERO_STATS, Stats
-from .context import CaptureContext
+from ...formulas.bytes_moved import tensors_bytes
+from ...result.stats import ZERO_STATS, Stats
+from ..runtime.context import CaptureContext
 from .costs import evaluate
 from .notices import warn_formula_failed, warn_unprofiled_forward, warn_unsupported
 

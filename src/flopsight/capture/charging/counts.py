@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-from ..result.stats import Stats
-from .context import CaptureContext
+from ...result.stats import Stats
+from ..runtime.context import CaptureContext
 
 __all__ = ["Counts", "collect_counts"]
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import threading
 
-from .._process import PROCESS
-from .._torch_private import force_eager, may_compile
+from ..._process import PROCESS
+from ..._torch_private import force_eager, may_compile
 
 __all__ = ["EAGER_STANCE", "EagerStance"]
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 
-from .._checks import check_int
-from ..result.metadata import PARALLEL_KEYS
+from ..._checks import check_int
+from ...result.metadata import PARALLEL_KEYS
 from .modules import walk
 
 __all__ = ["detect_parallel", "engine_parallel", "check_parallel", "warn_data_parallel"]

@@ -5,7 +5,7 @@ A source's ``collect(ctx)`` returns its part (a :class:`~.calls.ModuleCalls`, a
 say; building the result reads the parts it knows, and a part nobody asked for is simply
 not there.
 
->>> from flopsight.capture.counts import Counts
+>>> from flopsight.capture.charging.counts import Counts
 >>> raw = RawCapture(Counts(unsupported={"aten.weird": 1}))
 >>> raw.get(Counts).unsupported, raw.get(int)
 ({'aten.weird': 1}, None)

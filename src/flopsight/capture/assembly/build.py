@@ -9,24 +9,24 @@ from typing import Callable
 
 from torch import nn
 
-from ..result.communication import KINDS, Collective
-from ..result.device_usage import DeviceUsage
-from ..result.kernels import Kernel, KernelSummary
-from ..result.memory import MemoryTotals, ModuleMemory
-from ..result.metadata import Metadata
-from ..result.profile_result import ProfileResult
-from ..result.records import ModelCall, ModuleStats
-from ..result.stats import Stats, make_stats
-from ..result.timeline import Span, Timeline
-from ..result.tree import PHASES
-from .sources.collectives import Communication
-from .counts import Counts
-from .sources.kernels import KernelTimes
-from .calls import ModuleCalls
-from .modules import ModuleInfo
+from ...result.communication import KINDS, Collective
+from ...result.device_usage import DeviceUsage
+from ...result.kernels import Kernel, KernelSummary
+from ...result.memory import MemoryTotals, ModuleMemory
+from ...result.metadata import Metadata
+from ...result.profile_result import ProfileResult
+from ...result.records import ModelCall, ModuleStats
+from ...result.stats import Stats, make_stats
+from ...result.timeline import Span, Timeline
+from ...result.tree import PHASES
+from ..sources.collectives import Communication
+from ..charging.counts import Counts
+from ..sources.kernels import KernelTimes
+from ..charging.calls import ModuleCalls
+from ..model.modules import ModuleInfo
 from .raw import RawCapture
-from .sources.spans import SpanTimes
-from .sources.memory import MemoryFigures
+from ..sources.spans import SpanTimes
+from ..sources.memory import MemoryFigures
 
 __all__ = ["build_result", "device_timed"]
 
@@ -131,7 +131,7 @@ def device_timed(kernel_pass: RawCapture, total: float) -> RawCapture:
     device time, and the forward's is ``total``, an uninstrumented call's; the root's own
     time is then what its submodules' kernels leave of it, the device's idle time included.
 
-    >>> from flopsight.capture.calls import CallRecord, TopCall
+    >>> from flopsight.capture.charging.calls import CallRecord, TopCall
     >>> root, fc = CallRecord(0, "", "forward", None, -1, None), CallRecord(1, "fc", "forward", None, 0, None)
     >>> calls = ModuleCalls({("", "forward"): 1, ("fc", "forward"): 1}, {("", "forward"): 9.0, ("fc", "forward"): 7.0},
     ...                     [TopCall("", 16.0, 2)], log=[root, fc], seconds=[16.0, 7.0])
@@ -242,7 +242,7 @@ def _profiler_spans(raw: RawCapture, counted: Counts | None, memory: bool, clock
     ``counted`` in the same pass, :data:`UNMEASURED_COST` on a real clock. Phases with none
     are left out (a fake clock's: its tests' results stay as they were).
 
-    >>> from flopsight.capture.calls import CallRecord
+    >>> from flopsight.capture.charging.calls import CallRecord
     >>> from flopsight.capture.sources.spans import TimedSpan
     >>> root = CallRecord(0, "", "forward", None, -1, None)
     >>> root.ovh_start, root.ovh_end = 1.0, 1.5

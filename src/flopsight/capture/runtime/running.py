@@ -40,8 +40,8 @@ import sys
 import threading
 from typing import Any, Callable, NamedTuple
 
-from .._process import PROCESS
-from .._torch_private import dispatch_mode_flags, set_dispatch_mode_flags
+from ..._process import PROCESS
+from ..._torch_private import dispatch_mode_flags, set_dispatch_mode_flags
 from .overhead import Overhead
 
 __all__ = ["RUNNING", "RunningSessions", "OWN_CODE"]

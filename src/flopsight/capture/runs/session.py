@@ -22,20 +22,20 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from ..formulas.registry import Registry
-from ..torch_support import warn_if_untested
-from .attribution import Attribution
-from .sources.collectives import Communication
-from .context import CaptureContext
-from .calls import ModuleCalls
-from .notices import PROFILER_SHARE_LIMIT, warn_profiler_share
-from .params import ModelParameters
-from .placement import resolve_timeline
+from ...formulas.registry import Registry
+from ...torch_support import warn_if_untested
+from ..charging.attribution import Attribution
+from ..sources.collectives import Communication
+from ..runtime.context import CaptureContext
+from ..charging.calls import ModuleCalls
+from ..charging.notices import PROFILER_SHARE_LIMIT, warn_profiler_share
+from ..model.params import ModelParameters
+from ..assembly.placement import resolve_timeline
 from .plan import PLAN, CaptureOptions, Row, plan_sources
-from .raw import RawCapture
-from .running import RUNNING
-from .sources.spans import SpanTimer, SpanTimes
-from .timing import Clock
+from ..assembly.raw import RawCapture
+from ..runtime.running import RUNNING
+from ..sources.spans import SpanTimer, SpanTimes
+from ..runtime.timing import Clock
 
 __all__ = ["CaptureSession"]
 

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..formulas.shapes import first_tensor, nested_tensors
+from ...formulas.shapes import first_tensor, nested_tensors
 from .modules import walk
 
 __all__ = ["describe_inputs", "model_device", "model_dtype", "batch_size"]

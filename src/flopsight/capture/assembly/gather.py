@@ -34,9 +34,9 @@ from typing import Any
 
 import torch
 
-from .._process import PROCESS
-from .._torch_private import default_store
-from .calls import failure_text
+from ..._process import PROCESS
+from ..._torch_private import default_store
+from ..charging.calls import failure_text
 
 __all__ = ["gather_ranks", "announce", "publish_failure", "span_failure_text", "check_gather_timeout",
            "DEFAULT_GATHER_TIMEOUT", "FIRST_WAIT", "PEER_WAIT", "GATHERING"]
@@ -128,7 +128,7 @@ def publish_failure(exc: BaseException) -> None:
 
 def span_failure_text(exc: BaseException) -> str:
     """What a failed :class:`~flopsight.Profiler` span records: the module that raised
-    (:func:`~flopsight.capture.calls.failure_text`), else the exception and its message, raised
+    (:func:`~flopsight.capture.charging.calls.failure_text`), else the exception and its message, raised
     by the code around the model.
 
     >>> span_failure_text(ValueError("bad batch"))
@@ -159,7 +159,7 @@ def gather_ranks(result, timeout: float = DEFAULT_GATHER_TIMEOUT) -> tuple[list,
     if rank != 0:
         store.set(f"{prefix}{rank}", json.dumps(result.to_dict()))
         return [], {}
-    from ..result.profile_result import ProfileResult
+    from ...result.profile_result import ProfileResult
 
     _late_starts(store, world)
     results: list = [result] + [None] * (world - 1)

@@ -11,9 +11,9 @@ Stats(macs=24, flops=48)
 
 from __future__ import annotations
 
-from .._torch_private import function_modes_disabled
-from ..formulas.registry import ZERO
-from ..result.stats import ZERO_STATS, Stats
+from ..._torch_private import function_modes_disabled
+from ...formulas.registry import ZERO
+from ...result.stats import ZERO_STATS, Stats
 
 __all__ = ["evaluate"]
 

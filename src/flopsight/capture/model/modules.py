@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
-from .._torch_private import original_module
-from ..result.records import LayerSizes
+from ..._torch_private import original_module
+from ...result.records import LayerSizes
 from .params import param_numel
 from .scripted import is_scripted, type_name
 

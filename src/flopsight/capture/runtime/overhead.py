@@ -1,6 +1,6 @@
 """The profiler's own host time (:class:`Overhead`), so spans can leave it out.
 
->>> from flopsight.capture.timing import FakeClock
+>>> from flopsight.capture.runtime.timing import FakeClock
 >>> overhead = Overhead(FakeClock().now)
 >>> h0 = overhead.begin(); overhead.end(h0); overhead.seconds
 0.0

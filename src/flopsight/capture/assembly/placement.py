@@ -14,7 +14,7 @@ stamps, with the overhead accrued by then interpolated between the stamps around
 collective lands inside the call or span that issued it); on a CUDA clock (module spans are
 GPU time) they are placed by host time since the start, which the GPU's queue may lag.
 
->>> from flopsight.capture.timing import FakeClock
+>>> from flopsight.capture.runtime.timing import FakeClock
 >>> place = Placement(FakeClock(step=0.5), origin=(1, 0.0))
 >>> place(5, 0.0)
 2.0
@@ -25,9 +25,9 @@ from __future__ import annotations
 import bisect
 import time
 
-from ..result import timeline as _timeline
-from ..result.timeline import CallSpan, CollectiveSpan, Span, Timeline
-from .timing import Clock, on_device
+from ...result import timeline as _timeline
+from ...result.timeline import CallSpan, CollectiveSpan, Span, Timeline
+from ..runtime.timing import Clock, on_device
 
 __all__ = ["Placement", "resolve_timeline"]
 
@@ -116,7 +116,7 @@ def _overhead_at(place: Placement, log, spans):
     it (stamps and overhead both only grow, the overhead by at most the time between two
     stamps, so the placed time stays between theirs).
 
-    >>> from flopsight.capture.timing import HostClock
+    >>> from flopsight.capture.runtime.timing import HostClock
     >>> at = _overhead_at(Placement(HostClock(), origin=(10.0, 0.0)), [], [("iteration", 10.0, 14.0, 0.0, 2.0)])
     >>> at(9.0), at(11.0), at(20.0)
     (0.0, 0.5, 2.0)

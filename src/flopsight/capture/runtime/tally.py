@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Callable
 
-from ..result.stats import Stats, make_stats
+from ...result.stats import Stats, make_stats
 
 __all__ = ["Tally"]
 

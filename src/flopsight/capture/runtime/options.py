@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from torch import nn
 
-from .modules import ModuleInfo
+from ..model.modules import ModuleInfo
 
 __all__ = ["CaptureOptions"]
 

@@ -9,8 +9,8 @@ table's order and stopped in the reverse one; the backend starts at its row; the
 last (the iteration span is the user's code, not the profiler's setup). Adding a measurement
 is one new file in ``capture/sources/`` and one row here.
 
->>> from flopsight.capture.context import CaptureContext
->>> from flopsight.capture.timing import HostClock
+>>> from flopsight.capture.runtime.context import CaptureContext
+>>> from flopsight.capture.runtime.timing import HostClock
 >>> from flopsight.formulas import REGISTRY
 >>> timing_pass = CaptureOptions(infos={}, count=False)
 >>> [row.name for row in plan(timing_pass, CaptureContext.create(HostClock(), REGISTRY))]
@@ -24,19 +24,19 @@ from typing import Any, Callable
 
 import torch
 
-from .backends import choose
-from .options import CaptureOptions
-from .sources.autograd_functions import AutogradFunctions
-from .sources.collectives import CollectivesSource
-from .sources.device_usage import DeviceUsageSource
-from .sources.functions import FunctionInterceptor
-from .sources.kernels import KernelTrace
-from .sources.memory import MemorySource
-from .sources.module_rules import ModuleRules
-from .sources.optimizer import OptimizerSteps
-from .sources.spans import SpanTimer
-from .sources.units import UnitSource
-from .timing import CudaEventClock
+from ..backends import choose
+from ..runtime.options import CaptureOptions
+from ..sources.autograd_functions import AutogradFunctions
+from ..sources.collectives import CollectivesSource
+from ..sources.device_usage import DeviceUsageSource
+from ..sources.functions import FunctionInterceptor
+from ..sources.kernels import KernelTrace
+from ..sources.memory import MemorySource
+from ..sources.module_rules import ModuleRules
+from ..sources.optimizer import OptimizerSteps
+from ..sources.spans import SpanTimer
+from ..sources.units import UnitSource
+from ..runtime.timing import CudaEventClock
 
 __all__ = ["CaptureOptions", "Row", "PLAN", "NEEDS", "plan", "needs_of", "plan_sources"]
 

@@ -14,9 +14,9 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from .inputs import batch_size
-from .running import RUNNING
-from .scripted import is_scripted
+from ..model.inputs import batch_size
+from ..runtime.running import RUNNING
+from ..model.scripted import is_scripted
 
 __all__ = ["CallRecord", "begun", "unwind", "ModuleCalls", "TopCall", "CallTracking", "choose_path",
            "autocast_dtypes", "note_error", "failure_text"]

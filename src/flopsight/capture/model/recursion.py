@@ -7,7 +7,7 @@ recursion limit of about 4,000 under the profiler, four times Python's default. 
 model is profiled the limit is raised to five frames per level above the frames already on
 the stack (a margin for the formulas and hooks at the innermost level), and put back
 afterwards. The depth itself is measured without recursion (:func:`model_depth`), and so is
-every walk of the module tree flopsight makes (:func:`flopsight.capture.modules.walk`).
+every walk of the module tree flopsight makes (:func:`flopsight.capture.model.modules.walk`).
 
 Python 3.12 also bounds the C stack, which each module call uses, whatever the limit: there a
 model nested a few hundred deep fails in a plain call too, and the error says how deep it is.
