@@ -31,7 +31,7 @@ demo: $(VENV)/.core
 # environment says not to: every interpreter the tests start imports flopsight again
 test test-fast: export PYTHONDONTWRITEBYTECODE :=
 
-# unused imports and variables, undefined names, lines over 120 columns (pyproject's [tool.ruff])
+# pyflakes, import order, bugbear and pyupgrade, lines over 120 columns (pyproject's [tool.ruff]; each rule left out says why)
 lint: $(VENV)/.test
 	$(PY) -m ruff check -q src tests benchmarks examples .ci
 

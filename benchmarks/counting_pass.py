@@ -24,13 +24,12 @@ import statistics
 import time
 
 import torch
-
-import flopsight
-from flopsight.capture.sources.functions import FunctionInterceptor
-from flopsight.capture.backends.native.calls import NativeCalls
 from overhead import build
 from pairing import load_deepspeed
 
+import flopsight
+from flopsight.capture.backends.native.calls import NativeCalls
+from flopsight.capture.sources.functions import FunctionInterceptor
 
 #: --breakdown: the native side with a part of the profile taken away (its counts are then
 #: wrong; only its cost is of interest): the function mode, the module hooks, or both

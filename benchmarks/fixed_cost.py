@@ -19,10 +19,8 @@ import argparse
 import statistics
 
 import torch
-from torch import nn
-
 from pairing import paired_rounds, whole_profiles
-
+from torch import nn
 
 #: the table's name of each side of :func:`~pairing.whole_profiles`
 LABELS = {"native": "flopsight Profiler, native", "python": "flopsight Profiler, python",

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import dataclasses
 import datetime
 import inspect
 import json
@@ -32,9 +33,9 @@ import sys
 import time
 import traceback
 import warnings
-import dataclasses
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
 NO_CUDA = "no CUDA device"
@@ -436,6 +437,7 @@ def build_llama(quick: bool, batch: int, seq: int):
 
 def build_resnet50(quick: bool, batch: int):
     import torch
+
     from flopsight.cli.zoo.models import Bottleneck, ResNet
 
     side = 64 if quick else 224
@@ -514,8 +516,9 @@ def measure_counts(ctx: Ctx) -> list[dict]:
     """CPU fp32 counts of each model against the device's, fp32 and bf16, and for the
     transformers under each SDPA backend (an unsupported backend is a skipped run)."""
     import torch
-    import flopsight
     from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    import flopsight
 
     b = 1 if ctx.quick else 2
     seq = 16 if ctx.quick else 128
@@ -603,6 +606,7 @@ def measure_latency(ctx: Ctx) -> dict[str, dict]:
     top-level modules' latencies (their kernels' device time on CUDA) with the root's own
     kernels, the GPU's busy time and idle share, and DeepSpeed's latency when it is installed."""
     import torch
+
     import flopsight
 
     passes = 2 if ctx.quick else 5
@@ -677,6 +681,7 @@ def measure_step(ctx: Ctx) -> dict:
     drained) on the host's wall clock, the build after it, and the result's phase latencies."""
     import torch
     import transformers as tf
+
     import flopsight
 
     torch.manual_seed(0)
@@ -741,6 +746,7 @@ def measure_engine(ctx: Ctx) -> dict:
     profiler, ``flopsight.deepspeed.install()``), eight steps each, every step's wall time
     (device drained) and the iter latency the report file gives."""
     import tempfile
+
     import torch
     import transformers as tf
 
@@ -750,6 +756,7 @@ def measure_engine(ctx: Ctx) -> dict:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             import deepspeed
+
             import flopsight.deepspeed
     except Exception as e:
         return {"skipped": f"deepspeed does not import ({type(e).__name__}: {e})".splitlines()[0][:200]}
@@ -824,6 +831,7 @@ def measure_memory(ctx: Ctx) -> dict:
     each encoder layer's saved activations against its ``memory_allocated`` delta over
     its forward, less its output when the layer did not save it itself (own hooks)."""
     import torch
+
     import flopsight
 
     torch.manual_seed(0)
@@ -902,6 +910,7 @@ def measure_memory(ctx: Ctx) -> dict:
 def measure_nvml(ctx: Ctx) -> dict:
     """A BERT-base forward profiled on CUDA: ``result.device_usage`` and the report's line."""
     import torch
+
     import flopsight
 
     try:
@@ -971,6 +980,7 @@ def measure_compile(ctx: Ctx) -> dict:
     """``flopsight.profile`` of an eager and a ``torch.compile``d MLP stack: counts and
     the median reported forward latency of each (compiled once before any profile)."""
     import torch
+
     import flopsight
 
     torch.manual_seed(0)
@@ -1000,6 +1010,7 @@ def measure_native(ctx: Ctx) -> dict:
     recorder steps aside for CUDA-event timing. A run the native path did not count
     (``metadata.backend``) is reported as not available, never compared."""
     import torch
+
     import flopsight
 
     if not _has_backend():
@@ -1061,6 +1072,7 @@ def measure_compile_regions(ctx: Ctx) -> dict:
     the eager stack's counts: which modules the result names compiled, each region's kernels,
     and any kernel or op of compilation (dynamo, inductor) in the timed pass."""
     import torch
+
     import flopsight
 
     torch.manual_seed(0)
@@ -1198,6 +1210,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
 
     import torch
+
     import flopsight
 
     names = {c.name for c in CHECKS}

@@ -43,8 +43,8 @@ from torch import nn
 
 import flopsight
 from flopsight.capture.backends.native.ops import NativeCountingSource
-from flopsight.capture.runtime.timing import HostClock
 from flopsight.capture.model.modules import describe
+from flopsight.capture.runtime.timing import HostClock
 from flopsight.profiler import open_session
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -18,10 +18,8 @@ import argparse
 import statistics
 
 import torch
-
 from overhead import build
 from pairing import paired_rounds, whole_profiles
-
 
 #: the table's name of each side of :func:`~pairing.whole_profiles`
 LABELS = {"native": "flopsight, native", "python": "flopsight, python", "deepspeed": "DeepSpeed"}

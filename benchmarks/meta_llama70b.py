@@ -50,13 +50,12 @@ import tempfile
 import time
 import warnings
 from collections import defaultdict
-from typing import Callable
+from collections.abc import Callable
 
 import torch
+from pairing import paired_rounds
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
-
-from pairing import paired_rounds
 
 LLAMA_70B = dict(
     hidden_size=8192,

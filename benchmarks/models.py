@@ -14,7 +14,7 @@ roughly 0.2-400 ms on a 2-core CPU.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn

@@ -30,11 +30,11 @@ import argparse
 import statistics
 
 import torch
+from pairing import load_deepspeed, paired_rounds
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import flopsight
-from pairing import load_deepspeed, paired_rounds
 
 
 def build(name: str):

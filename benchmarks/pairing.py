@@ -15,7 +15,7 @@ import io
 import statistics
 import time
 import warnings
-from typing import Callable
+from collections.abc import Callable
 
 __all__ = ["paired_rounds", "median_seconds", "quiet", "load_deepspeed", "whole_profiles"]
 

@@ -32,7 +32,7 @@ import platform
 import statistics
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")  # DeepSpeed otherwise probes for (and warns about) a GPU
 

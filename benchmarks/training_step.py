@@ -89,8 +89,8 @@ def main(argv=None) -> None:
     row("reported bwd latency", lambda b: f"{med([i.backward.latency for i in it[b]]):.1f} ms")
     row("reported step latency", lambda b: f"{med([i.step.latency for i in it[b]]):.1f} ms")
     row("reported iteration latency", lambda b: f"{med([i.latency for i in it[b]]):.1f} ms")
-    row("fwd / bwd / step GFLOPs (measured)", lambda b: "{:.2f} / {:.2f} / {:.3f}".format(
-        it[b][0].forward.flops / 1e9, it[b][0].backward.flops / 1e9, it[b][0].step.flops / 1e9))
+    row("fwd / bwd / step GFLOPs (measured)", lambda b: f"{it[b][0].forward.flops / 1e9:.2f} / "
+        f"{it[b][0].backward.flops / 1e9:.2f} / {it[b][0].step.flops / 1e9:.3f}")
     row("bwd / fwd FLOPs (measured; DeepSpeed assumes 2)",
         lambda b: f"{it[b][0].backward.flops / it[b][0].forward.flops:.3f}")
     row("bwd / fwd MACs (measured)", lambda b: f"{it[b][0].backward.macs / it[b][0].forward.macs:.3f}")

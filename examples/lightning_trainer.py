@@ -11,12 +11,11 @@ figures to the CSV logger and writes ``flopsight_profile.html`` beside its metri
 
 import argparse
 
+import lightning as L
 import torch
+from lightning.pytorch.loggers import CSVLogger
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
-
-import lightning as L
-from lightning.pytorch.loggers import CSVLogger
 
 from flopsight.integrations.lightning import FlopsightCallback
 

@@ -33,8 +33,8 @@ from torch import nn
 import flopsight
 from flopsight.analysis.diff.ranking import rank as rank_stages
 from flopsight.analysis.report import Report
-from flopsight.renderers.verdict_words import RANKING_LEGEND, ranking_text, verdict_text
 from flopsight.renderers.numbers import bytes_to_string, duration_to_string, macs_to_string, params_to_string
+from flopsight.renderers.verdict_words import RANKING_LEGEND, ranking_text, verdict_text
 
 
 class Net(nn.Module):

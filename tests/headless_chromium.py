@@ -27,7 +27,8 @@ import tempfile
 import threading
 import time
 import zlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["find_chromium", "Chromium", "Page", "CDPError", "decode_png", "encode_png", "colour_stats"]
 
@@ -160,7 +161,7 @@ class Chromium:
         return "see its stderr" if self.process.poll() is None else f"exit code {self.process.returncode}"
 
     # -- pages --------------------------------------------------------------------------
-    def new_page(self, width: int = 1280, height: int = 900) -> "Page":
+    def new_page(self, width: int = 1280, height: int = 900) -> Page:
         """A new tab of ``width`` x ``height`` CSS pixels, with its console, exceptions and
         dialogs recorded from the start."""
         target = self.send("Target.createTarget", url="about:blank")["targetId"]
@@ -191,7 +192,7 @@ class Chromium:
             self.process.stderr.close()
         shutil.rmtree(self._profile, ignore_errors=True)
 
-    def __enter__(self) -> "Chromium":
+    def __enter__(self) -> Chromium:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -220,7 +221,6 @@ def accumulate_op(backend: str | None, device: str = "cpu") -> str:
 def python_backend_only(backend: str | None) -> None:
     """Skip on the native backend: the case counts the branch torch takes under a dispatch mode."""
     import pytest
-
     from conftest import DISPATCH_MODE_BRANCH
 
     if backend == "native":
@@ -235,7 +235,7 @@ class AbsentOp:
     def __init__(self, name: str):
         self.name = name
 
-    def __getattr__(self, overload: str) -> "AbsentOp":
+    def __getattr__(self, overload: str) -> AbsentOp:
         if overload.startswith("__"):
             raise AttributeError(overload)
         return AbsentOp(f"{self.name}.{overload}")
@@ -248,7 +248,7 @@ def torch_op(path: str) -> Any:
     """``torch.ops.<path>`` (``"aten._scaled_mm.default"``), or an :class:`AbsentOp` naming it
     where this torch does not define it: for test tables built at import time."""
     node: Any = torch.ops
-    for i, part in enumerate(path.split(".")):
+    for _i, part in enumerate(path.split(".")):
         try:
             node = getattr(node, part)
         except (AttributeError, RuntimeError):

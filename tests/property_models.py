@@ -133,10 +133,10 @@ class Cost:
     macs: int = 0
     flops: int = 0
 
-    def __add__(self, other: "Cost") -> "Cost":
+    def __add__(self, other: Cost) -> Cost:
         return Cost(self.macs + other.macs, self.flops + other.flops)
 
-    def __mul__(self, times: int) -> "Cost":
+    def __mul__(self, times: int) -> Cost:
         return Cost(self.macs * times, self.flops * times)
 
 

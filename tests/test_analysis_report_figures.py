@@ -14,8 +14,8 @@ from flopsight.analysis.report_figures import (
     summary_figures,
     training_figures,
 )
-from flopsight.result.metadata import Metadata
 from flopsight.result import ModelCall, ModuleStats, ProfileResult
+from flopsight.result.metadata import Metadata
 from flopsight.result.stats import Stats
 
 

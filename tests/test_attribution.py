@@ -2,10 +2,10 @@
 
 import pytest
 import torch
+from models import KwargsOnly, LeNet, Recursive, SharedChild, Stack, TiedLM
 from torch import nn
 
 import flopsight
-from models import KwargsOnly, LeNet, Recursive, SharedChild, Stack, TiedLM
 
 
 def assert_additive(result):

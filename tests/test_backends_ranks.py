@@ -9,10 +9,10 @@ free inside themselves, the temporaries, which the Python backend never sees).""
 from __future__ import annotations
 
 import pytest
-
-from flopsight.capture.backends.native.recorder import RECORDER
 from helpers import assert_memory_agrees
 from multirank.launch import rank_results
+
+from flopsight.capture.backends.native.recorder import RECORDER
 
 pytestmark = pytest.mark.skipif(RECORDER.load(quiet=True) is None, reason="the native backend cannot be built here")
 

@@ -22,8 +22,8 @@ from torch import nn
 
 import flopsight
 from flopsight._torch_private import node_sequence_nr
-from flopsight.capture.charging.calls import ModuleCalls
 from flopsight.capture.backends.native.recorder import RECORDER
+from flopsight.capture.charging.calls import ModuleCalls
 from flopsight.capture.model.modules import describe
 from flopsight.capture.runtime.timing import HostClock
 from flopsight.profiler import open_session

@@ -19,12 +19,12 @@ from flopsight.renderers.output import check_output_file
 transformers = pytest.importorskip("transformers")
 L = pytest.importorskip("lightning")
 
+from helpers import Tokens, tiny_gpt2  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 from transformers import Trainer, TrainerCallback, TrainingArguments  # noqa: E402
 
 import flopsight.integrations.hf as hf  # noqa: E402
 import flopsight.integrations.lightning as lightning  # noqa: E402
-from helpers import Tokens, tiny_gpt2  # noqa: E402
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:.*does not have many workers"),

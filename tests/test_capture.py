@@ -4,13 +4,13 @@ import pytest
 import torch
 
 from flopsight._torch_private import tag_nodes
-from flopsight.capture.charging.attribution import Attribution
 from flopsight.capture.assembly.build import build_result
-from flopsight.capture.runtime.context import CaptureContext, Overhead
-from flopsight.capture.charging.counts import Counts
-from flopsight.capture.charging.calls import CallRecord, ModuleCalls
-from flopsight.capture.model.modules import describe
 from flopsight.capture.assembly.raw import RawCapture
+from flopsight.capture.charging.attribution import Attribution
+from flopsight.capture.charging.calls import CallRecord, ModuleCalls
+from flopsight.capture.charging.counts import Counts
+from flopsight.capture.model.modules import describe
+from flopsight.capture.runtime.context import CaptureContext, Overhead
 from flopsight.capture.runtime.tally import Tally
 from flopsight.capture.runtime.timing import FakeClock
 from flopsight.formulas import Cost, Registry
@@ -120,7 +120,7 @@ def test_phases_raise_on_a_name_that_is_not_a_phase():
     phases = Phases({"forward": Stats(3, 6)})
     assert phases.backward == Stats() and phases["step"] == Stats()
     with pytest.raises(AttributeError, match="did you mean 'forward'"):
-        phases.fowrard
+        phases.fowrard  # noqa: B018 (the attribute read is what is tested)
     with pytest.raises(KeyError):
         phases["forwards"]
 

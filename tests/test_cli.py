@@ -20,8 +20,8 @@ import pytest
 import torch
 
 import flopsight
-from flopsight.cli import build as cli_build, zoo
-from flopsight.cli import main
+from flopsight.cli import build as cli_build
+from flopsight.cli import main, zoo
 
 HEADER = "\n" + " DeepSpeed Flops Profiler ".center(78, "-") + "\n"
 TINY_LLAMA = dict(model_type="llama", hidden_size=32, intermediate_size=64, num_hidden_layers=2,

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-
 import pytest
 import torch
+from multirank.launch import rank_results
 
 import flopsight
 from flopsight.analysis.report_figures import communication_figures
 from flopsight.capture.sources.collectives import collective_ops, payload_bytes
 from flopsight.result.communication import Collective, bandwidths
-
-from multirank.launch import rank_results
-
 
 
 # -- bandwidths: DeepSpeed's comms-logger definitions, derived by hand ----------------------

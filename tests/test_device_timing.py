@@ -8,15 +8,14 @@ import json
 import math
 
 import torch
+from helpers import tiny_gpt2
 from torch import nn
 
 import flopsight
 from flopsight.analysis.kernel_profile import device_busy
-from flopsight.capture.sources.kernels import TraceEvent, attribute, simulated_kernels
 from flopsight.capture.runtime.timing import FakeDeviceClock
+from flopsight.capture.sources.kernels import TraceEvent, attribute, simulated_kernels
 from flopsight.result import ProfileResult
-
-from helpers import tiny_gpt2
 
 
 class Probe(nn.Module):

@@ -11,9 +11,9 @@ from torch import nn
 
 import flopsight
 from flopsight.capture.sources.device_usage import DeviceUsageSource, open_nvml
-from flopsight.result.device_usage import DeviceUsage
 from flopsight.renderers.text_renderer import render_text
 from flopsight.result import ProfileResult
+from flopsight.result.device_usage import DeviceUsage
 
 
 def _cpu_result():

@@ -2,11 +2,11 @@
 
 import pytest
 import torch
+from models import JSC_Tiny, KwargsOnly, LeNet, Recursive, SharedChild, Stack, TiedLM
 from torch import nn
 
 import flopsight
 from flopsight.cli import zoo
-from models import JSC_Tiny, KwargsOnly, LeNet, Recursive, SharedChild, Stack, TiedLM
 
 MODELS = {
     "lenet": (LeNet, lambda d: ((torch.ones(2, 3, 32, 32, device=d),), {})),

@@ -22,7 +22,12 @@ import flopsight
 from flopsight.__main__ import main
 from flopsight.analysis.diff import DIFF_FORMATS, GATE_METRICS, Change, mann_whitney_p, parse_gate
 from flopsight.renderers.diff_renderer import (
-    format_percent, format_signed, format_threshold, format_value, gate_message, render_diff,
+    format_percent,
+    format_signed,
+    format_threshold,
+    format_value,
+    gate_message,
+    render_diff,
 )
 
 B = 2  # batch

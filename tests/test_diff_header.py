@@ -13,12 +13,12 @@ import json
 
 import pytest
 import torch
+from helpers import with_metadata
 from torch import nn
 
 import flopsight
 from flopsight.__main__ import main
 from flopsight.result.metadata import Metadata
-from helpers import with_metadata
 
 
 class Net(nn.Module):

@@ -1,7 +1,7 @@
 """Efficiency against a peak: achieved FLOPS, fraction of peak, bytes, intensity, roofline, MFU/HFU."""
 
-import json
 import dataclasses
+import json
 
 import pytest
 import torch
@@ -10,10 +10,10 @@ from torch.utils.checkpoint import checkpoint
 
 import flopsight
 from flopsight.analysis.efficiency import efficiency, efficiency_dict, peak_dtype
-from flopsight.renderers.efficiency_lines import efficiency_lines
 from flopsight.hardware import PEAKS, Peak
-from flopsight.result.metadata import Metadata
+from flopsight.renderers.efficiency_lines import efficiency_lines
 from flopsight.result import ModuleStats, ProfileResult
+from flopsight.result.metadata import Metadata
 from flopsight.result.stats import Stats
 
 # ridge point 5 FLOPs per byte: 5 TFLOPS over 1 TB/s

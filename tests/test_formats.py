@@ -10,12 +10,12 @@ import random
 
 import pytest
 import torch
+from helpers import with_metadata
+from models import LeNet, Stack, TiedLM
 from torch import nn
 
 import flopsight
 from flopsight.renderers import FORMATS
-from helpers import with_metadata
-from models import LeNet, Stack, TiedLM
 
 VERSIONS = dict(flopsight_version="0.0", torch_version="0.0", python_version="0.0")
 

@@ -10,9 +10,8 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
-
 from helpers import measure_cpu_meta, ops_of
+from torch import nn
 
 N = 2 * 3 * 4  # elements of X()
 

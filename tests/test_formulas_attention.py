@@ -16,14 +16,24 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import (
+    kernel_cost,
+    measure,
+    measure_cpu_meta,
+    measure_on,
+    meta,
+    ops_of,
+    require,
+    require_meta_kernel,
+    to_device,
+    torch_op,
+)
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import flopsight
 from flopsight.formulas.binding import Binder
-from helpers import (kernel_cost, measure, measure_cpu_meta, measure_on, meta, ops_of, require, require_meta_kernel,
-                     to_device, torch_op)
 
 aten = torch.ops.aten
 

@@ -22,12 +22,12 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import accumulate_op, kernel_cost, meta, to_device
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import flopsight
-from helpers import accumulate_op, kernel_cost, meta, to_device
 
 aten = torch.ops.aten
 

@@ -16,11 +16,11 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import meta, require
 
 import flopsight
 from flopsight.formulas.attention.flex import flex_attention as flex_formula
 from flopsight.formulas.attention.flex import flex_attention_backward as flex_backward_formula
-from helpers import meta, require
 
 
 def profile_ops(fn, phase="forward"):

@@ -8,17 +8,17 @@ requiring grad: MACs = 2*scores*(E + Ev), FLOPs = 2*MACs + 5*scores.
 
 from __future__ import annotations
 
+import helpers
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import measure_on, meta
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flopsight
 from flopsight.formulas import REGISTRY, Cost, Registry
 from flopsight.formulas.attention import attention_registry, band_entries
-import helpers
-from helpers import measure_on, meta
 
 EFFECTIVE = attention_registry(REGISTRY, "effective")
 aten = torch.ops.aten

@@ -4,10 +4,11 @@ bookkeeping ops of formulas/zero_cost.py, CPU == meta."""
 from __future__ import annotations
 
 import torch
+from helpers import ops_on
 
 from flopsight.formulas import REGISTRY, ZERO, Cost
-from flopsight.formulas.zero_cost import _BOOKKEEPING_NAMES as _NAMES, BOOKKEEPING_OPS, ZERO_COST_OPS
-from helpers import ops_on
+from flopsight.formulas.zero_cost import _BOOKKEEPING_NAMES as _NAMES
+from flopsight.formulas.zero_cost import BOOKKEEPING_OPS, ZERO_COST_OPS
 
 aten = torch.ops.aten
 

@@ -13,11 +13,10 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import measure_cpu_meta, measure_on, ops_on, schema_cost
 from torch import nn
 
 from flopsight.formulas import Cost
-
-from helpers import measure_cpu_meta, measure_on, ops_on, schema_cost
 
 aten = torch.ops.aten
 

@@ -14,12 +14,11 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import layer_backward, measure_on, schema_cost
 from torch import nn
 
 from flopsight.formulas import Cost
 from flopsight.formulas.conv import convolution_backward
-
-from helpers import layer_backward, measure_on, schema_cost
 
 aten = torch.ops.aten
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import measure_cpu_meta, ops_of
 from torch import nn
 
 from flopsight.formulas import REGISTRY, Cost
-from helpers import measure_cpu_meta, ops_of
 
 aten = torch.ops.aten
 

@@ -11,10 +11,10 @@ import operator
 
 import pytest
 import torch
+from helpers import layer_backward, measure_cpu_meta, measure_on, ops_of
 
 import flopsight
 from flopsight.formulas import REGISTRY
-from helpers import layer_backward, measure_cpu_meta, measure_on, ops_of
 
 N = 2 * 3 * 4  # elements of X() and of every result broadcast against it
 M = 3 * 4  # elements of Y()

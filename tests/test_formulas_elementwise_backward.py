@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import formula_of, layer_backward, meta
 from torch import nn
 
 import flopsight
-from flopsight.formulas.elementwise import ADAMW_FLOPS_PER_ELEMENT
 from flopsight.formulas import Cost
-from helpers import formula_of, layer_backward, meta
+from flopsight.formulas.elementwise import ADAMW_FLOPS_PER_ELEMENT
 
 aten = torch.ops.aten
 

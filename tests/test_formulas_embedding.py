@@ -9,9 +9,8 @@ rescale (D).
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
-
 from helpers import measure_cpu_meta, measure_on, ops_of
+from torch import nn
 
 V, D = 100, 16
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import formula_of, layer_backward, meta
 from torch import nn
 
 import flopsight
 from flopsight.formulas import Cost
-from helpers import formula_of, layer_backward, meta
 
 aten = torch.ops.aten
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import layer_backward, meta, ops_on
 
 from flopsight.formulas import REGISTRY, Cost
-from helpers import layer_backward, meta, ops_on
 
 aten = torch.ops.aten
 fft = torch.fft

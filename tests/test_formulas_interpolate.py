@@ -8,9 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
-
 from helpers import measure_cpu_meta, measure_on, ops_on, require, torch_op
+from torch import nn
 
 
 def interp(**kw):

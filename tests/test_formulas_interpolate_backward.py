@@ -11,10 +11,10 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import has_kernel, layer_backward, measure_on, require, schema_cost, torch_op
 from torch import nn
 
 from flopsight.formulas import Cost
-from helpers import has_kernel, layer_backward, measure_on, require, schema_cost, torch_op
 
 aten = torch.ops.aten
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from flopsight.formulas import REGISTRY, Cost
 from conftest import DISPATCH_MODE_BRANCH
 from helpers import layer_backward, meta, ops_on, require, torch_op
+
+from flopsight.formulas import REGISTRY, Cost
 
 aten = torch.ops.aten
 linalg = torch.linalg

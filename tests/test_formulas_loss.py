@@ -15,10 +15,10 @@ convention (1 per op per result element, selection 0), the activation family's
 
 import pytest
 import torch
+from helpers import measure_cpu_meta, measure_on, ops_of, python_backend_only
 from torch import nn
 
 from flopsight.formulas import Cost, loss
-from helpers import measure_cpu_meta, measure_on, ops_of, python_backend_only
 
 N, C = 8, 10
 n = N * C  # 80

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import formula_of, layer_backward, meta
 from torch import nn
 
 from flopsight.formulas import Cost
-from helpers import formula_of, layer_backward, meta
 
 aten = torch.ops.aten
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import meta, ops_on
 
 from flopsight.formulas import REGISTRY, Cost
-from helpers import meta, ops_on
 
 aten = torch.ops.aten
 F8 = getattr(torch, "float8_e4m3fn", None)

@@ -13,10 +13,10 @@ import operator
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import formula_of, measure_cpu_meta, meta, ops_on
 from torch import nn
 
 from flopsight.formulas import Cost
-from helpers import formula_of, measure_cpu_meta, meta, ops_on
 
 aten = torch.ops.aten
 

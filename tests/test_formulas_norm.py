@@ -10,12 +10,12 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import measure_cpu_meta, measure_on, ops_on, schema_cost
 from torch import nn
 from torch.nn.utils.parametrizations import weight_norm
 
 import flopsight
 from flopsight.formulas import REGISTRY, Cost
-from helpers import measure_cpu_meta, measure_on, ops_on, schema_cost
 
 aten = torch.ops.aten
 

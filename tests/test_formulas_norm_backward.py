@@ -14,11 +14,11 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import layer_backward, measure_on, require_meta_kernel, schema_cost
 from torch import nn
 from torch.nn.utils.parametrizations import weight_norm
 
 from flopsight.formulas import Cost
-from helpers import layer_backward, measure_on, require_meta_kernel, schema_cost
 
 aten = torch.ops.aten
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import formula_of, measure_cpu_meta, measure_on, ops_on, schema_cost
 from torch import nn
 
 from flopsight.formulas import Cost
-from helpers import formula_of, measure_cpu_meta, measure_on, ops_on, schema_cost
 
 aten = torch.ops.aten
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import accumulate_op, layer_backward, measure_on, schema_cost
 from torch import nn
 
 from flopsight.formulas import Cost
-from helpers import accumulate_op, layer_backward, measure_on, schema_cost
 
 aten = torch.ops.aten
 

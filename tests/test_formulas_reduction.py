@@ -10,9 +10,9 @@ output, var = 4n + 2·out, std = 4n + 3·out, logsumexp = 4n + 2·out, 2-norm = 
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import measure_cpu_meta, measure_on, ops_of
 
 from flopsight.formulas import Cost, reduction
-from helpers import measure_cpu_meta, measure_on, ops_of
 
 N = 4 * 6 * 8  # elements of X()
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import formula_of, measure_cpu_meta, measure_on, meta, schema_cost, to_device
+from models import Tagger
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
 import flopsight
 from flopsight.formulas import REGISTRY, Cost
-from helpers import formula_of, measure_cpu_meta, measure_on, meta, schema_cost, to_device
-from models import Tagger
 
 aten = torch.ops.aten
 

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import formula_of, meta, schema_cost, to_device
+from models import Tagger
 from torch import nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
 
@@ -31,8 +33,6 @@ import flopsight
 from flopsight.formulas import REGISTRY, Cost
 from flopsight.formulas.activation import activation_backward_flops
 from flopsight.formulas.rnn import BACKWARD_ELEMENTWISE, gates_backward_flops
-from helpers import formula_of, meta, schema_cost, to_device
-from models import Tagger
 
 aten = torch.ops.aten
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import formula_of, layer_backward, ops_of
 from torch import nn
 
 import flopsight
 from flopsight.formulas import Cost
-from helpers import formula_of, layer_backward, ops_of
 
 aten = torch.ops.aten
 

@@ -13,11 +13,11 @@ a formula: the coverage check for this family (and, transitively, the others).
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import measure_on, ops_of
 
 import flopsight
 from flopsight.formulas import REGISTRY
 from flopsight.formulas import zero_cost as zero
-from helpers import measure_on, ops_of
 
 ZERO_NAMES = {str(op) for op in zero.ZERO_COST_OPS}
 # Packets owned by the reduction family because they also have accumulating forms; their

@@ -12,10 +12,10 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import layer_backward, python_backend_only
 from torch import nn
 
 import flopsight
-from helpers import layer_backward, python_backend_only
 
 SHAPE = (4, 6, 5)
 

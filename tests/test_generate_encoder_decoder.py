@@ -8,11 +8,11 @@ import pytest
 import torch
 
 import flopsight
-from flopsight.result.metadata import Metadata
+from flopsight.renderers.numbers import macs_to_string
 from flopsight.renderers.text_renderer import render_text
 from flopsight.result import ModelCall, ModuleStats, ProfileResult
+from flopsight.result.metadata import Metadata
 from flopsight.result.stats import Stats
-from flopsight.renderers.numbers import macs_to_string
 
 transformers = pytest.importorskip("transformers")
 

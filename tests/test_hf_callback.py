@@ -13,12 +13,11 @@ import torch
 pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 
+from helpers import Tokens, tiny_gpt2  # noqa: E402
 from transformers import Trainer, TrainerCallback, TrainingArguments  # noqa: E402
 
 import flopsight  # noqa: E402
 from flopsight.integrations.hf import FlopsightCallback  # noqa: E402
-from helpers import Tokens, tiny_gpt2  # noqa: E402
-
 
 BATCH, SEQ = 2, 16  # SEQ: the length of helpers.Tokens' sequences
 

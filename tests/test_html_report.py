@@ -20,15 +20,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from headless_chromium import Chromium, colour_stats, decode_png, find_chromium
 from torch import nn
 
 import flopsight
 from flopsight.analysis.derived import derived
+from flopsight.cli.zoo.models import build
 from flopsight.renderers.html_renderer import embed_json, render_html
 from flopsight.renderers.numbers import duration_to_string, macs_to_string, params_to_string
-from flopsight.cli.zoo.models import build
-
-from headless_chromium import Chromium, colour_stats, decode_png, find_chromium
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "build" / "test-artifacts"
 EVIL = "</script><script>alert(1)</script>"

@@ -9,12 +9,11 @@ import textwrap
 
 import pytest
 import torch
+from headless_chromium import Chromium, find_chromium
 from torch import nn
 
 import flopsight
 from flopsight.cli.main import main
-
-from headless_chromium import Chromium, find_chromium
 
 CHROMIUM = find_chromium()
 

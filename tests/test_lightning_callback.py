@@ -19,8 +19,8 @@ from lightning.pytorch.callbacks import ThroughputMonitor  # noqa: E402
 from lightning.pytorch.loggers import CSVLogger  # noqa: E402
 
 import flopsight  # noqa: E402
-from flopsight.integrations.lightning import (  # noqa: E402
-    DEPRECATED_METRICS, DEPRECATED_PREFIX as OLD, METRICS, PREFIX, FlopsightCallback)
+from flopsight.integrations.lightning import DEPRECATED_METRICS, METRICS, PREFIX, FlopsightCallback  # noqa: E402
+from flopsight.integrations.lightning import DEPRECATED_PREFIX as OLD
 
 ROOT = Path(__file__).resolve().parents[1]
 

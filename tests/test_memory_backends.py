@@ -8,12 +8,12 @@ import sys
 
 import pytest
 import torch
+from helpers import assert_memory_agrees, close
+from models import LeNet
 from torch import nn
 
 import flopsight
 from flopsight.capture.backends.native.recorder import RECORDER
-from helpers import assert_memory_agrees, close
-from models import LeNet
 
 needs_native = pytest.mark.skipif(RECORDER.load(quiet=True) is None, reason="the native backend cannot be built here")
 

@@ -1,15 +1,15 @@
 """The capture plan: which sources run is one table, and a new source is one more row."""
 
 import torch
+from toy_source import OpsPerPhase, ToySource
 
 import flopsight
-from flopsight.capture.charging.counts import Counts
 from flopsight.capture.charging.calls import ModuleCalls
+from flopsight.capture.charging.counts import Counts
 from flopsight.capture.model.modules import describe
 from flopsight.capture.runs.plan import PLAN, CaptureOptions, Row, plan
 from flopsight.capture.runs.session import CaptureSession
 from flopsight.formulas import REGISTRY
-from toy_source import OpsPerPhase, ToySource
 
 
 def rows(**options):

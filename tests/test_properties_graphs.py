@@ -12,10 +12,10 @@ from __future__ import annotations
 import pytest
 import torch
 from hypothesis import given, note
+from property_models import build, graphs
 
 import flopsight
 from flopsight.capture.backends.native.recorder import RECORDER
-from property_models import build, graphs
 
 NATIVE = RECORDER.load(quiet=True) is not None
 

@@ -62,7 +62,7 @@ def trees(draw, names=names, depth: int = 0):
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _profiled(model: nn.Module):
     with torch.no_grad():
         return flopsight.profile(model, torch.ones(1, 2), clock=flopsight.FakeClock(step=1e-3))

@@ -13,8 +13,6 @@ from flopsight.analysis.ranks import rank_figures, spread
 from flopsight.capture.assembly.gather import check_gather_timeout, gather_ranks
 
 
-
-
 @pytest.fixture(scope="module")
 def run(gloo_scenarios):
     """The folder tests/multirank/gather_worker.py wrote into."""

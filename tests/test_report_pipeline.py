@@ -7,6 +7,7 @@ import io
 
 import pytest
 import torch
+from models import Stack
 
 import flopsight
 from flopsight.analysis.report import Report, TreeAlias, TreeEnd, TreeEntry
@@ -15,7 +16,6 @@ from flopsight.renderers import FORMATS
 from flopsight.renderers.output import write
 from flopsight.renderers.text_renderer import format_text, render_text
 from flopsight.result import reporting
-from models import Stack
 
 
 @pytest.fixture

@@ -4,10 +4,10 @@ import json
 
 import pytest
 import torch
+from models import LeNet, Stack
 
 import flopsight
 from flopsight.result import SCHEMA_VERSION
-from models import LeNet, Stack
 
 
 @pytest.fixture
@@ -117,9 +117,9 @@ def test_modules_are_read_only_so_the_tree_cannot_go_stale(result):
 
 def test_a_misspelt_attribute_suggests_the_closest_one(result):
     with pytest.raises(AttributeError, match=r"no attribute 'fowrard' \(did you mean 'forward'\?\)"):
-        result.total.fowrard
+        result.total.fowrard  # noqa: B018 (the attribute read is what is tested)
     with pytest.raises(AttributeError, match=r"did you mean 'params'\?"):
-        result.module("conv1").parms
+        result.module("conv1").parms  # noqa: B018
 
 
 def test_memory_parallel_and_inputs_are_typed_records_that_round_trip(tmp_path):

@@ -8,14 +8,13 @@ import re
 
 import pytest
 import torch
+from models import TiedLM
 from torch import nn
 
 import flopsight
 from flopsight.cli import main
 from flopsight.renderers.numbers import params_to_string
 from flopsight.result.kernels import Kernel, KernelSummary
-from models import TiedLM
-
 
 #: --repeat auto's bounds (flopsight.cli.repeat), as the issue asks: at least 3 timed calls, a bounded number more
 MIN_REPEAT, MAX_REPEAT = 3, 30

@@ -5,12 +5,12 @@ import warnings
 
 import pytest
 import torch
+from models import LeNet
 from torch import nn
 
 import flopsight
 from flopsight import FlopsProfiler, get_model_profile
 from flopsight.renderers.text_renderer import render_text
-from models import LeNet
 
 X = torch.ones(2, 3, 32, 32)  # LeNet at batch 2
 

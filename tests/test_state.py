@@ -2,10 +2,10 @@
 
 import pytest
 import torch
+from models import LeNet
 from torch import nn
 
 import flopsight
-from models import LeNet
 
 
 def bn_model():

@@ -6,12 +6,12 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from helpers import with_metadata
+from models import JSC_Tiny, LeNet, Stack
 from torch import nn
 
 import flopsight
-from helpers import with_metadata
 from flopsight.renderers.text_renderer import render_text
-from models import JSC_Tiny, LeNet, Stack
 
 DATA = Path(__file__).parent / "data"
 

@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 import torch
+from models import LeNet
 from torch import nn
 
 import flopsight
-from flopsight.result.metadata import Metadata
 from flopsight.analysis.report_options import check_text_options
+from flopsight.renderers.numbers import bytes_to_string, duration_to_string, macs_to_string, params_to_string
 from flopsight.renderers.text_renderer import render_text
 from flopsight.result import ProfileResult
+from flopsight.result.metadata import Metadata
 from flopsight.result.stats import Stats
-from flopsight.renderers.numbers import bytes_to_string, duration_to_string, macs_to_string, params_to_string
-from models import LeNet
 
 
 def mlp():

@@ -4,12 +4,12 @@ import warnings
 
 import pytest
 import torch
+from models import LeNet
 from torch import nn
 
 import flopsight
 from flopsight.capture.runtime.timing import CudaEventClock, HostClock, default_clock
 from flopsight.result.metadata import Timing
-from models import LeNet
 
 aten = torch.ops.aten
 

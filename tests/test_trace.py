@@ -15,6 +15,8 @@ from collections import defaultdict
 
 import pytest
 import torch
+from headless_chromium import Chromium, find_chromium
+from multirank.launch import rank_results
 from torch import nn
 from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 
@@ -23,9 +25,6 @@ import flopsight.result.timeline
 from flopsight.capture.assembly.build import _timeline
 from flopsight.renderers.trace_renderer import LANES, render_trace
 from flopsight.result.timeline import CallSpan, CollectiveSpan, Span, Timeline
-
-from headless_chromium import Chromium, find_chromium
-from multirank.launch import rank_results
 
 CHROMIUM = find_chromium()
 

@@ -2,11 +2,11 @@
 
 import pytest
 import torch
+from helpers import gpt2_small
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 import flopsight
-from helpers import gpt2_small
 
 B = 5  # batch size in these tests
 

@@ -6,14 +6,14 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import with_metadata
 from torch import nn
 from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 
 import flopsight
-from helpers import with_metadata
 from flopsight.analysis.report_figures import ParallelInfo
-from flopsight.renderers.text_renderer import render_aggregated, render_text
 from flopsight.renderers.numbers import duration_to_string, flops_to_string, macs_to_string, number_to_string
+from flopsight.renderers.text_renderer import render_aggregated, render_text
 
 DATA = Path(__file__).parent / "data"
 B = 4  # rows per micro-batch

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 import flopsight
-from flopsight.cli import zoo
 from flopsight.__main__ import main
+from flopsight.cli import zoo
 
 
 def conv(cout, hw, cin, k):

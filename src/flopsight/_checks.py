@@ -16,7 +16,8 @@ TypeError: memory: expected a bool, got int
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 __all__ = ["is_int", "check_int", "check_bool", "check_choice"]
 

@@ -18,7 +18,8 @@ loaded: it cannot be unloaded).
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 __all__ = ["PROCESS", "ProcessState", "Warned", "WARNED", "reset"]
 

@@ -6,7 +6,6 @@ these is a one-file change. Nothing in this module patches torch.
 
 from __future__ import annotations
 
-
 import contextlib
 import os
 import re
@@ -14,8 +13,7 @@ import sys
 
 import torch
 import torch.nn.modules.module as _module_mod
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 
 from ._quiet import ignoring, native_stderr_without
 

@@ -5,7 +5,8 @@ wraps ``optimizer.step()``, a DeepSpeed engine's ``step()`` and ``backward()`` a
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["wrap_method"]
 

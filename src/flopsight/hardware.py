@@ -23,9 +23,10 @@ import platform
 import re
 import tempfile
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 __all__ = [
     "DTYPES",
@@ -89,7 +90,7 @@ class Peak:
         return flops / self.memory_bandwidth
 
     @classmethod
-    def given(cls, flops_per_second: float, memory_bandwidth: float | None = None, name: str = "given") -> "Peak":
+    def given(cls, flops_per_second: float, memory_bandwidth: float | None = None, name: str = "given") -> Peak:
         """A peak the user states: the same FLOP/s whatever the dtype."""
         if (isinstance(flops_per_second, bool) or not isinstance(flops_per_second, (int, float))
                 or flops_per_second <= 0):

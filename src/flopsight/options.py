@@ -22,18 +22,19 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from torch import nn
 
 from ._checks import check_bool, check_choice, check_int
+from .capture.assembly.gather import DEFAULT_GATHER_TIMEOUT, check_gather_timeout
 from .capture.backends import check_backend
 from .capture.model.parallel import check_parallel
-from .capture.assembly.gather import DEFAULT_GATHER_TIMEOUT, check_gather_timeout
+from .capture.runtime.timing import Clock
 from .capture.sources.kernels import check_kernels
 from .capture.sources.optimizer import check_optimizer
-from .capture.runtime.timing import Clock
 from .formulas import REGISTRY
 from .formulas.attention import ATTENTION_CONVENTIONS, attention_registry
 from .formulas.registry import Registry
@@ -103,7 +104,7 @@ class ProfileOptions:
             object.__setattr__(self, name, value)
 
     @classmethod
-    def of(cls, options: "ProfileOptions | None" = None, **changes: Any) -> "ProfileOptions":
+    def of(cls, options: ProfileOptions | None = None, **changes: Any) -> ProfileOptions:
         """``options`` (default: all defaults) with ``changes``; an unknown name is a TypeError naming it."""
         if options is not None and not isinstance(options, ProfileOptions):
             raise TypeError(f"options: expected a flopsight.ProfileOptions or None, got {type(options).__name__}")
@@ -116,11 +117,11 @@ class ProfileOptions:
                 raise TypeError(f"{name}: not an option of a profile; options: {', '.join(sorted(known))}")
         return dataclasses.replace(options, **changes) if options is not None else cls(**changes)
 
-    def replace(self, **changes: Any) -> "ProfileOptions":
+    def replace(self, **changes: Any) -> ProfileOptions:
         """A copy with ``changes``, validated again."""
         return ProfileOptions.of(self, **changes)
 
-    def refuse(self, names: Iterable[str], front_end: str, why: str) -> "ProfileOptions":
+    def refuse(self, names: Iterable[str], front_end: str, why: str) -> ProfileOptions:
         """Itself, or a ValueError naming the first of ``names`` set away from its default
         (options ``front_end`` does not take, ``why``)."""
         for name in names:

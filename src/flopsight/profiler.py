@@ -20,8 +20,8 @@ import platform
 import sys
 import threading
 import time
-from collections.abc import Mapping
-from typing import Any, Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 from torch import nn
@@ -31,23 +31,23 @@ from ._torch_private import kineto_running, original_module
 from ._version import __version__
 from .capture.assembly.build import build_result, device_timed
 from .capture.assembly.gather import announce, gather_ranks, publish_failure, span_failure_text
-from .capture.model.inputs import batch_size, describe_inputs, model_device, model_dtype
 from .capture.charging.calls import ModuleCalls
+from .capture.model.inputs import batch_size, describe_inputs, model_device, model_dtype
 from .capture.model.modules import compiled_paths, describe
 from .capture.model.parallel import detect_parallel, warn_data_parallel
-from .capture.runs.plan import CaptureOptions
 from .capture.model.recursion import deep_enough, room_for
-from .capture.runtime.running import RUNNING
-from .capture.runs.session import CaptureSession
-from .capture.sources.spans import SpanTimes
 from .capture.model.state import ModelState
+from .capture.runs.plan import CaptureOptions
+from .capture.runs.session import CaptureSession
+from .capture.runtime.running import RUNNING
 from .capture.runtime.timing import Clock, default_clock, on_device
+from .capture.sources.spans import SpanTimes
 from .formulas.registry import Registry
 from .options import CALL_ONLY, SPAN_ONLY, ProfileOptions
 from .result.metadata import Metadata, Timing
-from .timing_plan import timing_plan
 from .result.profile_result import ProfileResult
 from .result.steps import combine_steps
+from .timing_plan import timing_plan
 
 __all__ = ["profile", "Profiler", "ProfileOptions", "CallProfile", "open_session"]
 
@@ -471,7 +471,7 @@ class Profiler:
     def running(self) -> bool:
         return self._session is not None
 
-    def start(self) -> "Profiler":
+    def start(self) -> Profiler:
         if self._session is None:
             warn_data_parallel(self._target)
             self._infos = describe(self._target)
@@ -664,7 +664,7 @@ class Profiler:
             raise RuntimeError("result: nothing profiled yet; call start() and stop(), or use `with Profiler(model)`")
         return self._result
 
-    def __enter__(self) -> "Profiler":
+    def __enter__(self) -> Profiler:
         return self.start()
 
     def __exit__(self, exc_type, exc, tb) -> None:

@@ -24,7 +24,7 @@ opt = torch.optim.SGD(model.parameters(), lr=0.01)
 config = {"flops_profiler": {"enabled": True, "profile_step": 1, "output_file": f"{out}/report.txt"}}
 rows = 4 if rank == 0 else 6
 with flopsight.attach(model, opt, config) as handle:
-    for step in range(3):
+    for _step in range(3):
         model(torch.ones(rows, 8)).sum().backward()
         opt.step()
         opt.zero_grad()

@@ -88,7 +88,7 @@ torch.manual_seed(0)
 model = DistributedDataParallel(nn.Sequential(nn.Linear(512, 512), nn.Linear(512, 512), nn.Linear(512, 512)),
                                 bucket_cap_mb=1)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
-for step in range(2):  # DDP settles its buckets after the first step; the second is profiled
+for _step in range(2):  # DDP settles its buckets after the first step; the second is profiled
     with flopsight.Profiler(model, optimizer=opt) as prof:
         model(torch.randn(4, 512)).sum().backward()
         opt.step()
@@ -103,7 +103,7 @@ fully_shard(model[0])
 fully_shard(model[2])
 fully_shard(model)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
-for step in range(2):  # the second step is profiled
+for _step in range(2):  # the second step is profiled
     with flopsight.Profiler(model, optimizer=opt) as prof:
         model(torch.randn(8, 16)).sum().backward()
         opt.step()

@@ -74,7 +74,7 @@ for name, extra in CONFIGS.items():
         deepspeed.checkpointing.configure(None, deepspeed_config=config)
     engine, _, _, _ = deepspeed.initialize(model=MLP(checkpointed=name == "checkpointed"), config=config)
     dtype = torch.bfloat16 if "bf16" in extra else torch.float32
-    for step in range(train_steps):
+    for _step in range(train_steps):
         for _ in range(accumulate):
             loss = engine(torch.randn(4, 16, dtype=dtype)).float().pow(2).mean()
             engine.backward(loss)
@@ -104,7 +104,7 @@ for name in ("attach_engine", "attach_zero_optimizer"):
     else:
         handle = flopsight.attach(engine.module, optimizer, block)
     with handle:
-        for step in range(4):
+        for _step in range(4):
             engine.backward(engine(torch.randn(4, 16)).pow(2).mean())
             engine.step()
     if engine.global_rank == 0:

@@ -47,7 +47,7 @@ for who in ("deepspeed", "flopsight"):
             }
             os.makedirs(f"{out}/{who}", exist_ok=True)
             engine, _, _, _ = deepspeed.initialize(model=MLP(), config=config)
-            for step in range(3):
+            for _step in range(3):
                 for _ in range(ga):
                     engine.backward(engine(torch.randn(4, 16)).pow(2).mean())
                     engine.step()

@@ -11,10 +11,10 @@ import json
 import os
 import sys
 
+from helpers import Tokens, tiny_gpt2  # tests/ is on the path of scenarios.py
 from transformers import Trainer, TrainingArguments
 
 from flopsight.integrations.hf import FlopsightCallback
-from helpers import Tokens, tiny_gpt2  # tests/ is on the path of scenarios.py
 
 out = sys.argv[1]
 rank = int(os.environ["RANK"])

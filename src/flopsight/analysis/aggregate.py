@@ -12,8 +12,8 @@ and operators per module (the operator tables).
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
 
 from .._checks import check_int
 from ..result.iteration import COLLECTIVE_NAMESPACES

@@ -24,8 +24,8 @@ figures of all of them.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 from ..result.profile_result import ProfileResult
 from ..result.tree import ModuleNode

@@ -46,7 +46,6 @@ from .collapse import View, child_views, root_view, signatures, subtree_sizes, w
 from .derived import derived
 from .efficiency import Efficiency, efficiency
 from .kernel_profile import DeviceBusy, KernelProfile, device_busy, kernel_profile
-from .syncs import HostSync, host_syncs
 from .noise import NoiseFigures, noise_figures
 from .ranks import RankFigures, rank_figures
 from .report_figures import (
@@ -59,6 +58,7 @@ from .report_figures import (
     summary_figures,
 )
 from .report_options import ReportOptions
+from .syncs import HostSync, host_syncs
 from .transformer_estimate import TransformerCheck, transformer_check
 
 __all__ = [

@@ -453,7 +453,7 @@ def _mean(stats: list[Stats], per: int) -> Stats:
                  sum(s.latency for s in stats) / per)
 
 
-def combined_figures(nodes: "list[ModuleNode] | tuple[ModuleNode, ...]", total: ModuleNode,
+def combined_figures(nodes: list[ModuleNode] | tuple[ModuleNode, ...], total: ModuleNode,
                      per: int = 1) -> ModuleFigures:
     """The figures of several modules as one line: their sum divided by ``per``.
 

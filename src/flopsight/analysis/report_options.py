@@ -109,7 +109,7 @@ class ReportOptions:
             raise TypeError(f"indent: expected None, an int >= 0 or a str, got {self.indent!r}")
 
     @classmethod
-    def of(cls, **options: Any) -> "ReportOptions":
+    def of(cls, **options: Any) -> ReportOptions:
         """``options`` by name, checked; a name that is no field is a TypeError naming it."""
         names = [f.name for f in dataclasses.fields(cls)]
         for name in options:

@@ -28,8 +28,15 @@ from ..capture.model.recursion import room_for
 from ..renderers.numbers import bytes_to_string, params_to_string
 from . import zoo
 from .meta import prepare_for_meta
-from .models import Target, UsageError, available_memory, call_factory, choose_device, default_dtype, \
-    split_factory_output
+from .models import (
+    Target,
+    UsageError,
+    available_memory,
+    call_factory,
+    choose_device,
+    default_dtype,
+    split_factory_output,
+)
 from .progress import Progress
 
 __all__ = ["DTYPES", "pick_device", "build", "build_factory", "default_call", "check_input_shape",

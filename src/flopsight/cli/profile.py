@@ -12,12 +12,12 @@ from typing import Any
 
 import torch
 
+from ..capture.charging.calls import failure_text
+from ..capture.model.recursion import room_for
 from ..options import ProfileOptions
 from . import zoo
 from .build import build, explain_input_shape, pick_device
 from .meta import meta_masks
-from ..capture.charging.calls import failure_text
-from ..capture.model.recursion import room_for
 from .models import BadModel, Target, UsageError, resolve
 from .progress import Progress
 from .repeat import MIN_REPEAT
@@ -104,7 +104,8 @@ def input_files(target: Target) -> set[str]:
 def render(args: argparse.Namespace, result: Any, label: str, warm_up: int) -> str:
     """The report, in the format asked for (``--format``, else -o's extension, else text);
     each format reads the options it uses."""
-    from ..renderers.output import format_for, render as render_report
+    from ..renderers.output import format_for
+    from ..renderers.output import render as render_report
 
     return render_report(result, format_for(args.output, args.format), profile_step=warm_up, module_depth=args.depth,
                          top_modules=args.top, detailed=args.detailed, detail_depth=args.detail_depth,

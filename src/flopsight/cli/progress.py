@@ -28,7 +28,8 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from typing import Callable, Iterator, TextIO
+from collections.abc import Callable, Iterator
+from typing import TextIO
 
 __all__ = ["Progress"]
 
@@ -54,14 +55,14 @@ class Progress:
         self._total: int | None = None
         self._drawn_at: float | None = None
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
 
     @contextlib.contextmanager
-    def stage(self, name: str, total: int | None = None) -> Iterator["Progress"]:
+    def stage(self, name: str, total: int | None = None) -> Iterator[Progress]:
         """Show ``name`` (the next of the stages) while the block runs; ``total`` steps,
         counted by :meth:`advance`, when known."""
         if name in self.stages:

@@ -16,8 +16,8 @@ from __future__ import annotations
 import contextlib
 import inspect
 import time
-from collections.abc import Mapping
-from typing import Any, Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import torch
 from torch import nn

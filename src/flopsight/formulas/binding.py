@@ -33,7 +33,8 @@ schema arguments: self, mat1, mat2, beta, alpha
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -61,12 +62,12 @@ class Binder:
         self.accepts = accepts  # for units bound through one of several schemas
 
     @classmethod
-    def of_op(cls, op: torch._ops.OpOverload) -> "Binder":
+    def of_op(cls, op: torch._ops.OpOverload) -> Binder:
         """The binder of one op overload, from its schema."""
         return cls.of_schema(op_schema(op))
 
     @classmethod
-    def of_schema(cls, schema) -> "Binder":
+    def of_schema(cls, schema) -> Binder:
         names, defaults, drop = [], {}, set()
         arguments = schema.arguments
         for a in arguments:
@@ -79,7 +80,7 @@ class Binder:
         return cls(tuple(names), defaults, frozenset(drop), _type_check(arguments, n_positional))
 
     @classmethod
-    def of_function(cls, fn: Callable) -> "Binder | None":
+    def of_function(cls, fn: Callable) -> Binder | None:
         """The binder of a Python function, from its signature (None for builtins)."""
         try:
             sig = inspect.signature(fn)

@@ -54,7 +54,8 @@ Stats(macs=0, flops=0)
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import torch
 

@@ -66,7 +66,6 @@ Stats(macs=0, flops=192)
 
 from __future__ import annotations
 
-
 from .reduction import norm_cost
 from .registry import REGISTRY, Cost, OpNames
 from .shapes import first_tensor, is_float, numel

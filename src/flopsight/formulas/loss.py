@@ -82,7 +82,6 @@ Stats(macs=0, flops=240)
 
 from __future__ import annotations
 
-
 from .reduction import mean_flops
 from .registry import REGISTRY, Cost, OpNames
 from .shapes import any_float, broadcast_shape, numel, prod

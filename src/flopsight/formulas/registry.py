@@ -32,7 +32,8 @@ import contextlib
 import inspect
 import sys
 import warnings
-from typing import Any, Callable, Union
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -43,7 +44,7 @@ from .bytes_moved import io_bytes_of
 
 __all__ = ["Cost", "Registry", "REGISTRY", "ZERO", "OpNames", "op_key", "Resolved", "Unit", "FormulaSignatureError"]
 
-OpLike = Union[OpOverload, OpOverloadPacket, str]
+OpLike = OpOverload | OpOverloadPacket | str
 
 
 #: What a formula returns: the one stats record (latency and calls left at zero).
@@ -186,7 +187,7 @@ class Unit:
         self.may_run = may_run
 
     @classmethod
-    def of_function(cls, function: Callable, name: str, formula, backward, reaches=None, may_run=None) -> "Unit":
+    def of_function(cls, function: Callable, name: str, formula, backward, reaches=None, may_run=None) -> Unit:
         binder = Binder.of_function(function)
         binders = [binder] if binder is not None else binder_for_builtin(function)
         if not binders:
@@ -194,7 +195,7 @@ class Unit:
         return cls(name, formula, backward, binders, reaches, may_run)
 
     @classmethod
-    def of_method(cls, method: Callable, name: str, formula, backward, skip: int = 1) -> "Unit":
+    def of_method(cls, method: Callable, name: str, formula, backward, skip: int = 1) -> Unit:
         """Bound by a method's signature without its first ``skip`` parameters (``self``, ``ctx``)."""
         binder = Binder.of_function(method)
         if binder is None:
@@ -243,7 +244,7 @@ class Registry:
         self._resolved: dict[Any, Resolved] = {}
         self._tolerant = False  # while the built-in formula modules load (see builtins_loading)
         self._on_import: list[str] = []  # modules whose import registers formulas (when_imported)
-        self._waiting: dict[str, Callable[["Registry"], Any]] = {}  # of those, not imported yet
+        self._waiting: dict[str, Callable[[Registry], Any]] = {}  # of those, not imported yet
         #: grows with every change of an op's formula (what caches of costs are keyed by)
         self.version = 0
 
@@ -342,7 +343,7 @@ class Registry:
         """
         return tuple(self._missing)
 
-    def when_imported(self, module: str, register: Callable[["Registry"], Any]) -> None:
+    def when_imported(self, module: str, register: Callable[[Registry], Any]) -> None:
         """Run ``register(self)`` once ``module`` has been imported: at once if it already is,
         else when a capture session next starts after that import (:meth:`register_imported`).
 
@@ -457,7 +458,7 @@ class Registry:
         def deco(fn: Callable[..., Cost]) -> Callable[..., Cost]:
             for f in functions:
                 # forward(ctx, *args) unless the class uses a separate setup_context
-                new_style = getattr(f, "setup_context", None) is not getattr(torch.autograd.Function, "setup_context")
+                new_style = getattr(f, "setup_context", None) is not torch.autograd.Function.setup_context
                 self._functions[f] = Unit.of_method(f.forward, name or f.__name__, fn, backward,
                                                     skip=0 if new_style else 1)
             return fn
@@ -474,7 +475,7 @@ class Registry:
         self._resolved.clear()
         self.version += 1
 
-    def copy(self, *, units: bool = True) -> "Registry":
+    def copy(self, *, units: bool = True) -> Registry:
         """An independent registry with the same entries (without the units if ``units`` is
         False: unit functions then run their aten ops, which are counted op by op)."""
         new = Registry()

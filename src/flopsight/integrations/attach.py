@@ -48,18 +48,19 @@ from __future__ import annotations
 import os
 import sys
 import warnings
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from .._process import PROCESS, WARNED
+from .._wrap import wrap_method
 from ..analysis.report_figures import ParallelInfo
 from ..analysis.report_options import ReportOptions
-from .._wrap import wrap_method
-from ..capture.sources.optimizer import check_optimizer
 from ..capture.model.parallel import engine_parallel
+from ..capture.sources.optimizer import check_optimizer
 from ..options import ProfileOptions
 from ..profiler import Profiler, check_model
 from ..renderers.output import check_output_file, write
@@ -223,7 +224,7 @@ class AttachedProfiler:
                 stacklevel=2,
             )
 
-    def __enter__(self) -> "AttachedProfiler":
+    def __enter__(self) -> AttachedProfiler:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -29,8 +29,9 @@ import logging
 import os
 import sys
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -41,9 +42,9 @@ except ImportError as e:  # the optional extra
     raise ImportError("flopsight.integrations.hf needs transformers: pip install 'flopsight[hf]'") from e
 
 from .._process import WARNED
+from .._wrap import wrap_method
 from ..analysis.efficiency import efficiency
 from ..capture.assembly.gather import DEFAULT_GATHER_TIMEOUT, publish_failure
-from .._wrap import wrap_method
 from ..hardware import check_peak
 from ..options import ProfileOptions
 from ..profiler import Profiler, with_ranks
@@ -267,7 +268,8 @@ class FlopsightCallback(TrainerCallback):
         if getattr(trainer, "model", None) is not None:  # model_init may have replaced the one given
             model = trainer.model
         if not isinstance(model, nn.Module):
-            warnings.warn("flopsight: the Trainer gave its callbacks no model; nothing is profiled", UserWarning)
+            warnings.warn("flopsight: the Trainer gave its callbacks no model; nothing is profiled", UserWarning,
+                          stacklevel=2)
             return
         # gathering is done on success only: a failed step must not wait for the other ranks
         profiler = Profiler(model, options=self.options.replace(steps=None, gather_timeout=None))
@@ -295,7 +297,7 @@ class FlopsightCallback(TrainerCallback):
                     publish_failure(error)  # rank 0 learns it now instead of waiting for this rank
             except Exception as e:  # the step's own error is the one to see
                 warnings.warn(f"flopsight: stopping the profiler after the step's error failed too: {e!r}",
-                              UserWarning)
+                              UserWarning, stacklevel=2)
             raise
 
     def _count_tokens(self, module: nn.Module, args: tuple, kwargs: dict) -> None:

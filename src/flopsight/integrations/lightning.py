@@ -37,7 +37,8 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 try:
     from lightning.pytorch.callbacks import Callback
@@ -56,8 +57,7 @@ from ..profiler import Profiler, with_ranks
 from ..renderers.output import check_output_file, write
 from ..result.profile_result import ProfileResult
 from ..result.steps import as_first_step
-from .trainer_metrics import METRICS, PREFIX, PROFILE_STEP, check_dtype, check_profile_step, logged, named, \
-    step_figures
+from .trainer_metrics import METRICS, PREFIX, PROFILE_STEP, check_dtype, check_profile_step, logged, named, step_figures
 
 __all__ = ["FlopsightCallback", "METRICS", "PREFIX", "DEPRECATED_METRICS", "DEPRECATED_PREFIX", "step_metrics",
            "global_metrics"]

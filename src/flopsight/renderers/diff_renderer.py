@@ -19,10 +19,19 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
-from ..analysis.diff import (DIFF_FORMATS, METRICS, Caveat, Change, Gate, GateResult, ModuleDiff, ProfileDiff,
-                             metric_kind)
+from ..analysis.diff import (
+    DIFF_FORMATS,
+    METRICS,
+    Caveat,
+    Change,
+    Gate,
+    GateResult,
+    ModuleDiff,
+    ProfileDiff,
+    metric_kind,
+)
 from .numbers import bytes_to_string, duration_to_string, number_to_string
 from .verdict_words import verdict_text
 

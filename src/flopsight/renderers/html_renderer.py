@@ -28,7 +28,7 @@ import html
 import json
 import math
 import re
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 from typing import Any
 
@@ -107,7 +107,7 @@ def _content_security_policy(script: str, css: str) -> str:
             "img-src data:; base-uri 'none'; form-action 'none'")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _asset(name: str) -> str:
     """A static asset of the page; the script and style must not close their element."""
     text = resources.files(__package__).joinpath("assets", name).read_text(encoding="utf-8")

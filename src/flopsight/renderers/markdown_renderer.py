@@ -25,8 +25,15 @@ from ..result.memory import MemoryTotals
 from ..result.metadata import Metadata
 from ..result.stats import Stats
 from .efficiency_lines import format_efficiency
-from .numbers import (bytes_to_string, duration_to_string, flops_to_string, macs_to_string, number_to_string,
-                      params_to_string, shared_params_mark)
+from .numbers import (
+    bytes_to_string,
+    duration_to_string,
+    flops_to_string,
+    macs_to_string,
+    number_to_string,
+    params_to_string,
+    shared_params_mark,
+)
 
 __all__ = ["render_markdown", "format_markdown"]
 

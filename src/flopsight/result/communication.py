@@ -78,5 +78,5 @@ class Collective(NamedTuple):
         return self._asdict()
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Collective":
+    def from_dict(cls, d: dict[str, Any]) -> Collective:
         return cls(**d)

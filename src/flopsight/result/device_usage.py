@@ -41,7 +41,7 @@ class DeviceUsage:
 
     @classmethod
     def from_samples(cls, device: str, samples, memory_total: int | None = None,
-                     allocator_peak: int | None = None, nvml_unavailable: str | None = None) -> "DeviceUsage":
+                     allocator_peak: int | None = None, nvml_unavailable: str | None = None) -> DeviceUsage:
         """From NVML samples, each (utilization % or None where NVML has none, device memory
         used in bytes).
 
@@ -61,5 +61,5 @@ class DeviceUsage:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "DeviceUsage":
+    def from_dict(cls, d: dict[str, Any]) -> DeviceUsage:
         return cls(**d)

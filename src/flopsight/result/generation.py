@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from .records import ModelCall, Profile
 from .stats import ZERO_STATS, Stats
 
-
 __all__ = ["GenerationStats", "generation_stats"]
 
 

@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 from .records import Profile
 from .stats import Stats
-
 
 __all__ = ["IterationStats", "CommunicationTime", "StepAnatomy", "iteration_stats", "COLLECTIVE_NAMESPACES", "TIMED",
            "median_steps", "at_median", "median_anatomy"]

@@ -31,7 +31,7 @@ class Kernel(NamedTuple):
     calls: int = 0
     seconds: float = 0.0
 
-    def __add__(self, other: "Kernel") -> "Kernel":  # type: ignore[override]
+    def __add__(self, other: Kernel) -> Kernel:  # type: ignore[override]
         return Kernel(self.calls + other.calls, self.seconds + other.seconds)
 
 
@@ -70,7 +70,7 @@ class KernelSummary:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "KernelSummary":
+    def from_dict(cls, d: dict[str, Any]) -> KernelSummary:
         busy = d.get("busy")
         return cls(d["source"], float(d["seconds"]), kernels_from_dict(d.get("unassigned", {})),
                    float(busy) if busy is not None else None)

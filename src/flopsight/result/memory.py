@@ -75,7 +75,7 @@ class MemoryTotals:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "MemoryTotals":
+    def from_dict(cls, d: dict[str, Any]) -> MemoryTotals:
         d = dict(d)
         d["largest_buffer"] = Buffer(**d["largest_buffer"]) if d.get("largest_buffer") else None
         if "peak_allocated" not in d:  # written before the peak counted what was live at the start

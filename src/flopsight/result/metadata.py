@@ -15,8 +15,9 @@ True
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Iterator, Mapping, NamedTuple
+from typing import Any, NamedTuple
 
 __all__ = ["Metadata", "Timing", "Parallelism", "PARALLEL_KEYS", "Inputs", "TensorSpec"]
 
@@ -84,7 +85,7 @@ class TensorSpec(NamedTuple):
         return f"{self.dtype}{list(self.shape)}"
 
     @classmethod
-    def parse(cls, text: str) -> "TensorSpec | None":
+    def parse(cls, text: str) -> TensorSpec | None:
         """The spec ``text`` writes, or None when it is not one."""
         m = _TENSOR.fullmatch(text)
         if m is None:
@@ -264,7 +265,7 @@ class Metadata:
         return d
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Metadata":
+    def from_dict(cls, data: dict[str, Any]) -> Metadata:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:

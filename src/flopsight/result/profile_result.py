@@ -26,9 +26,10 @@ import dataclasses
 import difflib
 import json
 import os
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from .communication import Collective
 from .device_usage import DeviceUsage
@@ -43,7 +44,6 @@ from .samples import StepSamples
 from .stats import ZERO_STATS, Stats, seconds_from_file, stats_from_dict
 from .timeline import Timeline
 from .tree import PHASES, ModuleNode, build_tree
-
 
 __all__ = ["ModuleStats", "ModelCall", "Coverage", "ProfileResult", "load", "SCHEMA_VERSION"]
 
@@ -90,7 +90,7 @@ class ProfileResult:
     comms: tuple[Collective, ...] = ()
     #: on rank 0 of a torch.distributed run: every rank's result (index = rank; None for a
     #: rank that sent none in time); empty in one process and on the other ranks
-    ranks: tuple["ProfileResult | None", ...] = ()
+    ranks: tuple[ProfileResult | None, ...] = ()
     #: on rank 0: why a rank has no usable result, by rank: ``"failed: <what raised, where>"``
     #: (it raised inside its profiled span) or ``"not profiling"`` (it never started a profile)
     rank_notes: dict[int, str] = field(default_factory=dict)
@@ -121,7 +121,7 @@ class ProfileResult:
         object.__setattr__(self, "_tree", _tree(self.modules, self.samples))
         object.__setattr__(self, "_aliases", aliases)
 
-    def updated(self, **changes: Any) -> "ProfileResult":
+    def updated(self, **changes: Any) -> ProfileResult:
         """A copy with ``changes`` to fields other than ``modules``, sharing this one's module
         tree (``dataclasses.replace`` would build it again: a second pass over every module).
 
@@ -234,12 +234,12 @@ class ProfileResult:
         return self.phase_total("step")
 
     @property
-    def iteration(self) -> "IterationStats":
+    def iteration(self) -> IterationStats:
         """The whole profiled span: per-phase figures, samples/second, FLOPS."""
         return iteration_stats(self)
 
     @property
-    def generation(self) -> "GenerationStats | None":
+    def generation(self) -> GenerationStats | None:
         """Prefill and decode figures of a generate() profile (None for other profiles)."""
         return generation_stats(self)
 
@@ -267,7 +267,7 @@ class ProfileResult:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ProfileResult":
+    def from_dict(cls, data: dict[str, Any]) -> ProfileResult:
         version = data.get("schema_version")
         if version not in _READABLE_VERSIONS:
             raise ValueError(f"data: unsupported flopsight schema_version {version!r} "

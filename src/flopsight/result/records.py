@@ -11,8 +11,9 @@ True
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from .communication import Collective
 from .kernels import Kernel, KernelSummary, kernels_from_dict, kernels_to_dict
@@ -44,7 +45,7 @@ class LayerSizes(NamedTuple):
     outputs: int
 
     @classmethod
-    def from_extra_repr(cls, type_name: str, extra_repr: str) -> "LayerSizes | None":
+    def from_extra_repr(cls, type_name: str, extra_repr: str) -> LayerSizes | None:
         """The sizes ``extra_repr`` states: ``in_features=I, out_features=O`` (a Linear),
         ``nf=O, nx=I`` (a Conv1D), or, for a type named ``...Embedding``, ``V, D, ...``."""
         m = _LINEAR.search(extra_repr)
@@ -125,7 +126,7 @@ class ModuleStats(NamedTuple):
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "ModuleStats":
+    def from_dict(cls, d: dict[str, Any]) -> ModuleStats:
         d = dict(d)
         for key in ("children", "shared_with", "aliases"):
             d[key] = tuple(d.get(key, ()))
@@ -160,7 +161,7 @@ class Profile(Protocol):
     metadata: Metadata
     spans: dict[str, list[float]]
     calls: list[ModelCall]
-    kernels: "KernelSummary | None"
+    kernels: KernelSummary | None
 
     @property
     def root_calls(self) -> list[ModelCall]: ...

@@ -17,8 +17,9 @@ below, and ``±`` is half its width.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from .stats import seconds_from_file
 
@@ -142,7 +143,7 @@ class StepSamples:
                 "modules": {p: {ph: list(v) for ph, v in phases.items()} for p, phases in self.modules.items()}}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "StepSamples":
+    def from_dict(cls, d: dict[str, Any]) -> StepSamples:
         # null (the meta device's times) reads as 0
         return cls(str(d.get("unit", "step")),
                    {k: tuple(seconds_from_file(v)) for k, v in d.get("figures", {}).items()},

@@ -16,6 +16,7 @@ Stats(macs=6, flops=15)
 from __future__ import annotations
 
 from typing import NamedTuple
+
 from .._checks import is_int
 
 __all__ = ["Stats", "ZERO_STATS", "make_stats", "stats_from_dict", "seconds_from_file"]
@@ -30,24 +31,24 @@ class Stats(NamedTuple):
     calls: int = 0
 
     @classmethod
-    def of_product(cls, macs: int, extra_flops: int = 0) -> "Stats":
+    def of_product(cls, macs: int, extra_flops: int = 0) -> Stats:
         """A matrix-like product: 2 FLOPs per MAC, plus ``extra_flops`` (bias adds...)."""
         macs = int(macs)
         return _make(cls, (macs, 2 * macs + int(extra_flops), 0.0, 0))
 
     @classmethod
-    def of_flops(cls, flops: int) -> "Stats":
+    def of_flops(cls, flops: int) -> Stats:
         """Arithmetic that is not a multiply-accumulate: FLOPs only."""
         return _make(cls, (0, int(flops), 0.0, 0))
 
-    def __add__(self, other: "Stats") -> "Stats":  # type: ignore[override]
+    def __add__(self, other: Stats) -> Stats:  # type: ignore[override]
         if not isinstance(other, Stats):
             return NotImplemented
         a0, a1, a2, a3 = self
         b0, b1, b2, b3 = other
         return _make(Stats, (a0 + b0, a1 + b1, a2 + b2, a3 + b3))
 
-    def __mul__(self, k: int) -> "Stats":  # type: ignore[override]
+    def __mul__(self, k: int) -> Stats:  # type: ignore[override]
         if not is_int(k):
             return NotImplemented
         m, f, t, c = self

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from typing import Sequence
+from collections.abc import Sequence
 
 from .profile_result import ProfileResult
 from .records import ModuleStats

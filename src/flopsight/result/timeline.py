@@ -30,8 +30,9 @@ True
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 __all__ = ["Timeline", "CallSpan", "Span", "CollectiveSpan", "MAX_CALLS"]
 
@@ -116,7 +117,7 @@ class Timeline:
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], paths: Sequence[str]) -> "Timeline":
+    def from_dict(cls, d: dict[str, Any], paths: Sequence[str]) -> Timeline:
         """Read :meth:`to_dict`'s columns back (``paths``: the result's module list)."""
         phases = d.get("phases", [])
         calls = _rows(d, "calls", ("module", "phase", "start", "duration", "parent"))

@@ -20,7 +20,7 @@ AttributeError: no phase 'fowrard' (did you mean 'forward'?); phases are forward
 from __future__ import annotations
 
 import difflib
-from typing import Iterator, Mapping
+from collections.abc import Iterator, Mapping
 
 from .memory import ModuleMemory
 from .records import ModuleStats
@@ -127,7 +127,7 @@ class ModuleNode:
         return self.self.forward.calls
 
     @property
-    def memory(self) -> "ModuleMemory | None":
+    def memory(self) -> ModuleMemory | None:
         """Its memory (None when memory was not tracked): saved activations of its whole
         forward (submodules included), and its forward and backward peaks."""
         if not self.record.memory:

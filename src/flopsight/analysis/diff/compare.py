@@ -24,8 +24,9 @@ import itertools
 import math
 import os
 import statistics
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 from ...result.profile_result import ProfileResult, load
 from ...result.reporting import renderers

@@ -18,9 +18,10 @@ import difflib
 import math
 import re
 import statistics
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from ...result.reporting import renderers
 from .metrics import metric_kind

@@ -13,8 +13,8 @@ can still differ on their own when a third lies between them, told apart from ne
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
-from typing import Hashable, Mapping
 
 from ...result.profile_result import ProfileResult
 from .stats import DEFAULT_ALPHA

@@ -14,7 +14,7 @@ Why this test and how gates use it is in docs/diff.md.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 __all__ = ["DEFAULT_ALPHA", "mann_whitney_p", "two_sided_p", "testable"]
 

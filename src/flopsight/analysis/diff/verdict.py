@@ -26,8 +26,9 @@ step's calls, bytes and exposed time) and the compute parts by the modules that 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from ...result.iteration import at_median
 from ...result.profile_result import ProfileResult

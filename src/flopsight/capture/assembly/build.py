@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
 
 from torch import nn
 
@@ -19,14 +19,14 @@ from ...result.records import ModelCall, ModuleStats
 from ...result.stats import Stats, make_stats
 from ...result.timeline import Span, Timeline
 from ...result.tree import PHASES
-from ..sources.collectives import Communication
-from ..charging.counts import Counts
-from ..sources.kernels import KernelTimes
 from ..charging.calls import ModuleCalls
+from ..charging.counts import Counts
 from ..model.modules import ModuleInfo
-from .raw import RawCapture
-from ..sources.spans import SpanTimes
+from ..sources.collectives import Communication
+from ..sources.kernels import KernelTimes
 from ..sources.memory import MemoryFigures
+from ..sources.spans import SpanTimes
+from .raw import RawCapture
 
 __all__ = ["build_result", "device_timed"]
 

@@ -13,7 +13,8 @@ not there.
 
 from __future__ import annotations
 
-from typing import Any, Iterator, TypeVar
+from collections.abc import Iterator
+from typing import Any, TypeVar
 
 __all__ = ["RawCapture"]
 

@@ -29,7 +29,9 @@ named in ``result.metadata.backend_note``); ``"python"`` always uses the Python 
 from __future__ import annotations
 
 import os
-from typing import Callable, ContextManager, Protocol
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Protocol
 
 __all__ = ["Backend", "BACKENDS", "check_backend", "choose"]
 
@@ -67,10 +69,10 @@ class Backend(Protocol):
         """:meth:`settle` where module calls were recorded since the last one (the stack is
         then behind them), else nothing."""
 
-    def aside(self) -> ContextManager:
+    def aside(self) -> AbstractContextManager:
         """A context in which a call counted whole runs: its ops are not counted again."""
 
-    def unrecorded(self) -> ContextManager:
+    def unrecorded(self) -> AbstractContextManager:
         """A context in which the profiler's own torch ops are recorded by no session (a
         formula reading values)."""
 

@@ -23,8 +23,8 @@ from ..._torch_private import (
     accumulated_parameter,
     autograd_sequence_nr,
     current_autograd_node,
-    node_thread,
     node_sequence_nr,
+    node_thread,
 )
 from ...formulas.bytes_moved import tensors_bytes
 from ...result.stats import ZERO_STATS, Stats

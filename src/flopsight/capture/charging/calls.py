@@ -15,8 +15,8 @@ import torch
 from torch import nn
 
 from ..model.inputs import batch_size
-from ..runtime.running import RUNNING
 from ..model.scripted import is_scripted
+from ..runtime.running import RUNNING
 
 __all__ = ["CallRecord", "begun", "unwind", "ModuleCalls", "TopCall", "CallTracking", "choose_path",
            "autocast_dtypes", "note_error", "failure_text"]

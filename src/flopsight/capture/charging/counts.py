@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-
 from ...result.stats import Stats
 from ..runtime.context import CaptureContext
 

@@ -61,7 +61,7 @@ _LAYER_ATTRIBUTES = (
 
 #: module -> (its extra_repr, its layer sizes): a module's configuration does not change
 #: between profiles, and some reprs are slow (EmbeddingBag's formats its weight tensor)
-_CONFIGURATIONS: "weakref.WeakKeyDictionary[nn.Module, tuple[str, LayerSizes | None]]" = weakref.WeakKeyDictionary()
+_CONFIGURATIONS: weakref.WeakKeyDictionary[nn.Module, tuple[str, LayerSizes | None]] = weakref.WeakKeyDictionary()
 
 
 def _configuration(module: nn.Module) -> tuple[str, LayerSizes | None]:

@@ -19,13 +19,15 @@ is one new file in ``capture/sources/`` and one row here.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 from ..backends import choose
 from ..runtime.options import CaptureOptions
+from ..runtime.timing import CudaEventClock
 from ..sources.autograd_functions import AutogradFunctions
 from ..sources.collectives import CollectivesSource
 from ..sources.device_usage import DeviceUsageSource
@@ -36,7 +38,6 @@ from ..sources.module_rules import ModuleRules
 from ..sources.optimizer import OptimizerSteps
 from ..sources.spans import SpanTimer
 from ..sources.units import UnitSource
-from ..runtime.timing import CudaEventClock
 
 __all__ = ["CaptureOptions", "Row", "PLAN", "NEEDS", "plan", "needs_of", "plan_sources"]
 

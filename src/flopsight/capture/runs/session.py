@@ -20,22 +20,22 @@ model during its own span (:mod:`.running`).
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from ...formulas.registry import Registry
 from ...torch_support import warn_if_untested
+from ..assembly.placement import resolve_timeline
+from ..assembly.raw import RawCapture
 from ..charging.attribution import Attribution
-from ..sources.collectives import Communication
-from ..runtime.context import CaptureContext
 from ..charging.calls import ModuleCalls
 from ..charging.notices import PROFILER_SHARE_LIMIT, warn_profiler_share
 from ..model.params import ModelParameters
-from ..assembly.placement import resolve_timeline
-from .plan import PLAN, CaptureOptions, Row, plan_sources
-from ..assembly.raw import RawCapture
+from ..runtime.context import CaptureContext
 from ..runtime.running import RUNNING
-from ..sources.spans import SpanTimer, SpanTimes
 from ..runtime.timing import Clock
+from ..sources.collectives import Communication
+from ..sources.spans import SpanTimer, SpanTimes
+from .plan import PLAN, CaptureOptions, Row, plan_sources
 
 __all__ = ["CaptureSession"]
 

@@ -83,7 +83,7 @@ class CaptureContext:
     _sources: dict = field(default_factory=dict)
 
     @classmethod
-    def create(cls, clock: Clock, registry: Registry, **kwargs) -> "CaptureContext":
+    def create(cls, clock: Clock, registry: Registry, **kwargs) -> CaptureContext:
         # the profiler's own time is the thread's, shared by every session on it (see .running)
         return cls(clock, registry, RUNNING.overhead(clock.now), Tally(clock.scale is not None), **kwargs)
 

@@ -41,7 +41,8 @@ starts) to what it needs, and publishes what it sees:
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 __all__ = ["OpEvent", "Events"]
 

@@ -5,8 +5,9 @@ modules, whether it counts, a timeline, where ops outside the model go).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from torch import nn
 
@@ -50,7 +51,7 @@ class CaptureOptions:
     FROM_OPTIONS = ("memory", "optimizer", "ignore", "backend", "kernels")
 
     @classmethod
-    def of(cls, options: Any, infos: dict[str, ModuleInfo], **session: Any) -> "CaptureOptions":
+    def of(cls, options: Any, infos: dict[str, ModuleInfo], **session: Any) -> CaptureOptions:
         """The capture of ``infos`` that ``options`` (a :class:`flopsight.ProfileOptions`) asks
         for, with the session's own fields (``count``, ``timeline``, ``outside_to_root``, and
         ``kernels`` where a pass decides it)."""

@@ -38,7 +38,8 @@ import os
 import signal
 import sys
 import threading
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from ..._process import PROCESS
 from ..._torch_private import dispatch_mode_flags, set_dispatch_mode_flags

@@ -15,7 +15,7 @@ Stats(macs=8, flops=16, latency=0.75, calls=2)
 from __future__ import annotations
 
 from collections import Counter
-from typing import Callable
+from collections.abc import Callable
 
 from ...result.stats import Stats, make_stats
 

@@ -26,8 +26,8 @@ While collectives are in flight, the ops and the calls counted whole that run (h
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 
@@ -35,9 +35,9 @@ from ..._torch_private import on_work_done, process_group, storage_key
 from ...formulas.binding import Binder
 from ...formulas.shapes import first_tensor
 from ...result.stats import ZERO_STATS
+from ..model.wrappers import local_shard
 from ..runtime.context import CaptureContext
 from ..runtime.events import OpEvent
-from ..model.wrappers import local_shard
 
 __all__ = ["CollectivesSource", "Communication", "InFlight", "COLLECTIVE_OPS", "payload_bytes", "merged_flights",
            "common_path"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import types
-from typing import Callable
+from collections.abc import Callable
 
 from torch.overrides import TorchFunctionMode
 

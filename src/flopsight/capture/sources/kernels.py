@@ -27,8 +27,9 @@ While the pass runs, each module call is a named range in torch.profiler's trace
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import torch
 

@@ -29,9 +29,9 @@ import torch
 
 from ..._torch_private import OpOverload, dtensor_local, op_schema, storage_key
 from ...result.memory import Buffer
+from ..model.wrappers import gradients, local_shard, optimizer_state_tensors
 from ..runtime.context import CaptureContext
 from ..runtime.events import OpEvent
-from ..model.wrappers import gradients, local_shard, optimizer_state_tensors
 
 __all__ = ["MemorySource", "MemoryFigures", "LiveAtStart", "tensor_bytes", "NO_PEAK"]
 

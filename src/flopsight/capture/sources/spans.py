@@ -23,8 +23,8 @@ import torch
 
 from ..._torch_private import queue_engine_callback
 from ...formulas.shapes import nested_tensors
-from ..runtime.context import CaptureContext
 from ..charging.notices import warn_backward_elsewhere
+from ..runtime.context import CaptureContext
 
 __all__ = ["SpanTimer", "SpanTimes", "SpanStamps", "TimedSpan"]
 

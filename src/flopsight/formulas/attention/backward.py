@@ -16,7 +16,6 @@ Stats(macs=65536, flops=151552)
 
 from __future__ import annotations
 
-
 from ..activation import softmax_backward_flops
 from ..dropout import dropout_backward_flops
 from ..elementwise import elementwise_flops

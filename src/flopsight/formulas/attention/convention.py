@@ -14,7 +14,7 @@ Stats(macs=2176, flops=4624)
 from __future__ import annotations
 
 import functools
-from typing import Callable
+from collections.abc import Callable
 
 from ..registry import READS_VALUES, Registry
 

@@ -15,7 +15,8 @@ meta and fake tensors have none, and the dense count (or a bound) is used instea
 from __future__ import annotations
 
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 

@@ -9,8 +9,10 @@ import difflib
 import json
 import os
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
+
 from ..._checks import is_int
 
 __all__ = ["FlopsProfilerConfig", "parse_config"]

@@ -34,13 +34,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..._checks import check_int
 from ..._process import PROCESS
-from ...capture.model.inputs import model_device
-from ...capture.assembly.gather import DEFAULT_GATHER_TIMEOUT
 from ..._wrap import wrap_method
+from ...capture.assembly.gather import DEFAULT_GATHER_TIMEOUT
+from ...capture.model.inputs import model_device
 from ...capture.model.parallel import engine_parallel
 from ...capture.runtime.timing import default_clock
-from ..._checks import check_int
 from ...options import ProfileOptions
 from ...profiler import Profiler, with_ranks
 from ...renderers.output import write

@@ -19,8 +19,8 @@ listens to each call as it happens (module rules, kernels), and for ``torch.comp
 
 from __future__ import annotations
 
-from ...model.modules import compiled_paths
 from ...._torch_private import kineto_running
+from ...model.modules import compiled_paths
 from ...runtime.timing import FakeClock, HostClock, on_device
 from .backend import NativeBackend
 from .ops import NativeCountingSource

@@ -233,7 +233,7 @@ class CallRecords:
         #: (records, first slot, stack, phase, overhead) of each deferred batch
         self._deferred: list[tuple] = []
 
-    def __enter__(self) -> "CallRecords":
+    def __enter__(self) -> CallRecords:
         RECORDER.acquire()
         return self
 

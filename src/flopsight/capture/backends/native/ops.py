@@ -48,15 +48,15 @@ from ....formulas.attention.convention import reads_values
 from ....formulas.registry import ZERO
 from ....result.stats import ZERO_STATS
 from ...charging.attribution import whole_call_bytes
-from ...runtime.context import CaptureContext
 from ...charging.costs import evaluate
 from ...charging.counts import Counts, collect_counts
+from ...runtime.context import CaptureContext
 from ...runtime.events import OpEvent
 from ...runtime.running import RUNNING
 from ...runtime.stance import EAGER_STANCE
 from ...runtime.timing import FakeClock
-from .recorder import RECORDER, Tables
 from .calls import host_offset
+from .recorder import RECORDER, Tables
 
 __all__ = ["NativeCountingSource", "NO_NODE"]
 
@@ -135,7 +135,7 @@ class _Op:
         return out, tuple(inputs[:n]), kwargs
 
 
-def _configure(recorder, registry, claimed: tuple = ()) -> "_RegistryTables":
+def _configure(recorder, registry, claimed: tuple = ()) -> _RegistryTables:
     """The recorder set up for ``registry`` and the ops a source claims (``claimed``: their
     names), the process's tables (:class:`~.recorder.Tables`) forgotten when the operator names
     change."""
@@ -406,13 +406,13 @@ class NativeCountingSource:
             self._by_address = {tensor_address(p): p for p in params.tensors} if params is not None else {}
         return self._by_address.get(address)
 
-    def _cost(self, op_id: int, sig: int) -> "Costed":
+    def _cost(self, op_id: int, sig: int) -> Costed:
         """(entry, cost or None, bytes moved) of a signature, costed on meta tensors of its
         shapes (cached), or on an op's own values (not cached: ``sig < 0``)."""
         with self.unrecorded():  # the formulas' and the meta tensors' ops are not the model's
             return self._costed(op_id, sig)
 
-    def _costed(self, op_id: int, sig: int) -> "Costed":
+    def _costed(self, op_id: int, sig: int) -> Costed:
         op = self._op(op_id)
         if op is None:  # an operator torch.ops does not know: not counted
             return Costed(None, None, 0)
@@ -439,7 +439,7 @@ class NativeCountingSource:
         return known
 
 
-    def _cost_unit(self, unit, out, args, kwargs, sig: int) -> "Costed":
+    def _cost_unit(self, unit, out, args, kwargs, sig: int) -> Costed:
         """(unit, cost or None, bytes read, backward cost, bytes written) of a unit's call."""
         bound = unit.bind(args, kwargs)  # None if no schema fits: its formula then fails
         read, written = whole_call_bytes(out, bound)

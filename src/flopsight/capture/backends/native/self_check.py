@@ -33,10 +33,10 @@ from ...._version import __version__
 from ....formulas import REGISTRY
 from ....result.stats import ZERO_STATS
 from ...charging.attribution import Attribution
-from ...runtime.context import CaptureContext
 from ...charging.counts import Counts
 from ...model.modules import describe
 from ...model.params import ModelParameters
+from ...runtime.context import CaptureContext
 from ...runtime.options import CaptureOptions
 from ...runtime.timing import HostClock
 from ..python import PythonBackend

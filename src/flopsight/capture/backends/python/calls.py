@@ -21,9 +21,9 @@ from torch.nn.modules.module import register_module_forward_hook, register_modul
 
 from ...._torch_private import autograd_sequence_nr, current_autograd_node, remove_global_hook, tag_nodes
 from ....formulas.shapes import nested_tensors
-from ...runtime.running import RUNNING
 from ...charging.calls import CallTracking, autocast_dtypes, begun, note_error, unwind
 from ...model.modules import compiled_paths
+from ...runtime.running import RUNNING
 
 __all__ = ["PythonCalls"]
 

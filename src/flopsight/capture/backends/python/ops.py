@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 
-
 from ...._torch_private import (
     EagerDispatchMode,
     allow_under_mode,
@@ -22,8 +21,8 @@ from ...._torch_private import (
 )
 from ....formulas.registry import ZERO
 from ....result.stats import ZERO_STATS
-from ...runtime.context import CaptureContext
 from ...charging.counts import Counts, collect_counts
+from ...runtime.context import CaptureContext
 from ...runtime.events import OpEvent
 from ...runtime.running import OWN_CODE, RUNNING
 from ...runtime.stance import EAGER_STANCE
