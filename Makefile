@@ -1,7 +1,7 @@
 # Two entry points, each doing all of its own setup on a fresh machine:
 #   make demo   profile a built-in model and print the report
 #   make test   run the whole test suite (PYTEST_ARGS="-k attention -x" passes pytest arguments)
-# and make lint: ruff over the code (make test runs it first);
+# and make lint: ruff over the code, make typecheck: mypy over src/ (make test runs both first);
 #     make test-fast: everything but the tests that start ranks or a browser;
 #     make test-matrix: the fast suite on every other tested torch (CI runs it)
 #     make package: the sdist and the wheel in dist/, the wheel installed into a fresh venv and run (CI runs it)
@@ -10,7 +10,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip install -q -c constraints.txt
 
-.PHONY: demo lint test test-fast test-matrix package gpu-check clean
+.PHONY: demo lint typecheck test test-fast test-matrix package gpu-check clean
 
 # torch is installed first and pinned, so `torch>=2.9` in pyproject is already satisfied
 # and pip never resolves it to the registry's CUDA build.
@@ -35,7 +35,11 @@ test test-fast: export PYTHONDONTWRITEBYTECODE :=
 lint: $(VENV)/.test
 	$(PY) -m ruff check -q src tests benchmarks examples .ci
 
-test: $(VENV)/.test lint
+# mypy over src/, the public API's modules fully annotated (pyproject's [tool.mypy])
+typecheck: $(VENV)/.test
+	$(PY) -m mypy
+
+test: $(VENV)/.test lint typecheck
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 test-fast: $(VENV)/.test

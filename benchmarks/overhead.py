@@ -15,6 +15,10 @@ the median, over rounds, of its time divided by its paired plain forward's time:
 * flopsight get_model_profile     ``warm_up=1``, no printing (one warm-up pass that also
                                   counts, then a separately timed pass)
 * flopsight profile               the native equivalent, ``flopsight.profile(model, x, warm_up=1)``
+                                  (its timed pass stamps the operators too), and the same with
+                                  the timed pass timing the modules alone (the operators timed
+                                  in the counting pass, as before issue 36): how much of the
+                                  stamps' cost reaches the reported latency
 * torch FlopCounterMode           one forward under ``torch.utils.flop_counter``
 * DeepSpeed one profiled pass     ``FlopsProfiler`` start/stop around one forward
 * DeepSpeed get_model_profile     ``warm_up=1``, no printing
@@ -35,6 +39,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import flopsight
+from flopsight.profiler import CallProfile
 
 
 def build(name: str):
@@ -120,6 +125,14 @@ def variants(model, args, kwargs):
     def flopsight_profile():
         return flopsight.profile(model, args, kwargs, warm_up=1).total.forward.latency
 
+    def flopsight_profile_modules_alone():
+        timed_ops = CallProfile._ops_timed
+        CallProfile._ops_timed = lambda self: False  # no stamps: the timed pass times the modules alone
+        try:
+            return flopsight.profile(model, args, kwargs, warm_up=1).total.forward.latency
+        finally:
+            CallProfile._ops_timed = timed_ops
+
     def torch_counter():
         from torch.utils.flop_counter import FlopCounterMode
 
@@ -136,6 +149,7 @@ def variants(model, args, kwargs):
         "flopsight one profiled pass, python": flopsight_pass("python"),
         "flopsight get_model_profile(warm_up=1)": flopsight_gmp,
         "flopsight profile(warm_up=1)": flopsight_profile,
+        "flopsight profile(warm_up=1), modules alone timed": flopsight_profile_modules_alone,
         "torch FlopCounterMode pass": torch_counter,
         "floor: empty function + dispatch modes": empty_modes,
     }

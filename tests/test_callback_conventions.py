@@ -141,6 +141,13 @@ def test_hf_warns_once_that_profile_step_counts_differently_now(monkeypatch):
     assert not [w for w in caught if issubclass(w.category, FutureWarning)]
 
 
+@pytest.mark.parametrize("callbacks", [hf, lightning], ids=["hf", "lightning"])
+def test_steps_must_be_a_count_when_the_callback_is_made(callbacks):
+    # ProfileOptions takes steps=None (one step, for Profiler); a callback adds it to profile_step
+    with pytest.raises(ValueError, match=r"^steps: expected a positive int"):
+        callbacks.FlopsightCallback(steps=None)
+
+
 # -- item 12: a path that cannot be written fails before the model runs --------------------
 def test_a_path_under_a_file_is_refused_naming_the_argument(tmp_path):
     (tmp_path / "notes").write_text("mine")

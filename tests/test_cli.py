@@ -319,7 +319,25 @@ def test_factory_errors_are_usage_errors(capsys, factory_file, tmp_path):
     assert code == 2 and "cannot import module 'no_such_module_for_cli'" in err
 
 
+def test_a_factory_file_that_is_not_python_is_a_usage_error(capsys, tmp_path):
+    data = tmp_path / "weights.bin"
+    data.write_bytes(b"\0")
+    code, _, err = run(capsys, "profile", f"{data}:f")
+    assert code == 2 and "not a Python file" in err
+
+
 # -- MODEL: a transformers config JSON --------------------------------------------------------------------
+def test_a_config_of_a_model_type_with_several_classes_builds_the_first():
+    needs_transformers()
+    import transformers
+
+    from flopsight.cli.models import model_class_for
+
+    # funnel's type maps to (FunnelModel, FunnelBaseModel): AutoModel builds the first
+    assert isinstance(transformers.MODEL_MAPPING[transformers.FunnelConfig], tuple)
+    assert model_class_for(transformers.FunnelConfig()) == "FunnelModel"
+
+
 def test_config_json_builds_the_architecture_it_lists(capsys, tmp_path):
     needs_transformers()
     out = tmp_path / "r.json"

@@ -215,6 +215,25 @@ def test_the_engine_profiler_without_an_engine_is_a_flops_profiler():
     prof.end_profile()
 
 
+def test_the_engine_profiler_takes_every_report_option_a_flops_profiler_takes(capsys):
+    import inspect
+
+    import torch
+
+    import flopsight
+    import flopsight.deepspeed as fd
+
+    options = inspect.signature(flopsight.FlopsProfiler.print_model_profile).parameters
+    assert inspect.signature(fd.EngineProfiler.print_model_profile).parameters.keys() == options.keys()
+    net = torch.nn.Sequential(torch.nn.Linear(4, 2), torch.nn.ReLU())
+    prof = fd.EngineProfiler(net)
+    prof.start_profile()
+    net(torch.ones(3, 4))
+    prof.print_model_profile(ops=2, collapse=True)
+    assert "Operator Profile" in capsys.readouterr().out
+    prof.end_profile()
+
+
 def test_unknown_keys_in_the_engines_block_warn(run):
     # the worker's blocks carry "unknown_key": DeepSpeed ignores it, flopsight says so
     import torch

@@ -2,7 +2,7 @@
 
 1. With ``repeat=N`` each module's latency is the median of its own inclusive samples, the
    root's the median of the root's, and every format and the diff read that one figure.
-2. Operator times come from the counting pass: every format says so.
+2. Operator times timed in a counting pass apart from the modules' calls: every format says so.
 3. On the meta device every time and rate is n/a (null in JSON).
 4. Parameters tied across modules are marked where a module's params are reported.
 7. The text report states the inputs.
@@ -155,13 +155,22 @@ def test_per_micro_batch_latencies_divide_the_medians():
     assert per.module("0").forward.latency == pytest.approx(r.module("0").forward.latency / 2, rel=1e-12)
 
 
-# -- 2. operator times: from the counting pass, and said so --------------------------------------
+# -- 2. operator times: from the counting pass (a fake clock has no recorder stamps), said so -----
 def test_operator_times_are_labelled_as_the_counting_passes_in_every_format(skewed):
+    assert skewed.metadata.timing.ops == "counting"
     assert "measured in the counting pass" in skewed.render("text", ops=2)
     assert "latency (counting pass)" in skewed.render("md")
-    assert "op_latency_counting_pass_s" in skewed.render("csv").splitlines()[0]
-    assert "latency_counting_pass_s" in skewed.render("ops_csv").splitlines()[0]
-    assert "time (counting pass)" in skewed.render("html")
+    # the HTML page's label: tests/test_html_report.py, in a browser
+
+
+def test_operator_times_from_the_modules_calls_need_no_label():
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU())
+    result = flopsight.profile(model, torch.ones(2, 8))
+    assert result.metadata.timing.ops == "timed"
+    assert "measured in the calls that timed the modules" in result.render("text", ops=2)
+    assert "counting pass" not in result.render("md")
+    assert "op_latency_s" in result.render("csv").splitlines()[0]
+    assert "latency_s" in result.render("ops_csv").splitlines()[0]
 
 
 # -- 3. the meta device: n/a -----------------------------------------------------------------------

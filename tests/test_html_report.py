@@ -416,6 +416,19 @@ def test_browser_detail_panel_lists_a_modules_kernels(browser, tmp_path):
 
 
 @browser_test
+def test_browser_operator_table_says_where_its_times_come_from(browser, tmp_path):
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    for name, options, label in [("timed", {}, "measured in the calls that timed the modules"),
+                                 ("counting", {"backend": "python"}, "measured in the counting pass")]:
+        result = flopsight.profile(model, torch.ones(4, 16), **options)
+        page = _open(browser, tmp_path, name, result)
+        _click_module(page, "0")
+        ops = _text(page, "ops")
+        assert label in ops and (("time (counting pass)" in ops) == (name == "counting")), name
+        assert page.problems() == []
+
+
+@browser_test
 def test_browser_cards_give_the_gpus_busy_time_and_idle_share(browser, tmp_path):
     from flopsight.analysis.kernel_profile import device_busy
     from flopsight.capture.runtime.timing import FakeDeviceClock

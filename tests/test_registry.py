@@ -159,3 +159,10 @@ def test_a_registration_that_fails_is_warned_about_once_and_counting_goes_on(pro
         reg.register_imported()
     reg.register_imported()  # not again
 
+
+def test_a_free_ops_resolved_entry_costs_nothing_when_called_directly():
+    # a free op (a view) has no argument binder: its cost is zero without binding anything
+    import torch
+
+    free = REGISTRY.resolve(torch.ops.aten.view.default)
+    assert free.cost(torch.ones(2), (torch.ones(2), [2]), {}) == Cost()

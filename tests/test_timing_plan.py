@@ -18,21 +18,26 @@ from flopsight.timing_plan import PASSES, TimingPlan, timing_plan
     (("auto", 0, 2), {}, TimingPlan("subtract", ("counted and timed", "counted and timed"))),
     (("subtract", 2, 1), {}, TimingPlan("subtract", ("warm", "warm", "counted and timed"))),
     (("separate", 0, 1), {}, TimingPlan("separate", ("count", "timed"))),  # no warm-up left to take
+    # the timed passes cannot time the ops (no native recorder): the same passes, the operators
+    # timed in the counting pass (the same call is counted, whichever backend counts)
+    (("auto", 1, 1), {"ops_timed": False}, TimingPlan("separate", ("count", "timed"), ops="counting")),
     # a clock that cannot take the profiler's time out (CUDA events, a span not on the device plan)
     (("subtract", 0, 1), {"on_device": True, "subtracts": False}, TimingPlan("single", ("counted and timed",))),
     # on CUDA: counted, warmed up, kernels recorded in a pass of their own, then uninstrumented calls
     (("auto", 2, 2), {"on_device": True, "subtracts": False},
-     TimingPlan("device", ("count", "warm", "kernels", "events", "events"))),
+     TimingPlan("device", ("count", "warm", "kernels", "events", "events"), ops="counting")),
     # ... not for generate(), nor with compiled regions, nor inside a running torch.profiler
     (("auto", 1, 1), {"on_device": True, "subtracts": False, "forward": False},
      TimingPlan("separate", ("count", "timed"))),
     (("auto", 1, 1), {"on_device": True, "subtracts": False, "profiler_running": True},
      TimingPlan("separate", ("count", "timed"))),
     # a compiled model: separate, at least two warm-ups after the (eager) counting pass, timed whole
-    (("subtract", 1, 1), {"compiled": True}, TimingPlan("separate", ("count", "warm", "warm", "timed"), True)),
-    (("auto", 0, 1), {"compiled": True}, TimingPlan("separate", ("count", "timed"), True)),
+    # (its operators timed in the counting pass, on the eager modules)
+    (("subtract", 1, 1), {"compiled": True},
+     TimingPlan("separate", ("count", "warm", "warm", "timed"), True, ops="counting")),
+    (("auto", 0, 1), {"compiled": True}, TimingPlan("separate", ("count", "timed"), True, ops="counting")),
     # compiled regions inside an eager model: the counting pass is no warm-up of theirs
-    (("auto", 1, 1), {"regions": True}, TimingPlan("separate", ("count", "warm", "warm", "timed"))),
+    (("auto", 1, 1), {"regions": True}, TimingPlan("separate", ("count", "warm", "warm", "timed"), ops="counting")),
 ])
 def test_the_plan_of_each_case(args, kwargs, plan):
     assert timing_plan(*args, **kwargs) == plan

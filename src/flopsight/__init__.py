@@ -6,6 +6,8 @@
 512
 """
 
+from typing import Any
+
 from ._version import __version__
 
 __all__ = [
@@ -79,7 +81,7 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:  # a lazily loaded name: a function, a class, a constant or a module
     """Load a public name on first use, from the module that holds it (:data:`_WHERE`); or a
     submodule (``flopsight.hardware``, ``flopsight.capture``...)."""
     import importlib

@@ -3,12 +3,24 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .formulas import REGISTRY
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import torch
+
+    from .formulas import Cost, Registry
+    from .formulas.registry import OpLike
 
 __all__ = ["register_formula", "mark_zero_cost", "register_module", "register_function"]
 
 
-def register_formula(*ops, registry=None, reads_values: bool = False):
+def register_formula(
+    *ops: OpLike, registry: Registry | None = None, reads_values: bool = False
+) -> Callable[[Callable[..., Cost]], Callable[..., Cost]]:
     """Decorator: count ``ops`` (aten or ``torch.library`` ops) with ``fn(out, **arguments) -> Cost``,
     the op's arguments by their schema names (``print(torch.ops.aten.mm.default._schema)``).
     ``reads_values=True``: it reads tensor values (a mask's kept entries): the native backend
@@ -25,12 +37,15 @@ def register_formula(*ops, registry=None, reads_values: bool = False):
     return (registry or REGISTRY).register(*ops, reads_values=reads_values)
 
 
-def mark_zero_cost(*ops, registry=None) -> None:
+def mark_zero_cost(*ops: OpLike, registry: Registry | None = None) -> None:
     """Count ``ops`` as free (views, copies, bookkeeping) instead of reporting them unsupported."""
     (registry or REGISTRY).zero_cost(*ops)
 
 
-def register_module(*classes, name=None, backward=None, registry=None):
+def register_module(
+    *classes: type[torch.nn.Module], name: str | None = None, backward: Callable[..., Cost] | None = None,
+    registry: Registry | None = None,
+) -> Callable[[Callable[..., Cost]], Callable[..., Cost]]:
     """Decorator: count a whole call of a module of ``classes`` with ``fn(out, module, **forward_arguments)``,
     replacing the count of everything its subtree runs (fused or custom modules).
 
@@ -48,7 +63,10 @@ def register_module(*classes, name=None, backward=None, registry=None):
     return (registry or REGISTRY).register_module(*classes, name=name, backward=backward)
 
 
-def register_function(*functions, name=None, backward=None, registry=None):
+def register_function(
+    *functions: type[torch.autograd.Function], name: str | None = None,
+    backward: Callable[..., Cost] | None = None, registry: Registry | None = None,
+) -> Callable[[Callable[..., Cost]], Callable[..., Cost]]:
     """Decorator: count each ``apply`` of these ``torch.autograd.Function`` subclasses with
     ``fn(out, **forward_arguments)`` (``ctx`` left out) instead of the ops it runs.
 

@@ -30,12 +30,13 @@ def ignoring(message: str | None = None, category: type[Warning] = Warning):
     """Ignore the warnings of ``category`` whose message starts with ``message`` (a regular
     expression; None: all of them) while the block runs."""
     entry = ("ignore", re.compile(message, re.I) if message is not None else None, category, None, 0)
-    warnings.filters.insert(0, entry)
+    # typeshed declares warnings.filters a read-only Sequence; at runtime it is the list the warnings module reads
+    warnings.filters.insert(0, entry)  # type: ignore[attr-defined]
     try:
         yield
     finally:
         with contextlib.suppress(ValueError):  # taken out already by code that reset the filters
-            warnings.filters.remove(entry)
+            warnings.filters.remove(entry)  # type: ignore[attr-defined]  # a list at runtime, as above
 
 
 def import_torch():

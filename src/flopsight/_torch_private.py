@@ -10,12 +10,17 @@ import contextlib
 import os
 import re
 import sys
+from typing import TYPE_CHECKING, cast
 
 import torch
 import torch.nn.modules.module as _module_mod
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 
 from ._quiet import ignoring, native_stderr_without
+
+if TYPE_CHECKING:
+    from torch.distributed.distributed_c10d import GroupName
+    from torch.nested._internal.nested_tensor import NestedTensor
 
 #: Types of ``torch.ops.<ns>.<op>.<overload>`` and ``torch.ops.<ns>.<op>``.
 OpOverload = torch._ops.OpOverload
@@ -183,9 +188,10 @@ def modes_disabled():
 def jagged_layout(t: torch.Tensor) -> tuple:
     """(lengths or None, offsets, total length, cached max length or None) of a jagged nested
     tensor's ragged dimension (its internals, read without touching values)."""
-    cached = getattr(t, "_metadata_cache", None) or {}
+    nested = cast("NestedTensor", t)  # a jagged nested tensor is a NestedTensor (the subclass declares these fields)
+    cached = getattr(nested, "_metadata_cache", None) or {}
     max_len = cached["max_seqlen"].shape[0] if "max_seqlen" in cached else None
-    return t._lengths, t._offsets, t._values.shape[t._ragged_idx - 1], max_len
+    return nested._lengths, nested._offsets, nested._values.shape[nested._ragged_idx - 1], max_len
 
 
 def flex_attention_ops() -> tuple:
@@ -411,7 +417,8 @@ def process_group(group) -> tuple[int | None, object]:
         try:
             from torch.distributed.distributed_c10d import _resolve_process_group
 
-            return int(_resolve_process_group(group).size()), group
+            # GroupName is a NewType over str: a functional collective's group name is one
+            return int(_resolve_process_group(cast("GroupName", group)).size()), group
         except Exception:  # not a group this torch build can resolve: the size stays unknown
             return None, group
     try:

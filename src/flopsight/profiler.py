@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -44,10 +44,16 @@ from .capture.runtime.timing import Clock, default_clock, on_device
 from .capture.sources.spans import SpanTimes
 from .formulas.registry import Registry
 from .options import CALL_ONLY, SPAN_ONLY, ProfileOptions
-from .result.metadata import Metadata, Timing
+from .result.metadata import Inputs, Metadata, Timing
 from .result.profile_result import ProfileResult
 from .result.steps import combine_steps
 from .timing_plan import timing_plan
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from .capture.assembly.raw import RawCapture
+    from .capture.model.modules import ModuleInfo
 
 __all__ = ["profile", "Profiler", "ProfileOptions", "CallProfile", "open_session"]
 
@@ -143,7 +149,6 @@ def run_metadata(model: nn.Module, args: tuple, kwargs: dict, *, everything: boo
 
     device = model_device(model, args, kwargs, everything=everything)
     world_size, rank = _world()
-    inputs = {"inputs": describe_inputs(args, kwargs), "batch_size": batch_size(args, kwargs)} if args or kwargs else {}
     return Metadata(
         flopsight_version=__version__,
         torch_version=torch.__version__.split("+")[0],
@@ -160,7 +165,8 @@ def run_metadata(model: nn.Module, args: tuple, kwargs: dict, *, everything: boo
         cudnn_conv_precision=cudnn_conv_precision(),
         world_size=world_size,
         rank=rank,
-        **inputs,
+        inputs=Inputs(describe_inputs(args, kwargs)) if args or kwargs else None,
+        batch_size=batch_size(args, kwargs) if args or kwargs else None,
         **extra,
     )
 
@@ -174,12 +180,14 @@ def _span_timing(clock: Clock, phases: bool) -> Timing:
 
 # -- sessions ------------------------------------------------------------------------------
 def open_session(infos: dict, options: ProfileOptions, registry: Registry, clock: Clock, *, count: bool = True,
-                 timeline: bool = True, outside_to_root: bool = False, kernels: bool | None = None) -> CaptureSession:
+                 timeline: bool = True, outside_to_root: bool = False, kernels: bool | None = None,
+                 op_times: bool = False) -> CaptureSession:
     """A started capture session of the modules ``infos`` for ``options``: how :func:`profile`'s
     passes and :class:`Profiler`'s steps are all captured (``count``: count ops, else time
-    module spans only; ``kernels``: record kernels, default ``options.kernels``)."""
+    module spans only, and the ops where ``op_times`` and the native recorder can stamp them;
+    ``kernels``: record kernels, default ``options.kernels``)."""
     capture = CaptureOptions.of(options, infos, count=count, timeline=timeline, outside_to_root=outside_to_root,
-                                **({} if kernels is None else {"kernels": kernels}))
+                                op_times=op_times, **({} if kernels is None else {"kernels": kernels}))
     session = CaptureSession(capture, registry=registry, clock=clock)
     session.start()
     return session
@@ -260,6 +268,8 @@ class CallProfile:
         self.target = original_module(model)
         # forward goes through __call__ so the root's hooks fire; other methods (generate)
         # call the model themselves
+        self.count_call: Callable[..., Any]
+        self.time_call: Callable[..., Any]
         self.count_call, self.time_call = ((self.target, model) if self.name == "forward"
                                            else (getattr(self.target, self.name), getattr(model, self.name)))
         self.infos = describe(self.target)
@@ -273,9 +283,19 @@ class CallProfile:
         self.clock = options.clock or default_clock(model_device(self.target, self.args, self.kwargs))
         self.plan = timing_plan(options.timing, options.warm_up, options.repeat, forward=self.name == "forward",
                                 compiled=compiled, regions=bool(self.regions), on_device=on_device(self.clock),
-                                subtracts=self.clock.subtracts_overhead, profiler_running=kineto_running())
+                                subtracts=self.clock.subtracts_overhead, profiler_running=kineto_running(),
+                                ops_timed=self._ops_timed())
         self.state = ModelState(self.target)
         self.passes = 0
+
+    def _ops_timed(self) -> bool:
+        """Whether a timed pass can time the operators too (the native recorder's stamps): not
+        where it records kernels (torch.profiler then hears each module call in Python)."""
+        if self.options.kernels:
+            return False
+        from .capture.backends.native import times_ops  # (the counting pass imports it anyway)
+
+        return times_ops(self.options, self.clock, self.infos)
 
     def run(self) -> ProfileResult:
         options = self.options
@@ -289,22 +309,24 @@ class CallProfile:
             raise
         finally:
             self.state.restore()
-        separate = self.plan.separate
-        first = (counts if separate else times[0]).get(ModuleCalls)
+        # counts is the counting pass's where the plan counts in a pass of its own (plan.separate)
+        first = (counts if counts is not None else times[0]).get(ModuleCalls)
         note = "latency of the whole compiled call only; counts from the eager module" if self.plan.compiled else None
         meta = run_metadata(self.target, self.args, self.kwargs, autocast=first.autocast if first is not None else None,
                             mode=options.mode, method=self.name, warm_up=options.warm_up, attention=options.attention,
                             compiled=self.regions, timing=Timing(self.plan.method, self.clock.name, note),
                             parallel=detect_parallel(self.target))
-        timed = [build_result(self.infos, counts if separate else t, t if separate else None, ignored=options.ignore,
-                              metadata=meta) for t in times]
+        timed = [build_result(self.infos, counts if counts is not None else t, t if counts is not None else None,
+                              ignored=options.ignore, metadata=meta) for t in times]
         # no warm-up: the first timed call may be the model's first (lazy initialisation, caches)
         return with_ranks(combine_steps(timed, "pass", first_step=options.warm_up == 0), options.gather_timeout)
 
-    def _passes(self):
+    def _passes(self) -> tuple[RawCapture | None, list[RawCapture]]:
         """(the counting pass's capture or None, the timed passes' captures), the plan's passes
         run in turn (:mod:`.timing_plan`)."""
-        counts, times, kernels = None, [], None
+        counts: RawCapture | None = None
+        times: list[RawCapture] = []
+        kernels: RawCapture | None = None
         # the kernels are recorded in the timing pass, or with the counting pass where no timing
         # pass runs (and on a device, in a pass of their own)
         kernels_here = self.options.kernels and self.plan.method != "device"
@@ -314,20 +336,24 @@ class CallProfile:
             elif kind == "count":
                 counts = self._captured(count=True, timeline=False, kernels=False)
             elif kind == "timed":
-                times.append(self._captured(count=False, kernels=kernels_here))
+                times.append(self._captured(count=False, kernels=kernels_here, op_times=self.plan.ops == "timed"))
             elif kind == "counted and timed":
                 times.append(self._captured(count=True, kernels=kernels_here))
             elif kind == "kernels":
                 kernels = self._captured(count=False, kernels=True)
             else:  # "events"
+                if kernels is None:  # a device plan records the kernel pass first (timing_plan)
+                    raise RuntimeError(f"timing plan {self.plan.passes}: an events pass before the kernel pass")
                 times.append(device_timed(kernels, self._uninstrumented()))
         return counts, times
 
-    def _captured(self, count: bool, timeline: bool = True, kernels: bool = False):
+    def _captured(self, count: bool, timeline: bool = True, kernels: bool = False,
+                  op_times: bool = False) -> RawCapture:
         self._rewind()
         # the whole call is the model's: ops between its module calls (generate()'s sampling) are the root's
         session = open_session(self.infos if count else self.time_infos, self.options, self.registry, self.clock,
-                               count=count, timeline=timeline, outside_to_root=True, kernels=kernels)
+                               count=count, timeline=timeline, outside_to_root=True, kernels=kernels,
+                               op_times=op_times)
         try:
             with self._quiet_compiled():
                 (self.count_call if count else self.time_call)(*self.args, **self.kwargs)
@@ -355,7 +381,7 @@ class CallProfile:
             self.state.rewind()
         self.passes += 1
 
-    def _quiet_compiled(self):
+    def _quiet_compiled(self) -> contextlib.AbstractContextManager[None]:
         # torch notes that global hooks (the user's, or a session's) also fire for the compiled
         # wrapper: intended
         return ignoring(r"Using `torch.compile\(module\)` when there are global hooks") if self.regions \
@@ -453,11 +479,11 @@ class Profiler:
             )
         self._registry = options.formulas
         self._session: CaptureSession | None = None
-        self._infos = None
+        self._infos: dict[str, ModuleInfo] = {}  # the modules profiled, described at each start()
         self._result: ProfileResult | None = None
         #: the steps ended so far, each built when the profile finishes (off the critical path
         #: where it finishes on a thread of its own: stop_detached)
-        self._measured: list[Callable[[], ProfileResult]] = []
+        self._measured: list[Callable[[], ProfileResult | None]] = []  # None: a step that ran nothing
         self._finishing: threading.Thread | None = None  # see stop_detached
         self._first_step = False
         self._ran_on: torch.device | None = None  # the accelerator the steps so far ran on
@@ -561,7 +587,8 @@ class Profiler:
         self._finishing = threading.Thread(target=self._finish_then, args=(measured, then), name="flopsight-finish")
         self._finishing.start()
 
-    def _finish_then(self, measured: list, then: Callable[[ProfileResult], None] | None) -> None:
+    def _finish_then(self, measured: list[Callable[[], ProfileResult | None]],
+                     then: Callable[[ProfileResult], None] | None) -> None:
         time.sleep(FINISH_DELAY)  # the step that stopped the profile goes on meanwhile, alone
         try:
             result = self._finish(measured=measured)
@@ -594,16 +621,16 @@ class Profiler:
         return True
 
     @staticmethod
-    def _ran(raw, only: bool) -> bool:
+    def _ran(raw: RawCapture, only: bool) -> bool:
         calls, spans = raw.get(ModuleCalls), raw.get(SpanTimes)
         return only or bool(calls is not None and calls.top_calls) or bool(spans and spans.seconds().get("step"))
 
-    def _kept(self, session: CaptureSession, raw, only: bool, depth: int) -> ProfileResult | None:
+    def _kept(self, session: CaptureSession, raw: RawCapture, only: bool, depth: int) -> ProfileResult | None:
         with deep_enough(depth):  # torch's walks of a deep model recurse (parameters())
             return self._later(session, raw)() if self._ran(raw, only) else None
 
     def _finish(self, error: BaseException | None = None, gather: bool = True,
-                measured: list | None = None) -> ProfileResult:
+                measured: list[Callable[[], ProfileResult | None]] | None = None) -> ProfileResult:
         if measured is None:
             measured, self._measured = self._measured, []
         self._snapshot = None
@@ -631,10 +658,10 @@ class Profiler:
             self._snapshot = (progress, self._build(session, session.snapshot()))
         return self._snapshot[1]
 
-    def _build(self, session: CaptureSession, raw) -> ProfileResult:
+    def _build(self, session: CaptureSession, raw: RawCapture) -> ProfileResult:
         return self._later(session, raw)()
 
-    def _later(self, session: CaptureSession, raw) -> Callable[[], ProfileResult]:
+    def _later(self, session: CaptureSession, raw: RawCapture) -> Callable[[], ProfileResult]:
         """The result of a stopped session's ``raw`` capture, to build when called: what the
         run's objects tell (its metadata) is read now, while they are as the step left them."""
         calls = raw.get(ModuleCalls)
@@ -667,7 +694,8 @@ class Profiler:
     def __enter__(self) -> Profiler:
         return self.start()
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         # any exception leaving the span (the model's or the code around it) fails this rank's profile
         self.stop(exc)
 

@@ -15,9 +15,13 @@ from __future__ import annotations
 
 import sys
 import warnings
+from typing import TYPE_CHECKING
 
 from ._process import WARNED
 from .formulas.availability import release
+
+if TYPE_CHECKING:
+    from types import FrameType
 
 __all__ = ["FLOOR", "NEWEST", "TESTED", "UntestedTorchWarning", "untested", "warn_if_untested"]
 
@@ -51,7 +55,8 @@ def warn_if_untested() -> None:
 
 def _callers_level() -> int:
     """The stack level of the first frame outside flopsight (where the user called it)."""
-    frame, level = sys._getframe(1), 1
+    frame: FrameType | None = sys._getframe(1)
+    level = 1
     while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] == "flopsight":
         frame, level = frame.f_back, level + 1
     return level

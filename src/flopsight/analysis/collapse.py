@@ -127,15 +127,15 @@ def child_views(result: ProfileResult, view: View, sigs: dict[str, int] | None, 
     # are identical, so their children line up
     columns = [[result.module(c) for c in n.children] for n in view.nodes]
     runs: list[list[int]] = []  # indices of the children in each run
-    previous = None
+    previous: tuple[str, int] | None = None  # the last child's key and signature (None without sigs)
     for i, name in enumerate(first.children):
         key = _key(first.name, name)
         sig = sigs[name] if sigs is not None else None
-        if collapse and sigs is not None and _joinable(previous, key, sig):
+        if collapse and sig is not None and _joinable(previous, key, sig):
             runs[-1].append(i)
         else:
             runs.append([i])
-        previous = (key, sig)
+        previous = (key, sig) if sig is not None else None
     prefix = f"{view.path}." if view.path else ""
     views = []
     for run in runs:

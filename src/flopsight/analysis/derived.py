@@ -71,7 +71,7 @@ def _ranks(result: ProfileResult) -> dict[str, Any] | None:
     figures = rank_figures(result, depth=None)
     if figures is None:
         return None
-    per_rank = []
+    per_rank: list[dict[str, Any] | None] = []
     for rank, r in enumerate(result.ranks):
         if r is None:
             per_rank.append(None)

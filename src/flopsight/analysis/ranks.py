@@ -64,8 +64,8 @@ class RankFigures:
         return self.world - len(self.missing) - len(self.failed) - len(self.not_profiling)
 
 
-def rank_figures(result: ProfileResult, depth: int = 1) -> RankFigures | None:
-    """None outside a gathered torch.distributed result."""
+def rank_figures(result: ProfileResult, depth: int | None = 1) -> RankFigures | None:
+    """None outside a gathered torch.distributed result; module spreads down to ``depth`` (None: all)."""
     ranks = result.ranks
     if not ranks:
         return None
@@ -82,8 +82,9 @@ def rank_figures(result: ProfileResult, depth: int = 1) -> RankFigures | None:
     healthy = [r if i not in failed and i not in notes else None for i, r in enumerate(ranks)]
     iteration, excess, modules = None, 0.0, []
     if sum(r is not None for r in healthy) >= 2:
-        iteration = spread([r.iteration.latency if r is not None else None for r in healthy])
-        excess = 100 * (iteration.max - iteration.mean) / iteration.mean if iteration.mean else 0.0
+        iteration = spread([r.iteration.latency if r is not None else None for r in healthy])  # not None: 2 ranks
+        if iteration is not None and iteration.mean:
+            excess = 100 * (iteration.max - iteration.mean) / iteration.mean
         for node in result.walk(depth):
             for phase in ("forward", "backward"):
                 s = spread([r.module(node.name).inclusive[phase].latency if r is not None and node.name in r.modules

@@ -73,6 +73,7 @@ __all__ = [
     "OperatorTable",
     "OperatorEntry",
     "OperatorProfile",
+    "ops_timed_apart",
     "PhaseTable",
     "RankedModule",
     "ModuleRow",
@@ -135,8 +136,10 @@ def one_micro_batch(result: ProfileResult, micro_batches: int) -> ProfileResult:
     4
     """
     def each(s: Stats) -> Stats:
-        return Stats(*(v // micro_batches if isinstance(v, int) and v % micro_batches == 0 else v / micro_batches
-                       for v in s[:3]), s.calls)
+        macs, flops, latency = (v // micro_batches if isinstance(v, int) and v % micro_batches == 0
+                                else v / micro_batches for v in s[:3])
+        # a count that does not divide stays fractional (a mean), which Stats' int fields do not say
+        return Stats(macs, flops, latency, s.calls)  # type: ignore[arg-type]
 
     per = ("forward", "backward", "recompute")
     modules = {path: m._replace(phases={ph: each(s) if ph in per else s for ph, s in m.phases.items()},
@@ -291,13 +294,16 @@ class OperatorEntry:
 @dataclass(frozen=True)
 class OperatorProfile:
     """The operator tables: ``top`` operators per entry and phase, entries down to ``depth``
-    (None: all). ``longest_name`` is the length of the model's longest operator name."""
+    (None: all). ``longest_name`` is the length of the model's longest operator name.
+    ``counting_pass``: the operators were timed in a counting pass run apart from the modules'
+    timed calls (``metadata.timing.ops``), where one's time can exceed its module's."""
 
     top: int
     depth: int | None
     collapse: bool
     longest_name: int
     entries: tuple[OperatorEntry, ...]
+    counting_pass: bool = False
 
 
 def _table(phase: str, rows: list[OpRow], top: int) -> OperatorTable:
@@ -334,7 +340,18 @@ def operator_profile(result: ProfileResult, options: ReportOptions) -> OperatorP
                 tables.append(_table(phase, rows, top))
         if tables:
             entries.append(OperatorEntry(view.path, view.node.type_name, view.count, len(view.nodes), tuple(tables)))
-    return OperatorProfile(top, depth, options.collapse, max([0, *map(len, names)]), tuple(entries))
+    return OperatorProfile(top, depth, options.collapse, max([0, *map(len, names)]), tuple(entries),
+                           ops_timed_apart(result))
+
+
+def ops_timed_apart(result: ProfileResult) -> bool:
+    """Whether ``result``'s operators were timed in a counting pass run apart from the modules'
+    timed calls (``metadata.timing.ops``; older files: the counting pass, apart where the modules
+    were timed in passes of their own)."""
+    ops = result.metadata.timing.ops
+    if ops:
+        return ops == "counting"
+    return result.metadata.timing.method in ("separate", "device")
 
 
 # -- the summary tables of Markdown -------------------------------------------------------------
@@ -496,7 +513,8 @@ class Report:
         if m is None or m.largest_buffer is None or 2 * m.largest_buffer.bytes < m.peak_allocated \
                 or m.largest_buffer.bytes <= m.params + m.grads + m.optimizer_state + m.activations:
             return None
-        zero = (self.result.metadata.parallel or {}).get("zero_stage")
+        parallel = self.result.metadata.parallel
+        zero = parallel.get("zero_stage") if parallel is not None else None
         return PeakBuffer(m.largest_buffer, max(m.peak_allocated - m.largest_buffer.bytes, 0), zero or None)
 
     @property

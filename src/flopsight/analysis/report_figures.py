@@ -353,7 +353,8 @@ def summary_figures(
     header = parallel_of(result, parallel) if training else parallel
     mp = header.mp_size if header else 1
     it = result.iteration if training else None
-    batch, measured = None, False
+    batch: float | None = None  # the engine's batch size per GPU, else the samples per micro-batch measured
+    measured = False
     if header is not None:
         batch = header.batch_size
         if batch is None and it is not None and it.samples and it.micro_batches:
@@ -375,7 +376,8 @@ def summary_figures(
         fwd=Stats(fwd.macs, fwd.flops, fwd.latency, fwd.calls),
         fwd_flops_of_model=fwd.flops * mp,
         fwd_flops_per_second=rate(fwd.flops, fwd.latency),
-        training=training_figures(result, header, batch, recompute_fwd_factor, it) if training else None,
+        training=(training_figures(result, header, batch, recompute_fwd_factor, it)  # header: parallel_of's
+                  if training and header is not None else None),
         generation=generation_figures(result),
         fwd_step=Stats(step_fwd.macs, step_fwd.flops, step_fwd.latency, step_fwd.calls) if per > 1 else None,
         communication=communication_figures(result.collectives()),
@@ -391,8 +393,9 @@ def _median_of(result: ProfileResult, it: IterationStats) -> int | None:
     """The number of steps whose median step the anatomy is (None: one step's own, or a
     counted step's beside a timed one; :func:`~flopsight.result.iteration.iteration_stats`)."""
     samples = result.samples
-    several = samples is not None and samples.count > 1 and not it.timed
-    return samples.count if several and median_anatomy(samples.figures) is not None else None
+    if samples is None or samples.count <= 1 or it.timed:
+        return None
+    return samples.count if median_anatomy(samples.figures) is not None else None
 
 
 @dataclass(frozen=True)
@@ -449,7 +452,8 @@ def _per(count: int, per: int) -> int | float:
 def _mean(stats: list[Stats], per: int) -> Stats:
     """The sum of ``stats`` over ``per``: counts stay ints (identical copies divide them
     exactly), latency is the mean."""
-    return Stats(_per(sum(s.macs for s in stats), per), _per(sum(s.flops for s in stats), per),
+    # a count that does not divide stays fractional (a mean), which Stats' int fields do not say
+    return Stats(_per(sum(s.macs for s in stats), per), _per(sum(s.flops for s in stats), per),  # type: ignore[arg-type]
                  sum(s.latency for s in stats) / per)
 
 

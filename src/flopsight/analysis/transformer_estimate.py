@@ -169,7 +169,8 @@ def transformer_shape(result: ProfileResult, config: Any = None, **given: Any) -
     if config is not None and hasattr(config, "get_text_config"):
         config = config.get_text_config()
     nodes = list(result.walk())
-    embeddings = [n for n in nodes if _embedding_dims(n)]
+    embedding_dims = {n.name: dims for n in nodes if (dims := _embedding_dims(n))}  # path -> (vocabulary, width)
+    embeddings = [n for n in nodes if n.name in embedding_dims]
     attention = [n.name for n in nodes if _is_attention(n)]
     stacks = [n for n in nodes if n.type_name in _STACKS and n.children
               and len({result.module(c).type_name for c in n.children}) == 1
@@ -191,10 +192,11 @@ def transformer_shape(result: ProfileResult, config: Any = None, **given: Any) -
         return fallback
 
     # the token embedding: the one the LM head projects back to, else the largest
-    heads_out = {(_linear_dims(n) or (0, 0))[1]: n for n in nodes
-                 if not n.children and not _under(n.name, stack.name) and _linear_dims(n)}
-    token = next((e for e in embeddings if _embedding_dims(e)[0] in heads_out), max(embeddings, key=lambda e: e.params))
-    vocab_tree, hidden_tree = _embedding_dims(token)
+    heads_out = {dims[1]: n for n in nodes
+                 if not n.children and not _under(n.name, stack.name) and (dims := _linear_dims(n))}
+    token = next((e for e in embeddings if embedding_dims[e.name][0] in heads_out),
+                 max(embeddings, key=lambda e: e.params))
+    vocab_tree, hidden_tree = embedding_dims[token.name]
     vocab = pick("vocab", ("vocab_size",), vocab_tree, "module tree")
     hidden = pick("hidden", ("hidden_size", "n_embd", "d_model"), hidden_tree, "module tree")
     layers = pick("layers", ("num_hidden_layers", "n_layer", "num_layers"), len(stack.children), "module tree")
@@ -226,9 +228,10 @@ def transformer_shape(result: ProfileResult, config: Any = None, **given: Any) -
     tied = given.get("tied_embeddings")
     if tied is None and config is not None:
         tied = _config_value(config, "tie_word_embeddings")
+    head_dims = None if head is None else _linear_dims(head)  # a linear layer's: heads_out holds only those
     head_weight = 0
-    if head is not None:
-        fan_in, fan_out = _linear_dims(head)
+    if head_dims is not None:
+        fan_in, fan_out = head_dims
         head_weight = fan_in * fan_out
     if tied is None:
         # a weight shared between modules is counted in each module but once in the model:

@@ -59,7 +59,7 @@ def pick_device(args: argparse.Namespace, target: Target, progress: Progress) ->
     params = zoo.param_count(on_meta)
     available = available_memory()
     device, need = choose_device(params, dtype, args.mode, available)
-    if device != "meta":
+    if device != "meta" or available is None:  # (meta only where the memory available is known)
         return device, None
     what = "weights, gradients and AdamW state" if args.mode == "train" else "weights"
     if args.mode == "generate":
@@ -106,6 +106,8 @@ def build_factory(args: argparse.Namespace, target: Target,
     """Call the factory (on ``--device``, in ``--dtype`` when given) and split what it returns."""
     given = _given(args)
     place = torch.device(args.device) if args.device else contextlib.nullcontext()
+    if target.factory is None:  # (resolve sets it on every factory target)
+        raise ValueError(f"{target.label}: not a factory")
     with place, default_dtype(given.get("dtype")):
         out, unused = call_factory(target.factory, given)
     model, call = split_factory_output(out)
@@ -188,12 +190,15 @@ def build(args: argparse.Namespace, target: Target, device: str, on_meta: Any,
             with room_for(model):  # model.parameters() recurses in torch: room for a deep model
                 call = _inputs_for_bare_model(args, model)
     else:
+        kind = target.input_kind
+        if kind is None:  # (None for a factory only)
+            raise ValueError(f"{target.label}: a factory's inputs are its own")
         if on_meta is not None:
             model = on_meta
         else:
             with torch.device(device), default_dtype(_dtype(args)):
                 model = target.build_model()
-        call = default_call(args, target.input_kind, target.config, device, args.seq_len or target.default_seq_len,
+        call = default_call(args, kind, target.config, device, args.seq_len or target.default_seq_len,
                             _dtype(args))  # --mode train adds labels as it runs (run.with_labels)
     if device == "meta":
         with room_for(model):

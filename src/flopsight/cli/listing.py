@@ -17,11 +17,11 @@ def cmd_list(args: argparse.Namespace) -> int:
     """Print the zoo: name, family, parameters, default inputs, source."""
     have_transformers = importlib.util.find_spec("transformers") is not None
     rows = [("MODEL", "FAMILY", "PARAMS", "DEFAULT INPUTS (batch 1)", "HYPER-PARAMETERS OF")]
-    for row in CATALOG:
-        if row.needs_transformers and not have_transformers:
-            rows.append((row.name, row.family, "-", "(needs transformers)", row.source))
+    for entry in CATALOG:
+        if entry.needs_transformers and not have_transformers:
+            rows.append((entry.name, entry.family, "-", "(needs transformers)", entry.source))
         else:
-            rows.append((row.name, row.family, params_to_string(row.params), row.inputs, row.source))
+            rows.append((entry.name, entry.family, params_to_string(entry.params), entry.inputs, entry.source))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1])

@@ -43,7 +43,7 @@ class _Help(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpF
     """Defaults shown after each option's help, except where there is none to show (or the
     help already says what it depends on)."""
 
-    def _get_help_string(self, action: argparse.Action) -> str:
+    def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
         if action.default in (None, False) or "default:" in text or action.default is argparse.SUPPRESS:
             return text

@@ -88,5 +88,6 @@ def prepare_for_meta(model: nn.Module) -> nn.Module:
         except Exception:  # an older transformers, or a model without experts
             uses_grouped = False
         if uses_grouped:
-            model.set_experts_implementation("batched_mm")
+            # a transformers model's method: nn.Module's __getattr__ is typed to give tensors and modules only
+            model.set_experts_implementation("batched_mm")  # type: ignore[operator]
     return model

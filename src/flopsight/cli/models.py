@@ -26,7 +26,7 @@ import inspect
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,6 +91,8 @@ class Target:
         """A zoo or config model, on torch's current default device and dtype, in eval mode."""
         if self.entry is not None:
             return self.entry.build(self.config)
+        if self.model_class is None:  # a factory: build.build_factory calls it
+            raise ValueError(f"{self.label}: a factory's model is built by calling it")
         return zoo.build_transformers(self.model_class, self.config)
 
 
@@ -172,10 +174,13 @@ def model_class_for(config: Any) -> str:
         if isinstance(getattr(transformers, name, None), type):
             return name
     try:
-        return transformers.MODEL_MAPPING[type(config)].__name__
+        # a class, or a tuple of them for a few model types (transformers annotates a pair of classes)
+        model: Any = transformers.MODEL_MAPPING[type(config)]
     except KeyError:
         raise BadModel(f"transformers has no model for a {type(config).__name__}; "
                        "name one in the config's \"architectures\"") from None
+    # several classes for one config (funnel's: the model and its base): AutoModel builds the first
+    return (model[0] if isinstance(model, tuple) else model).__name__
 
 
 # -- factories ---------------------------------------------------------------------------------
@@ -205,6 +210,8 @@ def _import_file(path: str) -> Any:
         raise BadModel(f"no such file: {path}")
     module_name = "_flopsight_factory_" + os.path.splitext(os.path.basename(path))[0]
     spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:  # a suffix no importer reads (not a .py file)
+        raise BadModel(f"cannot import {path}: not a Python file")
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module  # dataclasses and pickling look their module up here
     folder = os.path.dirname(os.path.abspath(path))
@@ -223,6 +230,7 @@ def call_factory(factory: Callable, given: dict[str, Any]) -> tuple[Any, list[st
     """``factory(**the options it accepts)``: each of ``given`` (the options the user set)
     that the function names as a parameter (or all, for ``**kwargs``). Returns what it
     returned and the names of the options it did not take."""
+    parameters: Mapping[str, inspect.Parameter]
     try:
         parameters = inspect.signature(factory).parameters
     except (TypeError, ValueError):  # a builtin or a C function: call it bare

@@ -127,7 +127,7 @@ def run_mode(args: argparse.Namespace, model: torch.nn.Module, call_args: tuple,
     ``labels``: a training step gives the model labels for its own loss (a built-in model's
     inputs, not a factory's own)."""
     auto = repeat is None
-    options = ProfileOptions(warm_up=warm_up, attention=args.attention, repeat=MIN_REPEAT if auto else repeat)
+    options = ProfileOptions(warm_up=warm_up, attention=args.attention, repeat=MIN_REPEAT if repeat is None else repeat)
     # torch's own walks (model.eval(), .train(), .parameters()) recurse: room for a deep model's
     with room_for(model):
         if args.mode == "train":

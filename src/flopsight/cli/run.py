@@ -135,7 +135,9 @@ def run_generate(model: nn.Module, args: tuple, kwargs: dict, options: ProfileOp
     kwargs = {**kwargs, **generation_options(model, max_new_tokens)}
     with torch.no_grad(), calls_counted(model, progress):
         if auto:
-            repeat = auto_repeat(lambda: model.generate(*args, **kwargs), options.warm_up, progress, max_new_tokens)
+            # generate(): a transformers model's method, which nn.Module's __getattr__ typing does not know
+            repeat = auto_repeat(lambda: model.generate(*args, **kwargs),  # type: ignore[operator]
+                                 options.warm_up, progress, max_new_tokens)
             options = options.replace(repeat=repeat)
         return profile(model, args, kwargs, options=options.replace(mode="generate"))
 

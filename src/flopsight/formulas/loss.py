@@ -84,7 +84,7 @@ from __future__ import annotations
 
 from .reduction import mean_flops
 from .registry import REGISTRY, Cost, OpNames
-from .shapes import any_float, broadcast_shape, numel, prod
+from .shapes import any_float, broadcast_numel, numel
 
 __all__ = [
     "reduction_cost", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss",
@@ -121,7 +121,7 @@ def _pointwise(k: int, x, y, reduction) -> Cost:
     """``k`` FLOPs per (broadcast) element plus the reduction."""
     if not any_float((x, y)):
         return Cost()
-    n = prod(broadcast_shape(x.shape, y.shape))
+    n = broadcast_numel(x.shape, y.shape)
     return Cost.of_flops(k * n + reduction_cost(n, reduction))
 
 

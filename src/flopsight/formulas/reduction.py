@@ -64,7 +64,7 @@ import torch
 
 from .elementwise import foreach
 from .registry import REGISTRY, Cost, OpNames
-from .shapes import broadcast_shape, first_tensor, is_float, numel, prod
+from .shapes import broadcast_numel, broadcast_shape, first_tensor, is_float, numel, prod
 
 __all__ = [
     "sum_", "nansum", "mean_flops", "mean", "nanmean", "prod_", "extremum", "aminmax", "var", "std",
@@ -223,7 +223,7 @@ def dist(out, self, other, p=2, **_) -> Cost:
     """``‖self - other‖_p``: a subtract per (broadcast) element, then the p-norm."""
     if not (_counts(self, out) or is_float(other)):
         return Cost()
-    n = prod(broadcast_shape(self.shape, other.shape))
+    n = broadcast_numel(self.shape, other.shape)
     return Cost.of_flops(n + norm_cost(n, 1, p))
 
 
@@ -328,11 +328,9 @@ def _indexed_numel(x, indices) -> int:
     if shape is None:  # torch would have refused the call; count the largest index
         return max(prod(s) for s in index_shapes) * rest
     # A mask that does not fit the integer indices leaves their shape exact; the others count
-    # their full size (dense).
-    dense = [m for m in masks if broadcast_shape(shape, (m,)) is not None]
-    if dense:
-        shape = broadcast_shape(shape, (max(dense),))
-    return prod(shape) * rest
+    # their full size (dense), as the largest of them (the broadcast grows with the mask).
+    dense = [b for m in masks if (b := broadcast_shape(shape, (m,))) is not None]
+    return prod(max(dense, key=prod) if dense else shape) * rest
 
 
 def _accumulate(out, x, n) -> Cost:

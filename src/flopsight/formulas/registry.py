@@ -160,7 +160,12 @@ class Resolved:
         """The op call's cost (raises the signature error, or what the formula raised)."""
         if self.error is not None:
             raise self.error
-        value = self.formula(out, **self.binder.bind(args, kwargs))
+        formula, binder = self.formula, self.binder
+        if formula is None or binder is None:  # no formula, or ZERO's (a free op: no binder)
+            if formula is None:
+                raise TypeError(f"{self.name}: no formula counts this op")
+            return _FREE
+        value = formula(out, **binder.bind(args, kwargs))
         return value if type(value) is Stats else _as_cost(value, self.name)
 
 
@@ -226,6 +231,8 @@ class _UnitBackward:
     __slots__ = ("name", "formula")
 
     def __init__(self, unit: Unit):
+        if unit.backward is None:
+            raise ValueError(f"{unit.name}: a unit without a backward formula has no backward entry")
         self.name, self.formula = f"{unit.name}.backward", unit.backward
 
     def cost(self, out: Any, bound: dict[str, Any] | None) -> Cost:
@@ -258,7 +265,7 @@ class Registry:
                 keys.append(op_key(op))
             except _NoSuchOp:
                 # Only a well-formed *name* can be missing (a malformed one still raises).
-                if not (missing_ok or self._tolerant):
+                if not (missing_ok or self._tolerant) or not isinstance(op, str):
                     raise
                 if op not in self._missing:
                     self._missing.append(op)
@@ -410,7 +417,7 @@ class Registry:
         return deco
 
     def register_module(
-        self, *classes: type, name: str | None = None, backward: Callable[..., Cost] | None = None
+        self, *classes: type[torch.nn.Module], name: str | None = None, backward: Callable[..., Cost] | None = None
     ) -> Callable[[Callable[..., Cost]], Callable[..., Cost]]:
         """Decorator: a rule that counts a whole call of a module of one of ``classes`` (or
         a subclass), replacing the count of everything its subtree runs (fused or custom
@@ -445,7 +452,8 @@ class Registry:
         return None
 
     def register_function(
-        self, *functions: type, name: str | None = None, backward: Callable[..., Cost] | None = None
+        self, *functions: type[torch.autograd.Function], name: str | None = None,
+        backward: Callable[..., Cost] | None = None
     ) -> Callable[[Callable[..., Cost]], Callable[..., Cost]]:
         """Decorator: count each ``apply`` of these ``torch.autograd.Function`` subclasses as
         one call, ``fn(out, **forward_arguments)`` (its ``forward``'s arguments by name,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -114,7 +114,7 @@ def float_arithmetic(out: Any, args: Iterable[Any] = (), kwargs: dict | None = N
     return any_float(args) or any_float((kwargs or {}).values()) or any_float([out])
 
 
-def broadcast_shape(*shapes: Iterable[int]) -> tuple[int, ...] | None:
+def broadcast_shape(*shapes: Sequence[int]) -> tuple[int, ...] | None:
     """The broadcast of ``shapes``, or None if they do not broadcast.
 
     Pure shape arithmetic: ``torch.broadcast_shapes`` costs ~100 us a call, too slow to run
@@ -136,6 +136,19 @@ def broadcast_shape(*shapes: Iterable[int]) -> tuple[int, ...] | None:
     return tuple(result)
 
 
+def broadcast_numel(*shapes: Sequence[int]) -> int:
+    """Elements of the broadcast of ``shapes``; a ValueError if they do not broadcast (the op
+    that took them would have refused them).
+
+    >>> broadcast_numel((4, 1), (1, 5))
+    20
+    """
+    shape = broadcast_shape(*shapes)
+    if shape is None:
+        raise ValueError(f"shapes {', '.join(str(tuple(s)) for s in shapes)} do not broadcast")
+    return prod(shape)
+
+
 def result_numel(out: Any, args: Iterable[Any] = ()) -> int:
     """Elements of an op's (first) result; if it returned no tensor (an in-place list op),
     the broadcast shape of the tensors among ``args``.
@@ -149,4 +162,4 @@ def result_numel(out: Any, args: Iterable[Any] = ()) -> int:
     if t is not None:
         return t.numel()
     shapes = [t.shape for t in tensors(args)]
-    return prod(broadcast_shape(*shapes)) if shapes else 0
+    return broadcast_numel(*shapes) if shapes else 0

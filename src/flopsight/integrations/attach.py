@@ -48,8 +48,8 @@ from __future__ import annotations
 import os
 import sys
 import warnings
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -69,6 +69,9 @@ from ..result.steps import as_first_step
 from .deepspeed.api import engine_parallel_info
 from .deepspeed.config import FlopsProfilerConfig, parse_config
 from .step_numbering import warn_numbering_changed
+
+if TYPE_CHECKING:
+    from torch.utils.hooks import RemovableHandle
 
 __all__ = ["attach", "AttachedProfiler"]
 
@@ -143,9 +146,12 @@ class AttachedProfiler:
 
     # -- the optimizer's hooks ----------------------------------------------------------
     def _start(self) -> None:
-        self._profiler.start()  # every rank profiles; rank 0 gathers and prints
+        profiler = self._profiler
+        if profiler is None:  # disabled: no hook was installed to get here
+            return
+        profiler.start()  # every rank profiles; rank 0 gathers and prints
         if _rank() == 0:  # the rank that reports: a process ending meanwhile still reports
-            self._profiler.save_at_exit(self._save_incomplete, steps=self.config.steps)
+            profiler.save_at_exit(self._save_incomplete, steps=self.config.steps)
 
     def _save_incomplete(self, result: ProfileResult) -> None:
         """The process ends during the profiled step(s): what was measured, marked incomplete,
@@ -158,15 +164,15 @@ class AttachedProfiler:
             return
         self.report = write(result, self.config.output_file, **_report_options(self.config, self._parallel))
 
-    def _after_step(self, optimizer, args, kwargs) -> None:
+    def _after_step(self, optimizer: torch.optim.Optimizer, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         self._stepped(lambda action: _after_this_step(self, action))
 
-    def _wrapped_step(self, step, args, kwargs):
+    def _wrapped_step(self, step: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         out = step(*args, **kwargs)
         self._stepped(lambda action: action())  # no hook dict is being iterated here: at once
         return out
 
-    def _stepped(self, run) -> None:
+    def _stepped(self, run: Callable[[Callable[[], None]], None]) -> None:
         """A step ended: start profiling when ``profile_step`` steps are done (as the
         engine's ``global_steps == profile_step``), begin the next profiled step after each
         but the last of ``steps``, finish after the last (each action through ``run``)."""
@@ -180,7 +186,7 @@ class AttachedProfiler:
             run(self._finish)
 
     def _next_step(self) -> None:
-        if self._profiler.running:
+        if self._profiler is not None and self._profiler.running:
             self._profiler.step()
 
     def _finish(self) -> None:
@@ -188,8 +194,9 @@ class AttachedProfiler:
             return
         self._done = True
         try:
-            if self._profiler.running:
-                self.result = self._profiler.stop()
+            if self._profiler is not None and self._profiler.running:
+                self._profiler.stop()
+                self.result = self._profiler.result  # what stop() returned: a running profiler's stop() has one
                 if self.config.profile_step == 0:  # the first step after attach: named as such
                     self.result = as_first_step(self.result)
                 if _rank() != 0:
@@ -227,7 +234,7 @@ class AttachedProfiler:
     def __enter__(self) -> AttachedProfiler:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -244,22 +251,22 @@ class Finishes:
         self.reset()
 
     def reset(self) -> None:
-        self.pending: list[tuple[AttachedProfiler, Any]] = []
-        self.finisher = None
+        self.pending: list[tuple[AttachedProfiler, Callable[[], None]]] = []
+        self.finisher: RemovableHandle | None = None
 
 
 #: the process's handles finishing at the end of this step
 FINISHES: Finishes = PROCESS.own("attach finishes", Finishes)
 
 
-def _after_this_step(handle: AttachedProfiler, action) -> None:
+def _after_this_step(handle: AttachedProfiler, action: Callable[[], None]) -> None:
     """Run ``action`` (the handle's next step or finish) once this step's hooks have run."""
     FINISHES.pending.append((handle, action))
     if FINISHES.finisher is None:
         FINISHES.finisher = register_optimizer_step_post_hook(_run_pending)
 
 
-def _run_pending(optimizer, args, kwargs) -> None:
+def _run_pending(optimizer: torch.optim.Optimizer, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     actions = FINISHES.pending[:]
     FINISHES.pending.clear()
     if FINISHES.finisher is not None:
@@ -311,7 +318,7 @@ def attach(
     """
     parallel = None
     if _is_engine(model):
-        engine = model
+        engine: Any = model  # a DeepSpeedEngine (deepspeed has no type information)
         model = engine.module
         optimizer = engine if optimizer is None else optimizer
         config = _engine_config(engine) if config is None else config

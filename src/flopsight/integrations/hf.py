@@ -31,7 +31,7 @@ import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -41,6 +41,7 @@ try:
 except ImportError as e:  # the optional extra
     raise ImportError("flopsight.integrations.hf needs transformers: pip install 'flopsight[hf]'") from e
 
+from .._checks import check_int
 from .._process import WARNED
 from .._wrap import wrap_method
 from ..analysis.efficiency import efficiency
@@ -54,6 +55,11 @@ from ..result.profile_result import ProfileResult
 from ..result.steps import as_first_step
 from .step_numbering import warn_numbering_changed
 from .trainer_metrics import METRICS, PREFIX, PROFILE_STEP, check_dtype, check_profile_step, logged, step_figures
+
+if TYPE_CHECKING:
+    from types import FrameType
+
+    from transformers import TrainerControl, TrainerState, TrainingArguments
 
 __all__ = ["FlopsightCallback", "step_metrics", "PREFIX", "LOGGED"]
 
@@ -136,7 +142,7 @@ def _calling_trainer(callback: Any) -> Any:
     above the handler. With it, the figures go through ``Trainer.log`` (so reporting
     integrations see them too) and the step's methods can be guarded against exceptions.
     """
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     for _ in range(12):
         if frame is None:
             return None
@@ -211,7 +217,9 @@ class FlopsightCallback(TrainerCallback):
         #: what each profiled step measures (its steps, batch size and gathering are this callback's)
         self.options = ProfileOptions(memory=memory, attention=attention, batch_size=batch_size, steps=steps,
                                       gather_timeout=gather_timeout)
-        self.steps, self.memory, self.attention = self.options.steps, self.options.memory, self.options.attention
+        # a ProfileOptions' steps may be None (a span that stops when told); a callback's counts its steps
+        self.steps: int = check_int(steps, "steps", low=1, what="how many steps to profile")
+        self.memory, self.attention = self.options.memory, self.options.attention
         self.batch_size, self.gather_timeout = self.options.batch_size, self.options.gather_timeout
         self.outputs = _check_output(output)
         self.peak = check_peak(peak)
@@ -232,27 +240,32 @@ class FlopsightCallback(TrainerCallback):
         return self._step is not None
 
     # -- the Trainer's events -----------------------------------------------------------
-    def on_train_begin(self, args, state, control, **kwargs):
+    def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                       **kwargs: Any) -> None:
         self._abort()  # a step an earlier train() left profiling (it raised where no guard saw it)
         self._done = False
         self.result, self.metrics, self.written = None, {}, []
         if state.is_world_process_zero:  # the one that writes: a bad path fails now, not after the step
             for name in self.outputs:
-                check_output_file(os.path.join(args.output_dir, name), "output")
+                # typed optional, output_dir is set by TrainingArguments itself when not given ("trainer_output")
+                check_output_file(os.path.join(args.output_dir, name), "output")  # type: ignore[arg-type]
 
-    def on_step_begin(self, args, state, control, **kwargs):
+    def on_step_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                      **kwargs: Any) -> None:
         # called before a step's first micro-batch, global_step counting the steps done
         if self._step is None and not self._done and state.global_step == self.profile_step:
             self._begin(kwargs.get("model"))
 
-    def on_step_end(self, args, state, control, **kwargs):
+    def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                    **kwargs: Any) -> None:
         # called after optimizer.step(), the scheduler's step and zero_grad, global_step counted
         if self._step is not None and state.global_step >= self.profile_step + self.steps:
             self._end(args, state, control)
         elif self._step is not None and state.global_step > self.profile_step:
             self._step.profiler.step()  # one of the profiled steps ended: the next one begins
 
-    def on_train_end(self, args, state, control, **kwargs):
+    def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                     **kwargs: Any) -> None:
         self._abort()
         if not self._done and state.is_world_process_zero:
             warnings.warn(
@@ -287,7 +300,7 @@ class FlopsightCallback(TrainerCallback):
             step.remove()
             raise
 
-    def _guarded(self, call, args, kwargs):
+    def _guarded(self, call: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Run a part of the profiled step; if it raises, stop profiling, then re-raise."""
         try:
             return call(*args, **kwargs)
@@ -308,18 +321,22 @@ class FlopsightCallback(TrainerCallback):
         if step is not None and isinstance(ids, torch.Tensor) and not (ids.is_floating_point() or ids.is_complex()):
             step.tokens += ids.numel()
 
-    def _end(self, args, state, control) -> None:
+    def _end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl) -> None:
         step, self._step = self._step, None
+        if step is None:  # on_step_end ends a step being profiled only
+            return
         try:
-            result = step.profiler.stop()
+            step.profiler.stop()
         finally:
             step.remove()
+        result = step.profiler.result  # what stop() returned: a running profiler's stop() has one
         self._done = True
         if self.profile_step == 0:  # the run's first step: its one-time costs are in it
             result = as_first_step(result)
         self.result = result = with_ranks(result, self.gather_timeout)
         dtype = self.dtype or _mixed_precision_dtype(args)
-        tokens = step.tokens // result.samples.count  # the profiler counted them over every step
+        # the profiler counted them over every step (a stopped profiler's result has its samples)
+        tokens = step.tokens // (result.samples.count if result.samples is not None else 1)
         self.metrics = step_metrics(result, tokens=tokens, peak=self.peak, dtype=dtype)
         self._log(step.trainer, state, control)
         self.written = self._write(result, args) if state.is_world_process_zero else []
@@ -335,7 +352,7 @@ class FlopsightCallback(TrainerCallback):
             step.remove()
         return True
 
-    def _log(self, trainer: Any, state, control) -> None:
+    def _log(self, trainer: Any, state: TrainerState, control: TrainerControl) -> None:
         if trainer is not None:
             should_log = control.should_log
             trainer.log(dict(self.metrics))  # into log_history, and to every reporting callback
@@ -345,10 +362,11 @@ class FlopsightCallback(TrainerCallback):
         else:  # what Trainer.log would have recorded
             state.log_history.append({**self.metrics, "epoch": state.epoch, "step": state.global_step})
 
-    def _write(self, result: ProfileResult, args) -> list[str]:
+    def _write(self, result: ProfileResult, args: TrainingArguments) -> list[str]:
         written = []
         for name in self.outputs:
-            path = os.path.join(args.output_dir, name)  # an absolute name stays as it is
+            # an absolute name stays as it is; output_dir is never None once TrainingArguments is built
+            path = os.path.join(args.output_dir, name)  # type: ignore[arg-type]
             # titled as DeepSpeed's engine titles it: the steps taken once the last profiled one ended
             write(result, path, profile_step=self.profile_step + self.steps)
             written.append(path)

@@ -38,7 +38,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 try:
     from lightning.pytorch.callbacks import Callback
@@ -48,6 +48,7 @@ except ImportError as error:  # the core needs torch alone; this module needs Li
         "flopsight.integrations.lightning needs Lightning 2: pip install 'flopsight[lightning]'"
     ) from error
 
+from .._checks import check_int
 from .._process import WARNED
 from ..analysis.efficiency import Efficiency, efficiency
 from ..capture.assembly.gather import DEFAULT_GATHER_TIMEOUT, publish_failure
@@ -58,6 +59,10 @@ from ..renderers.output import check_output_file, write
 from ..result.profile_result import ProfileResult
 from ..result.steps import as_first_step
 from .trainer_metrics import METRICS, PREFIX, PROFILE_STEP, check_dtype, check_profile_step, logged, named, step_figures
+
+if TYPE_CHECKING:
+    import lightning.pytorch as pl
+    from lightning.pytorch.utilities.types import STEP_OUTPUT
 
 __all__ = ["FlopsightCallback", "METRICS", "PREFIX", "DEPRECATED_METRICS", "DEPRECATED_PREFIX", "step_metrics",
            "global_metrics"]
@@ -174,8 +179,8 @@ def global_metrics(result: ProfileResult, batches: int, samples_per_rank: int | 
     process, or when a rank's result is missing or failed (the sums would be short).
     ``samples_per_rank``: each rank's samples when counted by ``batch_size_fn`` (else each
     rank's result says)."""
-    ranks = result.ranks
-    if not ranks or any(r is None or r.metadata.error for r in ranks) or result.rank_notes:
+    ranks = [r for r in result.ranks if r is not None and not r.metadata.error]
+    if not ranks or len(ranks) < len(result.ranks) or result.rank_notes:
         return {}
     slowest = max(r.iteration.latency for r in ranks)
     flops = sum(r.iteration.model_flops for r in ranks)
@@ -184,7 +189,7 @@ def global_metrics(result: ProfileResult, batches: int, samples_per_rank: int | 
         # Lightning's DDP runs the same number of micro-batches on every rank
         metrics["batches_per_sec"] = batches * len(ranks) / slowest
         metrics["flops_per_sec"] = flops / slowest
-        samples = [samples_per_rank or r.iteration.samples for r in ranks]
+        samples = [samples_per_rank or r.iteration.samples or 0 for r in ranks]  # 0: not counted
         if all(samples):
             metrics["samples_per_sec"] = sum(samples) / slowest
     return metrics
@@ -240,7 +245,9 @@ class FlopsightCallback(Callback):
         self.profile_step = check_profile_step(profile_step)
         #: what each profiled step measures (its steps and gathering are this callback's)
         self.options = ProfileOptions(memory=memory, steps=steps, gather_timeout=gather_timeout)
-        self.steps, self.memory = self.options.steps, self.options.memory
+        # a ProfileOptions' steps may be None (a span that stops when told); a callback's counts its steps
+        self.steps: int = check_int(steps, "steps", low=1, what="how many steps to profile")
+        self.memory = self.options.memory
         self.gather_timeout = self.options.gather_timeout
         self._current = self.profile_step  # the global_step of the step being profiled
         self.output = _check_output(output)
@@ -265,18 +272,19 @@ class FlopsightCallback(Callback):
         return self._profiler is not None and self._profiler.running
 
     # -- Lightning's hooks -------------------------------------------------------------
-    def setup(self, trainer, pl_module, stage: str) -> None:
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage == "fit":
             self._peak = resolve_peak(self.peak)  # "cpu" is measured here, before training runs
 
-    def on_train_start(self, trainer, pl_module) -> None:
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.output is not None and not os.path.isabs(self.output):
             # every rank: trainer.log_dir broadcasts rank 0's directory
             self._log_dir = trainer.log_dir or trainer.default_root_dir
         if self.output is not None and trainer.is_global_zero:  # the one that writes: a bad path fails now
-            check_output_file(self._report_path(), "output")
+            check_output_file(self._report_path(self.output), "output")
 
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
+                             batch_idx: int) -> None:
         if self._profiler is None and self.result is None and trainer.global_step == self.profile_step:
             self._start(pl_module)
         if self.profiling:
@@ -284,21 +292,23 @@ class FlopsightCallback(Callback):
             if self.batch_size_fn is not None:
                 self._samples += int(self.batch_size_fn(batch))
 
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: STEP_OUTPUT,
+                           batch: Any, batch_idx: int) -> None:
         # The optimizer step (and, on an accumulation window's first batch, zero_grad) runs
         # between the two hooks; global_step moves on in the batch that steps.
-        if self.profiling and trainer.global_step != self._current:
+        profiler = self._profiler
+        if profiler is not None and profiler.running and trainer.global_step != self._current:  # self.profiling
             if trainer.global_step >= self.profile_step + self.steps:
                 self._finish(trainer, pl_module)
             else:  # one of the profiled steps ended: the next one begins
-                self._profiler.step()
+                profiler.step()
                 self._current = trainer.global_step
 
-    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         if self._abandon() and self.gather_timeout is not None:
             publish_failure(exception)  # rank 0 learns it now instead of waiting for this rank
 
-    def on_train_end(self, trainer, pl_module) -> None:
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.profiling:
             self._abandon()
             warnings.warn(f"flopsight: training ended inside step {self.profile_step}, before its optimizer step; "
@@ -308,11 +318,11 @@ class FlopsightCallback(Callback):
                           f"trainer.global_step {trainer.global_step}; nothing was profiled", UserWarning,
                           stacklevel=2)
 
-    def teardown(self, trainer, pl_module, stage: str) -> None:
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._abandon()  # whatever ended the run, nothing stays installed
 
     # -- profiling -----------------------------------------------------------------------
-    def _start(self, pl_module) -> None:
+    def _start(self, pl_module: pl.LightningModule) -> None:
         # gathered here only after a step that completed: a failed step must not wait on ranks
         self._profiler = Profiler(pl_module, options=self.options.replace(steps=None, gather_timeout=None))
         self._batches = self._samples = 0
@@ -330,9 +340,12 @@ class FlopsightCallback(Callback):
             return True
         return False
 
-    def _finish(self, trainer, pl_module) -> None:
+    def _finish(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         profiler, self._profiler = self._profiler, None
-        result = profiler.stop()
+        if profiler is None:  # on_train_batch_end finishes a step being profiled only
+            return
+        profiler.stop()
+        result = profiler.result  # what stop() returned: a running profiler's stop() has one
         if self.profile_step == 0:  # the run's first step: its one-time costs are in it
             result = as_first_step(result)
         if self.gather_timeout is not None:
@@ -351,15 +364,15 @@ class FlopsightCallback(Callback):
         _warn_old_names()
         _log(trainer, pl_module, self.metrics)
         if trainer.is_global_zero and self.output is not None:
-            self.path = self._write(result, eff)
+            self.path = self._write(result, eff, self.output)
         if trainer.is_global_zero:
             rank_zero_info(_summary(self.profile_step, self.metrics, self.path))
 
-    def _report_path(self) -> str:
-        return self.output if os.path.isabs(self.output) else os.path.join(self._log_dir or ".", self.output)
+    def _report_path(self, output: str) -> str:
+        return output if os.path.isabs(output) else os.path.join(self._log_dir or ".", output)
 
-    def _write(self, result: ProfileResult, eff: Efficiency) -> str:
-        path = self._report_path()
+    def _write(self, result: ProfileResult, eff: Efficiency, output: str) -> str:
+        path = self._report_path(output)
         # the efficiency section, in the formats that have one, against the peak used for MFU
         # titled as DeepSpeed's engine titles it: the steps taken once the last profiled one ended
         write(result, path, profile_step=self.profile_step + self.steps, peak=eff.peak, dtype=eff.dtype)
@@ -374,7 +387,7 @@ def _warn_old_names() -> None:
                       "docs/howto/lightning.md)", FutureWarning, stacklevel=3)
 
 
-def _log(trainer, pl_module, metrics: dict[str, float]) -> None:
+def _log(trainer: pl.Trainer, pl_module: pl.LightningModule, metrics: dict[str, float]) -> None:
     """To ``trainer.callback_metrics`` (``pl_module.log``) and to every logger at once, as
     ``ThroughputMonitor`` does: ``self.log`` alone would reach the loggers only on a
     ``log_every_n_steps`` boundary, and one step is profiled."""
@@ -390,10 +403,10 @@ def _log(trainer, pl_module, metrics: dict[str, float]) -> None:
 
 
 def _summary(step: int, metrics: dict[str, float], path: str | None) -> str:
-    def get(name: str):
-        return metrics.get(PREFIX + name)
-
-    line = f"flopsight: step {step}: {get('model_flops'):,} FLOPs in {get('iter_latency_s') * 1e3:.1f} ms"
-    if get("mfu") is not None:
-        line += f", MFU {100 * get('mfu'):.2f}%"
+    # the FLOPs and the step's time are always logged; the MFU only where a peak is known
+    flops, latency = metrics[PREFIX + "model_flops"], metrics[PREFIX + "iter_latency_s"]
+    mfu = metrics.get(PREFIX + "mfu")
+    line = f"flopsight: step {step}: {flops:,} FLOPs in {latency * 1e3:.1f} ms"
+    if mfu is not None:
+        line += f", MFU {100 * mfu:.2f}%"
     return line + (f"; report: {path}" if path else "")

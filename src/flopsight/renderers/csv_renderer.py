@@ -26,16 +26,15 @@ __all__ = ["render_csv", "render_ops_csv", "format_csv", "format_ops_csv", "MODU
 
 #: the module table's columns: inclusive figures (the module and its submodules), then its own;
 #: ``params_shared``: of its params, those tied to modules outside it (the root's total counts them once).
-#: Operators are timed in the counting pass, which ``profile()`` runs apart from the pass that
-#: times the modules: their columns say so, since they can exceed the module's latency
+#: ``op_latency_s``: the time inside its ops, in the pass the JSON's ``metadata.timing.ops`` names
+#: (docs/conventions/timing.md, "operator times")
 MODULE_COLUMNS = (
     "rank", "module", "type", "depth", "phase", "params", "params_trainable", "calls",
     "macs", "flops", "latency_s", "self_macs", "self_flops", "self_latency_s", "bytes_moved",
-    "activations_bytes", "peak_bytes", "peak_backward_bytes", "op_latency_counting_pass_s", "params_shared",
+    "activations_bytes", "peak_bytes", "peak_backward_bytes", "op_latency_s", "params_shared",
 )
 #: the operator table's columns: each module's own calls of each op, per phase
-OP_COLUMNS = ("rank", "module", "type", "phase", "op", "calls", "macs", "flops", "latency_counting_pass_s",
-              "bytes_moved")
+OP_COLUMNS = ("rank", "module", "type", "phase", "op", "calls", "macs", "flops", "latency_s", "bytes_moved")
 
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 

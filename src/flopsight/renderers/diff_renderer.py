@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from typing import Any
 
 from ..analysis.diff import (
     DIFF_FORMATS,
@@ -32,6 +33,7 @@ from ..analysis.diff import (
     ProfileDiff,
     metric_kind,
 )
+from ..analysis.diff.verdict import Verdict
 from .numbers import bytes_to_string, duration_to_string, number_to_string
 from .verdict_words import verdict_text
 
@@ -109,19 +111,22 @@ def gate_message(result: GateResult) -> str:
     for a latency the noise test's (``str(result)`` and ``result.message`` are this)."""
     gate = result.gate
     subject = f"{METRICS[gate.metric][0]} of " + (f"module {gate.path!r}" if gate.path else "the model")
-    if not result.measured:
-        where = "a" if result.a is None else "b"
+    a, b, beyond = result.a, result.b, result.beyond
+    if a is None or b is None:  # (not result.measured)
+        where = "a" if a is None else "b"
         return f"{gate.text}: cannot compare {subject}: not measured in {where} (memory needs memory=True)"
+    if beyond is None:  # evaluate_gate decides it wherever both sides are measured
+        raise ValueError(f"result: {gate.text!r} was measured on both sides but not decided (beyond is None)")
     if result.tested is None:  # a count or bytes: exact, nothing to test
-        return _moved(gate, subject, result.a, result.b, result.beyond)
+        return _moved(gate, subject, a, b, beyond)
     n, m = result.samples
     if not result.tested:
         why = ("no per-call samples are kept for a module" if gate.path is not None else
                f"{n} vs {m} timed calls cannot show significance at alpha={result.alpha:g}")
         note = f"; could not be tested for noise: {why} (see docs/diff.md)"
-        return _moved(gate, subject, result.a, result.b, result.beyond) + note
-    message = _moved(gate, subject, result.a, result.b, result.beyond, median=f"median of {n} vs {m} calls")
-    if result.beyond:  # the test only matters past the threshold: it says whether the calls show it
+        return _moved(gate, subject, a, b, beyond) + note
+    message = _moved(gate, subject, a, b, beyond, median=f"median of {n} vs {m} calls")
+    if beyond:  # the test only matters past the threshold: it says whether the calls show it
         verdict = ("significant" if result.significant else "not significant") + \
             (f" (one-sided Mann-Whitney U against a moved by {format_threshold(gate)}, p={result.p_value:.3g}, "
              f"alpha={result.alpha:g})")
@@ -243,7 +248,7 @@ def _json(d: ProfileDiff, all_modules: bool, gates: Sequence[GateResult]) -> dic
     the caveats as notes (the differences also as warnings), the headline, why modules are not
     compared, each gate's message, the verdict's text."""
     data = d.to_dict(all_modules, gates)
-    out = {}
+    out: dict[str, Any] = {}
     for key, value in data.items():
         if key == "caveats":
             out["warnings"] = d.warnings
@@ -255,7 +260,7 @@ def _json(d: ProfileDiff, all_modules: bool, gates: Sequence[GateResult]) -> dic
         elif key == "gates":
             out["gates"] = [{"gate": g["gate"], "passed": g["passed"], "message": gate_message(r),
                              "tested": g["tested"], "p_value": g["p_value"]} for g, r in zip(value, gates)]
-        elif key == "verdict" and value is not None:
+        elif key == "verdict" and d.verdict is not None:  # value: the verdict's to_dict()
             out["verdict"] = {**value, "text": verdict_text(d.verdict, a=d.a.label, b=d.b.label)}
         else:
             out[key] = value
@@ -352,9 +357,9 @@ def _type(row: ModuleDiff) -> str:
     return row.type_b or row.type_a or ""
 
 
-def _shows_verdict(d: ProfileDiff) -> bool:
-    """The verdict is shown unless the times are identical (it would only say 0 s slower)."""
-    return d.verdict is not None and d.sameness().times != "identical"
+def _shown_verdict(d: ProfileDiff) -> Verdict | None:
+    """The verdict, shown unless the times are identical (it would only say 0 s slower)."""
+    return d.verdict if d.verdict is not None and d.sameness().times != "identical" else None
 
 
 def render_diff_text(d: ProfileDiff, rows: list[ModuleDiff], all_modules: bool, gates: list[GateResult]) -> str:
@@ -368,8 +373,9 @@ def render_diff_text(d: ProfileDiff, rows: list[ModuleDiff], all_modules: bool, 
     line = headline(d)
     if line:
         out += ["", line]
-    if _shows_verdict(d):
-        out += ["", "Verdict: " + verdict_text(d.verdict, d.a.label, d.b.label)]
+    verdict = _shown_verdict(d)
+    if verdict is not None:
+        out += ["", "Verdict: " + verdict_text(verdict, d.a.label, d.b.label)]
     out += ["", "Model totals", *_table(["metric", "a", "b", "change", "%", "noise"], _total_lines(d), 1)]
     # modules not compared (the model classes differ): why, and no rows (d.modules is empty)
     out += ["", f"Modules: {_summary(d, all_modules) if d.modules_compared else refusal(d)}"]
@@ -402,10 +408,12 @@ def render_diff_markdown(d: ProfileDiff, rows: list[ModuleDiff], all_modules: bo
     line = headline(d)
     if line:
         out += [f"**{_md(line)}**", ""]
-    if _shows_verdict(d):
-        out += [f"**Verdict**: {_md(verdict_text(d.verdict, d.a.label, d.b.label))}", ""]
+    verdict = _shown_verdict(d)
+    if verdict is not None:
+        out += [f"**Verdict**: {_md(verdict_text(verdict, d.a.label, d.b.label))}", ""]
     out += _md_table(["metric", "a", "b", "change", "%", "noise"], [[_md(c) for c in r] for r in _total_lines(d)], 1)
-    modules = _summary(d, all_modules) if d.modules_compared else refusal(d)
+    refused = refusal(d)  # None where the modules are compared
+    modules = _summary(d, all_modules) if refused is None else refused
     out += ["", f"**Modules**: {_md(modules)}", ""]
     if rows:
         cols = _columns(d, rows)

@@ -50,12 +50,12 @@ def format_efficiency(section: EfficiencySection) -> list[tuple[str, str]]:
     nothing to say."""
     eff = section.efficiency
     tag = peak_label(eff)
+    peak, peak_flops = eff.peak, eff.peak_flops
     lines: list[tuple[str, str]] = []
-    if tag is not None:
-        p = eff.peak
-        bandwidth = f", {bytes_to_string(p.memory_bandwidth, precision=3)}/s memory" if p.memory_bandwidth else ""
-        lines.append((f"peak ({p.name}, dense {eff.dtype})",
-                      f"{flops_to_string(eff.peak_flops)}{bandwidth}; source: {p.source}"))
+    if tag is not None and peak is not None and peak_flops is not None:  # (a tag says both are)
+        bandwidth = f", {bytes_to_string(peak.memory_bandwidth, precision=3)}/s memory" if peak.memory_bandwidth else ""
+        lines.append((f"peak ({peak.name}, dense {eff.dtype})",
+                      f"{flops_to_string(peak_flops)}{bandwidth}; source: {peak.source}"))
         if eff.training and eff.mfu is not None:
             lines.append((f"MFU (peak {tag})", _pct(eff.mfu)))
             if eff.hfu is not None:
@@ -70,8 +70,8 @@ def format_efficiency(section: EfficiencySection) -> list[tuple[str, str]]:
         value = bytes_to_string(p.bytes)
         if p.intensity is not None:
             value += f", {number_to_string(p.intensity)}FLOP/B"
-            if p.bound is not None:
-                value += f": {p.bound}-bound (ridge {number_to_string(eff.ridge)}FLOP/B, {eff.peak.name})"
+            if p.bound is not None and eff.ridge is not None and peak is not None:  # (a bound comes of both)
+                value += f": {p.bound}-bound (ridge {number_to_string(eff.ridge)}FLOP/B, {peak.name})"
         lines.append((f"{_SHORT[phase]} bytes moved, arithmetic intensity", value))
     return lines
 

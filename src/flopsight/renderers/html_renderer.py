@@ -110,7 +110,8 @@ def _content_security_policy(script: str, css: str) -> str:
 @cache
 def _asset(name: str) -> str:
     """A static asset of the page; the script and style must not close their element."""
-    text = resources.files(__package__).joinpath("assets", name).read_text(encoding="utf-8")
+    # one part per joinpath: Traversable takes several only from Python 3.11
+    text = resources.files(__package__).joinpath("assets").joinpath(name).read_text(encoding="utf-8")
     if name != "report.html" and re.search(r"</(script|style)", text, re.IGNORECASE):
         raise AssertionError(f"assets/{name} would close its inline element")
     return text

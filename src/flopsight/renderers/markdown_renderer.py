@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..analysis.report import EfficiencySection, PhaseTable, RankedModule, Report
+from ..analysis.report import EfficiencySection, PhaseTable, RankedModule, Report, ops_timed_apart
 from ..analysis.report_options import ReportOptions
 from ..result.communication import Collective
 from ..result.memory import MemoryTotals
@@ -57,7 +57,7 @@ def format_markdown(report: Report) -> str:
     lines += _summary(report.phase_table, meta)
     lines += _efficiency(report.peak_efficiency)
     lines += _top_modules(report.top_modules, phase, meta)
-    lines += _operators(report.top_operators, phase, meta)
+    lines += _operators(report.top_operators, phase, meta, ops_timed_apart(report.result))
     lines += _memory(report.memory)
     lines += _communication(report.collectives, meta)
     return "\n".join(lines) + "\n"
@@ -132,14 +132,15 @@ def _top_modules(modules: tuple[RankedModule, ...], phase: str, meta: bool = Fal
     return [f"#### Top {len(rows)} modules by {phase} FLOPs", ""] + table + note
 
 
-def _operators(ops: tuple[tuple[str, Stats], ...], phase: str, meta: bool = False) -> list[str]:
+def _operators(ops: tuple[tuple[str, Stats], ...], phase: str, meta: bool = False,
+               counting_pass: bool = False) -> list[str]:
     if not ops:
         return []
     rows = [[_cell(name), str(s.calls), macs_to_string(s.macs), _n(s.flops),
              _time(s.latency, meta)] for name, s in ops]
-    # operators are timed in the counting pass, apart from the modules' timed pass (it can exceed theirs)
+    # operators timed in a counting pass apart from the modules' timed calls (they can exceed theirs) say so
     return [f"#### Top {len(rows)} operators by {phase} FLOPs", ""] + _table(
-        ["operator", "calls", "MACs", "FLOPs", "latency (counting pass)"], rows)
+        ["operator", "calls", "MACs", "FLOPs", "latency (counting pass)" if counting_pass else "latency"], rows)
 
 
 def _memory(m: MemoryTotals | None) -> list[str]:

@@ -194,7 +194,7 @@ def write(subject: Any, target: str | os.PathLike | IO[str] | None = None, fmt: 
     """Render ``subject`` (see :func:`render`) and write it to ``target``; returns the text.
     A path is checked first (:func:`check_output_file`; ``force`` replaces a file that is not
     a report) and written atomically: a failed write leaves the file that was there."""
-    if hasattr(target, "write") and not isinstance(target, (str, os.PathLike)):
+    if target is not None and hasattr(target, "write") and not isinstance(target, (str, os.PathLike)):
         text = _text(subject, target, fmt, options)
         target.write(text)
         return text

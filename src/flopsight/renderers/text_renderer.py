@@ -253,10 +253,11 @@ class _Text:
                 f"{_gbps(c.algbw)}, {_gbps(c.busbw)}",
             )
         if f.coverage is not None:
-            c = f.coverage
+            cov = f.coverage
             self.kv(
                 "op coverage (ops with a formula / ops seen): ",
-                f"{c.ops_with_formula} / {c.ops_seen}, {c.calls_without_formula} of {c.calls} calls not counted",
+                f"{cov.ops_with_formula} / {cov.ops_seen}, "
+                f"{cov.calls_without_formula} of {cov.calls} calls not counted",
             )
         if f.unsupported_ops:
             listed = ", ".join(f"{name} x{calls}" for name, calls in f.unsupported_ops)
@@ -314,9 +315,9 @@ class _Text:
             self.kv("samples/second: ", _NA if self.meta else round(t.ds_samples_per_second, DEFAULT_PRECISION))
         # Gradient accumulation (several forwards and backwards per step): DeepSpeed's lines
         # above are one micro-batch's, as in DeepSpeed's own report; the measured lines the step's.
-        if f.micro_batches > 1:
+        if f.micro_batches is not None and f.micro_batches > 1:  # (both are set in a training report)
             self.kv("micro-batches per step (DeepSpeed's lines show one of them): ", f.micro_batches)
-        if f.optimizer_steps > 1:
+        if f.optimizer_steps is not None and f.optimizer_steps > 1:
             self.kv("optimizer steps (measured lines: totals over all of them): ", f.optimizer_steps)
         if f.fwd_step is not None:  # gradient accumulation: the whole step's forward too
             self.kv("measured fwd MACs per GPU, all micro-batches: ", macs_to_string(f.fwd_step.macs))
@@ -385,9 +386,10 @@ class _Text:
                         f"mean {u.utilization_mean:g} %, max {u.utilization_max} %")
             else:  # a MIG slice: NVML keeps no utilisation of its own
                 self.kv("GPU utilization (NVML): ", "n/a (NVML gives none for this device: a MIG slice)")
-            total = f" of {bytes_to_string(u.memory_total)}" if u.memory_total else ""
-            self.kv("GPU memory used (NVML, whole device, all processes): ",
-                    f"max {bytes_to_string(u.memory_used_max)}{total}")
+            if u.memory_used_max is not None:  # (set with the samples: each has the memory used)
+                total = f" of {bytes_to_string(u.memory_total)}" if u.memory_total else ""
+                self.kv("GPU memory used (NVML, whole device, all processes): ",
+                        f"max {bytes_to_string(u.memory_used_max)}{total}")
         if u.allocator_peak is not None:
             self.kv("memory, caching allocator peak while profiling per GPU: ", bytes_to_string(u.allocator_peak))
 
@@ -529,7 +531,10 @@ class _Text:
     def efficiency(self, report: Report) -> None:
         """The efficiency lines (the peak used beside every ratio) and, for a transformer
         language model, the analytic estimate beside the measured count."""
-        lines = format_efficiency(report.efficiency) + format_transformer_check(report.transformer)
+        section = report.efficiency
+        if section is None:  # (format_text calls this only with one)
+            return
+        lines = format_efficiency(section) + format_transformer_check(report.transformer)
         if not lines:
             return
         self.add("", "Efficiency (docs/efficiency.md):")
@@ -671,10 +676,11 @@ class _Text:
             f"------------------------------ Operator Profile per {self.unit} ------------------------------",
             f"Top {p.top} operators of each module by flops and by latency, for each phase measured. A module's "
             "operators include its submodules' (inclusive); the first entry is the whole model's.",
-            "Percentages are of the entry's operators in that phase. latency: the operators' own time, measured in "
-            "the counting pass (profile() times the modules in a pass of their own: there an operator's time can "
-            "exceed its module's fwd latency). "
-            "bytes: read and written by the operators (docs/conventions/bytes.md).",
+            "Percentages are of the entry's operators in that phase. " + (
+                "latency: the operators' own time, measured in the counting pass (the modules were timed in calls "
+                "of their own: there an operator's time can exceed its module's fwd latency). " if p.counting_pass
+                else "latency: the operators' own time, measured in the calls that timed the modules. ")
+            + "bytes: read and written by the operators (docs/conventions/bytes.md).",
         )
         if any(o.row.kernel_time is not None for e in p.entries for t in e.tables for o in t.by_flops + t.by_latency):
             self.add("device: the time of the kernels the operator launched, measured in the timed pass "

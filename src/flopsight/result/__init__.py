@@ -8,17 +8,24 @@ usage (:mod:`.device_usage`), and the training-step and generate() views
 (:mod:`.iteration`, :mod:`.generation`).
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from .communication import Collective
 from .metadata import Metadata, Timing
 from .profile_result import SCHEMA_VERSION, Coverage, ModelCall, ModuleStats, ProfileResult, load
 from .stats import Stats
 from .tree import ModuleNode, Phases
 
+if TYPE_CHECKING:
+    from types import ModuleType
+
 __all__ = ["ProfileResult", "ModuleStats", "ModelCall", "Coverage", "load", "SCHEMA_VERSION", "Stats",
            "ModuleNode", "Phases", "Metadata", "Timing", "Collective"]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> ModuleType:
     """A submodule, imported the first time it is named (see :mod:`flopsight._lazy`)."""
     from .._lazy import submodule
 

@@ -57,7 +57,7 @@ class Collective(NamedTuple):
     kind: str
     module: str
     phase: str
-    count: int
+    count: int  # type: ignore[assignment]  # shadows tuple.count (a method): a public field, kept
     bytes: int
     latency: float
     group_size: int

@@ -20,7 +20,10 @@ storages. It is None when it cannot be told without resetting the user's peak st
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 __all__ = ["DeviceUsage"]
 
@@ -40,7 +43,7 @@ class DeviceUsage:
     nvml_unavailable: str | None = None
 
     @classmethod
-    def from_samples(cls, device: str, samples, memory_total: int | None = None,
+    def from_samples(cls, device: str, samples: Iterable[tuple[int | None, int]], memory_total: int | None = None,
                      allocator_peak: int | None = None, nvml_unavailable: str | None = None) -> DeviceUsage:
         """From NVML samples, each (utilization % or None where NVML has none, device memory
         used in bytes).

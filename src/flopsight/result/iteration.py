@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .records import Profile
@@ -183,8 +183,8 @@ def iteration_stats(result: Profile) -> IterationStats:
     forward = result.phase_total("forward")
     given = result.metadata.batch_size_given
     if result.root_calls:
-        sizes = [given or c.batch_size for c in result.root_calls]
-        samples = sum(sizes) if all(sizes) else None
+        sizes = [size for c in result.root_calls if (size := given or c.batch_size)]
+        samples = sum(sizes) if len(sizes) == len(result.root_calls) else None  # None: a call's size is unknown
     else:
         size = given or result.metadata.batch_size
         samples = size * forward.calls if size and forward.calls else None
@@ -272,6 +272,7 @@ def _compute_time(result: Profile) -> dict[str, float]:
     on_device = result.kernels is not None and result.kernels.source == "cuda"
     out: dict[str, float] = {}
     for stats in result.modules.values():
+        times: Iterable[tuple[str, Mapping[str, float]]]
         if on_device:
             times = stats.op_kernel_time.items()
         else:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 __all__ = ["Metadata", "Timing", "Parallelism", "PARALLEL_KEYS", "Inputs", "TensorSpec"]
 
@@ -59,7 +59,8 @@ class Parallelism(Mapping):
     def __repr__(self) -> str:
         return f"Parallelism({self._sizes!r})"
 
-    __hash__ = None  # equal to the dict it holds, so not hashable
+    # equal to the dict it holds, so not hashable; typeshed's idiom (object declares __hash__ a method)
+    __hash__: ClassVar[None] = None  # type: ignore[assignment]
 
     world, dp, tp, pp, sp, zero_stage = (_size(key) for key in PARALLEL_KEYS)
 
@@ -157,7 +158,8 @@ class Inputs(Mapping):
     def __repr__(self) -> str:
         return f"Inputs({self._written!r})"
 
-    __hash__ = None  # equal to the dict it holds, so not hashable
+    # equal to the dict it holds, so not hashable; typeshed's idiom (object declares __hash__ a method)
+    __hash__: ClassVar[None] = None  # type: ignore[assignment]
 
     def to_dict(self) -> dict[str, Any]:
         return {"args": _plain(self._written["args"]), "kwargs": _plain(self._written["kwargs"])}
@@ -180,11 +182,15 @@ class Timing:
     boundaries only; the module calls inside them and the ops on the host). ``clock``: ``perf_counter``,
     ``cuda_events``, ``fake`` or ``fake_device``. Older files name them
     ``separate-pass``, ``overhead-subtracted`` and ``single-pass``: read as these.
+    ``ops``: the pass the operators' own times come from: ``timed``, the one that timed the
+    modules (an operator's time never exceeds its module's), or ``counting``, a counting pass
+    run apart from it (``""`` in older files: the counting pass).
     """
 
     method: str = ""
     clock: str = ""
     compiled: str | None = None  # set when a torch.compile'd model was timed as a whole
+    ops: str = ""
 
 
 @dataclass(frozen=True)

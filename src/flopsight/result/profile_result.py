@@ -29,7 +29,7 @@ import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .communication import Collective
 from .device_usage import DeviceUsage
@@ -109,6 +109,12 @@ class ProfileResult:
     #: kernels' total and those of no module; each module's are in ``modules[path].kernels``.
     #: None when kernels were not recorded
     kernels: KernelSummary | None = None
+
+    # what __post_init__ sets: the module tree and alias path -> module path; not fields (declared
+    # for type checkers only: at run time dataclasses.fields() and replace() do not see them)
+    if TYPE_CHECKING:
+        _tree: dict[str, ModuleNode] = field(init=False, repr=False)
+        _aliases: dict[str, str] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if "" not in self.modules:
@@ -389,8 +395,8 @@ def load(path: str | os.PathLike) -> ProfileResult:
         what = "truncated: the JSON ends early" if at_end else f"not valid JSON ({e.msg} at line {e.lineno})"
         raise ValueError(f"{name}: not a flopsight profile ({what})") from None
     if not isinstance(data, dict) or "schema_version" not in data or "modules" not in data:
-        kind = {list: "a JSON list", str: "a JSON string"}.get(type(data), "JSON without them" if isinstance(data, dict)
-                                                               else f"a JSON {type(data).__name__}")
+        kinds: dict[type, str] = {list: "a JSON list", str: "a JSON string"}
+        kind = kinds.get(type(data), "JSON without them" if isinstance(data, dict) else f"a JSON {type(data).__name__}")
         raise ValueError(f'{name}: not a flopsight profile ({kind}, not an object with "schema_version" and "modules")')
     version = data.get("schema_version")
     if isinstance(version, int) and version > SCHEMA_VERSION:

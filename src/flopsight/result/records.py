@@ -152,16 +152,24 @@ class ModelCall:
     batch_size: int | None = None
 
 
-
-
 class Profile(Protocol):
     """What the views of a profile read of it (:class:`~.profile_result.ProfileResult` is one)."""
 
-    modules: Mapping[str, ModuleStats]
-    metadata: Metadata
-    spans: dict[str, list[float]]
-    calls: list[ModelCall]
-    kernels: KernelSummary | None
+    # properties, read-only: a frozen dataclass (ProfileResult) has no settable attributes
+    @property
+    def modules(self) -> Mapping[str, ModuleStats]: ...
+
+    @property
+    def metadata(self) -> Metadata: ...
+
+    @property
+    def spans(self) -> dict[str, list[float]]: ...
+
+    @property
+    def calls(self) -> list[ModelCall]: ...
+
+    @property
+    def kernels(self) -> KernelSummary | None: ...
 
     @property
     def root_calls(self) -> list[ModelCall]: ...

@@ -15,9 +15,12 @@ Stats(macs=6, flops=15)
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from .._checks import is_int
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 __all__ = ["Stats", "ZERO_STATS", "make_stats", "stats_from_dict", "seconds_from_file"]
 
@@ -54,7 +57,10 @@ class Stats(NamedTuple):
         m, f, t, c = self
         return _make(Stats, (m * k, f * k, t * k, c * k))
 
-    __rmul__ = __mul__
+    # a method rather than ``__rmul__ = __mul__``: in a NamedTuple body type checkers read
+    # that assignment as a fifth field
+    def __rmul__(self, k: int) -> Stats:  # type: ignore[override]
+        return self.__mul__(k)
 
     @property
     def flops_per_second(self) -> float:
@@ -89,6 +95,6 @@ def stats_from_dict(d: dict) -> Stats:
     return Stats(**{**d, "latency": d.get("latency") or 0.0})
 
 
-def seconds_from_file(values) -> list[float]:
+def seconds_from_file(values: Iterable[float | None]) -> list[float]:
     """Times as files write them; null (the meta device's) reads as 0."""
     return [v if v is not None else 0.0 for v in values]

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterator, Mapping
+from typing import Any
 
 from .memory import ModuleMemory
 from .records import ModuleStats
-from .stats import ZERO_STATS, Stats, make_stats
+from .stats import ZERO_STATS, Stats
 
 __all__ = ["PHASES", "Phases", "ModuleNode", "build_tree"]
 
@@ -97,7 +98,7 @@ class ModuleNode:
         self._temporaries = record.memory.temporaries if record.memory else 0
         self._kernel_time = record.kernel_time if record.kernels else {}
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:  # delegates to the record: any ModuleStats field
         try:
             return getattr(self.record, name)
         except AttributeError:
@@ -192,7 +193,7 @@ def build_tree(modules: Mapping[str, ModuleStats],
                     mine[0] += sub[0]
                     mine[1] += sub[1]
                     mine[2] += sub[2]
-        inclusive = {p: make_stats(*v) for p, v in acc.items()}
+        inclusive = {p: Stats._make(v) for p, v in acc.items()}  # v: [macs, flops, latency, calls]
         node = nodes[record.name] = ModuleNode(record, _with_latencies(inclusive, measured) if measured else inclusive,
                                                ran)
         node._activations = activations

@@ -67,7 +67,7 @@ class Change:
     def relative(self) -> float | None:
         """``delta / |a|``; ``±inf`` from 0 to something, 0.0 from 0 to 0, None when unmeasured."""
         d = self.delta
-        if d is None:
+        if d is None or self.a is None:  # (delta is None without a)
             return None
         if self.a == 0:
             return 0.0 if d == 0 else math.copysign(math.inf, d)
@@ -196,7 +196,8 @@ def _side(result: ProfileResult, label: str) -> Side:
                 result.memory is not None, samples, modules, run=run_fields(meta), model_class=meta.model_class)
 
 
-def _per_call(fwd_steps, bwd_steps, forward_calls: int, backward_passes: int) -> dict[str, list[float]]:
+def _per_call(fwd_steps: Iterable[float], bwd_steps: Iterable[float], forward_calls: int,
+              backward_passes: int) -> dict[str, list[float]]:
     """Per time metric, one sample per step: its forward time over its forward calls, its
     backward time over its backward passes, and their sum (the forward alone without one)."""
     fwd = [v / forward_calls for v in fwd_steps]
@@ -289,6 +290,9 @@ def _absent(result: ProfileResult) -> dict[str, float | None]:
 def _row(path: str, a: ProfileResult, b: ProfileResult, sa: Side, sb: Side, model: bool = False) -> ModuleDiff:
     na = a.module(path) if path in a.modules else None
     nb = b.module(path) if path in b.modules else None
+    node = na if na is not None else nb
+    if node is None:  # (the paths compared are those of either profile)
+        raise ValueError(f"path: {path!r} is a module of neither profile")
     fa = _figures(na, a, sa, model) if na is not None else _absent(a)
     fb = _figures(nb, b, sb, model) if nb is not None else _absent(b)
     metrics = {m: Change(fa[m], fb[m]) for m in METRICS}
@@ -299,7 +303,7 @@ def _row(path: str, a: ProfileResult, b: ProfileResult, sa: Side, sb: Side, mode
         status = "changed"
     else:
         status = "unchanged"
-    return ModuleDiff(path, status, type_a, type_b, (na or nb).depth, metrics)
+    return ModuleDiff(path, status, type_a, type_b, node.depth, metrics)
 
 
 #: the caveats that are differences between the two runs (warnings); the others are notes
@@ -472,7 +476,8 @@ class ProfileDiff:
         if gate.path is None:
             calls = (self.a.samples.get(gate.metric, []), self.b.samples.get(gate.metric, []))
         else:
-            calls = tuple(side.module_samples.get(gate.path, {}).get(gate.metric, []) for side in (self.a, self.b))
+            calls = (self.a.module_samples.get(gate.path, {}).get(gate.metric, []),
+                     self.b.module_samples.get(gate.path, {}).get(gate.metric, []))
         return evaluate_gate(gate, change.a, change.b, alpha, calls)
 
     # -- output ----------------------------------------------------------------------------

@@ -64,9 +64,11 @@ def rank(results: Mapping[Hashable, ProfileResult], alpha: float = DEFAULT_ALPHA
                     raise ValueError(f"results: {short!r} holds fewer than 2 steps (or passes): its noise is "
                                      "unknown and it cannot be ranked; profile several (steps=N)")
                 verdicts[a, b] = v
-    median = {k: r.samples.median("wall") for k, r in results.items()}
+    # every pair has a verdict, so every profile holds two wall times or more: each has a median
+    median = {k: m for k, r in results.items()
+              if r.samples is not None and (m := r.samples.median("wall")) is not None}
     tiers: list[list[Hashable]] = []
-    for key in sorted(results, key=median.get):  # sorted() is stable: ties keep the given order
+    for key in sorted(results, key=lambda k: median[k]):  # sorted() is stable: ties keep the given order
         # the earliest tier holding a profile this one is not told apart from
         merge = next((i for i, t in enumerate(tiers) if any(not verdicts[k, key].step.significant for k in t)), None)
         if merge is None:

@@ -20,7 +20,7 @@ from ...result.stats import Stats, make_stats
 from ...result.timeline import Span, Timeline
 from ...result.tree import PHASES
 from ..charging.calls import ModuleCalls
-from ..charging.counts import Counts
+from ..charging.counts import Counts, OpTimes
 from ..model.modules import ModuleInfo
 from ..sources.collectives import Communication
 from ..sources.kernels import KernelTimes
@@ -43,9 +43,15 @@ def build_result(
     ignored: Callable[[nn.Module], bool] = lambda m: False,
     metadata: Metadata,
 ) -> ProfileResult:
-    """Merge a counting capture (and optionally a separate timing capture) into a result."""
+    """Merge a counting capture (and optionally a separate timing capture) into a result. The
+    operators' times in the phases the modules' spans time come from the pass that timed the
+    modules where it timed them (:class:`OpTimes`), else from the counting pass
+    (``metadata.timing.ops`` says which)."""
     times = times or counts
     counted = counts.get(Counts) or Counts()
+    op_times = times.get(OpTimes) if times is not counts else None
+    ops_from = "timed" if times is counts or op_times is not None else "counting"
+    metadata = dataclasses.replace(metadata, timing=dataclasses.replace(metadata.timing, ops=ops_from))
     module_calls = counts.get(ModuleCalls) or ModuleCalls()
     timed_calls = times.get(ModuleCalls) or ModuleCalls()
     memory = counts.get(MemoryFigures)
@@ -58,7 +64,7 @@ def build_result(
     no_ops: dict = {}
     for path, info in infos.items():
         phases, ops, moved = {}, {}, {}
-        for phase in sorted(phases_of.get(path, ()), key=_PHASE_ORDER.get):
+        for phase in sorted(phases_of.get(path, ()), key=_PHASE_ORDER.__getitem__):
             key = (path, phase)
             if key in counted.bytes_moved:
                 moved[phase] = counted.bytes_moved[key]
@@ -71,8 +77,12 @@ def build_result(
                 latency += s[2]
             if phase in _SPANNED:
                 latency = timed_calls.latency.get(key, 0.0)
-            calls = module_calls.calls.get(key, timed_calls.calls.get(key, 0))
-            phases[phase] = make_stats(macs, flops, latency, calls)
+                if op_times is not None:
+                    op_stats = _timed_ops(op_stats, op_times.seconds.get(key, {}))
+                    # the stamps' estimated cost taken out never leaves less than its ops took
+                    latency = max(latency, sum(st.latency for st in op_stats.values()))
+            n_calls = module_calls.calls.get(key, timed_calls.calls.get(key, 0))
+            phases[phase] = make_stats(macs, flops, latency, n_calls)
             if op_stats:
                 ops[phase] = op_stats
         modules[path] = ModuleStats(
@@ -125,6 +135,32 @@ def build_result(
                          comms=comms, memory=totals, device_usage=usage, timeline=timeline, kernels=summary)
 
 
+def _timed_ops(counted: dict[str, Stats], timed: dict[str, float]) -> dict[str, Stats]:
+    """The ops ``counted`` in one module's phase, each with its time in the pass that timed the
+    module (``timed``, by name). The timed pass stamps the parts of a call the counting pass
+    counted whole (a registered ``autograd.Function`` or module) under their own names: their
+    time goes to the counted ops it saw none of, in proportion to their counting-pass times
+    (all of it to the one such op there usually is). So the module's ops add up to what the
+    timed pass saw run in it.
+
+    >>> counted = {"aten.mm": Stats(8, 16, 3.0, 1), "Square": Stats(0, 4, 1.0, 1)}
+    >>> timed = _timed_ops(counted, {"aten.mm": 2.0, "aten.mul": 0.5})
+    >>> timed["aten.mm"].latency, timed["Square"].latency
+    (2.0, 0.5)
+    """
+    unseen = [name for name in counted if name not in timed]
+    left = sum(seconds for name, seconds in timed.items() if name not in counted)
+    weight = sum(counted[name].latency for name in unseen)
+    out = {}
+    for name, stats in counted.items():
+        if name in timed:
+            out[name] = stats._replace(latency=timed[name])
+        else:
+            share = stats.latency / weight if weight > 0 else 1 / len(unseen)
+            out[name] = stats._replace(latency=left * share)
+    return out
+
+
 def device_timed(kernel_pass: RawCapture, total: float) -> RawCapture:
     """A kernel pass's capture (module calls with torch.profiler recording kernels) timed as
     a device's (docs/conventions/timing.md): each module's own time is its own kernels'
@@ -142,6 +178,8 @@ def device_timed(kernel_pass: RawCapture, total: float) -> RawCapture:
     ({('', 'forward'): 3.0, ('fc', 'forward'): 2.0}, [TopCall(path='', seconds=5.0, batch_size=2)], [5.0, 7.0])
     """
     calls, kernels = kernel_pass.get(ModuleCalls), kernel_pass.get(KernelTimes)
+    if calls is None or kernels is None:  # (a kernel pass collects both)
+        raise ValueError(f"kernel_pass: expected module calls and kernels, got {kernel_pass!r}")
     own: dict[tuple[str, str], float] = {}
     for (path, phase, _, _), (_, seconds) in kernels.kernels.items():
         own[(path, phase)] = own.get((path, phase), 0.0) + seconds

@@ -24,10 +24,14 @@ from __future__ import annotations
 
 import bisect
 import time
+from typing import TYPE_CHECKING
 
 from ...result import timeline as _timeline
 from ...result.timeline import CallSpan, CollectiveSpan, Span, Timeline
 from ..runtime.timing import Clock, on_device
+
+if TYPE_CHECKING:
+    from ..sources.spans import TimedSpan
 
 __all__ = ["Placement", "resolve_timeline"]
 
@@ -50,7 +54,7 @@ class Placement:
         return t - (overhead - self.origin_overhead) if self.subtracts else t
 
 
-def resolve_timeline(log, seconds: list[float], spans: list[tuple], collectives: list, *, clock: Clock,
+def resolve_timeline(log, seconds: list[float], spans: list[TimedSpan], collectives: list, *, clock: Clock,
                      origin: tuple, host_origin: float, limit: int | None = None) -> Timeline:
     """The timeline of one session.
 

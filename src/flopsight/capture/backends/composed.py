@@ -3,7 +3,19 @@ op capture, started, stopped and collected in one order."""
 
 from __future__ import annotations
 
+from typing import Protocol
+
 __all__ = ["CallsAndOps"]
+
+
+class _Part(Protocol):
+    """What the backend does with each of its parts (a subclass names their own types)."""
+
+    def start(self, ctx) -> None: ...
+
+    def stop(self, ctx) -> None: ...
+
+    def collect(self, ctx) -> object: ...
 
 
 class CallsAndOps:
@@ -11,7 +23,8 @@ class CallsAndOps:
     last) and ``ops`` (op capture, None in a session that counts nothing). Nothing to settle
     unless a part says so."""
 
-    calls = ops = None
+    calls: _Part  # (each backend's constructor sets it)
+    ops: _Part | None = None
     tracks_memory = hears_all_threads = host_call_stamps = False
 
     def settle(self) -> None:

@@ -122,7 +122,8 @@ class Attribution:
         self._param_owner = param_owner if param_owner is not None else ctx.params.owner_by_id
         self._whole: list[WholeCall] = []
         self._whole_starts: list[int] = []
-        self._owner_cache = (-1, "", 0)  # (sequence nr, path, thread) of the last node looked up
+        # (sequence nr, path, thread) of the last node looked up
+        self._owner_cache: tuple[int, str | None, int] = (-1, "", 0)
         self._seq_at_start = autograd_sequence_nr()  # nodes numbered below were made before start
         self._warned_unprofiled = False
         # nodes created by backward ops: [start, end) sequence ranges and the path charged
@@ -157,6 +158,7 @@ class Attribution:
         Where it goes is :meth:`locate`'s rule; a node made by a backward op is noted here."""
         ctx = self.ctx
         stack = ctx.stack
+        path: str | None  # (a str wherever the call is charged)
         if node is None or (stack and stack[-1].phase == "recompute"):
             self._seq_seen = None
             where = self._outside_nodes()

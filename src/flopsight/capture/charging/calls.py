@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -65,12 +65,15 @@ class CallRecord:
         self.module = module
         self.parent = parent  # log index of the enclosing call, -1 for none
         self.exc = exc  # the exception being handled when the call began, if any
-        self.start = self.end = None
+        # the clock's stamps (whatever its stamps are: see Clock.stamp), None until taken
+        self.start: Any = None
+        self.end: Any = None
         self.ovh_start = self.ovh_end = 0.0
         # autograd nodes created by this call are numbered seq_start <= n < seq_end
-        self.seq_start = self.seq_end = None
+        self.seq_start: int | None = None
+        self.seq_end: int | None = None
         self.top_id = -1  # index among the top-level forward calls, -1 for nested ones
-        self.batch_size = None
+        self.batch_size: int | None = None
         #: whose autograd sequence counter numbered its nodes: 0 the profiling thread's, else
         #: the thread ident of the backward thread it was re-run on (CUDA's, see CallOwners)
         self.thread = 0
@@ -242,7 +245,7 @@ def note_error(record: CallRecord, exc: BaseException, root: bool) -> str | None
         if hasattr(exc, "add_note"):
             exc.add_note(note)
         else:  # Python 3.10: the attribute add_note would set
-            exc.__notes__ = [*notes, note]
+            exc.__notes__ = [*notes, note]  # type: ignore[attr-defined]  # 3.10's stubs declare no __notes__
     if root:
         return failure_text(exc)
     return None

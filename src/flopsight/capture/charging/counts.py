@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from ...result.stats import Stats
 from ..runtime.context import CaptureContext
 
-__all__ = ["Counts", "collect_counts"]
+__all__ = ["Counts", "OpTimes", "collect_counts"]
 
 
 @dataclass
@@ -26,6 +26,15 @@ class Counts:
     backend_note: str | None = None
     #: the operators the native backend costed on their values, in Python (see Metadata.on_values)
     on_values: tuple[str, ...] = ()
+
+
+@dataclass
+class OpTimes:
+    """The operators' own times in a timed pass, per (path, phase), per operator (named as
+    :class:`Counts` names it), in seconds: measured in the pass that timed the modules, so an
+    operator's time never exceeds its module's (the native recorder's stamps, :mod:`..backends.native.stamps`)."""
+
+    seconds: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)
 
 
 def collect_counts(ctx: CaptureContext, backend: str, note: str | None = None, on_values=()) -> Counts:

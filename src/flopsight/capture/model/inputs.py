@@ -75,16 +75,16 @@ def _model_tensors(model: nn.Module):
         for t in module._parameters.values():
             if t is not None:
                 yield t
-        for t in module._buffers.values():
-            if t is not None:
-                yield t
+        for b in module._buffers.values():
+            if b is not None:
+                yield b
 
 
 def model_dtype(model: nn.Module, args: tuple = (), kwargs: dict | None = None) -> torch.dtype:
     """The dtype of the first floating-point parameter, else of the first input tensor."""
-    for t in model.parameters():
-        if t.is_floating_point():
-            return t.dtype
+    for p in model.parameters():
+        if p.is_floating_point():
+            return p.dtype
     t = first_tensor([args, kwargs or {}])
     return t.dtype if t is not None else torch.get_default_dtype()
 

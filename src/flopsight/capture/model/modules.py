@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass, field
+from typing import cast
 
 from torch import nn
 
@@ -47,7 +48,7 @@ def layer_sizes(module: nn.Module) -> LayerSizes | None:
         if inputs in attributes:
             sizes = attributes[inputs], attributes.get(outputs)
             if all(isinstance(v, int) and not isinstance(v, bool) for v in sizes):
-                return LayerSizes(kind, *sizes)
+                return LayerSizes(kind, *cast("tuple[int, int]", sizes))  # (both ints: checked just above)
     return None
 
 
@@ -110,7 +111,7 @@ def describe(model: nn.Module) -> dict[str, ModuleInfo]:
     """Every module path of ``model`` in pre-order (shared modules at each of their paths),
     walked without recursion (a model may nest deeper than Python's recursion limit)."""
     infos: dict[str, ModuleInfo] = {}
-    params_of: dict[str, dict[int, object]] = {}  # path -> {id: parameter} of its subtree
+    params_of: dict[str, dict[int, nn.Parameter]] = {}  # path -> {id: parameter} of its subtree
     aliases: list[tuple[str, str]] = []  # (a child's path, another name of it under the same parent)
     # (module, path, parent, depth, the ids on its path); None after a module: its subtree is done
     stack: list = [(model, "", None, 0, (id(model),))]
@@ -161,7 +162,7 @@ def describe(model: nn.Module) -> dict[str, ModuleInfo]:
     return infos
 
 
-def _count_shared(infos: dict[str, ModuleInfo], params_of: dict[str, dict[int, object]], sizes: dict) -> None:
+def _count_shared(infos: dict[str, ModuleInfo], params_of: dict[str, dict[int, nn.Parameter]], sizes: dict) -> None:
     """Each module's ``params_shared``: its parameters that a module outside its subtree holds
     too (a tied weight, or a module reached at two paths). Each module counts them, so
     siblings' shares of the model's params can add up past 100%; the model counts them once."""

@@ -81,7 +81,7 @@ def _mesh_parallel(model: Any) -> dict:
         names = getattr(mesh, "mesh_dim_names", None)
         if mesh is None:
             continue
-        found = {}
+        found: dict[str, int] = {}
         for i, name in enumerate(names or ()):
             key = _MESH_NAMES.get(str(name).lower())
             if key is not None:

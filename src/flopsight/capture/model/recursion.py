@@ -26,8 +26,12 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from torch import nn
+
+if TYPE_CHECKING:
+    from types import FrameType
 
 __all__ = ["deep_enough", "limit_for", "model_depth", "room_for", "FRAMES_PER_LEVEL"]
 
@@ -76,7 +80,8 @@ def model_depth(model: nn.Module) -> int:
 
 
 def _frames_in_use() -> int:
-    frame, used = sys._getframe(1), 0
+    frame: FrameType | None = sys._getframe(1)
+    used = 0
     while frame is not None:
         frame, used = frame.f_back, used + 1
     return used
@@ -97,11 +102,12 @@ def deep_enough(depth: int) -> Iterator[None]:
     except RecursionError as e:
         notes = getattr(e, "__notes__", None) or []
         if deep and not any(_DEEP in str(n) for n in notes):
-            # set as add_note would (Python 3.10 has no add_note)
-            e.__notes__ = [*notes, f"flopsight: the model nests modules {depth} {_DEEP}; it was profiled under a "
-                                   f"recursion limit of {sys.getrecursionlimit()}, and this Python's C stack may "
-                                   "allow fewer levels (Python 3.12 bounds it whatever the limit: a plain call "
-                                   "fails there too)"]
+            note = (f"flopsight: the model nests modules {depth} {_DEEP}; it was profiled under a "
+                    f"recursion limit of {sys.getrecursionlimit()}, and this Python's C stack may "
+                    "allow fewer levels (Python 3.12 bounds it whatever the limit: a plain call "
+                    "fails there too)")
+            # set as add_note would (Python 3.10 has no add_note, and its stubs no __notes__)
+            e.__notes__ = [*notes, note]  # type: ignore[attr-defined]
         raise
     finally:
         if needed != before and sys.getrecursionlimit() == needed:

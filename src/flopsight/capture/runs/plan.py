@@ -83,8 +83,9 @@ def _gpu(ctx) -> DeviceUsageSource:
 PLAN: tuple[Row, ...] = (
     Row("optimizer", OptimizerSteps),
     # listening to every module call costs: only when some module class has a rule
-    Row("module rules", ModuleRules, lambda o, ctx: o.count and ctx.registry.has_module_rules(), needs={"calls"}),
-    Row("memory", MemorySource, lambda o, ctx: o.count and o.memory, needs={"memory"}),
+    Row("module rules", ModuleRules, lambda o, ctx: o.count and ctx.registry.has_module_rules(),
+        needs=frozenset({"calls"})),
+    Row("memory", MemorySource, lambda o, ctx: o.count and o.memory, needs=frozenset({"memory"})),
     Row("units", UnitSource, _counting),
     Row("autograd functions", AutogradFunctions, _counting),
     Row("collectives", CollectivesSource, _counting),
@@ -93,7 +94,7 @@ PLAN: tuple[Row, ...] = (
     Row("backend", backend),
     Row("device usage", _gpu, lambda o, ctx: isinstance(ctx.clock, CudaEventClock)),
     # started after the other sources, so their setup is not in its trace
-    Row("kernels", KernelTrace, lambda o, ctx: o.kernels, needs={"calls"}),
+    Row("kernels", KernelTrace, lambda o, ctx: o.kernels, needs=frozenset({"calls"})),
     Row("spans", SpanTimer),
 )
 

@@ -39,6 +39,7 @@ from .plan import PLAN, CaptureOptions, Row, plan_sources
 
 __all__ = ["CaptureSession"]
 
+
 class CaptureSession:
     """Composes the capture sources for one model between ``start`` and ``stop``.
 
@@ -168,7 +169,7 @@ class CaptureSession:
     # -- resolution ---------------------------------------------------------------------
     def _collect(self) -> RawCapture:
         ctx = self.ctx
-        parts = []
+        parts: list = []
         for source in self._sources:
             if hasattr(source, "collect"):
                 part = source.collect(ctx)

@@ -95,11 +95,11 @@ class Events:
     def publish_op(self, event: OpEvent) -> None:
         for listener in self.ops:
             listener(event)
-        for listener in self.ran:
-            listener(event.t0, event.t1)
+        for on_ran in self.ran:
+            on_ran(event.t0, event.t1)
 
     def publish_call(self, event: OpEvent) -> None:
         for listener in self.calls:
             listener(event)
-        for listener in self.ran:
-            listener(event.t0, event.t1)
+        for on_ran in self.ran:
+            on_ran(event.t0, event.t1)

@@ -46,6 +46,9 @@ class CaptureOptions:
     backend: str = "auto"
     #: also record kernels per module with torch.profiler (see :mod:`.kernels`)
     kernels: bool = False
+    #: a timing session (``count=False``) times the operators too, where the native recorder
+    #: can stamp them (:mod:`..backends.native.stamps`)
+    op_times: bool = False
 
     #: the fields a front-end's options give (the rest differ per session)
     FROM_OPTIONS = ("memory", "optimizer", "ignore", "backend", "kernels")

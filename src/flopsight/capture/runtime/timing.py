@@ -28,9 +28,12 @@ class Clock(Protocol):
     #: Whether spans and overhead are on the same timeline, so that the profiler's own
     #: host-side overhead can be subtracted from spans.
     subtracts_overhead: bool
-    #: Seconds per unit of stamp difference when ``seconds(a, b) == (b - a) * scale`` (so
-    #: differences can be summed as they come), None when stamps resolve only at ``finish``.
-    scale: float | None
+
+    # a read-only member, so that a clock may fix it as a plain float (or None) class attribute
+    @property
+    def scale(self) -> float | None:
+        """Seconds per unit of stamp difference when ``seconds(a, b) == (b - a) * scale`` (so
+        differences can be summed as they come), None when stamps resolve only at ``finish``."""
 
     def stamp(self) -> Any: ...
 
@@ -169,7 +172,7 @@ class FakeDeviceClock:
         return end[0] - start[0]
 
 
-def host_seconds(start, end) -> float:
+def host_seconds(start: object, end: object) -> float:
     """Seconds between two host stamps a device clock is given (``time.perf_counter``: the
     native recorder's stamps of the module calls inside a phase, where only the phases'
     boundaries are the device's); 0 between a host stamp and a device one, which no clock

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import inspect
 
+import torch
+
 from ..runtime.context import CaptureContext
 from ..runtime.running import OWN_CODE
 from .units import publish_whole, run_whole
@@ -23,7 +25,7 @@ _ABSENT = object()
 class AutogradFunctions:
     def __init__(self, ctx: CaptureContext):
         self._functions = ctx.registry.functions()  # Function subclass -> Unit
-        self._saved: list[tuple[type, object]] = []
+        self._saved: list[tuple[type[torch.autograd.Function], object]] = []
 
     def start(self, ctx: CaptureContext) -> None:
         for cls, unit in self._functions.items():
@@ -38,8 +40,8 @@ class AutogradFunctions:
             cls, original = self._saved.pop()
             if original is _ABSENT:
                 del cls.apply
-            else:
-                cls.apply = original
+            else:  # the class's own attribute as it held it (a classmethod object, or a C descriptor)
+                cls.apply = original  # type: ignore[method-assign, assignment]
 
     def _counted_apply(self, ctx: CaptureContext, unit, apply):
         attribution = ctx.attribution

@@ -316,8 +316,8 @@ class CollectivesSource:
         return Communication(list(self.calls))
 
     def _ran(self, t0: float, t1: float) -> None:
-        flight = self.in_flight
-        if flight.calls:  # compute overlapping communication
+        flight = self.in_flight  # (set: subscribed with it)
+        if flight is not None and flight.calls:  # compute overlapping communication
             flight.ran(t0, t1)
 
     def _collective(self, event: OpEvent) -> None:
@@ -328,7 +328,8 @@ class CollectivesSource:
         call = _Call(kind, None, None, 0, 0, self._issue_time(event.t0), self._issue_time(event.t1),
                      device=tensor.device if tensor is not None and tensor.is_cuda else None)
         self.calls.append(call)
-        self.in_flight.add(call)
+        if self.in_flight is not None:  # (set: the collectives are claimed with it)
+            self.in_flight.add(call)
         complete = call.complete  # from the backend's thread, or at once
         if func.namespace == "_c10d_functional":  # done when its result is waited for
             for t in out if isinstance(out, (list, tuple)) else (out,):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import torch
 
@@ -23,7 +24,7 @@ from ...result.device_usage import DeviceUsage
 __all__ = ["DeviceUsageSource", "open_nvml", "nvml_unavailable", "handle_by_uuid", "utilization_since"]
 
 
-def open_nvml(device: torch.device):
+def open_nvml(device: torch.device) -> tuple[Any, Any] | None:
     """(pynvml, the NVML handle of ``device``), or None where NVML cannot be used: the
     ``nvidia-ml-py`` package is not installed, or its library or driver is not there
     (:func:`nvml_unavailable` says which)."""
@@ -103,7 +104,7 @@ class DeviceUsageSource:
         self.device = device
         self.interval = interval
         self.usage: DeviceUsage | None = None
-        self._nvml = None
+        self._nvml: tuple[Any, Any] | None = None  # (pynvml, the device's handle) while sampling
         self._samples: list[tuple[int | None, int]] = []
         self._since_us = 0  # when the span began, on the driver's clock
         self._thread: threading.Thread | None = None
@@ -131,7 +132,8 @@ class DeviceUsageSource:
         total = None
         if self._nvml is not None:
             self._done.set()
-            self._thread.join()
+            if self._thread is not None:  # (started with NVML opened)
+                self._thread.join()
             self._sample()
             pynvml, handle = self._nvml
             try:
@@ -156,6 +158,8 @@ class DeviceUsageSource:
             self._sample()
 
     def _sample(self) -> None:
+        if self._nvml is None:  # (never: set while the sampler runs, and when stop takes the last sample)
+            return
         pynvml, handle = self._nvml
         try:
             used = int(pynvml.nvmlDeviceGetMemoryInfo(handle).used)

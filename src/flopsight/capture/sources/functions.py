@@ -79,7 +79,8 @@ class SubclassRoutes:
             for cls in torch_function_subclasses():
                 original = cls.__dict__["__torch_function__"]
                 routes.saved[(cls, "__torch_function__")] = original
-                cls.__torch_function__ = classmethod(_routed(original))
+                # (a tensor subclass's own classmethod, replaced: ``type`` declares none)
+                cls.__torch_function__ = classmethod(_routed(original))  # type: ignore[attr-defined]
             for cls in {type(f) for f in self.handlers if is_higher_order_op(f)}:
                 original = cls.__dict__.get("__call__", _INHERITED)
                 routes.saved[(cls, "__call__")] = original
@@ -156,7 +157,8 @@ class FunctionInterceptor:
         if needed:
             self._mode = _InterceptMode(self._handlers)
             if hook is not None:  # the same routing, faster (the native backend's, in C)
-                self._mode.__torch_function__ = types.MethodType(hook, self._mode)
+                # an instance attribute over the method: torch looks it up on the mode object
+                self._mode.__torch_function__ = types.MethodType(hook, self._mode)  # type: ignore[method-assign]
             self._mode.__enter__()
         elif self._handlers:  # plain tensors' calls are the backend's; a subclass's still come here
             self._routes = SubclassRoutes(self._handlers)

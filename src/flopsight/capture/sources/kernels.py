@@ -187,7 +187,8 @@ def attribute(events: list[TraceEvent], call_of: Callable[[int], tuple[str, str]
     (else the CPU ops' self times)."""
     cpu = sorted((e for e in events if not e.on_device), key=lambda e: (e.thread, e.start, -e.end))
     parent = _parents(cpu)
-    forward_op = {}  # (thread, sequence number) -> index of the forward op that made the node
+    # (thread, sequence number) -> index of the forward op that made the node
+    forward_op: dict[tuple[int, int], int] = {}
     for i, e in enumerate(cpu):
         if e.seq >= 0 and not e.fwd_thread and not e.name.startswith(BACKWARD_NODE):
             forward_op.setdefault((e.thread, e.seq), i)
@@ -303,7 +304,7 @@ def simulated_kernels(events: list[TraceEvent], share: float) -> list[TraceEvent
 def _ops_above(cpu: list[TraceEvent], parent: list[int], i: int) -> tuple[str, ...]:
     """The ops above event ``i`` up to the range or node that owns it, innermost first, as
     the counting pass names them (``aten.mm``)."""
-    chain = []
+    chain: list[str] = []
     while i >= 0 and len(chain) < _CHAIN:
         name = cpu[i].name
         if name.startswith((_CALL, _PHASE, BACKWARD_NODE)):

@@ -128,7 +128,7 @@ class MemorySource:
         #: storages allocated while profiling and alive
         self._tracked: dict = {}
         self._call_max: list[list] = []  # [call record, running max] of the calls on the stack
-        self._hooks = None
+        self._hooks: torch.autograd.graph.saved_tensors_hooks | None = None
         self._active = False
         ctx.events.calls_in_order.append(self)  # in order with the blocks: the C++ hooks serve it
         ctx.events.steps.append(self)
@@ -198,7 +198,7 @@ class MemorySource:
 
     # -- live bytes -----------------------------------------------------------------------
     def _op(self, event: OpEvent) -> None:
-        if event.path is not None:  # the model's op: its new storages
+        if event.path is not None and event.phase is not None:  # the model's op (it has both): its new storages
             self.outputs(event.out, event.path, event.phase, event.entry, _aliased_returns(event.func))
 
     def outputs(self, out, path: str, phase: str, entry=None, aliased: tuple = ()) -> None:

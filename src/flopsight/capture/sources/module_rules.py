@@ -7,7 +7,12 @@ Its backward, if the rule has a backward formula, is charged once when it runs.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..runtime.context import CaptureContext
+
+if TYPE_CHECKING:
+    from ...formulas.registry import Unit
 
 __all__ = ["ModuleRules"]
 
@@ -19,8 +24,8 @@ class ModuleRules:
     def __init__(self, ctx: CaptureContext):
         self._ctx = ctx
         self._registry = ctx.registry
-        self._rules: dict[type, object] = {}  # module type -> its rule or None (cached lookups)
-        self._active: dict[int, object] = {}  # call record index -> rule of calls in progress
+        self._rules: dict[type, Unit | None] = {}  # module type -> its rule or None (cached lookups)
+        self._active: dict[int, Unit] = {}  # call record index -> rule of calls in progress
         ctx.events.modules.append(self)
 
     def start(self, ctx: CaptureContext) -> None:
@@ -30,7 +35,7 @@ class ModuleRules:
         ctx.suppressed -= len(self._active)  # calls that never returned (an exception)
         self._active.clear()
 
-    def _rule(self, module_type: type):
+    def _rule(self, module_type: type) -> Unit | None:
         try:
             return self._rules[module_type]
         except KeyError:

@@ -44,6 +44,8 @@ class OptimizerSteps:
 
     def start(self, ctx: CaptureContext) -> None:
         spans = ctx.get(SpanTimer)
+        if spans is None:  # (every plan has one: the steps are its spans)
+            raise RuntimeError("optimizer: the session has no span timer to time the steps with")
         # paused during a step: no unit runs there (None in a session that counts nothing)
         functions = ctx.get(FunctionInterceptor)
         listeners = ctx.events.steps

@@ -68,7 +68,7 @@ class SpanTimer:
 
     def __init__(self, ctx: CaptureContext):
         self._ctx = ctx
-        self.spans: list[tuple] = []
+        self.spans: list[SpanStamps] = []
         self._open: dict[str, tuple] = {}  # kind -> (start stamp, overhead) of a span in progress
         self._outer_phase: list[str] = []  # the phase each open backward or step span interrupted
         self._gradless: list = []  # parameters without a gradient when the span began

@@ -92,7 +92,7 @@ class Bottleneck(nn.Module):
 class ResNet(nn.Module):
     """The torchvision ResNet architecture (same module names and shapes)."""
 
-    def __init__(self, block: type, layers: list[int], num_classes: int = 1000):
+    def __init__(self, block: type[BasicBlock | Bottleneck], layers: list[int], num_classes: int = 1000):
         super().__init__()
         self.inplanes = 64
         self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
@@ -106,7 +106,8 @@ class ResNet(nn.Module):
         self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
         self.fc = nn.Linear(512 * block.expansion, num_classes)
 
-    def _make_layer(self, block: type, planes: int, blocks: int, stride: int = 1) -> nn.Sequential:
+    def _make_layer(self, block: type[BasicBlock | Bottleneck], planes: int, blocks: int,
+                    stride: int = 1) -> nn.Sequential:
         downsample = None
         if stride != 1 or self.inplanes != planes * block.expansion:
             downsample = nn.Sequential(
@@ -333,6 +334,8 @@ class ZooEntry:
         ``torch.device(...)`` context and default dtype decide where and in what)."""
         if self.torch_builder is not None:
             return self.torch_builder().eval()
+        if self.architecture is None:  # (every entry has one or the other)
+            raise ValueError(f"{self.name}: neither a transformers architecture nor a torch builder")
         return build_transformers(self.architecture.model, config if config is not None else self.config())
 
 

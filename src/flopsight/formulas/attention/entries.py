@@ -107,10 +107,10 @@ def read_values(fn: Callable, *tensors: Any, key: Any = None) -> Any:
     with modes_disabled(), torch.no_grad():
         value = fn(*tensors)
     if key is not None:
-        known = VALUES.known
-        if len(known) >= _KNOWN_LIMIT:
-            known.pop(next(iter(known)))  # the oldest
-        known[cache_key] = ([weakref.ref(t) for t in tensors], [t._version for t in tensors], value)
+        cache = VALUES.known
+        if len(cache) >= _KNOWN_LIMIT:
+            cache.pop(next(iter(cache)))  # the oldest
+        cache[cache_key] = ([weakref.ref(t) for t in tensors], [t._version for t in tensors], value)
     return value
 
 

@@ -88,6 +88,8 @@ def _mha_entries(batch, heads, q_len, attended, *, effective, attn_mask, key_pad
             attn = keep(attn_mask) if attn_mask is not None else None
             kpm = keep(key_padding_mask) if key_padding_mask is not None else None
             given = attn if attn is not None else kpm
+            if given is None:  # no mask, every entry kept (not reached: count runs with a mask)
+                return dense
             s, device = given.shape[-1], given.device  # what is made here goes on the masks' device
             # per (batch, head): the columns each row keeps, restricted to kept keys
             cols = attn.reshape(-1, q_len, s).sum(-2) if attn is not None else torch.full((1, s), q_len, device=device)

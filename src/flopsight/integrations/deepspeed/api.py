@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import warnings
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 from torch import nn
@@ -34,6 +34,11 @@ from ...renderers.output import check_output_file, write
 from ...renderers.text_renderer import render_aggregated
 from ...result.profile_result import ProfileResult
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ...result.tree import ModuleNode
+
 __all__ = [
     "get_model_profile",
     "FlopsProfiler",
@@ -41,6 +46,10 @@ __all__ = [
     "get_module_macs",
     "get_module_duration",
 ]
+
+#: a getter's number: an int (FLOPs, MACs) or a float (seconds)
+_Number = TypeVar("_Number", int, float)
+
 
 class Profiled:
     """Module object -> (profiler, path): what the get_module_* helpers read. Weak, so a
@@ -111,7 +120,7 @@ class FlopsProfiler:
     def start_profile(self, ignore_list: list[type] | None = None) -> None:
         """Start counting and timing everything the model runs, its backward pass and
         any optimizer's step included (restarts if running)."""
-        if self._profiler_running():
+        if self._profiler is not None and self._profiler.running:
             self._profiler.stop()
         self._result = None
         # DeepSpeed's API profiles where it is called (often rank 0 only): no gathering
@@ -127,13 +136,13 @@ class FlopsProfiler:
 
     def _stop(self) -> ProfileResult | None:
         """Stop the running profiler: its result."""
-        return self._profiler.stop()
+        return self._started().stop()
 
     def reset_profile(self) -> None:
         """Discard what was measured so far (and keep profiling if running)."""
         if self._profiler_running():
             self._stop()
-            self._profiler.start()
+            self._started().start()
         self._result = None
 
     def end_profile(self) -> None:
@@ -148,6 +157,12 @@ class FlopsProfiler:
     def _profiler_running(self) -> bool:
         """Whether a capture is running (started, not yet stopped)."""
         return self._profiler is not None and self._profiler.running
+
+    def _started(self) -> Profiler:
+        """The profiler of the last start: where it is asked for, one was started."""
+        if self._profiler is None:
+            raise RuntimeError("FlopsProfiler: start_profile() was never called")
+        return self._profiler
 
     def _register(self) -> None:
         for name, module in self.model.named_modules():
@@ -167,18 +182,19 @@ class FlopsProfiler:
         until the model runs again)."""
         if self._result is not None:
             return self._result
-        if self._profiler_running():
+        if self._profiler is not None and self._profiler.running:
             snapshot = self._profiler.snapshot()
             return snapshot if snapshot.total.ran or snapshot.spans.get("backward") else None
         return None
 
-    def _total(self, read, as_string: bool, fmt):
+    def _total(self, read: Callable[[ProfileResult], _Number], as_string: bool,
+               fmt: Callable[[float], str]) -> _Number | str:
         """``read(result)``, 0 when nothing was measured (DeepSpeed's getters read 0 then)."""
         result = self._measured()
         value = read(result) if result is not None else 0
         return fmt(value) if as_string else value
 
-    def _duration(self, read, as_string: bool):
+    def _duration(self, read: Callable[[ProfileResult], float], as_string: bool) -> float | str:
         """A time, as :meth:`_total`; as a string ``"n/a"`` on the meta device, as the report
         prints it (nothing ran on hardware; the number keeps DeepSpeed's type)."""
         result = self._measured()
@@ -186,20 +202,20 @@ class FlopsProfiler:
             return "n/a"
         return self._total(read, as_string, duration_to_string)
 
-    def get_total_flops(self, as_string: bool = False):
+    def get_total_flops(self, as_string: bool = False) -> int | str:
         """Forward FLOPs of the whole model."""
         return self._total(lambda r: r.total.forward.flops, as_string, number_to_string)
 
-    def get_total_macs(self, as_string: bool = False):
+    def get_total_macs(self, as_string: bool = False) -> int | str:
         """Forward MACs of the whole model."""
         return self._total(lambda r: r.total.forward.macs, as_string, macs_to_string)
 
-    def get_total_duration(self, as_string: bool = False):
+    def get_total_duration(self, as_string: bool = False) -> float | str:
         """Forward latency of the whole model, in seconds (a timed step's where the engine
         timed one apart from the counted step: ``result.iteration.timed``)."""
         return self._duration(lambda r: model_forward(r, r.iteration).latency, as_string)
 
-    def get_total_params(self, as_string: bool = False):
+    def get_total_params(self, as_string: bool = False) -> int | str:
         """Parameters of the model (each tensor once; known before anything ran, as in DeepSpeed)."""
         result = self._measured()
         params = result.total.params if result is not None else describe(self.model)[""].params
@@ -207,23 +223,23 @@ class FlopsProfiler:
 
     # Beyond DeepSpeed (which estimates the backward as 2 * forward): what the backward
     # pass and optimizer.step() between start_profile() and stop_profile() really cost.
-    def get_total_backward_flops(self, as_string: bool = False):
+    def get_total_backward_flops(self, as_string: bool = False) -> int | str:
         """Measured backward FLOPs of the whole model (0 if no backward ran)."""
         return self._total(lambda r: r.iteration.backward.flops, as_string, number_to_string)
 
-    def get_total_backward_macs(self, as_string: bool = False):
+    def get_total_backward_macs(self, as_string: bool = False) -> int | str:
         """Measured backward MACs of the whole model (0 if no backward ran)."""
         return self._total(lambda r: r.iteration.backward.macs, as_string, macs_to_string)
 
-    def get_total_backward_duration(self, as_string: bool = False):
+    def get_total_backward_duration(self, as_string: bool = False) -> float | str:
         """Wall-clock seconds of the backward pass(es)."""
         return self._duration(lambda r: r.iteration.backward.latency, as_string)
 
-    def get_total_step_duration(self, as_string: bool = False):
+    def get_total_step_duration(self, as_string: bool = False) -> float | str:
         """Wall-clock seconds of ``optimizer.step()`` (any optimizer's)."""
         return self._duration(lambda r: r.iteration.step.latency, as_string)
 
-    def get_total_iteration_duration(self, as_string: bool = False):
+    def get_total_iteration_duration(self, as_string: bool = False) -> float | str:
         """Wall-clock seconds from ``start_profile()`` to ``stop_profile()``."""
         return self._duration(lambda r: r.iteration.latency, as_string)
 
@@ -277,7 +293,7 @@ class FlopsProfiler:
         write(render_aggregated(self.result, module_depth=module_depth, top_modules=top_modules))
 
 
-def _lookup(module: nn.Module):
+def _lookup(module: nn.Module) -> ModuleNode:
     if not isinstance(module, nn.Module):
         raise TypeError(f"module: expected a torch.nn.Module, got {type(module).__name__}")
     entry = PROFILED.modules.get(module)
@@ -346,7 +362,7 @@ def get_model_profile(
     dtype: str | None = None,
     backend: str | None = None,
     repeat: int = 1,
-):
+) -> tuple[str, str, str] | tuple[int, int, int]:
     """Profile one forward (or ``generate``, or ``func_name``) call; returns (flops, macs, params).
 
     As in DeepSpeed, the model is put in eval mode for the run (and, unlike DeepSpeed,
@@ -369,13 +385,13 @@ def get_model_profile(
     profile_options = ProfileOptions(warm_up=warm_up, mode=mode, func_name=func_name, ignore_modules=ignore_modules,
                                      attention=attention, timing=timing, gather_timeout=None, backend=backend,
                                      repeat=repeat)
-    args, kwargs = as_args(args), as_kwargs(kwargs)
+    call_args, call_kwargs = as_args(args), as_kwargs(kwargs)
     if input_shape is not None:
-        if args:  # DeepSpeed builds the input from input_shape and ignores args
+        if call_args:  # DeepSpeed builds the input from input_shape and ignores args
             warnings.warn("flopsight: input_shape and args both given: the input is built from input_shape and args "
                           "are ignored, as in DeepSpeed", UserWarning, stacklevel=2)
-        args = (_input_from_shape(model, _check_input_shape(input_shape)),)
-    if not args and not kwargs:
+        call_args = (_input_from_shape(model, _check_input_shape(input_shape)),)
+    if not call_args and not call_kwargs:
         raise ValueError("input_shape: the model needs inputs; pass input_shape=(...), args=[...] or kwargs={...}")
     check_output_file(output_file)
     options = dict(profile_step=warm_up, module_depth=module_depth, top_modules=top_modules, detailed=detailed,
@@ -387,7 +403,7 @@ def get_model_profile(
     with room_for(model):
         model.eval()
     try:
-        result = profile(model, args, kwargs, options=profile_options)
+        result = profile(model, call_args, call_kwargs, options=profile_options)
     finally:
         for m, flag in flags:
             if m.training is not flag:  # nn.Module.__setattr__ is slow: write only what changed

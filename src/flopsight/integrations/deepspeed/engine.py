@@ -29,6 +29,7 @@ once the profiled step is over.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -50,6 +51,7 @@ from .config import FlopsProfilerConfig, parse_config
 from .timed_step import TimedStep
 
 __all__ = ["install", "uninstall", "installed", "EngineProfiler"]
+
 
 def _engine_modules() -> list:
     try:
@@ -128,8 +130,8 @@ class EngineProfiler(FlopsProfiler):
         self._memory = config.memory if INSTALLED.options["memory"] is None else INSTALLED.options["memory"]
         self._steps = config.steps if INSTALLED.options["steps"] is None else INSTALLED.options["steps"]
         self._steps_done = 0
-        self._unwrap_steps = None  # the wrapper that ends each of several profiled steps
-        self._unwrap_step = None
+        self._unwrap_steps: Callable[[], None] | None = None  # the wrapper that ends each of several profiled steps
+        self._unwrap_step: Callable[[], None] | None = None
         self._timed: TimedStep | None = None  # the step before the profiled one, timed (see timed_step)
         if isinstance(ds_engine, nn.Module):
             # DeepSpeed starts its profiler from a hook of the model, inside the model's call,
@@ -137,7 +139,7 @@ class EngineProfiler(FlopsProfiler):
             # measured, and on every rank, so rank 0 can gather them all
             self._hook = ds_engine.register_forward_pre_hook(self._engine_called)
 
-    def _engine_called(self, engine, args) -> None:
+    def _engine_called(self, engine: Any, args: tuple[Any, ...]) -> None:
         profile_step = engine.flops_profiler_profile_step()
         if engine.global_steps > profile_step or not engine.flops_profiler_enabled():
             self._remove_hook()
@@ -157,7 +159,7 @@ class EngineProfiler(FlopsProfiler):
                     self._follow(engine)
 
     # -- several steps: each one measured on its own --------------------------------------
-    def _start_steps(self, engine, ignore_list=None) -> None:
+    def _start_steps(self, engine: Any, ignore_list: list[type] | None = None) -> None:
         """Profile ``steps`` steps from this one on, every rank alike: a wrapper of
         ``engine.step()``, outside the profiler's own, ends each step when the engine has
         counted it, and after the last stops (rank 0 gathers the ranks and prints)."""
@@ -165,7 +167,7 @@ class EngineProfiler(FlopsProfiler):
         self._measure(engine, ignore_list)
         self._wrap_steps()
 
-    def _measure(self, engine, ignore_list=None, keep: bool = True) -> None:
+    def _measure(self, engine: Any, ignore_list: list[type] | None = None, keep: bool = True) -> None:
         """Start measuring the engine's step on this rank (rank 0 gathers every rank's into
         ``result.ranks``); ``keep``: as this profiler's own profile (its result, its modules
         readable by the module getters), not only measured for rank 0."""
@@ -208,7 +210,7 @@ class EngineProfiler(FlopsProfiler):
         if unwrap is not None:
             unwrap()
 
-    def _one_of_the_steps(self, call, args, kwargs):
+    def _one_of_the_steps(self, call: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         engine = self.ds_engine
         before = engine.global_steps
         try:
@@ -221,7 +223,7 @@ class EngineProfiler(FlopsProfiler):
             if self._steps_done < self._steps:
                 # the next step's capture installs its own step wrapper: keep this one outside it
                 self._unwrap()
-                self._profiler.step()
+                self._started().step()
                 self._wrap_steps()
             else:
                 self._end_steps(report=engine.global_rank == 0)
@@ -254,7 +256,7 @@ class EngineProfiler(FlopsProfiler):
                 options = dict(report)
                 write(result, options.pop("output_file"), **options)
 
-        self._profiler.stop_detached(then)
+        self._started().stop_detached(then)
 
     def _measured(self) -> ProfileResult | None:
         if self._profiler is not None:
@@ -274,11 +276,11 @@ class EngineProfiler(FlopsProfiler):
             FlopsProfiler.end_profile(self)
             self._remove_hook()
 
-    def _follow(self, engine) -> None:
+    def _follow(self, engine: Any) -> None:
         """On a rank DeepSpeed does not profile: measure the step too, and stop (publishing
         the result for rank 0) when ``engine.step()`` has completed it."""
 
-        def step(call, args, kwargs):
+        def step(call: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             try:
                 out = call(*args, **kwargs)
             except BaseException:
@@ -332,16 +334,22 @@ class EngineProfiler(FlopsProfiler):
             super().stop_profile()
 
     def print_model_profile(self, profile_step: int = 1, module_depth: int = -1, top_modules: int = 1,
-                            detailed: bool = True, output_file: str | None = None) -> None:
+                            detailed: bool = True, output_file: str | None = None, *, ops: int | None = None,
+                            collapse: bool = False, detail_depth: int | None = None, peak: Any = None,
+                            efficiency: bool = False, dtype: str | None = None) -> None:
         if not self._step_done() or self._several():
             return  # a micro-batch before the boundary, or more steps to profile: it goes on
+        # FlopsProfiler's options beyond DeepSpeed's (the engine passes none of them)
+        beyond = dict(ops=ops, collapse=collapse, detail_depth=detail_depth, peak=peak, efficiency=efficiency,
+                      dtype=dtype)
         if self.ds_engine is None or not self._profiler_running():
             super().stop_profile()
-            return super().print_model_profile(profile_step, module_depth, top_modules, detailed, output_file)
+            return super().print_model_profile(profile_step, module_depth, top_modules, detailed, output_file,
+                                               **beyond)
         # gathered, rendered and written off the step's critical path: it returns at once
         self._finish_detached(self._report_options(profile_step=profile_step, module_depth=module_depth,
                                                    top_modules=top_modules, detailed=detailed,
-                                                   output_file=output_file))
+                                                   output_file=output_file, **beyond))
 
     def end_profile(self) -> None:
         if self._step_done() and not self._several():
@@ -359,7 +367,7 @@ def _engine_device(engine: Any) -> torch.device:
     return torch.device(device) if device is not None else model_device(engine.module)
 
 
-def _config_block(engine: Any):
+def _config_block(engine: Any) -> dict[str, Any] | None:
     """The engine's raw ``flops_profiler`` block, or None."""
     params = getattr(getattr(engine, "_config", None), "_param_dict", None)
     block = params.get("flops_profiler") if isinstance(params, dict) else None

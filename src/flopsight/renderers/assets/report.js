@@ -828,9 +828,15 @@
     const withBytes = ops.some(([, t]) => t.bytes > 0);
     const withDevice = Boolean(DATA.kernels); // kernels recorded: the time of those each operator launched
     const shown = ops.slice(0, 50);
-    section.append(el("p", { cls: "muted", text: "time: the operators' own time, measured in the counting pass (profile() times the "
-      + "modules in a pass of their own: there an operator's time can exceed its module's latency)." }));
-    section.append(scroller(figuresTable(["operator", "calls", "FLOPs", "% FLOPs", "time (counting pass)", "% time", ...(withBytes ? ["bytes"] : []),
+    // where the operators were timed (metadata.timing.ops; older files: the counting pass, apart
+    // from the modules' timed calls where those were timed in calls of their own)
+    const timing = (DATA.metadata || {}).timing || {};
+    const apart = timing.ops ? timing.ops === "counting" : ["separate", "device"].includes(timing.method);
+    section.append(el("p", { cls: "muted", text: apart
+      ? "time: the operators' own time, measured in the counting pass (the modules were timed in calls of their "
+        + "own: there an operator's time can exceed its module's latency)."
+      : "time: the operators' own time, measured in the calls that timed the modules." }));
+    section.append(scroller(figuresTable(["operator", "calls", "FLOPs", "% FLOPs", apart ? "time (counting pass)" : "time", "% time", ...(withBytes ? ["bytes"] : []),
       ...(withDevice ? ["device time"] : [])],
       shown.map(([name, t]) => [name, t.calls, fmt.flops(t.flops), fmt.pct(share(t.flops, totalFlops)), fmt.duration(t.latency),
         fmt.pct(share(t.latency, totalTime)), ...(withBytes ? [fmt.bytes(t.bytes)] : []),

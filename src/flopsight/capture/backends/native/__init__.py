@@ -27,7 +27,18 @@ from .ops import NativeCountingSource
 from .recorder import RECORDER
 from .self_check import verdict
 
-__all__ = ["NativeBackend", "native_backend"]
+__all__ = ["NativeBackend", "native_backend", "times_ops"]
+
+
+def times_ops(options, clock, infos) -> bool:
+    """Whether a timing session of ``infos`` on ``clock`` with ``options`` (a front-end's:
+    ``backend``) can time the operators too (:mod:`.stamps`): on the host's clock, with the
+    recorder's C++ hooks (nothing compiled), the recorder built (this builds it, as the
+    counting pass would) and choosing the ops as the Python path does (its self-check)."""
+    if options.backend == "python" or not isinstance(clock, HostClock) or compiled_paths(infos):
+        return False
+    recorder = RECORDER.load(quiet=False)
+    return recorder is not None and verdict(recorder) is None
 
 
 def _no_native_memory(recorder, options, params) -> str | None:
@@ -59,7 +70,10 @@ def native_backend(ctx, needs: frozenset = frozenset()) -> tuple[NativeBackend |
         if not native_calls or RECORDER.busy:
             return None, None
         recorder = RECORDER.loaded  # a timing pass never builds it (the counting pass before it did)
-        return (NativeBackend(ctx, recorder, None, True), None) if recorder is not None else (None, None)
+        if recorder is None:
+            return None, None
+        stamps = options.op_times and isinstance(ctx.clock, HostClock)
+        return NativeBackend(ctx, recorder, None, True, stamps=stamps), None
     if "ops" in needs:
         return None, "a source reads each op's tensors in Python while it runs"
     recorder, note = _counting_recorder(options.backend, ctx)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from typing import TYPE_CHECKING
 
 from torch import nn
 
@@ -14,16 +15,25 @@ from ..python.calls import PythonCalls
 from .calls import NativeCalls
 from .ops import NativeCountingSource
 from .recorder import RECORDER
+from .stamps import OpStamps
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["NativeBackend"]
 
 
 class NativeBackend(CallsAndOps):
     """See the module docstring: ``ops``, the native counting (None in a timing session);
-    ``native_calls``, whether the C++ hooks track the module calls."""
+    ``native_calls``, whether the C++ hooks track the module calls; ``stamps``, whether a timing
+    session times the ops too (:mod:`.stamps`; with the C++ hooks only)."""
 
-    def __init__(self, ctx, recorder, ops: NativeCountingSource | None, native_calls: bool):
+    calls: NativeCalls | PythonCalls
+    ops: NativeCountingSource | None
+
+    def __init__(self, ctx, recorder, ops: NativeCountingSource | None, native_calls: bool, stamps: bool = False):
         self.ops = ops
+        self.stamps = OpStamps(recorder, ctx.registry) if stamps and native_calls and ops is None else None
         #: memory from the allocators' reports (published to ``ctx.events.allocations``)
         self.tracks_memory = ops is not None and ops.memory
         #: the C++ hooks hear every thread's calls; inside phases a device's clock times, they
@@ -32,16 +42,17 @@ class NativeBackend(CallsAndOps):
         self.host_call_stamps = native_calls and ops is not None and on_device(ctx.clock)
         settle = ops.settle if ops is not None else None
         if native_calls:
-            self.calls = NativeCalls(ctx, recorder, drains=ops is None, settle=settle)
+            self.calls = NativeCalls(ctx, recorder, drains=ops is None, settle=settle, stamps=self.stamps)
             if ops is not None:
                 ops.replay_call = self.calls.replay
             settle = self.calls.settle
         else:
             self.calls = PythonCalls(ctx, settle)
-        if settle is not None:  # (instance attributes: the context calls them at every boundary)
-            self.settle = settle
+        # (instance attributes over the methods: the context calls them at every boundary)
+        if settle is not None:
+            self.settle = settle  # type: ignore[method-assign]
         if ops is not None:
-            self.settle_calls = ops.settle_calls
+            self.settle_calls = ops.settle_calls  # type: ignore[method-assign]
         self._ctx = ctx
 
     def start(self, ctx) -> None:
@@ -55,13 +66,17 @@ class NativeBackend(CallsAndOps):
                     "(it runs one at a time); profile on this thread with backend='python'")
             super().start(ctx)
 
+    def collect(self, ctx) -> tuple:
+        parts = super().collect(ctx)
+        return (*parts, self.stamps.collect()) if self.stamps is not None else parts
+
     def aside(self):
         return self.ops.aside() if self.ops is not None else contextlib.nullcontext()
 
     def unrecorded(self):
         return self.ops.unrecorded() if self.ops is not None else RUNNING.own_code()
 
-    def function_routing(self, handlers: dict) -> tuple[bool, object]:
+    def function_routing(self, handlers: dict) -> tuple[bool, Callable | None]:
         """Whether a function mode is needed, and its ``__torch_function__`` in C: the same
         routing, with the units the recorder counts whole let through. Only where a unit it
         cannot record may run (one written in Python, a user's, a handler that is not a unit)."""

@@ -84,7 +84,7 @@ def build(quiet: bool):
     name = "flopsight_native_" + folder.name.rsplit("-", 1)[-1]
     library = next((p for suffix in (".so", ".pyd") for p in folder.glob(f"{name}*{suffix}")), None)
     built = library is not None
-    if built:
+    if library is not None:
         # the folder's name carries the source's hash: a library there is this source's build.
         # Loaded directly: torch's tooling would run ninja and the compiler to check it (slower,
         # and each of its subprocesses makes Python forget which warnings it already showed)

@@ -9,13 +9,13 @@ A timing session (no op counted) drains the stream itself (:class:`CallRecords`)
 torch's fast call path where it can (:class:`WrappedForwards`): any global module hook sends
 every module call down torch's slow path, so there each hook-free module's ``forward`` is
 wrapped for the session instead, and the modules with hooks of their own get the C++ hooks
-as theirs (docs/native.md, "module calls in a timed pass").
+as theirs (docs/native.md, "module calls in a timed pass"). Where it times the operators too
+(:mod:`.stamps`), their stamps come in the same stream, each run charged to the call it ran in.
 """
 
 from __future__ import annotations
 
 import inspect
-import time
 
 from torch import nn
 
@@ -23,23 +23,22 @@ from ...._torch_private import has_own_hooks, module_call_frames
 from ...charging.calls import CallRecord, begun, unwind
 from ...model.scripted import is_scripted
 from ..python.calls import PythonCalls
-from .recorder import RECORDER
+from .ops import NO_NODE, ROWS
+from .recorder import RECORDER, host_offset
+from .stamps import OpStamps
 
-__all__ = ["NativeCalls", "CallRecords", "WrappedForwards", "host_offset"]
-
-
-def host_offset(recorder) -> float:
-    """Seconds to add to a recorder stamp (ns * 1e-9) to put it on the host clock."""
-    return time.perf_counter() - recorder.clock_ns() * 1e-9
+__all__ = ["NativeCalls", "CallRecords", "WrappedForwards"]
 
 
 class NativeCalls(PythonCalls):
     """Module calls through the recorder's C++ hooks (``recorder``: the loaded extension);
     ``drains``: whether this tracker drains the stream itself (a timing session: no op is
-    counted, so nothing else settles it); ``settle``: else the op capture's settle."""
+    counted, so nothing else settles it), with the ops' ``stamps`` in it where it times them;
+    ``settle``: else the op capture's settle."""
 
-    def __init__(self, ctx, recorder, drains: bool, settle=None):
-        self._records = CallRecords(ctx, recorder, self) if drains else None
+    def __init__(self, ctx, recorder, drains: bool, settle=None, stamps: OpStamps | None = None):
+        self.stamps = stamps
+        self._records = CallRecords(ctx, recorder, self, stamps) if drains else None
         super().__init__(ctx, self._records.settle if self._records is not None else settle)
         self._ctx = ctx
         self._in_order = ctx.events.calls_in_order
@@ -79,7 +78,7 @@ class NativeCalls(PythonCalls):
         finally:
             try:
                 if self._wrapped is not None:
-                    self._wrapped, wrapped = None, self._wrapped
+                    wrapped, self._wrapped = self._wrapped, None
                     wrapped.restore()
                 if self._records is not None:
                     self._records.__exit__(None, None, None)  # the calls recorded last, replayed
@@ -95,6 +94,7 @@ class NativeCalls(PythonCalls):
         ctx = self._ctx
         stack, log = ctx.stack, ctx.calls
         module = self._modules[index]
+        rec: CallRecord | None
         if kind == -1:
             # (the stack is never empty: a top-level call goes to the Python hook)
             rec = begun(len(log), self._index_paths[index], stack[-1], "recompute" if recompute else ctx.phase,
@@ -117,15 +117,23 @@ class NativeCalls(PythonCalls):
 
     def replay_batch(self, records: list, offset: float, overhead: float, stack: list, phase: str,
                      first: int) -> list[CallRecord]:
-        """The calls a timing session's batch of records (module calls alone, no op) begins,
-        numbered from ``first`` on, replayed onto ``stack`` as :meth:`replay` would (``t *
-        1e-9 + offset``: a record's stamp; ``phase``: the phase they ran in); one loop, no
-        listener (there is none: see CallRecords)."""
+        """The calls a timing session's batch of records (recorder.cpp's drain_runs rows: module
+        calls, and runs of ops where it stamps them) begins, numbered from ``first`` on, replayed
+        onto ``stack`` as :meth:`replay` would (``t * 1e-9 + offset``: a record's stamp;
+        ``overhead``: the profiler's own seconds at the batch's start, each op's stamps adding
+        their cost; ``phase``: the phase they ran in), each run of ops charged to the call then
+        innermost (:meth:`op_run`); one loop, no listener (there is none: see CallRecords)."""
         modules, index_paths = self._modules, self._index_paths
         calls: list[CallRecord] = []
         push, append = stack.append, calls.append
         top = stack[-1] if stack else None
-        for kind, index, recompute, seq, _, t, _, _ in records:
+        cost = self.stamps.cost if self.stamps is not None else 0.0
+        rec: CallRecord | None
+        for kind, index, recompute, seq, _, t, _, _, count, ns in records:
+            if kind >= 0:  # a run of ops, ``recompute`` its autograd node: their stamps' cost is the profiler's
+                self.op_run(top, phase, kind, recompute, count, ns)
+                overhead += count * cost
+                continue
             if kind == -1:  # (top is never None: a top-level call goes to the Python hook)
                 rec = begun(first + len(calls), index_paths[index], top, "recompute" if recompute else phase,
                             modules[index], seq)
@@ -141,6 +149,18 @@ class NativeCalls(PythonCalls):
                 stack.pop()
             top = stack[-1] if stack else None
         return calls
+
+    def op_run(self, top: CallRecord | None, phase: str, op_id: int, node_seq: int, count: int, ns: int) -> None:
+        """``count`` ops of ``op_id`` in a row, ``ns`` nanoseconds in all, that ran inside call
+        ``top`` (None: outside every call, the root's where the profiled call is the model's own
+        method), in ``phase``, outside the backward pass's nodes (else not charged: a timed pass
+        has none)."""
+        if node_seq != NO_NODE or self.stamps is None:
+            return
+        if top is not None:
+            self.stamps.add(top.path, top.phase, op_id, count, ns)
+        elif self._ctx.outside_to_root:
+            self.stamps.add("", phase, op_id, count, ns)
 
     def collect(self, ctx):
         if self._records is not None:
@@ -226,8 +246,8 @@ class CallRecords:
     now (the log stays in call order), from the stack as it was. Not where a source listens to
     each call in order with the other events (the memory source; no timing session has one)."""
 
-    def __init__(self, ctx, recorder, calls: NativeCalls):
-        self._ctx, self._rec, self._calls = ctx, recorder, calls
+    def __init__(self, ctx, recorder, calls: NativeCalls, stamps: OpStamps | None = None):
+        self._ctx, self._rec, self._calls, self._stamps = ctx, recorder, calls, stamps
         self._pending = recorder.pending_view().cast("q")
         self._offset = host_offset(recorder)
         #: (records, first slot, stack, phase, overhead) of each deferred batch
@@ -235,10 +255,18 @@ class CallRecords:
 
     def __enter__(self) -> CallRecords:
         RECORDER.acquire()
+        if self._stamps is not None:
+            try:
+                self._stamps.start()
+            except BaseException:
+                RECORDER.release()
+                raise
         return self
 
     def __exit__(self, *exc) -> None:
         try:
+            if self._stamps is not None:
+                self._stamps.stop()
             self.settle()
             self.replay_deferred()
         finally:
@@ -250,12 +278,19 @@ class CallRecords:
         ctx = self._ctx
         overhead = ctx.overhead.seconds
         h0 = ctx.overhead.begin()
-        # ops_known past every operator: none is handed over (a counting drain still gets them)
-        records, offset, log = self._rec.drain(2**31 - 1)[0], self._offset, ctx.calls
+        known = RECORDER.tables.ops  # the operators of the stamps' runs, named at the end
+        rows, _, ops = self._rec.drain_runs(len(known), True)
+        known.extend((name, overload) for _, name, overload in ops)
+        records, offset, log = list(ROWS.iter_unpack(rows)), self._offset, ctx.calls
+        cost = self._stamps.cost if self._stamps is not None else 0.0
         if ctx.events.calls_in_order:  # heard one by one, in order
-            replay = self._calls.replay
-            for kind, index, recompute, seq, _, t, _, _ in records:
-                replay(kind, index, recompute, seq, t * 1e-9 + offset, overhead)
+            calls, running = self._calls, overhead
+            for kind, index, recompute, seq, _, t, _, _, count, ns in records:
+                if kind >= 0:
+                    calls.op_run(ctx.stack[-1] if ctx.stack else None, ctx.phase, kind, recompute, count, ns)
+                    running += count * cost
+                else:
+                    calls.replay(kind, index, recompute, seq, t * 1e-9 + offset, running)
         elif not self._rec.open_calls():  # a top-level call is ending (its Python hook settles)
             stack = ctx.stack
             self._deferred.append((records, len(log), list(stack), ctx.phase, overhead))
@@ -265,6 +300,8 @@ class CallRecords:
             del stack[1:]
         else:
             log.extend(self._calls.replay_batch(records, offset, overhead, ctx.stack, ctx.phase, len(log)))
+        if cost:  # the stamps' cost, the profiler's own time from here on (the spans still open leave it out)
+            ctx.overhead.seconds += cost * sum(r[8] for r in records if r[0] >= 0)
         ctx.overhead.end(h0)
 
     def replay_deferred(self) -> None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import struct
 import warnings
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import torch
@@ -55,16 +56,15 @@ from ...runtime.events import OpEvent
 from ...runtime.running import RUNNING
 from ...runtime.stance import EAGER_STANCE
 from ...runtime.timing import FakeClock
-from .calls import host_offset
-from .recorder import RECORDER, Tables
+from .recorder import RECORDER, Tables, host_offset
 
-__all__ = ["NativeCountingSource", "NO_NODE"]
+__all__ = ["NativeCountingSource", "NO_NODE", "ROWS", "configure_tables", "operator_of"]
 
 NO_NODE = -(2**63)  # the recorder's node sequence number for an op outside the backward pass
 MEMORY = -3  # a memory run's row (recorder.cpp's kMemory)
 RELEASED = -4  # a block released outside the memory run it was allocated in (kReleased)
 RELEASED_BEFORE = -5  # a block allocated before the session, released (kReleasedBefore)
-_ROWS = struct.Struct("=10q")  # drain_runs' rows
+ROWS = struct.Struct("=10q")  # drain_runs' rows
 
 
 class Costed(NamedTuple):
@@ -127,6 +127,11 @@ class _Op:
         self.kw_names = [a.name for a in arguments if a.kwarg_only]
         self.n_returns = len(schema.returns)
 
+    @property
+    def name(self) -> str:
+        """The name its calls are charged under (the unit's, for a unit)."""
+        return self.unit.name if self.unit is not None else self.entry.name
+
     def call_values(self, inputs, outputs) -> tuple:
         """(out, args, kwargs) as a dispatch mode would have seen them."""
         n = self.n_positional
@@ -151,6 +156,29 @@ def _configure(recorder, registry, claimed: tuple = ()) -> _RegistryTables:
         for other in known.registries.values():
             other.forget()
     return tables
+
+
+def configure_tables(recorder, registry) -> _RegistryTables:
+    """The recorder set up for ``registry`` where it is not already, whatever ops a session
+    claimed (a timed pass's stamps claim none, and record a claimed op as any other); the
+    registry's tables (see :func:`_configure`)."""
+    known = RECORDER.tables
+    tables = known.registries.get(registry)
+    if tables is not None and tables.version == registry.version and known.names is not None \
+            and known.names[:3] == tables.names:
+        return tables
+    return _configure(recorder, registry)
+
+
+def operator_of(tables: _RegistryTables, registry, op_id: int, known: list) -> _Op | None:
+    """The operator of id ``op_id`` as ``registry`` charges it (None: one torch.ops does not
+    know), from ``tables`` (filled up to it); ``known``: the process's operators by id."""
+    ops, units = tables.ops, tables.units
+    while len(ops) <= op_id:
+        name, overload = known[len(ops)]
+        op = native_op(name, overload)
+        ops.append(None if op is None else _Op(registry.resolve(op), op_schema(op), units.get(f"{name}.{overload}")))
+    return ops[op_id]
 
 
 class _RegistryTables:
@@ -185,7 +213,7 @@ class NativeCountingSource:
         #: the torch-function level (a nested tensor's or CausalBias's own attention) still goes
         #: to the unit's Python handler, which counts it as on the Python path
         self.passthrough = _aten_units(ctx.registry)
-        self._tables: _RegistryTables | None = None
+        self._tables: _RegistryTables  # set by start (nothing is charged before it)
         self._values: dict[int, tuple] = {}  # signature -> (key, inputs, outputs) handed over
         self._on_values: set[str] = set()  # the operators costed on their own values
         self._running = False
@@ -194,8 +222,11 @@ class NativeCountingSource:
         self._pending = recorder.pending_view().cast("q")  # records not yet charged
         self._calls_pending = recorder.calls_pending_view().cast("q")  # of them, module calls' records
         #: replays a module call the C++ hooks recorded (the backend's call tracker sets it)
-        self.replay_call = None
+        self.replay_call: Callable[[int, int, int, int, float, float], None] | None = None
         clock = ctx.clock
+        # exactly one of the two: the offset of the recorder's stamps, or a test clock's stamp
+        self._offset: float | None
+        self._stamp: Callable[[], int] | None
         if isinstance(clock, FakeClock):  # a test's clock: ops stamped on it as charged
             self._offset = None
             self._stamp = clock.stamp
@@ -269,6 +300,8 @@ class NativeCountingSource:
         op = self._claimed_ops.get(op_id)
         if op is None:
             func = native_op(*self._rec.operator(op_id))
+            if func is None:  # (never: a source claims an overload torch.ops has, by its name)
+                raise RuntimeError(f"native recorder: claimed operator {op_id} is not in torch.ops")
             op = self._claimed_ops[op_id] = (func, _Op(self._ctx.registry.resolve(func), op_schema(func)))
         func, op = op
         handler = self._ctx.events.claims.get(func)
@@ -276,14 +309,14 @@ class NativeCountingSource:
             return
         out, args, kwargs = op.call_values(inputs, outputs)
         if self._offset is not None:
-            t0, t1 = t0 * 1e-9 + self._offset, t1 * 1e-9 + self._offset
-        else:
-            t0, t1 = self._stamp(), self._stamp()
+            start, end = t0 * 1e-9 + self._offset, t1 * 1e-9 + self._offset
+        else:  # a test's clock: _stamp is set with it
+            start, end = self._stamp(), self._stamp()  # type: ignore[misc]
         overhead = self._ctx.overhead
         before, h0 = overhead.seconds, overhead.begin()
         try:
             with self.unrecorded():
-                handler(OpEvent(op.entry, func, args, kwargs, out, t0, t1, None, None))
+                handler(OpEvent(op.entry, func, args, kwargs, out, start, end, None, None))
         finally:
             overhead.seconds = before  # the handler's settle counted its own part: count the whole once
             overhead.end(h0)
@@ -310,19 +343,12 @@ class NativeCountingSource:
         known.extend((name, overload) for _, name, overload in ops)
         for sig, key, inputs, outputs in values:
             self._values[sig] = (key, inputs, outputs)
-        self._charge(_ROWS.iter_unpack(rows), not ctx.suppressed, overhead)
+        self._charge(ROWS.iter_unpack(rows), not ctx.suppressed, overhead)
         self._values.clear()
         ctx.overhead.end(h0)
 
     def _op(self, op_id: int) -> _Op | None:
-        ops = self._tables.ops
-        units = self._tables.units
-        while len(ops) <= op_id:
-            name, overload = RECORDER.tables.ops[len(ops)]
-            op = native_op(name, overload)
-            ops.append(None if op is None else
-                       _Op(self._ctx.registry.resolve(op), op_schema(op), units.get(f"{name}.{overload}")))
-        return ops[op_id]
+        return operator_of(self._tables, self._ctx.registry, op_id, RECORDER.tables.ops)
 
     def _charge(self, rows, counting: bool, overhead: float) -> None:
         """Charge the op runs (when ``counting``) and the memory runs, and replay the module
@@ -330,7 +356,8 @@ class NativeCountingSource:
         attribution = self._ctx.attribution
         place_at = attribution.place_at
         replay_call = self.replay_call
-        costs, offset, stamp = self._tables.costs, self._offset, self._stamp
+        costs, offset = self._tables.costs, self._offset
+        stamp: Callable[[], int] = self._stamp  # type: ignore[assignment]  # set where offset is None, its one use
         ran = self._ctx.events.ran  # listeners to each op's interval (ops overlapping collectives)
         for op_id, sig, node_seq, seq_before, seq_after, t0, t1, variable, count, ns in rows:
             if op_id < 0:
@@ -344,7 +371,8 @@ class NativeCountingSource:
                     for listener in self._ctx.events.allocations:
                         listener.freed_before(node_seq, seq_before)
                 else:  # a module call entered or left (recorder.cpp's kEnter, kExit)
-                    replay_call(op_id, sig, node_seq, seq_before, t0 * 1e-9 + offset, overhead)
+                    # (recorded only where the C++ hooks track the calls: their tracker set replay_call)
+                    replay_call(op_id, sig, node_seq, seq_before, t0 * 1e-9 + offset, overhead)  # type: ignore[misc]
                 continue
             if not counting:
                 continue
@@ -520,7 +548,8 @@ _META = torch.device("meta")
 def _decode(key: bytes, dtypes: list) -> tuple[tuple, tuple]:
     """(inputs, outputs) of a signature, tensors as meta tensors of its shapes and dtypes."""
     pos = 4  # the operator's id
-    inputs, outputs = [], []
+    inputs: list = []
+    outputs: list = []
     for values in (inputs, outputs):
         (n,) = _I32.unpack_from(key, pos)
         pos += 4

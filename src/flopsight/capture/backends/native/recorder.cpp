@@ -37,6 +37,11 @@
 // boundaries" below): a call of a module of the model becomes an enter and an exit record in
 // the same stream, so Python replays the module stack in order with the ops.
 //
+// Stamps only (a timed pass: start(stamps=true)): the same ops are recorded, chosen the same
+// way, with their host stamps and nothing else (no signature, no value, no claim: sig 0), so
+// the operators are timed in the pass that times the modules, for little more than
+// RecordFunction's own cost.
+//
 // Built with -DNDEBUG: RecordFunction's layout differs without it.
 #include <ATen/SequenceNumber.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -143,6 +148,7 @@ int64_t g_op_records = 0;  // under g_lock: op records pushed so far, and claime
 int64_t g_batch = 0;       // under g_lock: drains so far
 std::vector<Values> g_values;
 std::atomic<bool> g_on{false};
+std::atomic<bool> g_stamps{false};  // stamps only (see the top of this file)
 std::atomic<int64_t> g_generation{0};  // a new one per start: frames of an old session are ignored
 c10::optional<at::CallbackHandle> g_handle;
 
@@ -532,6 +538,7 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
     frame.costed_before = t.costed_total;
   }
   frame.costed = flags.costed;
+  bool stamps = g_stamps.load(std::memory_order_relaxed);
   frame.seq_before = static_cast<int64_t>(at::sequence_number::peek());
   frame.exceptions = std::uncaught_exceptions();
   frame.op = op;
@@ -546,22 +553,25 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
     }
   }
   frame.key.clear();
-  append(frame.key, op);
   frame.cacheable = true;
-  auto inputs = fn.inputs();
-  append(frame.key, static_cast<int32_t>(inputs.size()));
-  for (const auto& v : inputs) {
-    frame.cacheable = describe(frame.key, v) && frame.cacheable;
+  frame.keep = false;
+  if (!stamps) {
+    append(frame.key, op);
+    auto inputs = fn.inputs();
+    append(frame.key, static_cast<int32_t>(inputs.size()));
+    for (const auto& v : inputs) {
+      frame.cacheable = describe(frame.key, v) && frame.cacheable;
+    }
+    frame.claimed = flags.claimed;
+    if (frame.claimed) c10::ThreadLocalDebugInfo::_push(kInsideClaimed, std::make_shared<InsideClaimed>());
+    frame.keep = flags.keep_values || !frame.cacheable || flags.claimed;
+    if (frame.keep) frame.inputs.assign(inputs.begin(), inputs.end());
   }
-  frame.claimed = flags.claimed;
-  if (frame.claimed) c10::ThreadLocalDebugInfo::_push(kInsideClaimed, std::make_shared<InsideClaimed>());
-  frame.keep = flags.keep_values || !frame.cacheable || flags.claimed;
-  if (frame.keep) frame.inputs.assign(inputs.begin(), inputs.end());
   // its parts run without RecordFunction (its own end still runs): a unit's, which are counted
   // with it, and those of a recorded op that has many (they are not recorded), when nothing
   // else observes them
   frame.quiet = flags.unit;
-  if (frame.recorded && !flags.unit && !flags.claimed) {
+  if (frame.recorded && !flags.unit && !frame.claimed) {
     const PerOp& known = per_op(t, op);
     frame.quiet = known.runs >= kQuietAfter && known.parts >= kQuietParts * known.runs && alone();
     frame.parts_before = t.parts;
@@ -614,6 +624,15 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext*) {
     return;
   }
   if (frame.costed) ++t.costed_total;
+  if (g_stamps.load(std::memory_order_relaxed)) {
+    int64_t seq_after = static_cast<int64_t>(at::sequence_number::peek());
+    std::lock_guard<std::mutex> guard(g_lock);
+    if (!g_on.load(std::memory_order_relaxed)) return;
+    g_records.push_back(Record{frame.op, 0, frame.node_seq, frame.seq_before, seq_after, frame.t0, t1, 0});
+    ++g_op_records;
+    g_pending = static_cast<int64_t>(g_records.size());
+    return;
+  }
   const auto& outputs = fn.outputs();
   if (claimed) {
     claim(frame, outputs, t1);
@@ -1335,8 +1354,9 @@ void configure(const std::vector<std::string>& value_ops, const std::vector<std:
   g_config.fetch_add(1);
 }
 
-// (with the GIL held) claim: the claimed ops' handler, or None
-void start(py::object claim) {
+// (with the GIL held) claim: the claimed ops' handler, or None; stamps: record the ops' stamps
+// only (see the top of this file)
+void start(py::object claim, bool stamps) {
   std::lock_guard<std::mutex> guard(g_lock);
   TORCH_CHECK(!g_handle, "flopsight's native recorder is already running");
   Py_CLEAR(g_claim);
@@ -1347,9 +1367,11 @@ void start(py::object claim) {
   g_generation.fetch_add(1);
   g_global_callbacks.store(at::hasGlobalCallbacks());
   // thread-local, as a dispatch mode is: the autograd engine carries it into its threads
+  // a stamp needs no output; the inputs still tell a composite op's device (op_of_locked)
+  g_stamps.store(stamps);
   g_handle = at::addThreadLocalCallback(at::RecordFunctionCallback(on_enter, on_exit)
                                             .needsInputs(true)
-                                            .needsOutputs(true)
+                                            .needsOutputs(!stamps)
                                             .scopes({at::RecordScope::FUNCTION}));
   g_on.store(true);
 }
@@ -1363,6 +1385,32 @@ void stop() {
   }
   if (handle) at::removeCallback(*handle);
   Py_CLEAR(g_claim);  // called with the GIL held
+}
+
+// seconds one op's stamps cost it (RecordFunction's own work and the callbacks'), which a timed
+// pass's module spans then hold: ``n`` in-place adds to a one-element tensor timed with and
+// without the stamps, the least of ``tries`` runs of each (with the GIL held, the recorder idle;
+// what it recorded is dropped)
+double stamp_cost(int64_t n, int tries) {
+  TORCH_CHECK(!g_handle, "flopsight's native recorder is running");
+  at::Tensor x = at::zeros({1});
+  auto run = [&] {
+    int64_t t0 = now_ns();
+    for (int64_t i = 0; i < n; ++i) x = x.add(1);
+    return now_ns() - t0;
+  };
+  run();  // the first call of an op looks it up
+  int64_t plain = INT64_MAX, stamped = INT64_MAX;
+  for (int k = 0; k < tries; ++k) {
+    plain = std::min(plain, run());
+    start(py::none(), true);
+    stamped = std::min(stamped, run());
+    stop();
+    std::lock_guard<std::mutex> guard(g_lock);
+    g_records.clear();
+    g_pending = 0;
+  }
+  return std::max<int64_t>(stamped - plain, 0) * 1e-9 / static_cast<double>(n);
 }
 
 // RecordFunction on this thread on or off; returns whether it was on. Off while a call counted
@@ -1613,12 +1661,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "Name the operators ('ns::name.overload') whose formulas read values (their ops keep them), "
         "those with formulas that cost (a composite one is recorded whole if none of its parts "
         "is), those counted whole (units) and those handed to Python as they return; forgets the operators and signatures learnt so far.");
-  m.def("start", &start, py::arg("claim") = py::none(),
+  m.def("start", &start, py::arg("claim") = py::none(), py::arg("stamps") = false,
         "Install the recorder on this thread (and the autograd threads it starts); claim(op, inputs, outputs, "
-        "t0, t1) gets each claimed op as it returns.");
+        "t0, t1) gets each claimed op as it returns; stamps: record each op's stamps only (sig 0).");
   m.def("signature", &signature, py::arg("sig"), "A signature's key.");
   m.def("operator", &operator_name, py::arg("id"), "(name, overload) of an operator id.");
   m.def("stop", &stop, "Remove the recorder.");
+  m.def("stamp_cost", &stamp_cost, py::arg("n"), py::arg("tries"),
+        "Seconds a stamped op costs beyond its run (n one-element adds, the least of tries runs).");
   m.def("set_thread_enabled", &set_thread_enabled, py::arg("on"),
         "RecordFunction on this thread on or off (returns whether it was on).");
   m.def("start_memory", &start_memory,

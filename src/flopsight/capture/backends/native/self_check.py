@@ -25,6 +25,7 @@ import hashlib
 import os
 import sys
 from pathlib import Path
+from typing import Literal
 
 import torch
 
@@ -84,7 +85,7 @@ def verdict(module) -> str | None:
     return found
 
 
-def _read(path: Path, wanted: str) -> str | None | bool:
+def _read(path: Path, wanted: str) -> str | None | Literal[False]:
     """The verdict kept at ``path`` under key ``wanted`` (None: agrees), False when none is."""
     try:
         kept_key, _, rest = path.read_text().partition("\n")
@@ -134,6 +135,7 @@ def _captured(model: torch.nn.Module, backend: str, module, run) -> Counts:
     options = CaptureOptions(infos, backend=backend, timeline=False)
     ctx = CaptureContext.create(HostClock(), REGISTRY, options=options, params=ModelParameters(infos))
     ctx.attribution = Attribution(ctx)
+    capture: PythonBackend | NativeBackend
     if backend == "python":
         capture = PythonBackend(ctx)
     else:

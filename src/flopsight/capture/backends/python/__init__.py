@@ -5,11 +5,15 @@ backend is tested against."""
 from __future__ import annotations
 
 import contextlib
+from typing import TYPE_CHECKING
 
 from ...runtime.running import RUNNING
 from ..composed import CallsAndOps
 from .calls import PythonCalls
 from .ops import CountingSource
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["PythonBackend"]
 
@@ -19,6 +23,8 @@ class PythonBackend(CallsAndOps):
     source puts it in the result's metadata)."""
 
     tracks_memory = False  # the memory source reads each op's output storages itself
+    calls: PythonCalls
+    ops: CountingSource | None
 
     def __init__(self, ctx, note: str | None = None):
         self.calls = PythonCalls(ctx)
@@ -30,5 +36,5 @@ class PythonBackend(CallsAndOps):
     def unrecorded(self):  # the profiler's own ops: no session records them (see ...running)
         return RUNNING.own_code()
 
-    def function_routing(self, handlers: dict) -> tuple[bool, object]:  # every unit is seen in Python
+    def function_routing(self, handlers: dict) -> tuple[bool, Callable | None]:  # every unit is seen in Python
         return bool(handlers), None

@@ -105,7 +105,8 @@ class PythonCalls(CallTracking):
                 listener.call_begins(rec)
             for listener in in_order:
                 listener.call_begins(rec)
-            if module is script_root:  # a scripted root: no kwargs hook, record its inputs here
+            # a scripted root: no kwargs hook, record its inputs here (record_inputs: set with script_root)
+            if module is script_root and record_inputs is not None:
                 record_inputs(module, args, {})
             overhead_end(h0)
             rec.ovh_start = overhead.seconds
@@ -125,7 +126,7 @@ class PythonCalls(CallTracking):
             rec.seq_end = autograd_sequence_nr()
             exc = sys.exc_info()[1]
             failed = exc is not None and exc is not rec.exc
-            if failed:
+            if failed and exc is not None:  # (failed implies exc: repeated for the type checker)
                 # Called from torch's except-block: the forward raised (checkpointing also
                 # stops a recompute early by raising, which is not the model failing).
                 error = note_error(rec, exc, root=len(stack) == 1 and rec.phase == "forward")
@@ -134,7 +135,8 @@ class PythonCalls(CallTracking):
             else:
                 rec.end = end
                 rec.ovh_end = ovh_end
-                if rec.thread:  # its nodes are numbered by this thread's counter: say so on them
+                # its nodes are numbered by this thread's counter: say so on them (seq_start: set by begun)
+                if rec.thread and rec.seq_start is not None:
                     tag_nodes(nested_tensors(kwargs_output[-1]), rec.seq_start, rec.seq_end, rec.thread)
             for listener in listeners:  # while the call is still the innermost one
                 kwargs = kwargs_output[0] if len(kwargs_output) == 2 else {}
