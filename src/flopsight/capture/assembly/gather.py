@@ -93,13 +93,15 @@ def _store_and_rank():
 def announce() -> None:
     """Say that a profile starts on this rank (it will gather): rank 0 waits for the ranks
     that did. A count in the store, per rank: its n-th profile was announced when the count
-    reached n."""
+    reached n. Rank 0's own count is read by no one: it is kept here only (no round trip to
+    the store at the start of its profile)."""
     found = _store_and_rank()
     if found is None:
         return
     store, rank, _ = found
     GATHERING.announced += 1
-    store.add(f"{_ANNOUNCE}{rank}", 1)
+    if rank != 0:
+        store.add(f"{_ANNOUNCE}{rank}", 1)
 
 
 def _next_profile(store, rank: int) -> int:
@@ -108,7 +110,8 @@ def _next_profile(store, rank: int) -> int:
     counts = GATHERING
     counts.gathered += 1
     if counts.announced < counts.gathered:
-        store.add(f"{_ANNOUNCE}{rank}", counts.gathered - counts.announced)
+        if rank != 0:
+            store.add(f"{_ANNOUNCE}{rank}", counts.gathered - counts.announced)
         counts.announced = counts.gathered
     return counts.gathered
 
