@@ -12,9 +12,11 @@ idle time, so these are measured on the CPU, where they are the host's alone. Tw
 Four ways of running each, against a plain forward in the same round:
 
 * **the timed pass**: the pass ``profile(warm_up >= 1)`` times, a capture session that counts
-  nothing (module calls only, on the host clock here: each module's forward wrapped in C++,
-  no global hook; the calls it records are replayed when the session stops, after the forward,
-  which is printed apart);
+  nothing (module calls only: each module's forward wrapped in C++, no global hook; the calls
+  it records are replayed when the session stops, after the forward, which is printed apart),
+  as on a device's clock; and **with the ops' stamps**, as the host clock's timed pass runs it
+  (each op stamped to time the operators in the same pass, its cost then left out of the spans:
+  the last column of ``benchmarks/overhead.py`` measures what remains);
 * **the single pass**: ``Profiler(model, memory=True)``, counting and timing together;
 * **the single pass, memory off**: ``Profiler(model)``;
 * **torch's floor**: a global forward pre-hook and an always-called forward hook that do
@@ -65,11 +67,15 @@ def models() -> dict[str, tuple[nn.Module, int, int]]:
             "calls": (nn.Sequential(*(_Add() for _ in range(CALLS))), CALLS, CALLS)}
 
 
-def timed_pass(model):
-    """A session as profile()'s timed pass opens it: module spans only, nothing counted."""
-    options = flopsight.ProfileOptions()
-    session = open_session(describe(model), options, options.formulas, HostClock(), count=False)
-    return session.stop
+def timed_pass(op_times: bool):
+    def start(model):
+        """A session as profile()'s timed pass opens it: module spans (and the ops' stamps), nothing counted."""
+        options = flopsight.ProfileOptions()
+        session = open_session(describe(model), options, options.formulas, HostClock(), count=False,
+                               op_times=op_times)
+        return session.stop
+
+    return start
 
 
 def single_pass(memory: bool):
@@ -92,7 +98,8 @@ def empty_global_hooks(model):
     return remove
 
 
-WAYS = {"timed pass": timed_pass, "single pass, memory on": single_pass(True),
+WAYS = {"timed pass": timed_pass(False), "timed pass, with the ops' stamps": timed_pass(True),
+        "single pass, memory on": single_pass(True),
         "single pass, memory off": single_pass(False), "empty global module hooks (torch's floor)": empty_global_hooks}
 
 _CHARGING = [0.0]  # seconds spent in NativeCountingSource.settle since it was last reset

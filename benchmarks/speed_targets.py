@@ -1,4 +1,4 @@
-"""Every speed target of the hot-path issue (27), measured in one run, next to DeepSpeed.
+"""Every speed target of the hot-path issues (27, 36), measured in one run, next to DeepSpeed.
 
     python benchmarks/speed_targets.py                    # all of them (about 10 minutes here)
     python benchmarks/speed_targets.py --quick            # a dry run: few rounds, small models
@@ -58,6 +58,8 @@ def jobs(quick: bool, out: Path) -> dict[str, list[str]]:
         "counting_pass": _python(f"{b}/counting_pass.py", "--rounds", r(21, 3), "--threads", "1",
                                  "--models", "bert-base,gpt2,lenet,cells,small-ops"),
         "engine": _deepspeed(f"{b}/engine_step.py", "--rounds", r(31, 3)),
+        "first_profile": _python(f"{b}/first_profile.py", "--processes", r(11, 2)),
+        "rank0": _python(f"{b}/rank0_only.py", "--launches", r(5, 1), "--rounds", r(21, 3)),
     }
 
 
@@ -82,6 +84,11 @@ def _x(value: str | None) -> float | None:
 def _ms(text: str, label: str) -> float | None:
     found = re.search(rf"^{re.escape(label)}\s+([\d.]+) ms", text, re.M)
     return float(found.group(1)) if found else None
+
+
+def _first_minus_second(text: str, side: str) -> float | None:
+    """first_profile.py's median first - second profile of ``side``, in ms."""
+    return _x(_cell(text, side, column=4))
 
 
 def rows(outputs: dict[str, str], out: Path) -> list[tuple[str, str, str, str, bool | None]]:
@@ -155,6 +162,28 @@ def rows(outputs: dict[str, str], out: Path) -> list[tuple[str, str, str, str, b
     add("DeepSpeed engine drop-in, ZeRO-0 step of the seed's Net, 2 CPU ranks", "<= DeepSpeed's profiler",
         f"{ours:.2f}x" if ours else None, f"{theirs:.2f}x" if theirs else "",
         ours is not None and theirs is not None and ours <= theirs)
+
+    t = outputs.get("first_profile", "")
+    ours = _first_minus_second(t, "flopsight-auto")
+    theirs = _first_minus_second(t, "deepspeed")
+    imports = _x(_cell(t, "flopsight-auto", column=1))
+    add("a fresh process's first `profile()` over its second (MLP, native build cached)", "<= +300 ms",
+        f"+{ours:.0f} ms" if ours is not None else None,
+        f"+{theirs:.0f} ms (its import {_x(_cell(t, 'deepspeed', column=1)):.0f} ms)" if theirs is not None else "",
+        ours is not None and ours <= 300)
+    add("`import flopsight` beyond `import torch`", "<= 100 ms", f"{imports:.0f} ms" if imports is not None else None,
+        "", imports is not None and imports <= 100)
+    cli = re.search(r"wall time over \(import \+ warm command\): ([\d.]+)x", t)
+    add("`flopsight profile resnet-18`, over import + the warm command", "<= 1.5x",
+        f"{cli.group(1)}x" if cli else None, "", cli is not None and float(cli.group(1)) <= 1.5)
+
+    t = outputs.get("rank0", "")
+    found = re.search(r"first profile ([+-][\d.]+) ms, later ones ([+-][\d.]+) ms", t)
+    ds = _x(_cell(t, "DeepSpeed's get_model_profile, later profiles"))
+    add("a profile on rank 0 alone (2 gloo ranks) over a single process's, first / later",
+        "<= +50 ms", f"{found.group(1)} / {found.group(2)} ms" if found else None,
+        f"its later profiles take {ds:.1f} ms" if ds is not None else "",
+        found is not None and max(float(found.group(1)), float(found.group(2))) <= 50)
 
     t = outputs.get("counting_pass", "")
     for model, label in (("bert-base", "BERT-base"), ("small-ops", "4,000 one-element adds")):

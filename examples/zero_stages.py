@@ -115,6 +115,7 @@ def summary(stage: int, result) -> dict:
         "communication_overlapped": it.communication.overlapped,
         # conv2's backward: its ops' time, median over the steps (ZeRO's hook work is framework)
         "conv2_backward": statistics.median(result.samples.module("conv2", "backward")),
+        "conv2_backward_ops": sorted(result.module("conv2").ops.get("backward", {})),
         "communication": comm,
         "memory_per_rank": [m.to_dict() if m is not None else None for m in ranks],
     }

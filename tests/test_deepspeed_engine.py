@@ -277,8 +277,11 @@ def test_the_zero_stages_example_runs_as_written(deepspeed_scenarios):
     # parameter tensors are gathered one by one
     assert "all_reduce" in rows[0]["communication"] and "reduce_scatter" in rows[3]["communication"]
     assert rows[3]["communication"]["all_gather"]["count"] == 10
-    # conv2's backward under ZeRO-3 is its ops' time, not ZeRO's hooks: within 2x of ZeRO-0's
-    assert rows[3]["conv2_backward"] < 2 * rows[0]["conv2_backward"]
+    # conv2's backward is its own gradient work on every stage: ZeRO's collectives are
+    # communication, never conv2's ops (ZeRO-2 and 3 copy the gradient into their bucket there)
+    for r in rows:
+        assert "aten.convolution_backward" in r["conv2_backward_ops"] and r["conv2_backward"] > 0
+        assert not [op for op in r["conv2_backward_ops"] if op.startswith("c10d.")]
     assert "| ZeRO stage | step (median of N, spread) |" in printed
     # the three questions, answered in prose
     assert "1. Why is ZeRO-3 slower? ZeRO-3's step is" in printed and "2. How much of the step" in printed
