@@ -4,8 +4,10 @@ import functools
 import os
 import re
 
+import background
 import pytest
 import torch
+from background import early_fixture
 from hypothesis import HealthCheck, settings
 
 from flopsight._torch_private import (
@@ -172,38 +174,30 @@ def fake_clock(monkeypatch):
 
 
 # -- ranks: one launch per launcher serves every test module (tests/multirank/scenarios.py) -----------------
-_LAUNCHES: dict = {}
+# Each launch is an early fixture (tests/background.py): it starts with the session, beside the
+# in-process tests, and the tests that use it run last. DeepSpeed's first: it takes longest.
+@early_fixture
+def deepspeed_scenarios(tmp_path_factory):
+    """The folder of the DeepSpeed launch: a folder of files per scenario (compare, engine, zero_stages)."""
+    from multirank.launch import launch_scenarios
+
+    return launch_scenarios(tmp_path_factory, "deepspeed")
 
 
-def _scenarios(request, tmp_path_factory, launcher: str):
-    """The folder of ``launcher``'s launch. The first request starts every launch the selected
-    tests need, side by side (their ranks overlap: 22 s for both here, against 28.5 s one after
-    the other); each fixture then waits for its own."""
-    if not _LAUNCHES:
-        from concurrent.futures import ThreadPoolExecutor
-
-        from multirank.launch import launch_scenarios
-
-        needed = [name for name in ("gloo", "deepspeed")
-                  if any(f"{name}_scenarios" in item.fixturenames for item in request.session.items)]
-        pool = ThreadPoolExecutor(len(needed))
-        for name in needed:
-            _LAUNCHES[name] = pool.submit(launch_scenarios, tmp_path_factory, name)
-        pool.shutdown(wait=False)
-    return _LAUNCHES[launcher].result()  # a launch's failure or skip is raised here
-
-
-@pytest.fixture(scope="session")
-def gloo_scenarios(request, tmp_path_factory):
+@early_fixture
+def gloo_scenarios(tmp_path_factory):
     """The folder of the torchrun launch: a folder of files per scenario (collectives, backends, hf, lightning, attach,
     gather)."""
-    return _scenarios(request, tmp_path_factory, "gloo")
+    from multirank.launch import launch_scenarios
+
+    return launch_scenarios(tmp_path_factory, "gloo")
 
 
-@pytest.fixture(scope="session")
-def deepspeed_scenarios(request, tmp_path_factory):
-    """The folder of the DeepSpeed launch: a folder of files per scenario (compare, engine, zero_stages)."""
-    return _scenarios(request, tmp_path_factory, "deepspeed")
+@pytest.fixture(scope="session", autouse=True)
+def _early_launches(request, tmp_path_factory):
+    """Every early fixture a selected test needs, started before the first test."""
+    background.start({name for item in request.session.items for name in item.fixturenames
+                      if name in background.JOBS}, tmp_path_factory)
 
 
 # -- kinds of tests: `make test-fast` leaves out those that start other processes or a browser -------------
@@ -249,9 +243,12 @@ def pytest_collection_finish(session):
 
 
 def pytest_collection_modifyitems(config, items):
+    early = {id(item) for item in items if background.JOBS.keys() & set(getattr(item, "fixturenames", ()))}
+    # last: their launches ran meanwhile
+    items[:] = [item for item in items if id(item) not in early] + [item for item in items if id(item) in early]
     for item in items:
         source = _sources(item)
-        if any(mark in source for mark in _MULTIPROCESS):
+        if id(item) in early or any(mark in source for mark in _MULTIPROCESS):
             item.add_marker(pytest.mark.multiprocess)
         if "browser" in getattr(item, "fixturenames", ()) or "Chromium(" in source:
             item.add_marker(pytest.mark.browser)

@@ -22,6 +22,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from background import early_fixture
 
 from flopsight.capture.backends.native.recorder import RECORDER
 
@@ -62,8 +63,12 @@ for step in range(4):
 #: its code without an exception ends as a script ends: SystemExit unwinds it and the
 #: interpreter finalises (atexit, then C++'s exit handlers).
 FORKER = """\
-import json, os, sys
+import json, os, signal, sys
 import torch
+# Python raises KeyboardInterrupt on SIGINT only where SIGINT was not ignored when it started, and
+# a shell starts a background job (make test &) with it ignored: each child starts as a
+# foreground script does
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from flopsight.capture.backends.native.recorder import RECORDER
 RECORDER.load(quiet=True)
 children = {}
@@ -86,12 +91,12 @@ def _backends() -> list[str]:
     return ["python", "native"] if RECORDER.load(quiet=True) is not None else ["python"]
 
 
-@pytest.fixture(scope="module")
-def ended(tmp_path_factory):
+@early_fixture
+def process_endings(tmp_path_factory):
     """Every process of this module, started side by side, once they have all ended:
-    ``ended["open", ending, backend]``: (status, stderr) of a script that ends so with a Profiler
-    running; ``ended["attach", ending]``: (status, stderr, the report or None) of attach cut
-    short so; ``ended["engine", how]``: (the launcher's status, its output, rank 0's report or
+    ``process_endings["open", ending, backend]``: (status, stderr) of a script that ends so with a Profiler
+    running; ``process_endings["attach", ending]``: (status, stderr, the report or None) of attach cut
+    short so; ``process_endings["engine", how]``: (the launcher's status, its output, rank 0's report or
     None) of the engine drop-in on 2 ranks."""
     cases, launches = {}, {}
     for backend in _backends():
@@ -130,19 +135,20 @@ def ended(tmp_path_factory):
 
 @pytest.mark.parametrize("backend", ["python", "native"])
 @pytest.mark.parametrize("ending", list(ENDINGS))
-def test_a_process_that_ends_with_a_profile_running_ends_as_it_would_without_flopsight(ended, ending, backend):
-    if ("open", ending, backend) not in ended:
+def test_a_process_that_ends_with_a_profile_running_ends_as_it_would_without_flopsight(process_endings, ending,
+                                                                                      backend):
+    if ("open", ending, backend) not in process_endings:
         pytest.skip("the native backend cannot be built here")
-    status, err = ended["open", ending, backend]
+    status, err = process_endings["open", ending, backend]
     assert "Fatal Python error" not in err and "Exception ignored" not in err, err
     assert status == ENDINGS[ending][1], err
 
 
 @pytest.mark.parametrize("ending", ["end", "exception", "SIGTERM"])
-def test_attach_cut_short_writes_what_it_measured_marked_incomplete(ended, ending):
+def test_attach_cut_short_writes_what_it_measured_marked_incomplete(process_endings, ending):
     """Steps 1 to 5 are profiled; the loop ran 4 steps (step 0, then 1, 2 and 3 profiled), so
     the process ends inside the fourth profiled step, after 3 of 5."""
-    status, err, report = ended["attach", ending]
+    status, err, report = process_endings["attach", ending]
     assert status == ENDINGS[ending][1], err
     assert "Fatal Python error" not in err
     assert report is not None, err
@@ -151,24 +157,24 @@ def test_attach_cut_short_writes_what_it_measured_marked_incomplete(ended, endin
     assert "Profile Summary at step" in report and "fwd MACs per GPU" in report
 
 
-def test_the_engine_drop_in_writes_an_incomplete_report_when_a_rank_raises(ended):
+def test_the_engine_drop_in_writes_an_incomplete_report_when_a_rank_raises(process_endings):
     """Rank 1 raises in the fourth step (steps 2 to 9 profiled): the run fails as it would
     (status 1, the launcher's own), rank 0 writes what it measured, and nothing aborts."""
-    if ("engine", "raise") not in ended:
+    if ("engine", "raise") not in process_endings:
         pytest.skip("DeepSpeed is not installed")
-    status, output, report = ended["engine", "raise"]
+    status, output, report = process_endings["engine", "raise"]
     assert status == 1, output
     assert "Fatal Python error" not in output and "rank 1 fails" in output
     assert report is not None and "profile incomplete:" in report, output
     assert "the process ended while it was being profiled" in report
 
 
-def test_the_engine_drop_in_writes_an_incomplete_report_when_training_ends_before_its_steps(ended):
+def test_the_engine_drop_in_writes_an_incomplete_report_when_training_ends_before_its_steps(process_endings):
     """Steps 2 to 9 profiled, training ends after step 4: both ranks exit 0, rank 0's report
     says 3 of the 8 steps were profiled."""
-    if ("engine", "steps") not in ended:
+    if ("engine", "steps") not in process_endings:
         pytest.skip("DeepSpeed is not installed")
-    status, output, report = ended["engine", "steps"]
+    status, output, report = process_endings["engine", "steps"]
     assert status == 0, output
     assert "Fatal Python error" not in output
     assert report is not None, output

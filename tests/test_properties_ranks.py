@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from background import early_fixture
 
 pytestmark = pytest.mark.multiprocess
 
@@ -28,8 +29,8 @@ WHERE = {"forward": "raised in module '1' (Faulty)", "backward": "injected in ba
          "step": "injected in step", "gather": "injected at gather"}
 
 
-@pytest.fixture(scope="module")
-def ranks(tmp_path_factory) -> list[dict]:
+@early_fixture
+def failure_ranks(tmp_path_factory) -> list[dict]:
     """What each rank of the launch recorded, per case (``"<phase>/rank<failing>"``)."""
     if not torch.distributed.is_available():
         pytest.skip("torch.distributed is not available")
@@ -41,8 +42,8 @@ def ranks(tmp_path_factory) -> list[dict]:
 
 
 @pytest.mark.parametrize("phase", PHASES)
-def test_rank_1_failing_is_named_on_rank_0_without_a_wait(ranks, phase):
-    failed, gatherer = ranks[1][f"{phase}/rank1"], ranks[0][f"{phase}/rank1"]
+def test_rank_1_failing_is_named_on_rank_0_without_a_wait(failure_ranks, phase):
+    failed, gatherer = failure_ranks[1][f"{phase}/rank1"], failure_ranks[0][f"{phase}/rank1"]
     assert failed["error"] is not None and WHERE[phase] in failed["metadata_error"]
     assert failed["seconds"] < GATHER_TIMEOUT + MARGIN
     assert gatherer["error"] is None and gatherer["ranks"] == 2 and gatherer["missing"] == []
@@ -52,8 +53,8 @@ def test_rank_1_failing_is_named_on_rank_0_without_a_wait(ranks, phase):
 
 
 @pytest.mark.parametrize("phase", PHASES)
-def test_rank_0_failing_names_itself_and_rank_1_goes_on(ranks, phase):
-    failed, other = ranks[0][f"{phase}/rank0"], ranks[1][f"{phase}/rank0"]
+def test_rank_0_failing_names_itself_and_rank_1_goes_on(failure_ranks, phase):
+    failed, other = failure_ranks[0][f"{phase}/rank0"], failure_ranks[1][f"{phase}/rank0"]
     # rank 0's own exception goes on at once: it gathers nothing, and its result says why
     assert failed["error"] is not None and WHERE[phase] in failed["metadata_error"] and failed["ranks"] == 0
     assert failed["seconds"] < GATHER_TIMEOUT + MARGIN
@@ -61,8 +62,8 @@ def test_rank_0_failing_names_itself_and_rank_1_goes_on(ranks, phase):
     assert other["seconds"] < GATHER_TIMEOUT + MARGIN
 
 
-def test_a_rank_that_ends_inside_its_span_is_missing_after_gather_timeout(ranks):
-    gatherer = ranks[0]["exit/rank1"]
-    assert "exit/rank1" not in ranks[1]  # its process ended inside the span
+def test_a_rank_that_ends_inside_its_span_is_missing_after_gather_timeout(failure_ranks):
+    gatherer = failure_ranks[0]["exit/rank1"]
+    assert "exit/rank1" not in failure_ranks[1]  # its process ended inside the span
     assert gatherer["ranks"] == 2 and gatherer["missing"] == [1] and gatherer["notes"] == {}
     assert GATHER_TIMEOUT <= gatherer["seconds"] < GATHER_TIMEOUT + MARGIN

@@ -2,19 +2,22 @@
 notice, the extension loader's "No CUDA runtime is found", and torch.profiler's (Kineto's) own
 log lines, which C++ writes straight to the process's stderr, past Python's ``sys.stderr``.
 
-Each case runs a real profile in a fresh interpreter, as a user's script would, and reads what
+Each case runs a real profile in a process of its own, as a user's script would, and reads what
 reached its stdout and stderr at the file-descriptor level: stdout must be exactly the report,
 stderr must hold no line of those libraries (flopsight's own ``flopsight: ...`` notices, such as
-a first build of the native backend, are allowed).
+a first build of the native backend, are allowed). The scripts that begin alike are forked from
+one interpreter that ran their common beginning (``FORKER``), all before the first test.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
 import textwrap
+from types import SimpleNamespace
 
 import pytest
 
@@ -110,13 +113,59 @@ def native_built():
     RECORDER.load(quiet=True)
 
 
+#: Runs scripts that begin alike, each in a process forked from one interpreter that ran their
+#: common beginning (an interpreter each imports torch again: about 2 s here). ``argv[1]``: JSON
+#: ``[beginning, {name: [folder, script]}]``. A child runs its whole script (the beginning again:
+#: imports already done, settings set twice) with its descriptors 1 and 2 on ``folder/stdout.txt``
+#: and ``stderr.txt``, and ends as a script ends (an uncaught exception prints and exits 1; else
+#: SystemExit unwinds and the interpreter finalises). Prints each child's exit status.
+FORKER = """
+import json, os, sys
+beginning, scripts = json.loads(sys.argv[1])
+namespace = {"__name__": "__main__"}
+exec(beginning, namespace)
+children = {}
+for name, (folder, script) in scripts.items():
+    pid = os.fork()
+    if pid == 0:
+        for fd, file in ((1, "stdout.txt"), (2, "stderr.txt")):
+            os.dup2(os.open(os.path.join(folder, file), os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+        exec(script, namespace)
+        sys.exit(0)
+    children[name] = pid
+print(json.dumps({name: os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for name, pid in children.items()}))
+"""
+
+
+def _forked(groups: dict[str, tuple[str, dict, dict[str, tuple[str, object]]]]) -> dict:
+    """``{group: (beginning, env, {name: (script, folder)})}`` -> ``{name: done}``, each ``done``
+    with the ``returncode``, ``stdout`` and ``stderr`` of its script; the groups side by side."""
+    started = {}
+    for group, (beginning, env, scripts) in groups.items():
+        environment = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"}
+        argv = json.dumps([beginning, {name: [str(folder), script] for name, (script, folder) in scripts.items()}])
+        started[group] = subprocess.Popen([sys.executable, "-c", FORKER, argv], stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True, env={**environment, **env})
+    done = {}
+    for group, process in started.items():
+        out, err = process.communicate(timeout=300)
+        assert process.returncode == 0, err
+        for name, status in json.loads(out.splitlines()[-1]).items():
+            folder = groups[group][2][name][1]
+            done[name] = SimpleNamespace(returncode=status, stdout=(folder / "stdout.txt").read_text(),
+                                         stderr=(folder / "stderr.txt").read_text())
+    return done
+
+
 # -- torch.profiler's (Kineto's) own lines ---------------------------------------------------------------------
-@pytest.mark.parametrize("scenario", ["profile kernels=True", "Profiler span kernels=True"])
-def test_a_kernels_profile_prints_the_report_and_nothing_of_kinetos(scenario, tmp_path):
-    report = tmp_path / "report.txt"
-    done = _run(_script(scenario, report))
+KERNELS = ["profile kernels=True", "Profiler span kernels=True"]
+
+
+@pytest.mark.parametrize("scenario", KERNELS)
+def test_a_kernels_profile_prints_the_report_and_nothing_of_kinetos(scenario, ran):
+    done, folder = ran["kernels", scenario]
     assert done.returncode == 0, done.stderr
-    assert done.stdout == report.read_text()
+    assert done.stdout == (folder / "report.txt").read_text()
     assert done.stdout.startswith("\n" + " DeepSpeed Flops Profiler ".center(78, "-") + "\n")
     assert _foreign(done.stderr) == [], done.stderr
     assert not FOREIGN.search(done.stderr), done.stderr
@@ -185,11 +234,10 @@ WITH_DYNAMO = {"profile kernels=True", "Profiler span", "Profiler span kernels=T
 
 
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
-def test_no_path_prints_torchs_numpy_notice_on_an_install_without_numpy(scenario, tmp_path):
-    report = tmp_path / "report.txt"
-    done = _run(_script(scenario, report, prelude=NO_NUMPY, after="print('torch._dynamo' in sys.modules)"))
+def test_no_path_prints_torchs_numpy_notice_on_an_install_without_numpy(scenario, ran):
+    done, folder = ran["no numpy", scenario]
     assert done.returncode == 0, done.stderr
-    text = report.read_text()
+    text = (folder / "report.txt").read_text()
     # the report, then the script's own line: whether dynamo was imported in the process
     assert done.stdout == text + f"{scenario in WITH_DYNAMO}\n"
     assert "NumPy" not in done.stderr and "numpy" not in done.stderr.lower(), done.stderr
@@ -197,14 +245,18 @@ def test_no_path_prints_torchs_numpy_notice_on_an_install_without_numpy(scenario
         assert _foreign(done.stderr) == [], done.stderr
 
 
-def test_the_command_line_training_mode_prints_no_numpy_notice(tmp_path):
-    factory = tmp_path / "factory.py"
+def _command_line_training(folder) -> str:
+    """``flopsight profile factory.py:pair --mode train`` run as ``python -m flopsight`` runs it."""
+    factory = folder / "factory.py"
     factory.write_text("import torch\n\ndef pair():\n"
                        "    return torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU()), torch.ones(2, 8)\n")
-    code = (f"{NO_NUMPY}\nimport runpy\nsys.argv = ['flopsight', 'profile', {str(factory) + ':pair'!r}, "
+    return (f"{NO_NUMPY}\nimport runpy\nsys.argv = ['flopsight', 'profile', {str(factory) + ':pair'!r}, "
             "'--mode', 'train', '--no-detailed', '--repeat', '1']\n"
             "runpy.run_module('flopsight', run_name='__main__', alter_sys=True)")
-    done = _run(code)
+
+
+def test_the_command_line_training_mode_prints_no_numpy_notice(ran):
+    done, _ = ran["no numpy", "command line, --mode train"]
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("\n" + " DeepSpeed Flops Profiler ".center(78, "-") + "\n")
     assert _foreign(done.stderr) == [], done.stderr
@@ -228,16 +280,48 @@ import torch.utils.cpp_extension
 """
 
 
-@pytest.mark.parametrize("scenario", ["profile native", "profile python", "profile kernels=True",
-                                      "Profiler span", "Profiler span kernels=True"])
-def test_no_path_imports_the_extension_loader_so_no_cuda_runtime_line(scenario, tmp_path):
-    report = tmp_path / "report.txt"
-    (tmp_path / "cuda").mkdir()
-    code = _script(scenario, report, prelude="import flopsight\nflopsight.FakeClock\n" + CUDA_BUILD, after=LOADER)
-    done = _run(code, env={"CUDA_HOME": str(tmp_path / "cuda")})
+ON_A_CUDA_BUILD = ["profile native", "profile python", "profile kernels=True", "Profiler span",
+                   "Profiler span kernels=True"]
+
+
+@pytest.mark.parametrize("scenario", ON_A_CUDA_BUILD)
+def test_no_path_imports_the_extension_loader_so_no_cuda_runtime_line(scenario, ran):
+    done, folder = ran["cuda build", scenario]
     assert done.returncode == 0, done.stderr
-    assert done.stdout == report.read_text()
+    assert done.stdout == (folder / "report.txt").read_text()
     lines = _foreign(done.stderr)
     # nothing until the script's own import of the loader, which prints the line (the control)
     assert lines[0] == "cpp_extension imported before: False", done.stderr
     assert len(lines) == 2 and "No CUDA runtime is found" in lines[1], done.stderr
+
+
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory, native_built):
+    """Every forked script of this module, run once: ``ran[group, scenario]`` is ``(done, folder)``,
+    ``done`` with the script's ``returncode``, ``stdout`` and ``stderr``, its report in
+    ``folder/report.txt``. Three groups: as written; with NumPy missing; on a CUDA build without
+    a GPU (``CUDA_HOME`` an empty folder)."""
+    root = tmp_path_factory.mktemp("quiet")
+    (root / "cuda").mkdir()
+    flopsight_first = "import flopsight\nflopsight.FakeClock\n"
+    groups = {"kernels": (flopsight_first, {}, {}),
+              "no numpy": (f"{NO_NUMPY}\n{flopsight_first}", {}, {}),
+              "cuda build": (flopsight_first + CUDA_BUILD, {"CUDA_HOME": str(root / "cuda")}, {})}
+    folders = {}
+
+    def add(group: str, scenario: str, script) -> None:
+        folders[group, scenario] = folder = root / f"case{len(folders)}"
+        folder.mkdir()
+        groups[group][2][f"{group}/{scenario}"] = (script(folder / "report.txt"), folder)
+
+    for scenario in KERNELS:
+        add("kernels", scenario, lambda report, s=scenario: _script(s, report))
+    for scenario in SCENARIOS:
+        add("no numpy", scenario, lambda report, s=scenario: _script(
+            s, report, prelude=NO_NUMPY, after="print('torch._dynamo' in sys.modules)"))
+    add("no numpy", "command line, --mode train", lambda report: _command_line_training(report.parent))
+    for scenario in ON_A_CUDA_BUILD:
+        add("cuda build", scenario, lambda report, s=scenario: _script(
+            s, report, prelude=flopsight_first + CUDA_BUILD, after=LOADER))
+    done = _forked(groups)
+    return {key: (done[f"{key[0]}/{key[1]}"], folder) for key, folder in folders.items()}
