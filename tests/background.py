@@ -49,6 +49,9 @@ def start(names: Iterable[str], tmp_path_factory, workers: int = 2) -> None:
     wanted = set(names) - STARTED.keys()
     if not wanted:
         return
+    # pytest makes the session's temporary folder on first use, and two threads making it at once
+    # make two (a job's mktemp then fails): make it here, before any job runs
+    tmp_path_factory.getbasetemp()
     pool = ThreadPoolExecutor(workers)
     for name in [n for n in JOBS if n in wanted]:
         STARTED[name] = pool.submit(JOBS[name], tmp_path_factory)
