@@ -192,6 +192,21 @@ def test_in_flight_credits_each_collective_with_the_ops_run_during_it():
     assert (start, end, round(overlapped, 9)) == (1.0, 4.0, 1.2)
 
 
+def test_a_completion_stamped_after_the_capture_is_collected_changes_none_of_its_figures():
+    # a Work's completion is stamped by a Python callback on the backend's thread, which may run
+    # late (it waits for the GIL): the records and the timeline, read from the collected capture
+    # one after the other, must not see it appear between them
+    from flopsight.capture.sources.collectives import CollectivesSource, _Call
+
+    source = object.__new__(CollectivesSource)
+    call = _Call("all_reduce", "", "backward", 4, 2, issued=1.0, returned=1.25)
+    source.calls = [call]
+    (collected,) = source.collect(None).calls
+    call.complete()  # stamped now, long after its return
+    # never seen complete while collected: its flight ends at its return, 1.25 - 1.0 s
+    assert (collected.done, collected.seconds) == (None, 0.25)
+
+
 def test_in_flight_credits_ops_heard_after_the_collective_completed():
     # the native backend charges ops in batches: a collective may be done before its ops are heard
     from flopsight.capture.sources.collectives import InFlight, _Call

@@ -25,6 +25,7 @@ While collectives are in flight, the ops and the calls counted whole that run (h
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -312,8 +313,15 @@ class CollectivesSource:
                 torch.cuda.synchronize(device)
             for c in timed:
                 c.resolve_gpu_time()
-        queue_in_groups(self.calls)
-        return Communication(list(self.calls))
+        if any(c.done is None for c in self.calls):
+            # a completion is stamped by a Python callback on the backend's thread, which needs
+            # the GIL: let one that is due run before the calls are read
+            time.sleep(0.001)
+        # copies: a completion stamped later changes none of them, so every figure read from
+        # this capture (records, timeline) reads the same times
+        calls = [copy.copy(c) for c in self.calls]
+        queue_in_groups(calls)
+        return Communication(calls)
 
     def _ran(self, t0: float, t1: float) -> None:
         flight = self.in_flight  # (set: subscribed with it)
