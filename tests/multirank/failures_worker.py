@@ -20,6 +20,7 @@ import json
 import os
 import sys
 import time
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -100,8 +101,14 @@ def case(phase: str, failing: int) -> None:
 
 
 # the ranks profile in step, as docs/distributed.md asks: a rank whose first profile starts after
-# rank 0 stopped waiting for it (a loaded machine can delay rank 1 that long) is taken for a rank
-# that does not profile, by design (see flopsight.capture.assembly.gather)
+# rank 0 stopped waiting for it (FIRST_WAIT; a loaded machine can delay rank 1 that long) is taken
+# for a rank that does not profile, by design (see flopsight.capture.assembly.gather). One profile
+# on both ranks first: from the second on, rank 0 waits PEER_WAIT for a rank that profiled before
+dist.barrier()
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # rank 1's first profile, if late, is noted and dropped
+    with flopsight.Profiler(model):
+        model(torch.randn(4, 8))
 dist.barrier()
 for phase in ("forward", "backward", "step", "gather"):
     for failing in (1, 0):
