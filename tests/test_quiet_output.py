@@ -20,7 +20,6 @@ import textwrap
 from types import SimpleNamespace
 
 import pytest
-import torch
 
 from flopsight._quiet import native_stderr_without
 from flopsight._torch_private import KINETO_LOG_LINE
@@ -228,6 +227,9 @@ def test_what_a_raising_block_printed_still_comes_through(capfd):
 NO_NUMPY = "import sys\nsys.modules['numpy'] = None  # a torch-only install: import numpy fails"
 
 
+#: what torch.compile prints of its own, with or without flopsight, on some builds and Pythons
+COMPILING_PRINTS = re.compile(r"No CUDA runtime is found|torch/_dynamo/|torch/_inductor/|^\s+warnings\.warn\(")
+
 #: the scenarios in whose process torch._dynamo is imported (by torch.profiler's start, the
 #: optimizer, torch.compile, flex attention): where torch's NumPy notice was said to come from
 WITH_DYNAMO = {"profile kernels=True", "Profiler span", "Profiler span kernels=True", "Profiler span python backend",
@@ -243,10 +245,11 @@ def test_no_path_prints_torchs_numpy_notice_on_an_install_without_numpy(scenario
     assert done.stdout == text + f"{scenario in WITH_DYNAMO}\n"
     assert "NumPy" not in done.stderr and "numpy" not in done.stderr.lower(), done.stderr
     lines = _foreign(done.stderr)
-    if scenario == "torch.compile" and torch.version.cuda and not torch.cuda.is_available():
-        # a CUDA build without a GPU (torch 2.9.1 from PyPI in make test-matrix): compiling
-        # imports the extension loader, which prints its line (torch.compile alone prints it too)
-        lines = [line for line in lines if "No CUDA runtime is found" not in line]
+    if scenario == "torch.compile":
+        # compiling prints torch's own lines whatever profiles it (make test-matrix: on a CUDA
+        # build without a GPU the extension loader's, on Python 3.13.0 dynamo's guard warning);
+        # what this test holds is the NumPy notice
+        lines = [line for line in lines if not COMPILING_PRINTS.search(line)]
     if scenario != "flex attention":  # eager flex attention: torch warns about the model's own call
         assert lines == [], done.stderr
 

@@ -117,7 +117,9 @@ class KernelTrace:
         activities = [torch.profiler.ProfilerActivity.CPU]
         if self._device and self._simulated is None:
             activities.append(torch.profiler.ProfilerActivity.CUDA)
-        self._prof = torch.profiler.profile(activities=activities)
+        # one profiler per span, one cycle each: acc_events keeps torch (2.11) from warning that
+        # a cycle's end clears the events of the one before
+        self._prof = torch.profiler.profile(activities=activities, acc_events=True)
         with kineto_quiet():  # Kineto's "USDT: ... profiler_start" and its other log lines
             self._prof.start()
 
