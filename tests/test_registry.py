@@ -166,3 +166,21 @@ def test_a_free_ops_resolved_entry_costs_nothing_when_called_directly():
 
     free = REGISTRY.resolve(torch.ops.aten.view.default)
     assert free.cost(torch.ones(2), (torch.ones(2), [2]), {}) == Cost()
+
+
+def test_forward_names_follow_a_forward_reassigned_after_they_were_read():
+    # read once per class and kept: a class whose forward is replaced (a patch, a library's
+    # wrapper) is read again, so a unit's may_run sees the forward that will run
+    from flopsight.formulas.registry import forward_names
+
+    class Block(torch.nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.relu(x)
+
+    assert "relu" in forward_names(Block()) and "dropout2d" not in forward_names(Block())
+
+    def patched(self, x):
+        return torch.nn.functional.dropout2d(x)
+
+    Block.forward = patched
+    assert "dropout2d" in forward_names(Block()) and "relu" not in forward_names(Block())

@@ -32,11 +32,13 @@ import contextlib
 import inspect
 import sys
 import warnings
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from .._process import PROCESS
 from .._torch_private import OpOverload, OpOverloadPacket
 from ..result.stats import Stats
 from .binding import Binder, FormulaSignatureError, binder_for_builtin, check_signature, reject_var_positional
@@ -126,6 +128,21 @@ def _as_cost(value: Any, name: str) -> Cost:
 READS_VALUES = "_flopsight_reads_values"
 
 
+class _ForwardNames:
+    """Each class's ``forward`` names, read once per class and code (:data:`PROCESS`'s
+    ``"forward names"``): every profile's start asks them of every module, and a static
+    lookup costs microseconds. Weak: classes made and dropped are not kept."""
+
+    def __init__(self) -> None:
+        self.by_class: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def reset(self) -> None:
+        self.by_class = weakref.WeakKeyDictionary()
+
+
+_FORWARD_NAMES = PROCESS.own("forward names", _ForwardNames)
+
+
 def forward_names(module) -> tuple[str, ...]:
     """The global and attribute names ``module``'s class's own ``forward`` code uses (what a
     unit's ``may_run`` reads: ``F.multi_head_attention_forward`` in it); () for a forward that
@@ -135,9 +152,19 @@ def forward_names(module) -> tuple[str, ...]:
     >>> "linear" in forward_names(torch.nn.Linear(2, 2))
     True
     """
-    forward = inspect.getattr_static(type(module), "forward", None)
+    cls = type(module)
+    # what the class holds now: a forward reassigned, or its code replaced, is read again
+    seen = getattr(cls, "forward", None)
+    seen_code = getattr(seen, "__code__", None)
+    cached = _FORWARD_NAMES.by_class.get(cls)
+    if cached is not None and cached[0] is seen and cached[1] is seen_code:
+        return cached[2]
+    forward = inspect.getattr_static(cls, "forward", None)
     code = getattr(forward, "__code__", None) if inspect.isfunction(forward) else None
-    return code.co_names if code is not None else ()
+    names = code.co_names if code is not None else ()
+    with contextlib.suppress(TypeError):  # a class that cannot be weakly referenced
+        _FORWARD_NAMES.by_class[cls] = (seen, seen_code, names)
+    return names
 
 
 class Resolved:
