@@ -20,9 +20,12 @@ $(VENV)/.core: pyproject.toml constraints.txt
 	$(PIP) -e .
 	touch $@
 
-$(VENV)/.test: $(VENV)/.core
+# flopsight and its test extras in one install (one editable build, not two), .core's included
+$(VENV)/.test: pyproject.toml constraints.txt
+	[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
+	$(PIP) torch==2.13.0
 	$(PIP) -e '.[test]'
-	touch $@
+	touch $(VENV)/.core $@
 
 demo: $(VENV)/.core
 	$(PY) -m flopsight
