@@ -158,9 +158,9 @@ class NativeCalls(PythonCalls):
         if node_seq != NO_NODE or self.stamps is None:
             return
         if top is not None:
-            self.stamps.add(top.path, top.phase, op_id, count, ns)
+            self.stamps.add(top.path, top.phase, op_id, ns)
         elif self._ctx.outside_to_root:
-            self.stamps.add("", phase, op_id, count, ns)
+            self.stamps.add("", phase, op_id, ns)
 
     def collect(self, ctx):
         if self._records is not None:

@@ -33,8 +33,8 @@ class OpStamps:
     def __init__(self, recorder, registry):
         self._rec, self._registry = recorder, registry
         self.cost = RECORDER.stamp_cost()  # (measured while no session runs: before this one starts)
-        #: (path, phase) -> operator id -> [calls, nanoseconds]
-        self.by_call: dict[tuple[str, str], dict[int, list[int]]] = {}
+        #: (path, phase) -> operator id -> nanoseconds
+        self.by_call: dict[tuple[str, str], dict[int, int]] = {}
         self._running = False
 
     def start(self) -> None:
@@ -47,18 +47,12 @@ class OpStamps:
             self._running = False
             self._rec.stop()
 
-    def add(self, path: str, phase: str, op_id: int, calls: int, ns: int) -> None:
-        """``calls`` runs of operator ``op_id`` in a row, ``ns`` nanoseconds in all, inside the
-        call of ``path`` in ``phase``."""
+    def add(self, path: str, phase: str, op_id: int, ns: int) -> None:
+        """Runs of operator ``op_id``, ``ns`` nanoseconds in all, inside the call of ``path`` in ``phase``."""
         ops = self.by_call.get((path, phase))
         if ops is None:
             ops = self.by_call[(path, phase)] = {}
-        acc = ops.get(op_id)
-        if acc is None:
-            ops[op_id] = [calls, ns]
-        else:
-            acc[0] += calls
-            acc[1] += ns
+        ops[op_id] = ops.get(op_id, 0) + ns
 
     def collect(self) -> OpTimes:
         """The times per (path, phase), per operator as the counting session names it."""
@@ -66,7 +60,7 @@ class OpStamps:
         seconds: dict[tuple[str, str], dict[str, float]] = {}
         for key, ops in self.by_call.items():
             timed = seconds[key] = {}
-            for op_id, (_, ns) in ops.items():
+            for op_id, ns in ops.items():
                 name = names.get(op_id, "")
                 if name == "":
                     op = operator_of(self._tables, self._registry, op_id, RECORDER.tables.ops)
