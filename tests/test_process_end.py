@@ -57,6 +57,19 @@ for step in range(4):
     opt.step()
 """
 
+#: a SIGTERM (a launcher tearing the ranks down) while the incomplete profile is being saved at exit
+SAVE_INTERRUPTED = PRELUDE + """\
+def save(result):
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(0.2)
+    with open("report.txt", "w") as f:
+        f.write(result.metadata.incomplete)
+profiler = flopsight.Profiler(model).start()
+profiler.save_at_exit(save)
+model(torch.ones(2, 4)).sum().backward()
+raise ValueError("the training loop failed")
+"""
+
 #: Runs each case (name -> [folder, code]) in a process of its own, forked from one interpreter
 #: that imported torch and loaded the native recorder once (an import each would cost seconds),
 #: its stderr into the folder's stderr.txt; prints each one's exit status. A child that leaves
@@ -109,6 +122,7 @@ def process_endings(tmp_path_factory):
                 """)
     for ending in ("end", "exception", "SIGTERM"):
         cases["attach", ending] = ATTACHED + ENDINGS[ending][0] + "\n"
+    cases["save", "SIGTERM"] = SAVE_INTERRUPTED
     folders = {key: tmp_path_factory.mktemp("_".join(key).replace(".", "")) for key in cases}
     if importlib.util.find_spec("deepspeed") is not None:  # beside the forked ones
         from multirank.launch import deepspeed_start
@@ -155,6 +169,15 @@ def test_attach_cut_short_writes_what_it_measured_marked_incomplete(process_endi
     assert "profile incomplete:" in report
     assert "the process ended while it was being profiled, after 3 of 5 steps" in report
     assert "Profile Summary at step" in report and "fwd MACs per GPU" in report
+
+
+def test_a_sigterm_while_saving_at_exit_ends_the_process_after_the_save(process_endings):
+    """A rank that raised saves its profile at exit; its launcher's SIGTERM arriving meanwhile
+    waits for the save, then ends the process as SIGTERM does."""
+    status, stderr, report = process_endings["save", "SIGTERM"]
+    assert status == -signal.SIGTERM, stderr
+    assert report == "the process ended while it was being profiled", stderr
+    assert "ValueError: the training loop failed" in stderr and "Fatal Python error" not in stderr
 
 
 def test_the_engine_drop_in_writes_an_incomplete_report_when_a_rank_raises(process_endings):

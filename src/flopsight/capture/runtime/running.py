@@ -14,7 +14,8 @@ session still running, newest first. Nothing of flopsight (hooks, modes, the nat
 callbacks) is left when the interpreter finalises, and the process ends with the status it
 would have had: a ``SIGTERM`` handler is installed only while such a callback is registered,
 only where the signal's handler was the default one, and after saving it ends the process by
-the same signal.
+the same signal. A ``SIGTERM`` that arrives while the callbacks save (a rank that raised, torn
+down by its launcher meanwhile) ends the process once they are done.
 
 **Several at once.** Sessions nest and overlap freely; none pauses another. Each counts the
 ops that run inside its own model during its own span, as if it ran alone: a profile of a
@@ -82,6 +83,8 @@ class RunningSessions:
         self._flags_before: dict | None = None
         self._exit_callbacks: list[Callable[[], None]] = []
         self._sigterm_before: Any = None  # the SIGTERM handler replaced (None: not replaced)
+        self._saving = False  # the exit's saves are running: a SIGTERM waits for them
+        self._terminate_after = False  # a SIGTERM came while they ran
         self._local = threading.local()
 
     # -- the sessions ------------------------------------------------------------------------
@@ -166,7 +169,7 @@ class RunningSessions:
                 if callback in self._exit_callbacks:
                     self._exit_callbacks.remove(callback)
                 last = not self._exit_callbacks
-            if last:
+            if last and not self._saving:  # (the exit's saves put the handler back once done)
                 self._unwatch_sigterm()
 
         return remove
@@ -175,18 +178,27 @@ class RunningSessions:
         """Save what front-ends asked to save, then stop every session still running."""
         with self._lock:
             callbacks, self._exit_callbacks = self._exit_callbacks[::-1], []
+        # a launcher tearing the ranks down sends SIGTERM while a failed rank saves: the
+        # signal's handler stays until the saves are done, and then ends the process
+        self._saving = True
+        try:
+            for callback in callbacks:
+                try:
+                    callback()
+                except BaseException as e:  # one line: the process is ending for a reason of its own
+                    print(f"flopsight: saving an incomplete profile at exit failed: {type(e).__name__}: {e}",
+                          file=sys.stderr)
+        finally:
+            self._saving = False
         self._unwatch_sigterm()
-        for callback in callbacks:
-            try:
-                callback()
-            except BaseException as e:  # one line: the process is ending for a reason of its own
-                print(f"flopsight: saving an incomplete profile at exit failed: {type(e).__name__}: {e}",
-                      file=sys.stderr)
         for session in reversed(self.sessions()):
             try:
                 session.abandon()
             except BaseException:  # noqa: S110 - nothing can be done about it at exit
                 pass
+        if self._terminate_after:
+            self._terminate_after = False
+            _end_by_sigterm()
 
     def _watch_sigterm(self) -> None:
         """While a callback is registered: SIGTERM saves, then ends the process as it would have."""
@@ -210,9 +222,17 @@ class RunningSessions:
             pass
 
     def _terminated(self, signum: int, frame: Any) -> None:
+        if self._saving:  # the exit's saves go on: the signal ends the process after them
+            self._terminate_after = True
+            return
         self._exit()
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)
+        _end_by_sigterm()
+
+
+def _end_by_sigterm() -> None:
+    """End the process as SIGTERM's default action does."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 #: the process's running sessions
