@@ -70,6 +70,7 @@ __all__ = [
     "on_work_done",
     "default_store",
     "storage_key",
+    "tensor_storage",
     "dtensor_local",
     "saved_tensors_hooks_active",
     "trace_range",
@@ -468,8 +469,15 @@ def storage_key(tensor: torch.Tensor) -> int | None:
     """An identity for the storage behind ``tensor`` (shared by its views), on any device,
     meta included (where data pointers are all 0); None for a tensor without one (sparse,
     nested, some subclasses)."""
+    storage = tensor_storage(tensor)
+    return None if storage is None else storage._cdata
+
+
+def tensor_storage(tensor: torch.Tensor):
+    """The untyped storage behind ``tensor`` (its identity: ``._cdata``, see
+    :func:`storage_key`), or None for a tensor without one."""
     try:
-        return tensor.untyped_storage()._cdata
+        return tensor.untyped_storage()
     except (RuntimeError, NotImplementedError, AttributeError, TypeError):
         return None
 

@@ -147,7 +147,7 @@ def _has_feature_dropout(modules) -> bool:
     them, and so may a module whose ``forward`` names one."""
     named = {"dropout1d", "dropout2d", "dropout3d"}
     return any(isinstance(m, (torch.nn.Dropout1d, torch.nn.Dropout2d, torch.nn.Dropout3d))
-               or named & set(forward_names(m))
+               or not named.isdisjoint(forward_names(m))
                for m in modules)
 
 

@@ -111,6 +111,7 @@ def _overloads(namespace: str, name: str) -> tuple:
 
 
 COLLECTIVE_OPS: dict = {}  # filled on first use, once torch.distributed is initialised
+_BINDERS: dict = {}  # collective op -> its arguments' binder (an op's schema never changes)
 WAIT_OPS: list = []  # the functional collectives' wait_tensor
 #: data movement around collectives that torch.distributed defines in Python when first used
 #: (so unknown to the registry when flopsight is imported): the functional collectives'
@@ -270,7 +271,6 @@ class CollectivesSource:
         #: storage of an FSDP2 all-gather buffer -> the module whose parameters it gathers
         self._gathers: dict = {}
         self.calls: list[_Call] = []
-        self._binders: dict = {}
         #: id(result) -> (completes its functional call, the result kept alive until waited for)
         self._awaiting: dict[int, tuple[Callable[[], None], torch.Tensor]] = {}
         self._issue_time = lambda stamp: stamp
@@ -344,9 +344,9 @@ class CollectivesSource:
                 self._awaiting[id(t)] = (complete, t)
         elif not on_work_done(out[-1] if isinstance(out, tuple) else out, complete):
             complete()  # no Work to watch: treat the call as synchronous
-        binder = self._binders.get(func)
+        binder = _BINDERS.get(func)
         if binder is None:
-            binder = self._binders[func] = Binder.of_op(func)
+            binder = _BINDERS[func] = Binder.of_op(func)
         bound = binder.bind(args, kwargs)
         size, call.group = process_group(bound.get(group_arg))
         call.group_size = size or 0

@@ -27,7 +27,7 @@ from functools import partial
 
 import torch
 
-from ..._torch_private import OpOverload, dtensor_local, op_schema, storage_key
+from ..._torch_private import OpOverload, dtensor_local, op_schema, storage_key, tensor_storage
 from ...result.memory import Buffer
 from ..model.wrappers import gradients, local_shard, optimizer_state_tensors
 from ..runtime.context import CaptureContext
@@ -88,11 +88,10 @@ class LiveAtStart:
         self.bytes = 0
         seen = set()
         for t in tensors:
-            key = storage_key(t) if isinstance(t, torch.Tensor) else None
-            if key is None or key in seen:
+            storage = tensor_storage(t) if isinstance(t, torch.Tensor) else None
+            if storage is None or storage._cdata in seen:
                 continue
-            seen.add(key)
-            storage = t.untyped_storage()
+            seen.add(storage._cdata)
             nbytes = storage.nbytes()
             self.bytes += nbytes
             self._watched.append(weakref.ref(storage, partial(self._gone, nbytes)))

@@ -84,8 +84,9 @@ class NativeBackend(CallsAndOps):
             return bool(handlers), None
         passthrough = self.ops.passthrough
         registry, modules = self._ctx.registry, self._modules()
+        answers: dict = {}  # may_run -> its answer (several functions share one unit's)
         # a higher-order operator (flex attention) is routed through its class without a mode
-        needed = any(_may_run(registry.unit(f), modules) for f in handlers
+        needed = any(_may_run(registry.unit(f), modules, answers) for f in handlers
                      if f not in passthrough and not is_higher_order_op(f))
         return needed, self.ops.recorder.function_mode_hook(handlers, set(passthrough)) if needed else None
 
@@ -98,5 +99,10 @@ class NativeBackend(CallsAndOps):
         return modules
 
 
-def _may_run(unit, modules: list | None) -> bool:
-    return unit is None or unit.may_run is None or modules is None or bool(unit.may_run(modules))
+def _may_run(unit, modules: list | None, answers: dict) -> bool:
+    if unit is None or unit.may_run is None or modules is None:
+        return True
+    answer = answers.get(unit.may_run)
+    if answer is None:
+        answer = answers[unit.may_run] = bool(unit.may_run(modules))
+    return answer

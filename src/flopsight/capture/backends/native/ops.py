@@ -29,7 +29,7 @@ from __future__ import annotations
 import contextlib
 import struct
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import torch
@@ -57,6 +57,7 @@ from ...runtime.running import RUNNING
 from ...runtime.stance import EAGER_STANCE
 from ...runtime.timing import FakeClock
 from .recorder import RECORDER, Tables, host_offset
+from .scalars import ScalarCosts, split_doubles
 
 __all__ = ["NativeCountingSource", "NO_NODE", "ROWS", "configure_tables", "operator_of"]
 
@@ -158,6 +159,20 @@ def _configure(recorder, registry, claimed: tuple = ()) -> _RegistryTables:
     return tables
 
 
+def _claimed_names(claims) -> tuple[str, ...]:
+    """The sorted ``"ns::name.overload"`` of the claimed op overloads (the same ones at every
+    start of a distributed run: their names are looked up once)."""
+    ids = tuple(map(id, claims))
+    names = _CLAIMED.get(ids)
+    if names is None:
+        names = _CLAIMED[ids] = tuple(sorted(map(op_overload_name, claims)))
+    return names
+
+
+#: the claimed overloads' names, by the overloads' ids (torch keeps an overload for the process)
+_CLAIMED: dict[tuple[int, ...], tuple[str, ...]] = {}
+
+
 def configure_tables(recorder, registry) -> _RegistryTables:
     """The recorder set up for ``registry`` where it is not already, whatever ops a session
     claimed (a timed pass's stamps claim none, and record a claimed op as any other); the
@@ -189,10 +204,12 @@ class _RegistryTables:
         self.names, self.units = operator_names(registry)
         self.ops: list[_Op | None] = []  # by operator id
         self.costs: dict[int, Costed] = {}  # signature -> what it costs
+        self.scalars = ScalarCosts()  # what signatures cost whatever their float scalars
 
     def forget(self) -> None:
         self.ops.clear()
         self.costs.clear()
+        self.scalars.clear()
 
 
 class NativeCountingSource:
@@ -242,7 +259,7 @@ class NativeCountingSource:
 
     def start(self, ctx: CaptureContext) -> None:
         claims = ctx.events.claims
-        self._tables = _configure(self._rec, ctx.registry, tuple(sorted(map(op_overload_name, claims))))
+        self._tables = _configure(self._rec, ctx.registry, _claimed_names(claims))
         EAGER_STANCE.acquire()
         try:
             if self.memory and not self._rec.start_memory():  # checked when the backend was chosen
@@ -436,38 +453,65 @@ class NativeCountingSource:
 
     def _cost(self, op_id: int, sig: int) -> Costed:
         """(entry, cost or None, bytes moved) of a signature, costed on meta tensors of its
-        shapes (cached), or on an op's own values (not cached: ``sig < 0``)."""
-        with self.unrecorded():  # the formulas' and the meta tensors' ops are not the model's
-            return self._costed(op_id, sig)
-
-    def _costed(self, op_id: int, sig: int) -> Costed:
-        op = self._op(op_id)
+        shapes (cached, and learnt across its float scalars), or on an op's own values (not
+        cached: ``sig < 0``)."""
+        ops = self._tables.ops
+        if op_id < len(ops):
+            op = ops[op_id]
+        else:  # resolving an operator seen first may run torch's own code: not the model's
+            with self.unrecorded():
+                op = self._op(op_id)
         if op is None:  # an operator torch.ops does not know: not counted
             return Costed(None, None, 0)
         key, inputs, outputs = self._values.get(sig) or (self._rec.signature(sig), None, None)
+        if inputs is None and outputs is None and sig >= 0:  # described by its signature alone: cached
+            known = self._tables.costs[sig] = self._by_signature(op, key)
+            return known
         if inputs is not None:  # its values were kept: costed on them
             self._on_values.add(op.entry.name)
-        if inputs is None or outputs is None:  # described by the signature: meta tensors of its shapes
-            described = _decode(key, _dtypes(self._rec))
-            inputs = described[0] if inputs is None else inputs
-            outputs = described[1] if outputs is None else outputs
+        with self.unrecorded():  # the formulas' and the meta tensors' ops are not the model's
+            if inputs is None or outputs is None:  # described by the signature: meta tensors of its shapes
+                described = _decode(key, _dtypes(self._rec))
+                inputs = described[0] if inputs is None else inputs
+                outputs = described[1] if outputs is None else outputs
+            known = self._evaluate(op, inputs, outputs, sig >= 0)
+        if sig >= 0:
+            self._tables.costs[sig] = known
+        return known
+
+    def _by_signature(self, op: _Op, key: bytes) -> Costed:
+        """What signature ``key`` costs: learnt for any value of its float scalars where the
+        formula only compares them with constants (see :mod:`.scalars`), else evaluated."""
+        masked, floats = split_doubles(key)
+        scalars = self._tables.scalars
+        if floats:
+            known = scalars.find(masked, floats)
+            if known is not None:
+                return known
+        dtypes = _dtypes(self._rec)
+        with self.unrecorded():
+            known = self._evaluate(op, *_decode(key, dtypes), True)
+            if floats and known.entry is not None and not isinstance(known.entry, _Failed):
+                scalars.learn(masked, floats, known,
+                              lambda values: self._evaluate(op, *_decode(key, dtypes, iter(values)), False))
+        return known
+
+    def _evaluate(self, op: _Op, inputs: tuple, outputs: tuple, warn: bool) -> Costed:
+        """What ``op`` costs on ``inputs`` and ``outputs`` (``warn``: when its formula wanted
+        tensor values it was not given)."""
         out, args, kwargs = op.call_values(inputs, outputs)
         if op.unit is not None:
-            return self._cost_unit(op.unit, out, args, kwargs, sig)
+            return self._cost_unit(op.unit, out, args, kwargs)
         entry = op.entry
         io = entry.io
         nbytes = io(out, args, kwargs) if io is not None else 0
         reads = attention_entries.values_read()
         entry, cost = _costed_as(entry, evaluate(entry, (out, args, kwargs)))
-        if sig >= 0 and attention_entries.values_read() != reads:  # it wanted values it was not given
+        if warn and attention_entries.values_read() != reads:  # it wanted values it was not given
             _warn_values(entry.name)
-        known = Costed(entry, cost, nbytes)
-        if sig >= 0:
-            self._tables.costs[sig] = known
-        return known
+        return Costed(entry, cost, nbytes)
 
-
-    def _cost_unit(self, unit, out, args, kwargs, sig: int) -> Costed:
+    def _cost_unit(self, unit, out, args, kwargs) -> Costed:
         """(unit, cost or None, bytes read, backward cost, bytes written) of a unit's call."""
         bound = unit.bind(args, kwargs)  # None if no schema fits: its formula then fails
         read, written = whole_call_bytes(out, bound)
@@ -475,10 +519,7 @@ class NativeCountingSource:
         backward = ZERO_STATS
         if unit.backward is not None:
             backward = self._ctx.attribution.evaluate(unit.backward_entry, out, bound)
-        known = Costed(entry, cost, read, backward, written)
-        if sig >= 0:
-            self._tables.costs[sig] = known
-        return known
+        return Costed(entry, cost, read, backward, written)
 
 
 def _aten_units(registry) -> frozenset:
@@ -545,8 +586,9 @@ _I32, _I64, _F64 = struct.Struct("<i"), struct.Struct("<q"), struct.Struct("<d")
 _META = torch.device("meta")
 
 
-def _decode(key: bytes, dtypes: list) -> tuple[tuple, tuple]:
-    """(inputs, outputs) of a signature, tensors as meta tensors of its shapes and dtypes."""
+def _decode(key: bytes, dtypes: list, floats: Iterator | None = None) -> tuple[tuple, tuple]:
+    """(inputs, outputs) of a signature, tensors as meta tensors of its shapes and dtypes;
+    ``floats``: what stands for its float scalars, in turn (else their values)."""
     pos = 4  # the operator's id
     inputs: list = []
     outputs: list = []
@@ -554,12 +596,12 @@ def _decode(key: bytes, dtypes: list) -> tuple[tuple, tuple]:
         (n,) = _I32.unpack_from(key, pos)
         pos += 4
         for _ in range(n):
-            value, pos = _value(key, pos, dtypes)
+            value, pos = _value(key, pos, dtypes, floats)
             values.append(value)
     return tuple(inputs), tuple(outputs)
 
 
-def _value(key: bytes, pos: int, dtypes: list):
+def _value(key: bytes, pos: int, dtypes: list, floats: Iterator | None = None):
     tag = key[pos:pos + 1]
     pos += 1
     if tag == b"t":
@@ -577,7 +619,7 @@ def _value(key: bytes, pos: int, dtypes: list):
     if tag == b"i":
         return _I64.unpack_from(key, pos)[0], pos + 8
     if tag == b"d":
-        return _F64.unpack_from(key, pos)[0], pos + 8
+        return (_F64.unpack_from(key, pos)[0] if floats is None else next(floats)), pos + 8
     if tag == b"b":
         return bool(key[pos]), pos + 1
     if tag == b"s":
@@ -595,7 +637,7 @@ def _value(key: bytes, pos: int, dtypes: list):
         pos += 4
         items = []
         for _ in range(n):
-            item, pos = _value(key, pos, dtypes)
+            item, pos = _value(key, pos, dtypes, floats)
             items.append(item)
         return (items if tag == b"L" else tuple(items)), pos
     if tag == b"v":
