@@ -12,18 +12,21 @@ PIP    := $(PY) -m pip install -q -c constraints.txt
 
 .PHONY: demo lint typecheck test suite test-fast test-matrix package gpu-check clean
 
-# torch is installed first and pinned, so `torch>=2.9` in pyproject is already satisfied
-# and pip never resolves it to the registry's CUDA build.
-$(VENV)/.core: pyproject.toml constraints.txt
-	$(PYTHON) -m venv $(VENV)
+# the venv with torch installed first and pinned, so `torch>=2.9` in pyproject is already
+# satisfied and pip never resolves it to the registry's CUDA build
+define venv_with_torch
+	[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
 	$(PIP) torch==2.13.0
+endef
+
+$(VENV)/.core: pyproject.toml constraints.txt
+	$(venv_with_torch)
 	$(PIP) -e .
 	touch $@
 
 # flopsight and its test extras in one install (one editable build, not two), .core's included
 $(VENV)/.test: pyproject.toml constraints.txt
-	[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
-	$(PIP) torch==2.13.0
+	$(venv_with_torch)
 	$(PIP) -e '.[test]'
 	touch $(VENV)/.core $@
 

@@ -44,7 +44,7 @@ def test_a_cost_that_uses_a_float_or_reads_it_unseen_is_not_learnt():
 
 
 @needs_native
-def test_split_doubles_zeroes_exactly_the_float_scalars():
+def test_split_doubles_zeroes_exactly_the_float_scalars(monkeypatch):
     # aten.add.Tensor(x, 2.5 as a wrapped number, alpha=0.5): two floats, the tensors' shapes kept
     x = torch.ones(2, 3)
     keys = []
@@ -54,12 +54,9 @@ def test_split_doubles_zeroes_exactly_the_float_scalars():
         keys.append((op.entry.name, key))
         return spy(self, op, key)
 
-    native_ops.NativeCountingSource._by_signature = keep
-    try:
-        with flopsight.Profiler(nn.Identity(), backend="native", registry=flopsight.REGISTRY.copy()):
-            torch.add(x, 2.5, alpha=0.5)
-    finally:
-        native_ops.NativeCountingSource._by_signature = spy
+    monkeypatch.setattr(native_ops.NativeCountingSource, "_by_signature", keep)
+    with flopsight.Profiler(nn.Identity(), backend="native", registry=flopsight.REGISTRY.copy()):
+        torch.add(x, 2.5, alpha=0.5)
     (key,) = [k for name, k in keys if name == "aten.add"]
     masked, floats = split_doubles(key)
     assert floats == (2.5, 0.5)

@@ -161,16 +161,14 @@ def _configure(recorder, registry, claimed: tuple = ()) -> _RegistryTables:
 
 def _claimed_names(claims) -> tuple[str, ...]:
     """The sorted ``"ns::name.overload"`` of the claimed op overloads (the same ones at every
-    start of a distributed run: their names are looked up once)."""
+    start of a distributed run: their names are looked up once per process, by the overloads'
+    ids, which torch keeps for the process)."""
+    known = RECORDER.tables.claimed
     ids = tuple(map(id, claims))
-    names = _CLAIMED.get(ids)
+    names = known.get(ids)
     if names is None:
-        names = _CLAIMED[ids] = tuple(sorted(map(op_overload_name, claims)))
+        names = known[ids] = tuple(sorted(map(op_overload_name, claims)))
     return names
-
-
-#: the claimed overloads' names, by the overloads' ids (torch keeps an overload for the process)
-_CLAIMED: dict[tuple[int, ...], tuple[str, ...]] = {}
 
 
 def configure_tables(recorder, registry) -> _RegistryTables:

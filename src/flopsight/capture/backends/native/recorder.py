@@ -51,6 +51,8 @@ class Tables:
         self.dtypes: list = []
         #: registry -> (its version, the units the recorder counts whole)
         self.aten_units: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        #: the ids of the op overloads a session claimed -> their sorted names
+        self.claimed: dict[tuple[int, ...], tuple[str, ...]] = {}
 
 
 class Recorder:
