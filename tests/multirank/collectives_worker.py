@@ -5,12 +5,14 @@ Writes ``<out>/<scenario>.rank<r>.json`` (a ProfileResult) for each scenario:
 * ``direct``: one of each collective called from user code, under ``Profiler()``;
 * ``ddp``: one DDP training step of a small MLP under ``Profiler(ddp_model, optimizer)``;
 * ``module``: a module whose forward all-reduces its output (tensor parallelism's row layer);
-* ``overlap``: an asynchronous all-reduce hidden behind compute, then a synchronous one;
+* ``overlap``: an asynchronous all-reduce hidden behind rank 0's compute, then a synchronous one;
 * ``ddp_buckets``: DDP reducing three layers' gradients in three buckets;
 * ``fsdp2``: one training step of a small MLP sharded with ``fully_shard`` (FSDP2).
 """
 
+import pathlib
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -71,14 +73,20 @@ with flopsight.Profiler(model) as prof:
     model(torch.randn(2, 8))
 save("module", prof.result)
 
-dist.barrier()  # both ranks issue it together: neither finds the other's half done (a flight of no time)
+# Rank 1 joins the asynchronous all-reduce only once rank 0 has run ops in its flight (a file
+# says so, not a collective of its own): rank 0's flight surely holds compute, however the machine
+# schedules the ranks. Rank 1's may not (its half can land before its first op).
+computing = pathlib.Path(out, "overlap.rank0-computing")
+dist.barrier()
 with flopsight.Profiler() as prof:
-    # 1 MB, in flight while the rank computes (long enough that compute starts before it lands, even on
-    # a loaded machine)
-    work = dist.all_reduce(torch.ones(250_000), async_op=True)
+    while rank == 1 and not computing.exists():
+        time.sleep(0.001)
+    work = dist.all_reduce(torch.ones(250_000), async_op=True)  # 1 MB
     x = torch.randn(128, 128)
-    for _ in range(200):
+    for i in range(200):
         x = torch.tanh(x @ x)
+        if rank == 0 and i == 0:
+            computing.touch()
     work.wait()
     dist.all_reduce(torch.ones(1000))  # the rank waits for this one
 save("overlap", prof.result)
