@@ -69,6 +69,10 @@ class Backend(Protocol):
         """:meth:`settle` where module calls were recorded since the last one (the stack is
         then behind them), else nothing."""
 
+    def innermost_module(self, stack: list) -> str | None:
+        """The path of the innermost module call running now (None outside every call), with
+        the calls recorded so far on ``stack`` (the context's) or known without it."""
+
     def aside(self) -> AbstractContextManager:
         """A context in which a call counted whole runs: its ops are not counted again."""
 

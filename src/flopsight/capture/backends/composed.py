@@ -32,6 +32,10 @@ class CallsAndOps:
 
     settle_calls = settle
 
+    def innermost_module(self, stack: list) -> str | None:
+        self.settle_calls()  # the module calls recorded so far onto the stack first
+        return stack[-1].path if stack else None
+
     def start(self, ctx) -> None:
         self.calls.start(ctx)
         if self.ops is not None:

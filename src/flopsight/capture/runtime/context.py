@@ -46,6 +46,9 @@ class NoBackend:
 
     settle_calls = settle
 
+    def innermost_module(self, stack: list) -> str | None:
+        return stack[-1].path if stack else None
+
     def aside(self) -> Any:
         return contextlib.nullcontext()
 
@@ -134,8 +137,7 @@ class CaptureContext:
         """The path of the module call running now (None outside every call): the module calls
         a backend recorded so far are on the stack first (a tensor saved for backward belongs
         to the module saving it)."""
-        self.backend.settle_calls()
-        return self.attribution.current_module()
+        return self.backend.innermost_module(self.stack)
 
     def span_seconds(self, start, end, ovh_start: float, ovh_end: float) -> float:
         """A span from stamp ``start`` to ``end`` in seconds, less the profiler's own time

@@ -95,11 +95,13 @@ class Events:
     def publish_op(self, event: OpEvent) -> None:
         for listener in self.ops:
             listener(event)
-        for on_ran in self.ran:
-            on_ran(event.t0, event.t1)
+        if self.ran:
+            for on_ran in tuple(self.ran):  # (one may leave while heard)
+                on_ran(event.t0, event.t1)
 
     def publish_call(self, event: OpEvent) -> None:
         for listener in self.calls:
             listener(event)
-        for on_ran in self.ran:
-            on_ran(event.t0, event.t1)
+        if self.ran:
+            for on_ran in tuple(self.ran):  # (one may leave while heard)
+                on_ran(event.t0, event.t1)

@@ -276,6 +276,7 @@ class CollectivesSource:
         self._issue_time = lambda stamp: stamp
         #: collectives in flight; None until a process group exists
         self.in_flight: InFlight | None = None
+        self._hears_ops = False  # whether ops' intervals tell the overlap (host stamps)
         dist = torch.distributed
         if not (dist.is_available() and dist.is_initialized()):
             return
@@ -293,7 +294,8 @@ class CollectivesSource:
             for op in _overloads(namespace, name):
                 claims[op] = self._free
         if ctx.clock.stamp is time.perf_counter:  # host stamps: ops overlapping communication
-            ctx.events.ran.append(self._ran)
+            # (each op's interval heard only while a collective is in flight: see _ran)
+            self._hears_ops = True
         else:  # device or fake stamps: time calls on the host
             self._issue_time = lambda stamp: time.perf_counter()
 
@@ -327,6 +329,11 @@ class CollectivesSource:
         flight = self.in_flight  # (set: subscribed with it)
         if flight is not None and flight.calls:  # compute overlapping communication
             flight.ran(t0, t1)
+        if flight is None or not flight.calls:  # none in flight: the ops are heard no more (a
+            # backend then merges their repeats and tells no listener of each)
+            ran = self._ctx.events.ran
+            if self._ran in ran:
+                ran.remove(self._ran)
 
     def _collective(self, event: OpEvent) -> None:
         func, args, kwargs, out = event.func, event.args, event.kwargs, event.out
@@ -338,6 +345,8 @@ class CollectivesSource:
         self.calls.append(call)
         if self.in_flight is not None:  # (set: the collectives are claimed with it)
             self.in_flight.add(call)
+            if self._hears_ops and self._ran not in self._ctx.events.ran:
+                self._ctx.events.ran.append(self._ran)
         complete = call.complete  # from the backend's thread, or at once
         if func.namespace == "_c10d_functional":  # done when its result is waited for
             for t in out if isinstance(out, (list, tuple)) else (out,):

@@ -42,10 +42,12 @@ class NativeBackend(CallsAndOps):
         self.host_call_stamps = native_calls and ops is not None and on_device(ctx.clock)
         settle = ops.settle if ops is not None else None
         if native_calls:
-            self.calls = NativeCalls(ctx, recorder, drains=ops is None, settle=settle, stamps=self.stamps)
+            calls = self.calls = NativeCalls(ctx, recorder, drains=ops is None, settle=settle, stamps=self.stamps)
             if ops is not None:
-                ops.replay_call = self.calls.replay
-            settle = self.calls.settle
+                ops.replay_call = calls.replay
+                # the C++ hooks' stack says which call runs, nothing charged first
+                self.innermost_module = calls.innermost_module  # type: ignore[method-assign]
+            settle = calls.settle
         else:
             self.calls = PythonCalls(ctx, settle)
         # (instance attributes over the methods: the context calls them at every boundary)

@@ -85,6 +85,20 @@ class NativeCalls(PythonCalls):
             finally:
                 self._rec.untrack_modules()
 
+    def innermost_module(self, stack: list) -> str | None:
+        """The path of the innermost module call running, from the C++ hooks' stack: the
+        records need not be charged first (a tensor saved for backward asks, in the middle of a
+        forward). A module with several paths is placed by its callers: then the stack is
+        replayed first."""
+        index = self._rec.innermost_module()
+        if index < 0:
+            return None
+        paths = self._index_paths[index]
+        if len(paths) == 1:
+            return paths[0]
+        self._settle()
+        return stack[-1].path if stack else None
+
     def replay(self, kind: int, index: int, recompute: int, seq: int, stamp: float, overhead: float) -> None:
         """A call of the ``index``-th tracked module that the C++ hooks recorded entering
         (``kind`` -1) or leaving (-2), replayed in order with the ops around it:

@@ -413,8 +413,9 @@ class NativeCountingSource:
             else:  # a unit: (unit, cost, read, backward cost, written)
                 attribution.charge_whole_costed(node, seq_after, entry, t0, t1, cost, backward, nbytes, written,
                                                 seq_before, seq_after)
-            for listener in ran:
-                listener(t0, t1)
+            if ran:  # (a listener may leave while heard: the list is copied)
+                for listener in tuple(ran):
+                    listener(t0, t1)
 
     def _memory_run(self, run: int, node_seq: int, accumulated: int, change: int, peak: int, largest: int,
                     op_id: int, temporaries: int, temporaries_peak: int) -> None:

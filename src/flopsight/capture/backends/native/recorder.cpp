@@ -1216,6 +1216,16 @@ void track_modules(const py::list& modules, py::object pre, py::object post, con
   h.active = true;
 }
 
+// the index of the innermost tracked module call running (-1: none), as the module stack is
+// once the calls recorded so far are replayed (with the GIL held): what a tensor saved for
+// backward belongs to, known without charging the records
+int32_t innermost_module() {
+  ModuleHooks& h = g_modules;
+  if (!h.active || h.stack.empty()) return -1;
+  auto it = h.index.find(h.stack.back());
+  return it == h.index.end() ? -1 : it->second;
+}
+
 void untrack_modules() {
   ModuleHooks& h = g_modules;
   h.active = false;
@@ -1694,6 +1704,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "A callable to set as the index-th tracked module's forward for the session: it calls original "
         "(what module.forward was) as module_pre and module_post would see the call.");
   m.def("open_calls", &open_calls, "The tracked module calls begun and not ended.");
+  m.def("innermost_module", &innermost_module,
+        "The index of the innermost tracked module call running (-1: none).");
   m.def("untrack_modules", &untrack_modules, "Stop recording module calls and forget the modules.");
   m.def("function_mode_hook", &function_mode_hook, py::arg("handlers"), py::arg("passthrough"),
         "A __torch_function__ in C for a function mode (bind it to the mode): calls with no handler "
