@@ -134,3 +134,32 @@ def test_no_allocator_warning_reaches_the_user(tmp_path):
                       "    m(torch.ones(2, 64)); del x\n")
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=True)
     assert "Memory block of unknown size" not in out.stderr
+
+
+class TwoPlaces(nn.Module):
+    """One Linear(16, 16) reached under two paths (``first`` and ``second``), a ReLU and a
+    doubling between: which path a tensor it saves for backward belongs to depends on its caller."""
+
+    def __init__(self):
+        super().__init__()
+        shared = nn.Linear(16, 16)
+        self.first = nn.Sequential(shared)
+        self.act = nn.ReLU()
+        self.second = nn.Sequential(shared)
+
+    def forward(self, x):
+        return self.second(self.act(self.first(x)) * 2)
+
+
+@needs_native
+def test_saved_tensors_of_a_module_under_two_paths_go_to_the_path_that_called_it():
+    # the native backend answers "which module runs" from its C++ call stack without charging,
+    # except for a module with several paths, placed by its callers. Each call of the shared
+    # Linear saves its input for backward: first.0 its 4 x 16 fp32 input x (4 * 16 * 4 = 256
+    # bytes); the ReLU its output (256 bytes); the doubling (by a number) saves nothing; second.0
+    # its input, the doubled tensor (256 bytes), not first.0 again
+    python, native = (step(TwoPlaces, (4, 16), backend) for backend in ("python", "native"))
+    assert native.metadata.backend == "native"
+    for result in (python, native):
+        saved = {path: result.module(path).memory.activations for path in ("first.0", "act", "second.0")}
+        assert saved == {"first.0": 256, "act": 256, "second.0": 256}, result.metadata.backend
