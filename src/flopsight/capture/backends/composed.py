@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from ..runtime.context import innermost_path
+
 __all__ = ["CallsAndOps"]
 
 
@@ -34,7 +36,7 @@ class CallsAndOps:
 
     def innermost_module(self, stack: list) -> str | None:
         self.settle_calls()  # the module calls recorded so far onto the stack first
-        return stack[-1].path if stack else None
+        return innermost_path(stack)
 
     def start(self, ctx) -> None:
         self.calls.start(ctx)

@@ -239,12 +239,6 @@ class Attribution:
             where = "", phase
         return (owner, where[1]) if owner is not None else where
 
-    def current_module(self) -> str | None:
-        """Path of the innermost module call running (None outside every call): where a
-        tensor saved for backward now belongs."""
-        stack = self.ctx.stack
-        return stack[-1].path if stack else None
-
     def evaluate(self, entry, *payload, calls: int = 1) -> Stats:
         """``entry.cost(*payload)`` (:func:`.costs.evaluate`); an op without a formula, or whose
         formula fails, costs nothing and is listed (and warned about once) as unsupported

@@ -35,6 +35,11 @@ __all__ = ["CaptureContext"]
 T = TypeVar("T")
 
 
+def innermost_path(stack: list) -> str | None:
+    """The path of the innermost call on a module ``stack`` (None: empty)."""
+    return stack[-1].path if stack else None
+
+
 class NoBackend:
     """A context's backend before the session makes its own (:mod:`.backends`): nothing
     recorded, nothing to settle."""
@@ -47,7 +52,7 @@ class NoBackend:
     settle_calls = settle
 
     def innermost_module(self, stack: list) -> str | None:
-        return stack[-1].path if stack else None
+        return innermost_path(stack)
 
     def aside(self) -> Any:
         return contextlib.nullcontext()
@@ -134,9 +139,9 @@ class CaptureContext:
             self.suppressed -= 1
 
     def module_now(self) -> str | None:
-        """The path of the module call running now (None outside every call): the module calls
-        a backend recorded so far are on the stack first (a tensor saved for backward belongs
-        to the module saving it)."""
+        """The path of the module call running now (None outside every call), with the module
+        calls a backend recorded so far (a tensor saved for backward belongs to the module
+        saving it): the backend's answer, which may charge what it recorded first."""
         return self.backend.innermost_module(self.stack)
 
     def span_seconds(self, start, end, ovh_start: float, ovh_end: float) -> float:

@@ -96,12 +96,16 @@ class Events:
         for listener in self.ops:
             listener(event)
         if self.ran:
-            for on_ran in tuple(self.ran):  # (one may leave while heard)
-                on_ran(event.t0, event.t1)
+            self.publish_ran(event.t0, event.t1)
 
     def publish_call(self, event: OpEvent) -> None:
         for listener in self.calls:
             listener(event)
         if self.ran:
-            for on_ran in tuple(self.ran):  # (one may leave while heard)
-                on_ran(event.t0, event.t1)
+            self.publish_ran(event.t0, event.t1)
+
+    def publish_ran(self, t0, t1) -> None:
+        """Tell the listeners to each op's interval that one ran from ``t0`` to ``t1`` (a
+        listener may leave while it is told: the list is copied)."""
+        for on_ran in tuple(self.ran):
+            on_ran(t0, t1)

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..._process import PROCESS
 from ..._torch_private import on_work_done, process_group, storage_key
 from ...formulas.binding import Binder
 from ...formulas.shapes import first_tensor
@@ -110,9 +111,35 @@ def _overloads(namespace: str, name: str) -> tuple:
     return tuple(getattr(packet, o) for o in packet.overloads())
 
 
-COLLECTIVE_OPS: dict = {}  # filled on first use, once torch.distributed is initialised
-_BINDERS: dict = {}  # collective op -> its arguments' binder (an op's schema never changes)
-WAIT_OPS: list = []  # the functional collectives' wait_tensor
+class CollectiveOps:
+    """The collective ops, read once per process on first use (once torch.distributed is
+    initialised; :data:`PROCESS`'s ``"collective ops"``): each op's (kind, payload argument,
+    group argument), the functional collectives' ``wait_tensor``, and each op's arguments'
+    binder, made at its first call (an op's schema never changes)."""
+
+    def __init__(self) -> None:
+        self.kinds: dict = {}
+        self.waits: list = []
+        self.binders: dict = {}
+
+    def read(self) -> None:
+        if not self.kinds:
+            self.kinds.update(collective_ops())
+            self.waits.extend(_overloads("_c10d_functional", "wait_tensor"))
+
+    def binder(self, op) -> Binder:
+        binder = self.binders.get(op)
+        if binder is None:
+            binder = self.binders[op] = Binder.of_op(op)
+        return binder
+
+    def reset(self) -> None:
+        self.kinds.clear()
+        self.waits.clear()
+        self.binders.clear()
+
+
+COLLECTIVE_OPS: CollectiveOps = PROCESS.own("collective ops", CollectiveOps)
 #: data movement around collectives that torch.distributed defines in Python when first used
 #: (so unknown to the registry when flopsight is imported): the functional collectives'
 #: autograd wrapper, FSDP2's copies into and out of its all-gather and reduce-scatter buffers
@@ -280,15 +307,13 @@ class CollectivesSource:
         dist = torch.distributed
         if not (dist.is_available() and dist.is_initialized()):
             return
-        if not COLLECTIVE_OPS:
-            COLLECTIVE_OPS.update(collective_ops())
-            WAIT_OPS.extend(_overloads("_c10d_functional", "wait_tensor"))
+        COLLECTIVE_OPS.read()
         self._param_paths = {storage_key(local_shard(p)): path for p, path in ctx.params.owned}
         self.in_flight = InFlight()
         claims = ctx.events.claims
-        for op in COLLECTIVE_OPS:
+        for op in COLLECTIVE_OPS.kinds:
             claims[op] = self._collective
-        for op in WAIT_OPS:
+        for op in COLLECTIVE_OPS.waits:
             claims[op] = self._wait
         for namespace, name in FREE_OP_NAMES:  # looked up each time: they appear once used
             for op in _overloads(namespace, name):
@@ -326,18 +351,17 @@ class CollectivesSource:
         return Communication(calls)
 
     def _ran(self, t0: float, t1: float) -> None:
-        flight = self.in_flight  # (set: subscribed with it)
-        if flight is not None and flight.calls:  # compute overlapping communication
-            flight.ran(t0, t1)
-        if flight is None or not flight.calls:  # none in flight: the ops are heard no more (a
-            # backend then merges their repeats and tells no listener of each)
-            ran = self._ctx.events.ran
-            if self._ran in ran:
-                ran.remove(self._ran)
+        """An op ran while a collective was in flight (subscribed by :meth:`_collective`):
+        compute overlapping communication. Once none is in flight, the ops are heard no more
+        (a backend then merges their repeats and tells no listener of each)."""
+        flight: InFlight = self.in_flight  # type: ignore[assignment]  # (set: the calls are claimed with it)
+        flight.ran(t0, t1)
+        if not flight.calls:
+            self._ctx.events.ran.remove(self._ran)
 
     def _collective(self, event: OpEvent) -> None:
         func, args, kwargs, out = event.func, event.args, event.kwargs, event.out
-        kind, payload, group_arg = COLLECTIVE_OPS[func]
+        kind, payload, group_arg = COLLECTIVE_OPS.kinds[func]
         # watched first: a collective may complete while this runs (its completion is stamped then)
         tensor = first_tensor(args)  # the payload's, or its output's: on the same device
         call = _Call(kind, None, None, 0, 0, self._issue_time(event.t0), self._issue_time(event.t1),
@@ -353,10 +377,7 @@ class CollectivesSource:
                 self._awaiting[id(t)] = (complete, t)
         elif not on_work_done(out[-1] if isinstance(out, tuple) else out, complete):
             complete()  # no Work to watch: treat the call as synchronous
-        binder = _BINDERS.get(func)
-        if binder is None:
-            binder = _BINDERS[func] = Binder.of_op(func)
-        bound = binder.bind(args, kwargs)
+        bound = COLLECTIVE_OPS.binder(func).bind(args, kwargs)
         size, call.group = process_group(bound.get(group_arg))
         call.group_size = size or 0
         call.bytes = payload_bytes(bound.get(payload)) if payload else 0

@@ -22,6 +22,7 @@ from torch import nn
 from ...._torch_private import has_own_hooks, module_call_frames
 from ...charging.calls import CallRecord, begun, unwind
 from ...model.scripted import is_scripted
+from ...runtime.context import innermost_path
 from ..python.calls import PythonCalls
 from .ops import NO_NODE, ROWS
 from .recorder import RECORDER, host_offset
@@ -97,7 +98,7 @@ class NativeCalls(PythonCalls):
         if len(paths) == 1:
             return paths[0]
         self._settle()
-        return stack[-1].path if stack else None
+        return innermost_path(stack)
 
     def replay(self, kind: int, index: int, recompute: int, seq: int, stamp: float, overhead: float) -> None:
         """A call of the ``index``-th tracked module that the C++ hooks recorded entering

@@ -373,7 +373,8 @@ class NativeCountingSource:
         replay_call = self.replay_call
         costs, offset = self._tables.costs, self._offset
         stamp: Callable[[], int] = self._stamp  # type: ignore[assignment]  # set where offset is None, its one use
-        ran = self._ctx.events.ran  # listeners to each op's interval (ops overlapping collectives)
+        events = self._ctx.events
+        ran = events.ran  # listeners to each op's interval (ops overlapping collectives)
         for op_id, sig, node_seq, seq_before, seq_after, t0, t1, variable, count, ns in rows:
             if op_id < 0:
                 if op_id == MEMORY:  # a memory run (see _memory_run for its fields)
@@ -413,9 +414,8 @@ class NativeCountingSource:
             else:  # a unit: (unit, cost, read, backward cost, written)
                 attribution.charge_whole_costed(node, seq_after, entry, t0, t1, cost, backward, nbytes, written,
                                                 seq_before, seq_after)
-            if ran:  # (a listener may leave while heard: the list is copied)
-                for listener in tuple(ran):
-                    listener(t0, t1)
+            if ran:
+                events.publish_ran(t0, t1)
 
     def _memory_run(self, run: int, node_seq: int, accumulated: int, change: int, peak: int, largest: int,
                     op_id: int, temporaries: int, temporaries_peak: int) -> None:
@@ -463,17 +463,17 @@ class NativeCountingSource:
         if op is None:  # an operator torch.ops does not know: not counted
             return Costed(None, None, 0)
         key, inputs, outputs = self._values.get(sig) or (self._rec.signature(sig), None, None)
-        if inputs is None and outputs is None and sig >= 0:  # described by its signature alone: cached
-            known = self._tables.costs[sig] = self._by_signature(op, key)
-            return known
-        if inputs is not None:  # its values were kept: costed on them
-            self._on_values.add(op.entry.name)
-        with self.unrecorded():  # the formulas' and the meta tensors' ops are not the model's
-            if inputs is None or outputs is None:  # described by the signature: meta tensors of its shapes
-                described = _decode(key, _dtypes(self._rec))
-                inputs = described[0] if inputs is None else inputs
-                outputs = described[1] if outputs is None else outputs
-            known = self._evaluate(op, inputs, outputs, sig >= 0)
+        if inputs is None and outputs is None and sig >= 0:  # described by its signature alone
+            known = self._by_signature(op, key)
+        else:
+            if inputs is not None:  # its values were kept: costed on them
+                self._on_values.add(op.entry.name)
+            with self.unrecorded():  # the formulas' and the meta tensors' ops are not the model's
+                if inputs is None or outputs is None:  # described by the signature: meta tensors of its shapes
+                    described = _decode(key, _dtypes(self._rec))
+                    inputs = described[0] if inputs is None else inputs
+                    outputs = described[1] if outputs is None else outputs
+                known = self._evaluate(op, inputs, outputs, sig >= 0)
         if sig >= 0:
             self._tables.costs[sig] = known
         return known
