@@ -28,6 +28,7 @@ ranges, each round's figure over the plain step's of the same round):
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import re
 import statistics
@@ -92,6 +93,7 @@ def profiled_step(variant: str, stage: int, profile_step: int, out: str) -> dict
     (``engine.step()``, flopsight's and DeepSpeed's reports included); ``before``, the step
     before it (the one flopsight times: timed_step.py); ``after``, the median of the
     :data:`AFTER` unprofiled steps after it."""
+    gc.collect()  # the engines of the rounds before are garbage: not collected inside the timed steps
     torch.manual_seed(0)
     config = {"train_micro_batch_size_per_gpu": 8, "zero_optimization": {"stage": stage},
               "optimizer": {"type": "Adam", "params": {"lr": 1e-3, "torch_adam": True}},

@@ -7,9 +7,12 @@ A backend owns the three things that run per op or per module call:
 * **module-call tracking**: the stack of active calls and the call log (:mod:`..calls`);
 * **settling**: a backend may charge ops later than they run (the native one charges its
   records in batches); :meth:`Backend.settle` charges what ran so far under the state it ran
-  in, and the context calls it whenever that state is about to change (a phase, a call counted
-  whole, a span's end: :class:`~..context.CaptureContext`), the call tracking before it pushes
-  or pops a call. No source calls it.
+  in, and the context calls it whenever that state is about to change (a call counted whole:
+  :class:`~..context.CaptureContext`), the call tracking before it pushes or pops a call, the
+  attribution object before it charges a call itself. Where only the phase changes or a span
+  ends, :meth:`Backend.settle_later` sets what ran aside under the state it ran in (the native
+  backend charges it at the next settle, at the latest when the capture is collected). No
+  source calls either.
 
 Two implementations: :mod:`.python` (a dispatch mode and Python module hooks: the fallback,
 and the check in tests) and :mod:`.native` (``RecordFunction`` and C++ module hooks, in
@@ -64,6 +67,16 @@ class Backend(Protocol):
 
     def settle(self) -> None:
         """Charge what ran so far under the state it ran in (the context's, now)."""
+
+    def settle_later(self) -> None:
+        """The state that decides where a cost goes is about to change (a phase, a span's
+        boundary): what ran so far goes under the state it ran in, charged now or at the next
+        :meth:`settle` (the native backend sets its records aside: nothing reads them until a
+        settle)."""
+
+    def in_order(self, action: Callable[[], None]) -> None:
+        """Do ``action`` (a source's, on what it saw happen now) in order with what is charged:
+        after what ran before now, before what runs after (at once where nothing waits)."""
 
     def settle_calls(self) -> None:
         """:meth:`settle` where module calls were recorded since the last one (the stack is

@@ -34,6 +34,12 @@ class CallsAndOps:
 
     settle_calls = settle
 
+    def settle_later(self) -> None:
+        self.settle()
+
+    def in_order(self, action) -> None:
+        action()
+
     def innermost_module(self, stack: list) -> str | None:
         self.settle_calls()  # the module calls recorded so far onto the stack first
         return innermost_path(stack)

@@ -17,6 +17,8 @@
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
+from functools import partial
 
 from ..._torch_private import (
     ACCUMULATE_GRAD_SEQUENCE_NR,
@@ -32,7 +34,28 @@ from ..runtime.context import CaptureContext
 from .costs import evaluate
 from .notices import warn_formula_failed, warn_unprofiled_forward, warn_unsupported
 
-__all__ = ["Attribution", "WholeCall", "whole_call_bytes"]
+__all__ = ["Attribution", "NodeSeen", "WholeCall", "whole_call_bytes"]
+
+
+class NodeSeen:
+    """What attribution reads of the autograd node a call ran in, read while it ran: the call
+    may be charged later, in order with the ops recorded around it (the node gone by then)."""
+
+    __slots__ = ("_seq", "variable", "metadata")
+
+    def __init__(self, node) -> None:
+        self._seq = node_sequence_nr(node)
+        self.variable = accumulated_parameter(node) if self._seq == ACCUMULATE_GRAD_SEQUENCE_NR else None
+        self.metadata = node.metadata  # (its thread tag: node_thread)
+
+    def _sequence_nr(self) -> int:
+        return self._seq
+
+
+def node_seen() -> NodeSeen | None:
+    """The autograd node running now, as :class:`NodeSeen` (None: none)."""
+    node = current_autograd_node()
+    return None if node is None else NodeSeen(node)
 
 
 class WholeCall:
@@ -132,12 +155,35 @@ class Attribution:
         self._seq_seen: int | None = None  # sequence nr after the last backward op, in a backward pass
 
     def charge(self, entry, t0, t1, payload: tuple = (), cost: Stats | None = None, nbytes: int = 0) -> str | None:
-        """Charge one call of ``entry`` that a source charges itself (a claimed op), after the
-        ops recorded before it (see :meth:`place`); returns the module path charged, or None
-        when the call is not the profiled model's."""
+        """Charge one call of ``entry`` that a source charges itself, after the ops recorded
+        before it (see :meth:`place`); returns the module path charged, or None when the call
+        is not the profiled model's."""
         self.ctx.backend.settle()
         where = self.place(entry, t0, t1, payload, cost, nbytes)
         return None if where is None else where[0]
+
+    def charge_in_order(self, entry, t0, t1, payload: tuple = (), cost: Stats | None = None,
+                        nbytes: int = 0) -> None:
+        """:meth:`charge` in order with the ops recorded around the call (a claimed op): the
+        backend may do it later, under the state the call ran in."""
+        self._in_order(self._place_seen, entry, t0, t1, payload, cost, nbytes)
+
+    def _in_order(self, place: Callable, *args) -> None:
+        """``place(node, seq_after, phase, last_phase, *args)`` in order with the ops recorded,
+        with the state of now: the autograd node running, the sequence counter, the phases."""
+        ctx = self.ctx
+        action = partial(place, node_seen(), autograd_sequence_nr(), ctx.phase, ctx.last_phase, *args)
+        ctx.backend.settle_later()
+        ctx.backend.in_order(action)
+
+    def _place_seen(self, node, seq_after: int, phase: str, last_phase: str, entry, t0, t1, payload: tuple,
+                    cost: Stats | None, nbytes: int) -> tuple[str, str] | None:
+        ctx = self.ctx
+        phase_now, ctx.phase = ctx.phase, phase
+        try:
+            return self.place_at(node, seq_after, entry, t0, t1, payload, cost, nbytes)
+        finally:
+            ctx.phase = phase_now
 
     def place(self, entry, t0, t1, payload: tuple = (), cost: Stats | None = None,
               nbytes: int = 0) -> tuple[str, str] | None:
@@ -216,28 +262,34 @@ class Attribution:
             return "", ctx.phase, -1
         return None
 
-    def charge_collective(self, entry, t0, t1, owner: str | None = None) -> tuple[str, str]:
+    def charge_collective(self, entry, t0, t1, owner: str | None = None,
+                          then: Callable[[tuple[str, str]], None] | None = None) -> None:
         """Charge a collective op like any free op and say where the collective belongs:
-        (path, phase). One issued by a gradient hook while the backward pass accumulates a
-        parameter's gradient (DDP's bucket all-reduce, ZeRO's gradient reduction) carries the
-        gradients of many modules: the root's backward. One issued outside the model's calls
-        and the spans is the root's too, in the phase of the forward call, backward or step
-        that came last. ``owner``: the module the collective works for when its issuer knows
-        better than where it was issued (FSDP2 gathers a layer's parameters ahead of its use).
-        The ops recorded before it are charged first."""
-        self.ctx.backend.settle()
-        node = current_autograd_node()
+        (path, phase), told to ``then``. One issued by a gradient hook while the backward pass
+        accumulates a parameter's gradient (DDP's bucket all-reduce, ZeRO's gradient reduction)
+        carries the gradients of many modules: the root's backward. One issued outside the
+        model's calls and the spans is the root's too, in the phase of the forward call,
+        backward or step that came last. ``owner``: the module the collective works for when
+        its issuer knows better than where it was issued (FSDP2 gathers a layer's parameters
+        ahead of its use). In order with the ops recorded around it, as :meth:`charge`."""
+        self._in_order(self._place_collective, entry, t0, t1, owner, then)
+
+    def _place_collective(self, node, seq_after: int, phase: str, last_phase: str, entry, t0, t1,
+                          owner: str | None, then: Callable[[tuple[str, str]], None] | None) -> None:
+        tally = self.ctx.tally
         if node is not None and node_sequence_nr(node) == ACCUMULATE_GRAD_SEQUENCE_NR:
-            self.ctx.tally.add("", "backward", entry.name, ZERO_STATS, t0, t1)
-            return owner if owner is not None else "", "backward"
-        where = self.place(entry, t0, t1, (), ZERO_STATS)
-        if where is None:  # between the model's calls and spans (a wrapper's gradient reduction
-            # after backward()): still communication of the profiled step, the root's, in the
-            # phase of the forward, backward or step that came last
-            phase = self.ctx.last_phase
-            self.ctx.tally.add("", phase, entry.name, ZERO_STATS, t0, t1)
-            where = "", phase
-        return (owner, where[1]) if owner is not None else where
+            tally.add("", "backward", entry.name, ZERO_STATS, t0, t1)
+            where = "", "backward"
+        else:
+            placed = self._place_seen(node, seq_after, phase, last_phase, entry, t0, t1, (), ZERO_STATS, 0)
+            if placed is None:  # between the model's calls and spans (a wrapper's gradient reduction
+                # after backward()): still communication of the profiled step, the root's, in the
+                # phase of the forward, backward or step that came last
+                tally.add("", last_phase, entry.name, ZERO_STATS, t0, t1)
+                placed = "", last_phase
+            where = placed
+        if then is not None:
+            then((owner, where[1]) if owner is not None else where)
 
     def evaluate(self, entry, *payload, calls: int = 1) -> Stats:
         """``entry.cost(*payload)`` (:func:`.costs.evaluate`); an op without a formula, or whose

@@ -170,7 +170,10 @@ class CaptureSession:
     def _collect(self) -> RawCapture:
         ctx = self.ctx
         parts: list = []
-        for source in self._sources:
+        # the backend's first: what it charges last (a backend may charge after the span, see
+        # .backends) is what the other sources' parts are made of
+        sources = sorted(self._sources, key=lambda source: source is not ctx.backend)
+        for source in sources:
             if hasattr(source, "collect"):
                 part = source.collect(ctx)
                 parts.extend(part) if isinstance(part, tuple) else parts.append(part)

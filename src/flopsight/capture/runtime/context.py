@@ -49,7 +49,10 @@ class NoBackend:
     def settle(self) -> None:
         pass
 
-    settle_calls = settle
+    settle_calls = settle_later = settle
+
+    def in_order(self, action) -> None:
+        action()
 
     def innermost_module(self, stack: list) -> str | None:
         return innermost_path(stack)
@@ -115,14 +118,14 @@ class CaptureContext:
     def change_phase(self, phase: str) -> str:
         """The phase becomes ``phase`` (what ran so far is charged under the phase it ran in);
         returns the phase it was."""
-        self.backend.settle()
+        self.backend.settle_later()
         was, self.phase = self.phase, phase
         return was
 
     def boundary(self) -> tuple:
         """A span's boundary: what ran so far is charged (under the state it ran in), then the
         boundary's (stamp, the profiler's own seconds then)."""
-        self.backend.settle()
+        self.backend.settle_later()
         return self.clock.stamp(), self.overhead.seconds
 
     @contextlib.contextmanager

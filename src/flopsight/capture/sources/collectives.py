@@ -180,6 +180,11 @@ class _Call:
         self.device = device
         self.events: list | None = [_cuda_event(device), None] if device is not None else None
 
+    def placed(self, where: tuple[str, str]) -> None:
+        """Charged to module path and phase ``where`` (in order with the ops around it: the
+        backend may charge after the span)."""
+        self.path, self.phase = where
+
     def complete(self) -> None:
         if self.done is None:
             self.done = time.perf_counter()
@@ -387,10 +392,10 @@ class CollectivesSource:
         if kind == "all_gather" and self._gathers and isinstance(bound.get(payload), torch.Tensor):
             # FSDP2 gathers a layer's parameters ahead of its use (prefetching): the layer's
             owner = self._gathers.get(storage_key(bound[payload]))
-        call.path, call.phase = self._ctx.attribution.charge_collective(event.entry, event.t0, event.t1, owner)
+        self._ctx.attribution.charge_collective(event.entry, event.t0, event.t1, owner, call.placed)
 
     def _free(self, event: OpEvent) -> None:
-        self._ctx.attribution.charge(event.entry, event.t0, event.t1, (), ZERO_STATS)
+        self._ctx.attribution.charge_in_order(event.entry, event.t0, event.t1, (), ZERO_STATS)
         func, args, out = event.func, event.args, event.out
         if func.name().startswith("fsdp::all_gather_copy_in") and self._param_paths:
             # FSDP2 copies a layer's parameter shards into the buffer it then all-gathers
@@ -403,7 +408,7 @@ class CollectivesSource:
         pending = self._awaiting.pop(id(tensor), None)
         if pending is not None:
             pending[0]()
-        self._ctx.attribution.charge(event.entry, event.t0, event.t1, (), ZERO_STATS)
+        self._ctx.attribution.charge_in_order(event.entry, event.t0, event.t1, (), ZERO_STATS)
 
 
 def merged_flights(calls) -> list[tuple[float, float, float]]:

@@ -22,6 +22,7 @@ each optimizer step (``.steps``); a saved tensor belongs where the attribution o
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from functools import partial
 
@@ -78,8 +79,12 @@ class LiveAtStart:
     releases it (c10's CPU allocator does not report the release of a block it handed out
     before memory was reported: other tensors live at the start are not seen there)."""
 
-    def __init__(self, tensors: list, device: torch.device | None) -> None:
+    def __init__(self, tensors: list, device: torch.device | None,
+                 in_order: Callable[[Callable[[], None]], None] | None = None) -> None:
         self.released = 0
+        #: a release told in order with the blocks allocated (the backend's
+        #: :meth:`~flopsight.capture.backends.Backend.in_order`: it may count them later)
+        self._in_order = in_order
         self.from_allocator = device is not None
         self._watched: list = []
         if device is not None:
@@ -97,6 +102,12 @@ class LiveAtStart:
             self._watched.append(weakref.ref(storage, partial(self._gone, nbytes)))
 
     def _gone(self, nbytes: int, _ref=None) -> None:
+        if self._in_order is not None:
+            self._in_order(partial(self._released, nbytes))
+        else:
+            self._released(nbytes)
+
+    def _released(self, nbytes: int) -> None:
         self.released += nbytes
 
     def close(self) -> None:
@@ -146,7 +157,7 @@ class MemorySource:
         cuda = next((p.device for p in params if p.device.type == "cuda"), None)
         self._start = LiveAtStart([*map(local_shard, params), *gradients(params, self._optimizer),
                                    *optimizer_state_tensors(self._optimizer)],
-                                  cuda if ctx.backend.tracks_memory else None)
+                                  cuda if ctx.backend.tracks_memory else None, ctx.backend.in_order)
         self._active = True
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack)
         self._hooks.__enter__()
@@ -242,7 +253,7 @@ class MemorySource:
         the live bytes' change; ``peak``: its highest point after an allocation (``NO_PEAK``:
         none); ``largest``: the largest block, allocated by ``op``; ``temporaries`` and
         ``temporaries_peak``: the same two for the blocks their ops released before returning.
-        (The source is active: the backend stops first.)"""
+        (Perhaps after the span: the backend charges its records when the capture is collected.)"""
         if temporaries_peak != NO_PEAK:
             held = self._temporary + temporaries_peak
             if held > self.temporaries.get(path, 0):
@@ -268,14 +279,15 @@ class MemorySource:
 
     def _freed(self, key, _ref=None) -> None:
         tracked = self._tracked.pop(key, None)
-        if tracked is not None:
+        if tracked is not None and self._active:
             self.freed(tracked[0])
 
     def freed(self, nbytes: int, temporary: bool = False) -> None:
-        """``nbytes`` allocated while profiling were released."""
+        """``nbytes`` allocated while profiling were released (the native backend's reports
+        may be charged after the span)."""
         if temporary:
             self._temporary -= nbytes
-        elif self._active:
+        else:
             self.live -= nbytes
 
     def freed_before(self, address: int, nbytes: int) -> None:

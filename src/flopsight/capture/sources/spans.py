@@ -72,6 +72,7 @@ class SpanTimer:
         self._open: dict[str, tuple] = {}  # kind -> (start stamp, overhead) of a span in progress
         self._outer_phase: list[str] = []  # the phase each open backward or step span interrupted
         self._gradless: list = []  # parameters without a gradient when the span began
+        self._gained = False  # whether one of them had one when it ended
         self._node_hooks: list = []  # the pre-hooks on the top-level forwards' output nodes
         ctx.events.forwards.append(self)
 
@@ -94,12 +95,14 @@ class SpanTimer:
             hook.remove()
         self._node_hooks.clear()
         gradless, self._gradless = self._gradless, []
-        # counted: the backward span opens on whichever thread runs it, the counting follows
-        counted = any(phase == "backward" for _, phase in ctx.tally.ops)
-        if gradless and not counted and any(p.grad is not None for p in gradless):
-            warn_backward_elsewhere()
+        self._gained = any(p.grad is not None for p in gradless)
 
     def collect(self, ctx: CaptureContext) -> SpanTimes:
+        # counted (once charged: the backend's part is collected first): the backward span opens
+        # on whichever thread runs it, the counting follows
+        if self._gained and not any(phase == "backward" for _, phase in ctx.tally.ops):
+            self._gained = False
+            warn_backward_elsewhere()
         origin = next(((start, overhead) for kind, start, _, overhead, _ in self.spans if kind == "iteration"),
                       self._open.get("iteration"))
         return SpanTimes([TimedSpan(s, ctx.span_seconds(*s[1:])) for s in self.spans], origin,

@@ -151,6 +151,10 @@ def _configure(recorder, registry, claimed: tuple = ()) -> _RegistryTables:
         tables = known.registries[registry] = _RegistryTables(registry)
     names = (*tables.names, claimed)
     if names != known.names:
+        # the operator and signature ids start again: what a stopped session has not charged
+        # yet is charged under the ones it was recorded with first
+        for source in list(RECORDER.uncharged):
+            source.settle()
         recorder.configure(*names)
         known.names = names
         known.ops.clear()
@@ -235,6 +239,12 @@ class NativeCountingSource:
         self._claimed_ops: dict[int, tuple] = {}  # operator id -> (op overload, _Op) of the claimed ops
         self._by_address: dict | None = None
         self._pending = recorder.pending_view().cast("q")  # records not yet charged
+        #: the batches drained and set aside uncharged, in order: (rows, values, the phase they
+        #: ran in, whether they count, the profiler's own seconds when drained)
+        self._aside: list[tuple] = []
+        #: what must happen in order with them: (the batch it comes before, what to do)
+        self._in_order: list[tuple[int, Callable[[], None]]] = []
+        self._drained = self._charged = 0  # batches drained, and charged, since the start
         self._calls_pending = recorder.calls_pending_view().cast("q")  # of them, module calls' records
         #: replays a module call the C++ hooks recorded (the backend's call tracker sets it)
         self.replay_call: Callable[[int, int, int, int, float, float], None] | None = None
@@ -249,6 +259,9 @@ class NativeCountingSource:
             # which time the module calls and phases) an op's time is its host time: no per-op event
             self._offset = host_offset(recorder)
             self._stamp = None
+        #: whether a change of state sets the records aside (charged at the next settle) rather
+        #: than charging them: not on a test's clock, which stamps each op as it is charged
+        self._defers = self._offset is not None
 
     @property
     def recorder(self):
@@ -274,19 +287,23 @@ class NativeCountingSource:
     def stop(self, ctx: CaptureContext) -> None:
         if not self._running:
             return
-        self._running = False
         try:
             if self.memory:
                 self._rec.stop_memory()
             self._rec.stop()
-            self.settle()
+            self._set_aside()
+            self._running = False
+            if self._defers:  # charged when the capture is collected (perhaps on another thread)
+                RECORDER.uncharged.add(self)
+            else:
+                self.settle()
         finally:
+            self._running = False
             RECORDER.release()
             EAGER_STANCE.release()
 
     def collect(self, ctx: CaptureContext) -> Counts:
-        if self._running:  # a snapshot while running: what ran so far
-            self.settle()
+        self.settle()  # what ran so far (a snapshot while running)
         return collect_counts(ctx, self.backend, on_values=self._on_values)
 
     def aside(self):
@@ -341,26 +358,84 @@ class NativeCountingSource:
         """Settle when module calls were recorded since the last settle (the module stack is
         then behind them), else nothing: the ops recorded meanwhile ran under the stack as it is,
         and are charged at the next boundary, in a longer run."""
-        if self._calls_pending[0]:
+        if self._calls_pending[0] or self._aside:
             self.settle()
 
+    def settle_later(self) -> None:
+        """The state that decides where a cost goes is about to change: what was recorded so
+        far is set aside with the state it ran under, and charged at the next :meth:`settle`
+        (whatever reads what was charged, or changes it otherwise, settles first). On a test's
+        clock it is charged now."""
+        if not self._defers:
+            self.settle()
+        elif self._pending[0]:
+            self._set_aside()
+
     def settle(self) -> None:
-        """Charge what was recorded so far, under the state it ran in (the current one)."""
-        if not self._pending[0]:  # most module boundaries: nothing ran since the last one
+        """Charge what was recorded so far, each batch under the state it ran in: the batches
+        set aside, then what the recorder holds (while it runs) under the state now."""
+        if self._running and self._pending[0]:
+            self._set_aside()
+        if self._aside or self._in_order:
+            self._charge_aside()
+
+    def in_order(self, action: Callable[[], None]) -> None:
+        """Do ``action`` where it falls among the records: once every batch set aside before
+        now is charged, before the records of the batch open now are (at once if none waits)."""
+        if self._aside:
+            self._in_order.append((self._drained, action))
+        else:
+            action()
+
+    def _set_aside(self) -> None:
+        """The recorder's records drained into a batch of their own, with the state they ran
+        under (the context's, now)."""
+        if not self._pending[0]:
             return
         ctx = self._ctx
-        # the profiler's own time until now: what it was at every module boundary since the last settle
+        # the profiler's own time until now: what it was at every module boundary since the last one
         overhead = ctx.overhead.seconds
         h0 = ctx.overhead.begin()
         # repeats merged unless a listener needs each op's interval
         known = RECORDER.tables.ops
         rows, values, ops = self._rec.drain_runs(len(known), not ctx.events.ran)
         known.extend((name, overload) for _, name, overload in ops)
-        for sig, key, inputs, outputs in values:
-            self._values[sig] = (key, inputs, outputs)
-        self._charge(ROWS.iter_unpack(rows), not ctx.suppressed, overhead)
-        self._values.clear()
+        self._aside.append((rows, values, ctx.phase, not ctx.suppressed, overhead))
+        self._drained += 1
         ctx.overhead.end(h0)
+
+    def _charge_aside(self) -> None:
+        """Charge the batches set aside, in order, each in the phase it ran in, with what must
+        happen in order among them. After the session (on whichever thread collects it), the
+        profiler's own time is no longer counted: the span is over."""
+        ctx = self._ctx
+        with RECORDER.charging:
+            h0 = ctx.overhead.begin() if self._running else None
+            phase = ctx.phase
+            try:
+                while self._aside:
+                    rows, values, ctx.phase, counting, overhead = self._aside.pop(0)
+                    self._run_in_order(self._charged)
+                    self._charged += 1
+                    for sig, key, inputs, outputs in values:
+                        self._values[sig] = (key, inputs, outputs)
+                    try:
+                        self._charge(ROWS.iter_unpack(rows), counting, overhead)
+                    finally:
+                        self._values.clear()
+                self._run_in_order(self._drained)
+            finally:
+                ctx.phase = phase
+                if h0 is not None:
+                    ctx.overhead.end(h0)
+                if not self._running:
+                    RECORDER.uncharged.discard(self)
+
+    def _run_in_order(self, batch: int) -> None:
+        """Do what must happen before batch number ``batch`` is charged."""
+        waiting = self._in_order
+        while waiting and waiting[0][0] <= batch:
+            waiting.pop(0)[1]()
 
     def _op(self, op_id: int) -> _Op | None:
         return operator_of(self._tables, self._ctx.registry, op_id, RECORDER.tables.ops)

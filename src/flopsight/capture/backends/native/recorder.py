@@ -63,6 +63,9 @@ class Recorder:
         self._lock = threading.Lock()  # loading
         #: a native session's check that none runs, and its start, as one step
         self.starting = threading.Lock()
+        #: charging records: the tables it reads and fills are shared by every session (a
+        #: stopped one may charge on another thread while the next one runs)
+        self.charging = threading.RLock()
         self._module: Any = None
         self._error: str | None = None
         self.reset()
@@ -74,6 +77,8 @@ class Recorder:
         #: the self-check's verdict for this process: None agrees, else what differed (.self_check)
         self.verdict: str | None | _Unchecked = UNCHECKED
         self.tables = Tables()
+        #: the stopped sessions' counting sources that hold records not charged yet
+        self.uncharged: weakref.WeakSet = weakref.WeakSet()
         if self._module is None:
             self._error = None
 
