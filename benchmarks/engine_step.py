@@ -2,6 +2,11 @@
 
     DS_ACCELERATOR=cpu deepspeed --num_gpus 2 benchmarks/engine_step.py --rounds 11
     DS_ACCELERATOR=cpu deepspeed --num_gpus 2 benchmarks/engine_step.py --zero 3 --rounds 11
+    DS_ACCELERATOR=cpu deepspeed --num_gpus 1 benchmarks/engine_step.py --rounds 31  # one rank: no waiting
+
+On two ranks, DeepSpeed's profiler runs on rank 0 only: rank 0 then arrives last at the
+backward pass's all-reduce and stops waiting for rank 1, which hides part of its cost; every
+rank runs flopsight's (each rank's result is gathered). One rank shows both costs whole.
 
 The seed user's ``Net`` (examples/zero_stages.py) in a DeepSpeed engine at the ZeRO stage
 given, batch 8 per rank, with the engine's ``flops_profiler`` block at ``profile_step``
@@ -206,7 +211,7 @@ def main(argv=None) -> None:
         return
     plain = [t["iteration"] for t in times["plain"][1:]]
     q = quartiles(plain)
-    print(f"ZeRO-{args.zero}, the seed's Net, 2 CPU ranks, {args.rounds} rounds, "
+    print(f"ZeRO-{args.zero}, the seed's Net, {dist.get_world_size()} CPU rank(s), {args.rounds} rounds, "
           f"the step at global_steps == {args.profile_step} of each engine")
     print(f"  plain step                 {q[1] * 1e3:8.2f} ms (IQR {q[0] * 1e3:.2f} .. {q[2] * 1e3:.2f})")
     for variant in VARIANTS[1:]:

@@ -66,20 +66,24 @@ def test_a_detached_profile_is_charged_on_its_thread_while_the_next_profile_runs
     started meanwhile with another registry makes the recorder forget its operator and
     signature ids: the stopped one is charged first, under the ids it was recorded with. Both
     count what they count alone."""
+    # two registries that configure the recorder differently (each reads another operator's
+    # values), whatever the default one reads
+    first_registry, other = flopsight.REGISTRY.copy(), flopsight.REGISTRY.copy()
+    flopsight.register_formula("aten::tanh", registry=first_registry, reads_values=True)(
+        lambda out, self, **_: flopsight.Cost.of_flops(self.numel()))
+    flopsight.register_formula("aten::relu", registry=other, reads_values=True)(
+        lambda out, self, **_: flopsight.Cost.of_flops(self.numel()))
     x = torch.randn(B, 8)
     alone = []
     for _ in range(2):  # each alone: the reference
         model = mlp()
-        prof = training_step(model, torch.optim.AdamW(model.parameters()), x)
+        prof = training_step(model, torch.optim.AdamW(model.parameters()), x, registry=first_registry)
         prof.stop()
         alone.append(per_module(prof.result))
     assert alone[0] == alone[1]
 
-    other = flopsight.REGISTRY.copy()  # another value-reading operator: the recorder is configured anew
-    flopsight.register_formula("aten::relu", registry=other, reads_values=True)(
-        lambda out, self, **_: flopsight.Cost.of_flops(self.numel()))
     model = mlp()
-    first = training_step(model, torch.optim.AdamW(model.parameters()), x)
+    first = training_step(model, torch.optim.AdamW(model.parameters()), x, registry=first_registry)
     finished = threading.Event()
     with RECORDER.charging:  # its thread waits to charge: the next profile's start charges it first
         first.stop_detached(lambda result: finished.set())

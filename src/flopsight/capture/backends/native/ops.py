@@ -205,11 +205,13 @@ class _RegistryTables:
         self.version = registry.version
         self.names, self.units = operator_names(registry)
         self.ops: list[_Op | None] = []  # by operator id
+        self.claimed: dict[int, tuple] = {}  # operator id -> (op overload, _Op) of a claimed op
         self.costs: dict[int, Costed] = {}  # signature -> what it costs
         self.scalars = ScalarCosts()  # what signatures cost whatever their float scalars
 
     def forget(self) -> None:
         self.ops.clear()
+        self.claimed.clear()
         self.costs.clear()
         self.scalars.clear()
 
@@ -236,7 +238,6 @@ class NativeCountingSource:
         self._values: dict[int, tuple] = {}  # signature -> (key, inputs, outputs) handed over
         self._on_values: set[str] = set()  # the operators costed on their own values
         self._running = False
-        self._claimed_ops: dict[int, tuple] = {}  # operator id -> (op overload, _Op) of the claimed ops
         self._by_address: dict | None = None
         self._pending = recorder.pending_view().cast("q")  # records not yet charged
         #: the batches drained and set aside uncharged, in order: (rows, values, the phase they
@@ -293,10 +294,10 @@ class NativeCountingSource:
             self._rec.stop()
             self._set_aside()
             self._running = False
-            if self._defers:  # charged when the capture is collected (perhaps on another thread)
-                RECORDER.uncharged.add(self)
-            else:
+            if not self._defers:
                 self.settle()
+            elif self._aside or self._in_order:  # charged when the capture is collected (perhaps on another thread)
+                RECORDER.uncharged.add(self)
         finally:
             self._running = False
             RECORDER.release()
@@ -329,12 +330,13 @@ class NativeCountingSource:
         """A claimed op (a collective) returned, on the thread that ran it. Its handler settles
         (charges what was recorded before it) once it has watched the op's completion, and
         charges it where it ran, as under the dispatch mode."""
-        op = self._claimed_ops.get(op_id)
+        claimed = self._tables.claimed
+        op = claimed.get(op_id)
         if op is None:
             func = native_op(*self._rec.operator(op_id))
             if func is None:  # (never: a source claims an overload torch.ops has, by its name)
                 raise RuntimeError(f"native recorder: claimed operator {op_id} is not in torch.ops")
-            op = self._claimed_ops[op_id] = (func, _Op(self._ctx.registry.resolve(func), op_schema(func)))
+            op = claimed[op_id] = (func, _Op(self._ctx.registry.resolve(func), op_schema(func)))
         func, op = op
         handler = self._ctx.events.claims.get(func)
         if handler is None or self._ctx.suppressed:
@@ -410,6 +412,11 @@ class NativeCountingSource:
         profiler's own time is no longer counted: the span is over."""
         ctx = self._ctx
         with RECORDER.charging:
+            if ctx.attribution is None:  # the session was let go uncollected (abandoned): nothing reads them
+                self._aside.clear()
+                self._in_order.clear()
+                RECORDER.uncharged.discard(self)
+                return
             h0 = ctx.overhead.begin() if self._running else None
             phase = ctx.phase
             try:
