@@ -16,7 +16,7 @@ SRC = pathlib.Path(__file__).resolve().parents[1] / "src"
 #: Layers, bottom up: a module may import modules of its own layer or of a layer below.
 LAYERS = (
     ("flopsight._version", "flopsight._quiet", "flopsight._torch_private", "flopsight._checks", "flopsight._process",
-     "flopsight._lazy", "flopsight._wrap"),
+     "flopsight._lazy", "flopsight._wrap", "flopsight._background"),
     ("flopsight.result",),
     ("flopsight.formulas", "flopsight.hardware", "flopsight.torch_support"),
     ("flopsight.capture",),

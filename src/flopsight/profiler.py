@@ -18,14 +18,15 @@ import dataclasses
 import functools
 import platform
 import sys
-import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
+from ._background import BACKGROUND
 from ._quiet import ignoring
 from ._torch_private import kineto_running, original_module
 from ._version import __version__
@@ -484,7 +485,7 @@ class Profiler:
         #: the steps ended so far, each built when the profile finishes (off the critical path
         #: where it finishes on a thread of its own: stop_detached)
         self._measured: list[Callable[[], ProfileResult | None]] = []  # None: a step that ran nothing
-        self._finishing: threading.Thread | None = None  # see stop_detached
+        self._finishing: Future | None = None  # see stop_detached
         self._first_step = False
         self._ran_on: torch.device | None = None  # the accelerator the steps so far ran on
         self._snapshot: tuple | None = None  # (what the session had seen, the snapshot of it)
@@ -577,15 +578,14 @@ class Profiler:
         """Stop now (everything installed removed, what ran measured), and finish on a thread
         of its own: the result built, every rank's gathered on rank 0, then ``then(result)``
         (a report rendered and written). What the DeepSpeed engine's drop-in calls at the end of
-        the profiled step: none of it is on the step's critical path (the thread begins its
-        work :data:`FINISH_DELAY` later: a thread running Python takes the interpreter's lock
-        from the step it shares it with for milliseconds at a time). :attr:`result` waits for
-        it; so does the interpreter's exit."""
+        the profiled step: none of it is on the step's critical path (the process's background
+        thread, started before: :mod:`._background`, begins the work :data:`FINISH_DELAY` later: a
+        thread running Python takes the interpreter's lock from the step it shares it with for
+        milliseconds at a time). :attr:`result` waits for it; so does the interpreter's exit."""
         if not self._end_session(detached=True):
             return
         measured, self._measured = self._measured, []  # the thread's: a new start() begins anew
-        self._finishing = threading.Thread(target=self._finish_then, args=(measured, then), name="flopsight-finish")
-        self._finishing.start()
+        self._finishing = BACKGROUND.submit(self._finish_then, measured, then)
 
     def _finish_then(self, measured: list[Callable[[], ProfileResult | None]],
                      then: Callable[[ProfileResult], None] | None) -> None:
@@ -681,7 +681,7 @@ class Profiler:
         """Wait for the finish :meth:`stop_detached` runs on its own thread (if one does)."""
         finishing = self._finishing
         if finishing is not None:
-            finishing.join()
+            finishing.result()  # (its errors are said on its thread: _finish_then)
             self._finishing = None
 
     @property

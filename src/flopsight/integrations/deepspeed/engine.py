@@ -35,6 +35,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..._background import BACKGROUND
 from ..._checks import check_int
 from ..._process import PROCESS
 from ..._wrap import wrap_method
@@ -138,6 +139,7 @@ class EngineProfiler(FlopsProfiler):
             # and on rank 0 only: start when the engine is called, so the whole forward is
             # measured, and on every rank, so rank 0 can gather them all
             self._hook = ds_engine.register_forward_pre_hook(self._engine_called)
+            BACKGROUND.ready()  # the thread that finishes the profile, started now: not on a step
 
     def _engine_called(self, engine: Any, args: tuple[Any, ...]) -> None:
         profile_step = engine.flops_profiler_profile_step()
