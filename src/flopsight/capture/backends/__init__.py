@@ -78,13 +78,10 @@ class Backend(Protocol):
         """Do ``action`` (a source's, on what it saw happen now) in order with what is charged:
         after what ran before now, before what runs after (at once where nothing waits)."""
 
-    def settle_calls(self) -> None:
-        """:meth:`settle` where module calls were recorded since the last one (the stack is
-        then behind them), else nothing."""
-
     def innermost_module(self, stack: list) -> str | None:
-        """The path of the innermost module call running now (None outside every call), with
-        the calls recorded so far on ``stack`` (the context's) or known without it."""
+        """The path of the innermost module call running now (None outside every call): the
+        top of ``stack`` (the context's) where the module calls are pushed as they happen,
+        else known without it (the native recorder's C++ hooks keep their own stack)."""
 
     def aside(self) -> AbstractContextManager:
         """A context in which a call counted whole runs: its ops are not counted again."""

@@ -32,8 +32,6 @@ class CallsAndOps:
     def settle(self) -> None:
         pass
 
-    settle_calls = settle
-
     def settle_later(self) -> None:
         self.settle()
 
@@ -41,8 +39,7 @@ class CallsAndOps:
         action()
 
     def innermost_module(self, stack: list) -> str | None:
-        self.settle_calls()  # the module calls recorded so far onto the stack first
-        return innermost_path(stack)
+        return innermost_path(stack)  # (Python's hooks push and pop the calls as they happen)
 
     def start(self, ctx) -> None:
         self.calls.start(ctx)

@@ -38,15 +38,16 @@ __all__ = ["Attribution", "NodeSeen", "WholeCall", "whole_call_bytes"]
 
 
 class NodeSeen:
-    """What attribution reads of the autograd node a call ran in, read while it ran: the call
-    may be charged later, in order with the ops recorded around it (the node gone by then)."""
+    """What attribution reads of the autograd node a call ran in, as it was seen then: its
+    sequence number and, for an ``AccumulateGrad``, its parameter. Where the call is charged
+    later (the node may be gone): a native record's node, or a claimed op's (:func:`node_seen`,
+    which keeps the node's ``metadata`` too: its thread tag)."""
 
     __slots__ = ("_seq", "variable", "metadata")
+    metadata: dict  # (set by node_seen only)
 
-    def __init__(self, node) -> None:
-        self._seq = node_sequence_nr(node)
-        self.variable = accumulated_parameter(node) if self._seq == ACCUMULATE_GRAD_SEQUENCE_NR else None
-        self.metadata = node.metadata  # (its thread tag: node_thread)
+    def __init__(self, seq: int, variable=None) -> None:
+        self._seq, self.variable = seq, variable
 
     def _sequence_nr(self) -> int:
         return self._seq
@@ -55,7 +56,12 @@ class NodeSeen:
 def node_seen() -> NodeSeen | None:
     """The autograd node running now, as :class:`NodeSeen` (None: none)."""
     node = current_autograd_node()
-    return None if node is None else NodeSeen(node)
+    if node is None:
+        return None
+    seq = node_sequence_nr(node)
+    seen = NodeSeen(seq, accumulated_parameter(node) if seq == ACCUMULATE_GRAD_SEQUENCE_NR else None)
+    seen.metadata = node.metadata  # type: ignore[assignment]  # (a dict: node_thread reads its thread tag there)
+    return seen
 
 
 class WholeCall:
@@ -169,14 +175,14 @@ class Attribution:
         self._in_order(self._place_seen, entry, t0, t1, payload, cost, nbytes)
 
     def _in_order(self, place: Callable, *args) -> None:
-        """``place(node, seq_after, phase, last_phase, *args)`` in order with the ops recorded,
-        with the state of now: the autograd node running, the sequence counter, the phases."""
+        """``place(node, seq_after, phase, *args)`` in order with the ops recorded, with the
+        state of now: the autograd node running, the sequence counter, the phase."""
         ctx = self.ctx
-        action = partial(place, node_seen(), autograd_sequence_nr(), ctx.phase, ctx.last_phase, *args)
+        action = partial(place, node_seen(), autograd_sequence_nr(), ctx.phase, *args)
         ctx.backend.settle_later()
         ctx.backend.in_order(action)
 
-    def _place_seen(self, node, seq_after: int, phase: str, last_phase: str, entry, t0, t1, payload: tuple,
+    def _place_seen(self, node, seq_after: int, phase: str, entry, t0, t1, payload: tuple,
                     cost: Stats | None, nbytes: int) -> tuple[str, str] | None:
         ctx = self.ctx
         phase_now, ctx.phase = ctx.phase, phase
@@ -272,7 +278,7 @@ class Attribution:
         backward or step that came last. ``owner``: the module the collective works for when
         its issuer knows better than where it was issued (FSDP2 gathers a layer's parameters
         ahead of its use). In order with the ops recorded around it, as :meth:`charge`."""
-        self._in_order(self._place_collective, entry, t0, t1, owner, then)
+        self._in_order(self._place_collective, self.ctx.last_phase, entry, t0, t1, owner, then)
 
     def _place_collective(self, node, seq_after: int, phase: str, last_phase: str, entry, t0, t1,
                           owner: str | None, then: Callable[[tuple[str, str]], None] | None) -> None:
@@ -281,7 +287,7 @@ class Attribution:
             tally.add("", "backward", entry.name, ZERO_STATS, t0, t1)
             where = "", "backward"
         else:
-            placed = self._place_seen(node, seq_after, phase, last_phase, entry, t0, t1, (), ZERO_STATS, 0)
+            placed = self._place_seen(node, seq_after, phase, entry, t0, t1, (), ZERO_STATS, 0)
             if placed is None:  # between the model's calls and spans (a wrapper's gradient reduction
                 # after backward()): still communication of the profiled step, the root's, in the
                 # phase of the forward, backward or step that came last

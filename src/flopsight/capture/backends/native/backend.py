@@ -54,7 +54,6 @@ class NativeBackend(CallsAndOps):
         if settle is not None:
             self.settle = settle  # type: ignore[method-assign]
         if ops is not None:
-            self.settle_calls = ops.settle_calls  # type: ignore[method-assign]
             self.settle_later = ops.settle_later  # type: ignore[method-assign]
             self.in_order = ops.in_order  # type: ignore[method-assign]
         self._ctx = ctx

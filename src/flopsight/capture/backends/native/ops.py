@@ -48,7 +48,7 @@ from ....formulas.attention import entries as attention_entries
 from ....formulas.attention.convention import reads_values
 from ....formulas.registry import ZERO
 from ....result.stats import ZERO_STATS
-from ...charging.attribution import whole_call_bytes
+from ...charging.attribution import NodeSeen, whole_call_bytes
 from ...charging.costs import evaluate
 from ...charging.counts import Counts, collect_counts
 from ...runtime.context import CaptureContext
@@ -78,18 +78,6 @@ class Costed(NamedTuple):
     nbytes: int
     backward: Any = None
     written: int = 0
-
-
-class _RecordedNode:
-    """What attribution reads of the autograd node an op ran in, as the recorder saw it."""
-
-    __slots__ = ("_seq", "variable")
-
-    def __init__(self, seq: int, variable):
-        self._seq, self.variable = seq, variable
-
-    def _sequence_nr(self) -> int:
-        return self._seq
 
 
 class _Failed:
@@ -205,13 +193,13 @@ class _RegistryTables:
         self.version = registry.version
         self.names, self.units = operator_names(registry)
         self.ops: list[_Op | None] = []  # by operator id
-        self.claimed: dict[int, tuple] = {}  # operator id -> (op overload, _Op) of a claimed op
+        self.claimed_ops: dict[int, tuple] = {}  # operator id -> (op overload, _Op) of a claimed op
         self.costs: dict[int, Costed] = {}  # signature -> what it costs
         self.scalars = ScalarCosts()  # what signatures cost whatever their float scalars
 
     def forget(self) -> None:
         self.ops.clear()
-        self.claimed.clear()
+        self.claimed_ops.clear()
         self.costs.clear()
         self.scalars.clear()
 
@@ -246,7 +234,6 @@ class NativeCountingSource:
         #: what must happen in order with them: (the batch it comes before, what to do)
         self._in_order: list[tuple[int, Callable[[], None]]] = []
         self._drained = self._charged = 0  # batches drained, and charged, since the start
-        self._calls_pending = recorder.calls_pending_view().cast("q")  # of them, module calls' records
         #: replays a module call the C++ hooks recorded (the backend's call tracker sets it)
         self.replay_call: Callable[[int, int, int, int, float, float], None] | None = None
         clock = ctx.clock
@@ -288,18 +275,17 @@ class NativeCountingSource:
     def stop(self, ctx: CaptureContext) -> None:
         if not self._running:
             return
+        self._running = False
         try:
             if self.memory:
                 self._rec.stop_memory()
             self._rec.stop()
             self._set_aside()
-            self._running = False
             if not self._defers:
                 self.settle()
             elif self._aside or self._in_order:  # charged when the capture is collected (perhaps on another thread)
                 RECORDER.uncharged.add(self)
         finally:
-            self._running = False
             RECORDER.release()
             EAGER_STANCE.release()
 
@@ -330,7 +316,7 @@ class NativeCountingSource:
         """A claimed op (a collective) returned, on the thread that ran it. Its handler settles
         (charges what was recorded before it) once it has watched the op's completion, and
         charges it where it ran, as under the dispatch mode."""
-        claimed = self._tables.claimed
+        claimed = self._tables.claimed_ops
         op = claimed.get(op_id)
         if op is None:
             func = native_op(*self._rec.operator(op_id))
@@ -356,13 +342,6 @@ class NativeCountingSource:
             overhead.end(h0)
 
     # -- charging -------------------------------------------------------------------------
-    def settle_calls(self) -> None:
-        """Settle when module calls were recorded since the last settle (the module stack is
-        then behind them), else nothing: the ops recorded meanwhile ran under the stack as it is,
-        and are charged at the next boundary, in a longer run."""
-        if self._calls_pending[0] or self._aside:
-            self.settle()
-
     def settle_later(self) -> None:
         """The state that decides where a cost goes is about to change: what was recorded so
         far is set aside with the state it ran under, and charged at the next :meth:`settle`
@@ -522,7 +501,7 @@ class NativeCountingSource:
             return None
         if node_seq == -1:  # AccumulateGrad
             node_seq = ACCUMULATE_GRAD_SEQUENCE_NR
-        return _RecordedNode(node_seq, self._parameter(variable) if variable else None)
+        return NodeSeen(node_seq, self._parameter(variable) if variable else None)
 
     def _parameter(self, address: int):
         """The model's parameter at TensorImpl ``address`` (the recorder knows an

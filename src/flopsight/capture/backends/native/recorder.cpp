@@ -143,7 +143,6 @@ PyObject* g_claim = nullptr;  // claim(op, inputs, outputs, t0 ns, t1 ns) while 
 int32_t g_next_one_off = 0;  // ops costed on their own values get ids -1, -2, ...
 std::vector<Record> g_records;
 int64_t g_pending = 0;  // g_records.size(), readable from Python without a call (pending_view)
-int64_t g_calls_pending = 0;  // the module calls' records among them (calls_pending_view)
 int64_t g_op_records = 0;  // under g_lock: op records pushed so far, and claimed ops
 int64_t g_batch = 0;       // under g_lock: drains so far
 std::vector<Values> g_values;
@@ -950,7 +949,6 @@ void record_boundary(int32_t kind, int32_t module, int64_t recompute) {
   std::lock_guard<std::mutex> guard(g_lock);
   g_records.push_back(Record{kind, module, recompute, seq, seq, t, t, 0});
   g_pending = static_cast<int64_t>(g_records.size());
-  ++g_calls_pending;
 }
 
 // a call of tracked ``module`` begins: recorded, or heard by the Python pre-hook
@@ -1436,12 +1434,6 @@ py::memoryview pending_view() {
   return py::memoryview::from_memory(&g_pending, sizeof(g_pending), /*readonly=*/true);
 }
 
-// of those, the module calls' enter and exit records, as the same kind of buffer: none means
-// Python's module stack is the one the ops since the last drain ran under
-py::memoryview calls_pending_view() {
-  return py::memoryview::from_memory(&g_calls_pending, sizeof(g_calls_pending), /*readonly=*/true);
-}
-
 // a drain's values as (sig, key, inputs, outputs), inputs and outputs None where not kept
 py::list values_list(const std::vector<Values>& values) {
   py::list out(values.size());
@@ -1476,7 +1468,6 @@ py::tuple drain(int32_t ops_known) {
     records.swap(g_records);
     values.swap(g_values);
     g_pending = 0;
-    g_calls_pending = 0;
     ++g_batch;
     for (size_t i = static_cast<size_t>(ops_known); i < g_ops.size(); ++i) ops.push_back(g_ops[i]);
   }
@@ -1623,7 +1614,6 @@ py::tuple drain_runs(int32_t ops_known, bool merge) {
     g_records.swap(spare);
     values.swap(g_values);
     g_pending = 0;
-    g_calls_pending = 0;
     rows = runs_of(records, g_batch++, merge);
     for (size_t i = static_cast<size_t>(ops_known); i < g_ops.size(); ++i) ops.push_back(g_ops[i]);
     records.clear();
@@ -1688,8 +1678,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("profiler_state", []() { return c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE) != nullptr; },
         "Whether a profiler's state (torch.profiler's) is on this thread.");
   m.def("pending_view", &pending_view, "The number of records not yet drained, as an int64 buffer.");
-  m.def("calls_pending_view", &calls_pending_view,
-        "The number of module calls' records not yet drained, as an int64 buffer.");
   m.def("drain", &drain, py::arg("ops_known"), "Hand over and forget what was recorded so far.");
   m.def("drain_runs", &drain_runs, py::arg("ops_known"), py::arg("merge"),
         "drain() in runs: rows of 10 int64 (see recorder.cpp), values, ops; merge: merge repeated ops.");
