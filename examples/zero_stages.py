@@ -14,7 +14,7 @@ gathers the ranks' results, prints each stage's median step (its anatomy, commun
 memory per rank), ranks the stages by step time, then answers the user's three questions in
 prose: why ZeRO-3 is slower and by how much (the step verdict, only what the spreads make
 significant: one verdict per pair of stages, computed once, so the ranking's ``<`` and the
-prose's "significant" are one test; the parts' changes add up to the step's), how much of
+prose's "significant" are one test; each change one statistic, with its interval), how much of
 the step is communication, and GPU usage.
 """
 

@@ -286,10 +286,17 @@ def test_the_zero_stages_example_runs_as_written(deepspeed_scenarios):
     # the three questions, answered in prose
     assert "1. Why is ZeRO-3 slower? ZeRO-3's step is" in printed and "2. How much of the step" in printed
     # one verdict for the ranking, the prose and the JSON: ZeRO-0 and ZeRO-3 in different tiers
-    # only when it is significant; its parts' changes add up to the step's
+    # only when it is significant; a part is a cause exactly when its interval leaves out zero,
+    # and the modules listed under compute add up to its change with what they leave
     v, tiers = answers["verdict"], answers["tiers"]
     assert [t for t in tiers if "ZeRO-0" in t] == [t for t in tiers if "ZeRO-3" in t] or v["step"]["significant"]
     assert ("within the noise, not significant" in answers["why"]) == (not v["step"]["significant"])
-    assert sum(p["delta"] for p in v["parts"].values()) == pytest.approx(v["step"]["delta"], abs=1e-9)
+    for name, part in v["parts"].items():
+        assert part["significant"] == (part["low"] is not None and (part["low"] > 0 or part["high"] < 0))
+        assert part["significant"] == any(c["part"] == name for c in v["causes"])
+    for cause in v["causes"]:
+        if cause["rest"] is not None:
+            listed = sum(m["delta"] for m in cause["modules"]) + cause["rest"]
+            assert listed == pytest.approx(cause["delta"], abs=1e-12)
     assert answers["gpu_usage"] == "not available: no CUDA device"
     assert "DeepSpeed's bucket buffer" in " ".join(answers["memory_peaks"])

@@ -206,23 +206,26 @@ def test_the_verdict_names_the_parts_that_moved_beyond_their_noise_largest_first
     quiet = [0.0] * 5
     base = dict(anatomy_forward=[0.10] * 5, anatomy_backward=[0.20] * 5, anatomy_step=[0.05] * 5, anatomy_other=quiet)
     # a: 0.4 s steps, 0.05 s framework, 0 communication
-    a = _training_result(_steps(wall=[0.40, 0.41, 0.39, 0.40, 0.40], anatomy_framework=[0.05] * 5,
+    a = _training_result(_steps(wall=[0.40, 0.41, 0.39, 0.40, 0.40], anatomy_framework=[0.05, 0.06, 0.04, 0.05, 0.05],
                                 anatomy_communication=quiet, **base),
                          [("all_reduce", 1, 2704, 0.0)])
     # b: +0.16 s: +0.125 s exposed all_gather (10 calls vs none), +0.035 s framework, compute as it was
-    b = _training_result(_steps(wall=[0.56, 0.57, 0.55, 0.56, 0.56], anatomy_framework=[0.085] * 5,
-                                anatomy_communication=[0.125, 0.126, 0.124, 0.125, 0.125], **base),
+    b = _training_result(_steps(wall=[0.56, 0.57, 0.55, 0.56, 0.56],
+                                anatomy_framework=[0.085, 0.095, 0.075, 0.085, 0.085],
+                                anatomy_communication=[0.125] * 5, **base),
                          [("all_reduce", 1, 2704, 0.0), ("all_gather", 10, 1240, 0.125)])
     v = flopsight.diff(a, b).verdict
-    # medians 0.40 -> 0.56: +0.16 s; spreads (5 samples, IQR) 0.40..0.40 and 0.56..0.56: +-0
+    # b's walls are a's plus 0.16 s: the 25 differences are 0.16 s plus those of -0.01, 0, 0, 0,
+    # 0.01 s among themselves (the 3rd -0.01, the median 0, the 23rd 0.01): +0.16 s, 0.15 .. 0.17 s
     assert abs(v.step.delta - 0.16) < 1e-9 and v.step.significant
+    assert abs(v.step.low - 0.15) < 1e-9 and abs(v.step.high - 0.17) < 1e-9
     assert [c.part for c in v.causes] == ["communication", "framework"] and v.largest_cause == "communication"
     assert set(v.unchanged) == {"compute", "other"}
     (gather, reduce) = v.causes[0].collectives
     assert (gather.kind, gather.calls, gather.bytes_per_call) == ("all_gather", (0, 10), (0, 124))
     text = flopsight.diff(a, b).render()
-    assert ("Verdict: b's step is 160 ms slower than a's (±0 s, 5 vs 5 steps): +125 ms exposed communication "
-            "(all_gather: 0 calls vs 10, 124 B each)") in text
+    assert ("Verdict: b's step is 160 ms slower than a's (95% interval +150 ms to +170 ms, 5 vs 5 steps): +125 ms "
+            "exposed communication (all_gather: 0 calls vs 10, 124 B each)") in text
     assert "compute and other unchanged" in text
 
 

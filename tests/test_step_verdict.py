@@ -1,10 +1,14 @@
-"""Issue 29 item 5: one verdict that the ranking, the prose and the JSON share; parts whose
-changes add up to the step's; a named cause that moved beyond its own noise; the plain
-warning on a spread as wide as the step; the profiler's own time on the CPU path.
+"""Issue 29 item 5 and issue 37 item 1: one verdict that the ranking, the prose and the JSON
+share; every change (the step's, each part's, each module's) one statistic, the
+Hodges-Lehmann shift with its 95% interval; a part named a cause only when its interval
+leaves out zero; the modules under compute adding up to its change with what they leave;
+the plain warning on an interval as wide as the step; the profiler's own time on the CPU path.
 
 The verdict's inputs are real results (a tiny MLP's step, profiled on a FakeClock) given
 samples with chosen numbers: multiples of T = 2**-7 s, so that sums are exact in binary and
-nothing depends on the machine's clock.
+nothing depends on the machine's clock. Intervals: with 5 steps a side, 25 differences, the
+95% interval runs from the 3rd smallest to the 3rd largest (P(U <= 2) = 4/252 <= 0.025 <
+P(U <= 3) = 7/252); with 4 a side, from the smallest to the largest (P(U = 0) = 1/70).
 """
 
 from __future__ import annotations
@@ -12,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import math
-import statistics
 import sys
 from pathlib import Path
 
@@ -47,43 +50,68 @@ def _one_step(model: torch.nn.Module, clock=None) -> flopsight.ProfileResult:
 _BASE = _one_step(_mlp())
 
 
-def _result(**parts: list[int]) -> flopsight.ProfileResult:
+def _result(compute: dict[str, list[int]] | None = None, **parts: list[int]) -> flopsight.ProfileResult:
     """A real step's result whose samples hold ``parts`` (anatomy part -> per-step counts of
-    T; compute given as ``backward``); its wall time per step is the parts' sum."""
+    T; compute given as ``backward``) and ``compute`` (module path -> its own ops' time per
+    step, in T); its wall time per step is the parts' sum."""
     n = len(next(iter(parts.values())))
     per_part = {p: tuple(k * T for k in parts.get(p, [0] * n)) for p in PARTS}
     walls = tuple(math.fsum(per_part[p][i] for p in PARTS) for i in range(n))
     figures = {"wall": walls, **{f"anatomy.{p}": v for p, v in per_part.items()}}
-    return dataclasses.replace(_BASE, samples=StepSamples("step", figures))
+    modules = {path: tuple(k * T for k in ks) for path, ks in (compute or {}).items()}
+    return dataclasses.replace(_BASE, samples=StepSamples("step", figures, compute=modules))
 
 
-# -- the parts add up to the step's change ----------------------------------------------------------
-def test_the_parts_changes_add_up_exactly_to_the_steps_change():
-    a = _result(backward=[40, 44, 36, 42, 48], framework=[20, 16, 26, 21, 20], other=[4] * 5, profiler=[1] * 5)
-    b = _result(backward=[100, 60, 90, 80, 70], framework=[30, 50, 20, 40, 35], communication=[10, 30, 5, 8, 20],
-                other=[4, 6, 4, 5, 4], profiler=[2, 3, 2, 2, 2])
+# -- each change is its own shift, with its interval -----------------------------------------------
+def test_each_change_is_its_shift_with_its_interval():
+    a = _result(backward=[40, 41, 42, 43, 44], framework=[10] * 5, other=[4, 6, 4, 5, 4], profiler=[1] * 5)
+    b = _result(backward=[60, 61, 62, 63, 64], framework=[12, 14, 16, 18, 20], communication=[0, 0, 5, 0, 0],
+                other=[4, 4, 6, 5, 4], profiler=[2] * 5)
     v = flopsight.diff(a, b).verdict
-    # a's walls 65 65 67 68 73 T: the median step (the middle of the sorted walls) is the
-    # third, 67 T; b's walls 146 149 121 135 131 T: sorted 121 131 135 146 149, the median is
-    # the fourth step, 135 T: the step's change is +68 T
-    assert (v.step.a, v.step.b, v.step.delta) == (67 * T, 135 * T, 68 * T)
-    # its parts: compute 80 - 36 = +44, framework 40 - 26 = +14, communication 8 - 0 = +8,
-    # other 5 - 4 = +1, profiler 2 - 1 = +1: 44 + 14 + 8 + 1 + 1 = 68 T, exactly
-    deltas = {p: d.delta for p, d in v.parts.items()}
-    assert deltas == {"compute": 44 * T, "framework": 14 * T, "communication": 8 * T, "other": 1 * T,
-                      "profiler": 1 * T}
-    assert math.fsum(deltas.values()) == v.step.delta
-    # each part's median would not: compute 80 - 42, framework 35 - 20, communication 10 - 0,
-    # other 4 - 4, profiler 2 - 1: 38 + 15 + 10 + 0 + 1 = 64 T against the step's 68 T
-    medians = sum(statistics.median(b.samples.figures[f"anatomy.{p}"]) - statistics.median(a.samples.figures[
-        f"anatomy.{p}"]) for p in PARTS)
-    assert medians != v.step.delta
-    # the JSON holds every part, and the text tells each part's change (causes and the rest)
+    # walls: a 55 58 57 59 59 T, b 78 81 91 88 90 T. The 25 differences b - a, sorted:
+    # 19 19 20 21 22 22 23 23 24 26 29 29 [30] 31 31 31 32 32 32 33 33 33 34 35 36: the
+    # median (13th) +30 T, the interval from the 3rd (20) to the 23rd (34); a and b are
+    # each side's median wall, 58 and 88 T; every b above every a (a's two 59 T tie: the
+    # test's normal approximation, p = 0.012)
+    assert (v.step.a, v.step.b, v.step.delta, v.step.low, v.step.high) == (58 * T, 88 * T, 30 * T, 20 * T, 34 * T)
+    assert v.step.significant and v.step.p_value < 0.05
+    # compute: b - a = 20 + (j - i) for i, j in 0..4: 16 (once) .. 20 (5 times) .. 24 (once),
+    # median 20, 3rd 17, 23rd 23; framework: 2, 4, 6, 8, 10 T, each five times: median 6,
+    # 3rd 2, 23rd 10 (+ 10 T); profiler +1 T every time: [1, 1]; communication: 0 twenty
+    # times and 5 five times: median 0 in [0, 5], unchanged; other: the same values on both
+    # sides, the differences -2 (3), -1 (4), 0 (11), +1 (4), +2 (3): 0 in [-2, 2], unchanged
+    got = {p: (d.delta, d.low, d.high) for p, d in v.parts.items()}
+    assert got == {"compute": (20 * T, 17 * T, 23 * T), "framework": (6 * T, 2 * T, 10 * T),
+                   "communication": (0.0, 0.0, 5 * T), "other": (0.0, -2 * T, 2 * T), "profiler": (T, T, T)}
+    assert [c.part for c in v.causes] == ["compute", "framework", "profiler"]
+    assert set(v.unchanged) == {"communication", "other"} and v.largest_cause == "compute"
+    # each part its own estimate: 20 + 6 + 1 = 27 T, the step's is 30 T
+    assert math.fsum(d.delta for d in v.parts.values()) != v.step.delta
+    # the JSON holds the same figures, the text says the step's interval
     data = v.to_dict()
-    assert math.fsum(p["delta"] for p in data["parts"].values()) == data["step"]["delta"]
+    assert data["parts"]["compute"]["low"] == 17 * T and data["step"]["delta"] == 30 * T
     text = verdict_text(v, "a", "b")
-    for part in ("compute", "framework and hooks", "exposed communication", "other", "profiler"):
-        assert part in text, part
+    assert text.startswith("b's step is 234.38 ms slower than a's (95% interval +156.25 ms to +265.62 ms, "
+                           "5 vs 5 steps): +156.25 ms compute")
+    assert text.endswith("communication and other unchanged")
+
+
+def test_the_modules_under_compute_add_up_to_its_change():
+    a = _result(backward=[40, 41, 42, 43, 44], compute={"0": [20, 21, 22, 23, 24], "2": [20] * 5, "1": [0] * 5})
+    b = _result(backward=[60, 61, 62, 63, 64], compute={"0": [30, 31, 32, 33, 34], "2": [25, 26, 27, 28, 29],
+                                                       "1": [0, 0, 0, 0, 1]})
+    v = flopsight.diff(a, b).verdict
+    (compute,) = v.causes
+    # compute +20 T (as above); module 0: +10 T (10 + (j - i)); module 2: 5..9 T against a
+    # constant 20 T, each five times, median +7 T; module 1 (the ReLU) moved by 0 (20 of its
+    # 25 differences are 0): not listed. What the two leave: 20 - 10 - 7 = +3 T
+    assert [(m.path, m.type_name, m.delta) for m in compute.modules] == [("0", "Linear", 10 * T),
+                                                                        ("2", "Linear", 7 * T)]
+    assert compute.rest == 3 * T
+    assert math.fsum([*(m.delta for m in compute.modules), compute.rest]) == compute.difference.delta
+    assert "+156.25 ms compute (most in 0 (Linear) +78.12 ms, 2 (Linear) +54.69 ms; the rest +23.44 ms)" in \
+        verdict_text(v, "a", "b")
+    assert v.to_dict()["causes"][0]["rest"] == 3 * T
 
 
 def test_an_even_count_of_steps_splits_the_median_that_the_report_prints():
@@ -97,21 +125,30 @@ def test_an_even_count_of_steps_splits_the_median_that_the_report_prints():
         assert (it.latency, it.anatomy.backward, it.anatomy.framework) == (wall * T, compute * T, framework * T)
         assert it.anatomy.total == it.latency
     v = flopsight.diff(a, b).verdict
-    # +54 T: compute +45 T, framework +9 T, the same figures as the tables'
-    assert v.step.delta == 54 * T and {p: d.delta for p, d in v.parts.items()} == {
-        "compute": 45 * T, "framework": 9 * T, "communication": 0.0, "other": 0.0}
+    # 16 differences a side of 4: the step's 47 47 48 48 50 50 50 [50 57] 58 60 60 67 68 70 70,
+    # median +53.5 T, the interval from the smallest to the largest; compute's 16 .. 64, the
+    # middle two 44 and 46: +45 T; framework's -6 .. 34, the middle two 14 and 14: +14 T
+    assert (v.step.delta, v.step.low, v.step.high) == (53.5 * T, 47 * T, 70 * T)
+    assert {p: d.delta for p, d in v.parts.items()} == {"compute": 45 * T, "framework": 14 * T,
+                                                         "communication": 0.0, "other": 0.0}
+    assert not v.parts["framework"].significant  # -6 .. 34 T holds zero
 
 
-def test_real_steps_parts_add_up_to_the_step_difference():
-    # two models, five real steps each on the host's clock: whatever the times, the verdict's
-    # parts add up to its step difference (to the floats' last bits)
-    a = combine_steps([_one_step(_mlp(16), HostClock()) for _ in range(5)])
+def test_real_steps_compute_samples_add_up_to_the_anatomys_compute():
+    # two models, five real steps each on the host's clock: whatever the times, each step's
+    # modules' own compute adds up to that step's compute in the anatomy
+    steps = [_one_step(_mlp(16), HostClock()) for _ in range(5)]
+    a = combine_steps(steps)
+    for i, r in enumerate(steps):
+        an = r.iteration.anatomy
+        own = math.fsum(seconds[i] for seconds in a.samples.compute.values())
+        assert own == pytest.approx(an.forward + an.backward + an.step, rel=1e-9, abs=1e-12)
     b = combine_steps([_one_step(_mlp(256), HostClock()) for _ in range(5)])
     v = flopsight.diff(a, b).verdict
     assert "profiler" in v.parts  # the CPU path's profiler time is a part of its own
-    assert math.fsum(d.delta for d in v.parts.values()) == pytest.approx(v.step.delta, rel=1e-9, abs=1e-12)
-    # the verdict's figures are the median steps', the ones the report prints
+    # the step's a and b are each side's median wall (for 5 steps, the median step's: the report's)
     assert (v.step.a, v.step.b) == (a.iteration.latency, b.iteration.latency)
+    assert flopsight.ProfileResult.from_dict(b.to_dict()).samples.compute == b.samples.compute
 
 
 # -- the cause named moved beyond its own noise ------------------------------------------------------
@@ -128,13 +165,12 @@ def _within_noise_mover():
 def test_a_part_within_its_noise_is_never_named_the_cause():
     a, b = _within_noise_mover()
     v = flopsight.diff(a, b).verdict
-    # a's median step: walls 84 86 85 85 85 T, the lower middle is the 4th (85 T): compute 40,
-    # framework 5, other 40. Step: 85 -> 115 T, +30 T; spreads (IQR) +-0 and 114..116 T = +-1 T;
-    # every b above every a: p = 2 / C(10, 5) = 2/252 < 0.05: significant
-    assert v.step.delta == 30 * T and v.step.significant
-    # compute +30 T (40 -> 70) within its +-30 T (b's IQR 10..70 T), other -30 T (40 -> 10)
-    # within its +-30 T; framework +10 T beyond its +-1 T, communication +20 T beyond +-0
-    assert v.parts["compute"].delta == 30 * T and not v.parts["compute"].significant
+    # walls 84 86 85 85 85 and 113 117 115 114 116 T: the differences 27 (1), 28 (4), 29 (5),
+    # 30 (5), 31 (5), 32 (4), 33 (1): +30 T, from 28 to 32; every b above every a: significant
+    assert (v.step.delta, v.step.low, v.step.high) == (30 * T, 28 * T, 32 * T) and v.step.significant
+    # compute: b - 40 = -40, -30, 20, 30, 40 T, five times each: +20 T, from -40 to 40: within;
+    # other: 40, 30, -30, -20, -40: -20 T, within; framework +10 T (8..12), communication +20 T
+    assert v.parts["compute"].delta == 20 * T and not v.parts["compute"].significant
     assert [c.part for c in v.causes] == ["communication", "framework"]
     assert set(v.unchanged) == {"compute", "other"}
     # the largest cause is the largest part beyond its noise, not compute, which moved more
@@ -149,9 +185,9 @@ def test_no_part_beyond_its_noise_names_no_cause():
     a = _result(backward=[40] * 5, other=[40] * 5)
     b = _result(backward=[10, 30, 60, 80, 100], other=[90, 72, 42, 23, 3])
     v = flopsight.diff(a, b).verdict
-    # b's walls 100 102 102 103 103 T, the median step the 3rd: 102 T, +22 T beyond its +-0.5 T
-    # (IQR 102..103 T); compute +20 T (40 -> 60) within its +-25 T (IQR 30..80 T), other +2 T
-    # (40 -> 42) within its +-24.5 T (IQR 23..72 T)
+    # a's walls 80 T, b's 100 102 102 103 103 T: the differences 20 (5), 22 (10), 23 (10): +22 T,
+    # from 20 to 23; compute: -30, -10, 20, 40, 60 T (five times each): +20 T, from -30 to 60;
+    # other: 50, 32, 2, -17, -37 T: +2 T, from -37 to 50: both hold zero
     assert v.step.significant and v.step.delta == 22 * T
     assert v.causes == () and v.largest_cause is None
     text = verdict_text(v, "a", "b")
@@ -159,13 +195,14 @@ def test_no_part_beyond_its_noise_names_no_cause():
 
 
 def test_a_step_within_its_noise_still_tells_every_parts_change():
-    # compute -30 T and framework +30 T, each beyond its +-0 T, cancel out; other +5 T
+    # compute -30 T and framework +30 T, each every time, cancel out; other +5 T every step
     a = _result(backward=[40] * 5, framework=[40] * 5, other=[0, 10, 20, 30, 40])
-    b = _result(backward=[10] * 5, framework=[70] * 5, other=[0, 10, 25, 30, 40])
+    b = _result(backward=[10] * 5, framework=[70] * 5, other=[5, 15, 25, 35, 45])
     v = flopsight.diff(a, b).verdict
-    # walls 80 90 100 110 120 and 80 90 105 110 120 T: +5 T within +-hypot(10, 10) = +-14.1 T
-    assert v.step.delta == 5 * T and not v.step.significant and v.largest_cause is None
-    assert math.fsum(d.delta for d in v.parts.values()) == v.step.delta  # -30 + 30 + 5 T
+    # walls 80 .. 120 and 85 .. 125 T by 10: the differences are 5 T plus those of 0, 10, 20,
+    # 30, 40 T among themselves (-40 .. 40, the 3rd -30, the 23rd 30): +5 T, from -25 to 35
+    assert (v.step.delta, v.step.low, v.step.high) == (5 * T, -25 * T, 35 * T)
+    assert not v.step.significant and v.largest_cause is None
     text = verdict_text(v, "a", "b")
     assert "within the noise, not significant; beyond their own noise, though: -234.38 ms compute" in text
     assert text.endswith("; within their own noise: +39.06 ms other; communication unchanged")  # 5 T = 39.0625 ms
@@ -201,8 +238,9 @@ def test_the_ranking_and_the_prose_use_one_test():
             if x != y and r.tier(x) != r.tier(y):
                 assert r.verdict(x, y).step.significant, (x, y)
     v = r.verdict("ZeRO-0", "ZeRO-3")
-    # 100 -> 150 T: +50 T within the combined +-60 T (hypot of 60 and 0 T): not significant
-    assert v.step.delta == 50 * T and not v.step.significant
+    # 148 150 150 150 152 against 40 50 100 170 180 T: the differences -32 -30 -30 -30 -28 -22
+    # -20 -20 -20 -18 48 50 [50] 50 52 98 ..: +50 T, from -30 to 110 T: not significant
+    assert (v.step.delta, v.step.low, v.step.high) == (50 * T, -30 * T, 110 * T) and not v.step.significant
     assert r.tier("ZeRO-0") == r.tier("ZeRO-3")
     assert v is r.verdict("ZeRO-0", "ZeRO-3")  # computed once, kept
     assert "within the noise, not significant" in verdict_text(v, "ZeRO-0", "ZeRO-3")
@@ -245,13 +283,15 @@ def test_ranking_needs_several_steps_per_profile():
         rank({"a": _stages()[1], "b": one})
 
 
-# -- a spread as wide as the step is said plainly ------------------------------------------------------
-def test_a_spread_as_wide_as_the_step_gives_the_plain_warning():
+# -- an interval as wide as the step is said plainly ------------------------------------------------------
+def test_an_interval_as_wide_as_the_step_gives_the_plain_warning():
     # the issue's: an ~84 ms step with +-116 ms; here a 11 T step whose IQR is 2..30 T (+-14 T)
     a = _result(backward=[1, 2, 11, 30, 40])
     b = _result(backward=[2, 3, 12, 31, 41])
     v = flopsight.diff(a, b).verdict
-    # combined +-hypot(14, 14) = 19.8 T, twice that against the faster step's 11 T: as wide
+    # b = a + 1 T: the differences are 1 T plus a's among themselves (-39 .. 39, the 3rd -29,
+    # the 23rd 29): +1 T, from -28 to 30 T, 58 T wide against the faster step's 11 T: as wide
+    assert (v.step.low, v.step.high) == (-28 * T, 30 * T)
     assert v.wide_noise and v.to_dict()["wide_noise"]
     text = verdict_text(v, "a", "b")
     assert "Too noisy to tell much" in text and "as wide as a's whole step" in text

@@ -1,17 +1,20 @@
 """The step verdict (:class:`~flopsight.analysis.diff.verdict.Verdict`) and a ranking of
 profiles (:class:`~flopsight.analysis.diff.ranking.Ranking`) in words: a renderer only
 formats what the analysis found, so a ranking's ``<`` and a verdict's "significant" are one
-test's, and the parts named add up to the step's change.
+test's, and the modules named under a part add up to its change with what they leave.
 
 >>> from flopsight.analysis.diff.verdict import Difference, Verdict
->>> step = Difference(0.5, 0.75, 0.0625, None, True)  # 250 ms beyond +-62.5 ms: significant
->>> within = Difference(0.25, 0.375, 0.25, None, False)  # 125 ms, within its +-250 ms
+>>> step = Difference(0.5, 0.75, 0.25, 0.1875, 0.3125)  # +250 ms, its interval leaves out 0: significant
+>>> within = Difference(0.25, 0.375, 0.125, -0.125, 0.375)  # +125 ms, its interval holds 0
 >>> v = Verdict("step", (5, 5), step, (), ("compute", "other"), None, {"compute": within, "other": within})
->>> verdict_text(v, "a", "b").split(": ", 1)[1]
-"no part moved beyond its own noise the step's way (slower); within their own noise: +125 ms compute, +125 ms other"
+>>> verdict_text(v, "a", "b")
+"b's step is 250 ms slower than a's (95% interval +187.5 ms to +312.5 ms, 5 vs 5 steps): no part moved \
+beyond its own noise the step's way (slower); within their own noise: +125 ms compute, +125 ms other"
 """
 
 from __future__ import annotations
+
+import math
 
 from ..analysis.diff.ranking import Ranking
 from ..analysis.diff.verdict import UNSPLIT, Cause, CollectiveChange, Difference, Verdict
@@ -39,6 +42,13 @@ def _calls(k: CollectiveChange) -> str:
     return f"{na} calls of {bytes_to_string(ba)} vs {nb} of {bytes_to_string(bb)}"
 
 
+def _interval(d: Difference) -> str:
+    """``95% interval +1 ms to +3 ms``, or why there is none."""
+    if d.low == -math.inf or d.high == math.inf:
+        return "too few steps for a 95% interval"
+    return f"95% interval {_signed(d.low)} to {_signed(d.high)}"
+
+
 def _cause_text(c: Cause) -> str:
     d = c.difference.delta
     if c.part == "communication":
@@ -55,7 +65,10 @@ def _cause_text(c: Cause) -> str:
         return f"{_signed(d)} profiler (flopsight's own time left in the phases, not the model's)"
     if c.part == UNSPLIT:
         return f"{_signed(d)} not split by the anatomy (latencies timed apart from the counted step)"
-    moved = [f"{m.path} ({m.type_name}) {_signed(m.delta)}" for m in c.modules if m.delta]
+    moved = [f"{m.path} ({m.type_name}) {_signed(m.delta)}" if m.type_name else f"{m.path} {_signed(m.delta)}"
+             for m in c.modules]
+    if moved and c.rest is not None:
+        moved[-1] += f"; the rest {_signed(c.rest)}"  # so that what is listed adds up to the part's change
     return f"{_signed(d)} {_LABELS[c.part]}" + (f" (most in {', '.join(moved)})" if moved else "")
 
 
@@ -75,22 +88,23 @@ def _too_noisy(v: Verdict, a: str, b: str) -> str:
     """The plain warning when the spread is as wide as the step, and what to do."""
     s, units = v.step, "passes" if v.unit == "pass" else f"{v.unit}s"
     faster, median = (a, s.a) if s.a <= s.b else (b, s.b)
-    return (f". Too noisy to tell much: the combined spread (±{duration_to_string(s.noise)}) is as wide as "
-            f"{faster}'s whole {v.unit} ({duration_to_string(median)}): only a change beyond "
-            f"±{duration_to_string(s.noise)} can show; profile more {units} or on a quieter machine "
-            "(no other work on its cores)")
+    if s.low == -math.inf or s.high == math.inf:
+        return f". Too few {units} to tell anything: profile at least 4 on each side"
+    return (f". Too noisy to tell much: the change's 95% interval ({_signed(s.low)} to {_signed(s.high)}) is as "
+            f"wide as {faster}'s whole {v.unit} ({duration_to_string(median)}): only a change beyond it can show; "
+            f"profile more {units} or on a quieter machine (no other work on its cores)")
 
 
 def verdict_text(v: Verdict, a: str = "A", b: str = "B") -> str:
-    """The verdict in one sentence: how much slower or faster b's step is, with its noise;
-    where significant, the parts that moved beyond their own noise, largest first, then the
-    others with their changes (all of them add up to the step's); a plain warning where the
-    spread is as wide as the step."""
+    """The verdict in one sentence: how much slower or faster b's step is, with its 95%
+    interval; where significant, the parts that moved beyond their own noise (their
+    intervals leave out zero), largest first, then the others with their changes; a plain
+    warning where the interval is as wide as the step."""
     s = v.step
     units = "passes" if v.unit == "pass" else f"{v.unit}s"
     way = "slower" if s.delta >= 0 else "faster"
     head = (f"{b}'s {v.unit} is {duration_to_string(abs(s.delta))} {way} than {a}'s "
-            f"(±{duration_to_string(s.noise)}, {v.samples[0]} vs {v.samples[1]} {units})")
+            f"({_interval(s)}, {v.samples[0]} vs {v.samples[1]} {units})")
     parts = dict(v.parts or {})
     if not s.significant:
         text = head + ": within the noise, not significant"

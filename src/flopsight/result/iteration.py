@@ -24,7 +24,7 @@ from .records import Profile
 from .stats import Stats
 
 __all__ = ["IterationStats", "CommunicationTime", "StepAnatomy", "iteration_stats", "COLLECTIVE_NAMESPACES", "TIMED",
-           "median_steps", "at_median", "median_anatomy"]
+           "median_steps", "at_median", "median_anatomy", "compute_by_module"]
 
 
 def _per_second(amount: float, seconds: float) -> float:
@@ -264,14 +264,15 @@ def _anatomy(result: Profile, latency: float, communication: CommunicationTime) 
     )
 
 
-def _compute_time(result: Profile) -> dict[str, float]:
-    """Per phase, the time of the ops that ran in it, collectives and their waits left out
-    (recompute runs inside the backward: its ops are the backward's): where the pass recorded
-    GPU kernels (``kernels=True`` on CUDA), their device time, what the GPU computed; else the
-    ops' host time (on a GPU, their launches: the phases' own time is the device's)."""
+def _compute_by(result: Profile) -> dict[tuple[str, str], float]:
+    """Per module path and phase, the time of its own ops that ran in it, collectives and
+    their waits left out (recompute runs inside the backward: its ops are the backward's):
+    where the pass recorded GPU kernels (``kernels=True`` on CUDA), their device time, what
+    the GPU computed; else the ops' host time (on a GPU, their launches: the phases' own
+    time is the device's)."""
     on_device = result.kernels is not None and result.kernels.source == "cuda"
-    out: dict[str, float] = {}
-    for stats in result.modules.values():
+    out: dict[tuple[str, str], float] = {}
+    for path, stats in result.modules.items():
         times: Iterable[tuple[str, Mapping[str, float]]]
         if on_device:
             times = stats.op_kernel_time.items()
@@ -279,8 +280,26 @@ def _compute_time(result: Profile) -> dict[str, float]:
             times = ((phase, {name: s.latency for name, s in ops.items()}) for phase, ops in stats.ops.items())
         for phase, by_op in times:
             t = sum(seconds for name, seconds in by_op.items() if not name.startswith(COLLECTIVE_NAMESPACES))
-            phase = "backward" if phase == "recompute" else phase
-            out[phase] = out.get(phase, 0.0) + t
+            key = (path, "backward" if phase == "recompute" else phase)
+            out[key] = out.get(key, 0.0) + t
+    return out
+
+
+def _compute_time(result: Profile) -> dict[str, float]:
+    """Per phase, the time of the ops that ran in it (:func:`_compute_by`)."""
+    out: dict[str, float] = {}
+    for (_, phase), seconds in _compute_by(result).items():
+        out[phase] = out.get(phase, 0.0) + seconds
+    return out
+
+
+def compute_by_module(result: Profile) -> dict[str, float]:
+    """Per module path, the time of its own ops in every phase, collectives left out: its
+    share of the anatomy's compute (which holds their sum, each phase's at most what the
+    phase's wall time leaves beside the communication it waited for)."""
+    out: dict[str, float] = {}
+    for (path, _), seconds in _compute_by(result).items():
+        out[path] = out.get(path, 0.0) + seconds
     return out
 
 

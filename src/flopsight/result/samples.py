@@ -81,8 +81,10 @@ class StepSamples:
     ``figures`` maps a figure to its value in each: ``"wall"`` (the step's or pass's wall
     time), the phases' wall times (``"forward"``, ``"backward"``, ``"step"``) and, for a
     training step, the anatomy's parts (``"anatomy.<part>"``). ``modules`` maps a module
-    path to each phase's latency per step, its submodules' included (kept where several
-    steps ran). ``first_step`` is True when the first profiled
+    path to each phase's latency per step, its submodules' included, and ``compute`` maps it
+    to its own ops' time per step, every phase's, collectives left out (its share of the
+    anatomy's compute: :func:`~.iteration.compute_by_module`); both kept where several steps
+    ran. ``first_step`` is True when the first profiled
     step was the first the process ran (its one-time costs are in it).
 
     >>> s = StepSamples("step", {"wall": (0.2, 0.3, 0.25)})
@@ -96,6 +98,7 @@ class StepSamples:
     figures: Mapping[str, tuple[float, ...]]
     modules: Mapping[str, Mapping[str, tuple[float, ...]]] = field(default_factory=dict)
     first_step: bool = False
+    compute: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
 
     @property
     def count(self) -> int:
@@ -140,7 +143,9 @@ class StepSamples:
     def to_dict(self) -> dict[str, Any]:
         return {"unit": self.unit, "count": self.count, "first_step": self.first_step,
                 "figures": {k: list(v) for k, v in self.figures.items()},
-                "modules": {p: {ph: list(v) for ph, v in phases.items()} for p, phases in self.modules.items()}}
+                "modules": {p: {ph: list(v) for ph, v in phases.items()} for p, phases in self.modules.items()},
+                # only where several steps ran (files of one step stay as they were)
+                **({"compute": {p: list(v) for p, v in self.compute.items()}} if self.compute else {})}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StepSamples:
@@ -149,4 +154,5 @@ class StepSamples:
                    {k: tuple(seconds_from_file(v)) for k, v in d.get("figures", {}).items()},
                    {p: {ph: tuple(seconds_from_file(v)) for ph, v in phases.items()}
                     for p, phases in d.get("modules", {}).items()},
-                   bool(d.get("first_step", False)))
+                   bool(d.get("first_step", False)),
+                   {p: tuple(seconds_from_file(v)) for p, v in d.get("compute", {}).items()})

@@ -22,6 +22,7 @@ import dataclasses
 import statistics
 from collections.abc import Sequence
 
+from .iteration import compute_by_module
 from .profile_result import ProfileResult
 from .records import ModuleStats
 from .samples import StepSamples
@@ -62,6 +63,14 @@ def _module_samples(results: Sequence[ProfileResult]) -> dict[str, dict[str, tup
     return {p: {ph: tuple(v) for ph, v in phases.items()} for p, phases in out.items()}
 
 
+def _compute_samples(results: Sequence[ProfileResult]) -> dict[str, tuple[float, ...]]:
+    """Per module, its own ops' time in each step (:func:`~.iteration.compute_by_module`),
+    for the modules with ops in every step: what the verdict lists under compute."""
+    per_step = [compute_by_module(r) for r in results]
+    common = set(per_step[0]).intersection(*per_step[1:])
+    return {p: tuple(s[p] for s in per_step) for p in sorted(common)}
+
+
 def _median_module(base: ModuleStats, results: Sequence[ProfileResult]) -> ModuleStats:
     """``base`` with each phase's and op's latency the median over the steps it ran in."""
     path = base.name
@@ -88,7 +97,7 @@ def combine_steps(results: Sequence[ProfileResult], unit: str = "step", *, first
     names = [k for k in figures[0] if all(k in f for f in figures)]
     samples = StepSamples(unit, {k: tuple(f[k] for f in figures) for k in names},
                           _module_samples(results) if len(results) > 1 else {},
-                          first_step=first_step)
+                          first_step=first_step, compute=_compute_samples(results) if len(results) > 1 else {})
     if len(results) == 1:
         return base.updated(samples=samples)
     modules = {path: _median_module(stats, results) for path, stats in base.modules.items()}

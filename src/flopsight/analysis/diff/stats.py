@@ -9,14 +9,17 @@ Why this test and how gates use it is in docs/diff.md.
 (False, True)
 >>> two_sided_p([1, 2, 3], [4, 5, 6, 7])
 0.05714285714285714
+>>> shift([1, 2, 3, 4, 5], [11, 12, 13, 14, 15])  # y - x: 10, within 7 to 13 at 95%
+(10, 7, 13)
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 
-__all__ = ["DEFAULT_ALPHA", "mann_whitney_p", "two_sided_p", "testable"]
+__all__ = ["DEFAULT_ALPHA", "mann_whitney_p", "two_sided_p", "testable", "shift"]
 
 #: Significance level of the noise test on latencies.
 DEFAULT_ALPHA = 0.05
@@ -56,6 +59,47 @@ def testable(n: int, m: int, alpha: float) -> bool:
     """Whether any ordering of n and m samples could be significant: the smallest exact
     p-value, 1 / C(n+m, n), must be below ``alpha``."""
     return n > 0 and m > 0 and 1 / math.comb(n + m, n) < alpha
+
+
+def shift(xs: Sequence[float], ys: Sequence[float], alpha: float = DEFAULT_ALPHA) -> tuple[float, float, float]:
+    """How far ``ys`` lie above ``xs``: the Hodges-Lehmann estimate (the median of the
+    ``len(xs) * len(ys)`` differences ``y - x``) and its distribution-free ``1 - alpha``
+    interval (Moses'): the k-th smallest and the k-th largest difference, k the largest
+    count with ``P(U <= k - 1) <= alpha / 2`` under the Mann-Whitney U distribution. The
+    interval leaves out 0 exactly when the two-sided test's p is at most ``alpha`` (ties
+    aside): one test for the estimate and its significance. Too few samples for any such k:
+    the interval is unbounded, ``(-inf, inf)``.
+
+    >>> shift([1.0, 2.0, 3.0], [2.0, 3.0, 4.0])  # 3 vs 3: no 95% interval exists
+    (1.0, -inf, inf)
+    """
+    if not xs or not ys:
+        raise ValueError("xs, ys: a shift needs at least one sample on each side")
+    diffs = sorted(y - x for x in xs for y in ys)
+    k = _interval_rank(len(xs), len(ys), alpha)
+    estimate = statistics.median(diffs)
+    if k < 1:
+        return estimate, -math.inf, math.inf
+    return estimate, diffs[k - 1], diffs[len(diffs) - k]
+
+
+def _interval_rank(n: int, m: int, alpha: float) -> int:
+    """The largest k with ``P(U <= k - 1) <= alpha / 2`` (0: none): exact for
+    ``n * m <= 400``, else from the normal approximation.
+
+    >>> _interval_rank(5, 5, 0.05)  # P(U <= 2) = 4/252 = 0.016, P(U <= 3) = 7/252 = 0.028
+    3
+    """
+    if n * m <= _EXACT_LIMIT:
+        counts = _u_distribution(n, m)
+        total, below = sum(counts), 0  # below: how many orderings give U <= u - 1
+        for u, c in enumerate(counts):
+            if (below + c) / total > alpha / 2:
+                return u
+            below += c
+        return len(counts)
+    z = statistics.NormalDist().inv_cdf(1 - alpha / 2)
+    return max(int(math.floor(n * m / 2 - z * math.sqrt(n * m * (n + m + 1) / 12))), 0)
 
 
 def _ranks(values: list[float]) -> list[float]:

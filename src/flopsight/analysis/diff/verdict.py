@@ -3,37 +3,37 @@ anatomy, the collectives and the modules, ranked by contribution, and only where
 samples make it significant (docs/diff.md).
 
 Each side is a profile of several steps (``steps=N``) or passes (``repeat=N``) whose
-``result.samples`` hold each step's wall time and anatomy. The figures compared are each
-side's *median step*'s (:func:`~flopsight.result.iteration.at_median`: the step of median
-wall time, the mean of the two middle ones for an even count), what ``result.iteration``
-reports, so the verdict's figures are the report's, and the parts' changes add up to the
-step's change.
-The step's change is significant when both hold: it is larger than the combined spread,
-``sqrt(a.plus_minus² + b.plus_minus²)`` (:mod:`flopsight.result.samples`), and, where the
-counts of samples allow, the two-sided Mann-Whitney test puts it below ``alpha``. A part of
-the anatomy whose change is larger than its own combined spread is a cause; the others
-stayed within their noise. The communication part is told by collective kind (the median
-step's calls, bytes and exposed time) and the compute parts by the modules that moved most.
+``result.samples`` hold each step's wall time and anatomy. Every change, the step's and
+each part's, is one statistic: the Hodges-Lehmann shift from a's steps to b's (the median
+of every difference between a step of b and a step of a) with its distribution-free 95%
+interval (:func:`.stats.shift`); a change is significant when its interval leaves out zero,
+which for the step is the two-sided Mann-Whitney test at ``alpha``. A part whose interval
+holds zero is unchanged, whatever its medians say; one beyond it is a cause. The
+communication part is told by collective kind (the median step's calls, bytes and exposed
+time); the compute part by the modules whose own ops' time moved most, each by the same
+statistic, and by what they leave of the part's change (``rest``), so that what is listed
+adds up to the part's change. The parts' changes are each their own estimate: they need not
+add up to the step's.
 
 >>> from flopsight.result.samples import StepSamples
 >>> a = StepSamples("step", {"wall": (1.0, 1.1, 0.9, 1.0, 1.05)})
 >>> b = StepSamples("step", {"wall": (2.0, 2.1, 1.9, 2.0, 2.05)})
 >>> d = step_difference(a, b)
->>> round(d.delta, 6), d.significant
-(1.0, True)
+>>> round(d.delta, 6), round(d.low, 6), round(d.high, 6), d.significant
+(1.0, 0.9, 1.1, True)
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ...result.iteration import at_median
 from ...result.profile_result import ProfileResult
-from ...result.samples import StepSamples, spread
-from .stats import DEFAULT_ALPHA, testable, two_sided_p
+from ...result.samples import StepSamples
+from .stats import DEFAULT_ALPHA, shift, testable, two_sided_p
 
 __all__ = ["Difference", "Cause", "CollectiveChange", "ModuleChange", "Verdict", "verdict", "step_difference",
            "UNSPLIT"]
@@ -56,44 +56,46 @@ _SPLIT_TOLERANCE = 1e-9
 
 @dataclass(frozen=True)
 class Difference:
-    """A figure's change from a to b: ``a`` and ``b`` (each side's median step's value),
-    ``delta`` (b - a), ``noise`` (the combined spread over all the steps), ``p_value`` (None
-    where too few samples to test, and for the anatomy's parts) and whether it is
-    ``significant``."""
+    """A figure's change from a to b: ``a`` and ``b``, each side's median over its steps;
+    ``delta``, the Hodges-Lehmann shift from a's steps to b's, and ``low`` to ``high``, its 95%
+    interval (unbounded with too few steps); ``p_value``, the two-sided Mann-Whitney test's
+    (the step's; None for the anatomy's parts); ``significant``: the interval leaves out 0."""
 
     a: float
     b: float
-    noise: float
-    p_value: float | None
-    significant: bool
+    delta: float
+    low: float
+    high: float
+    p_value: float | None = None
 
     @property
-    def delta(self) -> float:
-        return self.b - self.a
+    def significant(self) -> bool:
+        return self.low > 0 or self.high < 0
+
+    @property
+    def noise(self) -> float:
+        """Half the interval's width (infinite when it is unbounded)."""
+        return (self.high - self.low) / 2
 
     def to_dict(self) -> dict[str, Any]:
-        return {"a": self.a, "b": self.b, "delta": self.delta, "noise": self.noise, "p_value": self.p_value,
-                "significant": self.significant}
+        finite = math.isfinite(self.low) and math.isfinite(self.high)  # JSON has no infinity
+        return {"a": self.a, "b": self.b, "delta": self.delta, "low": self.low if finite else None,
+                "high": self.high if finite else None, "noise": self.noise if finite else None,
+                "p_value": self.p_value, "significant": self.significant}
 
 
-def _difference(xs: Sequence[float], ys: Sequence[float], wa: Sequence[float], wb: Sequence[float], alpha: float,
-                test: bool = True) -> Difference:
-    """The change from ``xs`` to ``ys`` in the median steps (by the walls ``wa`` and ``wb``):
-    significant when beyond the combined spread of all of ``xs`` and ``ys`` and, with
-    ``test``, where the counts allow, below ``alpha`` in the two-sided Mann-Whitney test."""
-    sa, sb = spread(xs), spread(ys)
-    noise = math.hypot(sa.plus_minus, sb.plus_minus)
+def _difference(xs: Sequence[float], ys: Sequence[float], alpha: float, test: bool = False) -> Difference:
+    """The change from ``xs`` to ``ys`` (:func:`.stats.shift`); ``test``: with the
+    Mann-Whitney test's p-value too, where the counts allow."""
+    delta, low, high = shift(xs, ys, alpha)
     p = two_sided_p(xs, ys) if test and testable(len(xs), len(ys), alpha) else None
-    a, b = at_median(xs, wa), at_median(ys, wb)
-    beyond = abs(b - a) > noise and len(xs) > 1 and len(ys) > 1
-    return Difference(a, b, noise, p, beyond and (p is None or p < alpha))
+    return Difference(statistics.median(xs), statistics.median(ys), delta, low, high, p)
 
 
 def step_difference(a: StepSamples, b: StepSamples, figure: str = "wall",
                     alpha: float = DEFAULT_ALPHA) -> Difference:
-    """The change of ``figure`` (default: the step's wall time) from a's median step to b's."""
-    return _difference(tuple(a.figures[figure]), tuple(b.figures[figure]), a.figures["wall"], b.figures["wall"],
-                       alpha)
+    """The change of ``figure`` (default: the step's wall time) from a's steps to b's."""
+    return _difference(tuple(a.figures[figure]), tuple(b.figures[figure]), alpha, test=True)
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,7 @@ class CollectiveChange:
 
 @dataclass(frozen=True)
 class ModuleChange:
-    """A module whose own latency (all phases, median over the steps) moved."""
+    """A module whose own ops' time (every phase's) moved: its shift (:class:`Difference`'s)."""
 
     path: str
     type_name: str
@@ -123,20 +125,23 @@ class ModuleChange:
 class Cause:
     """A part of the step (``"compute"``, ``"framework"``, ``"communication"``, ``"other"``,
     ``"profiler"``, :data:`UNSPLIT`; ``"modules"`` for passes) and how it moved;
-    ``collectives`` (communication) and ``modules`` (compute) tell it."""
+    ``collectives`` (communication) and ``modules`` (compute) tell it; ``rest``: what the
+    modules listed leave of its change (the other modules' and the optimizer's), so that
+    they and it add up to it (None when no module is listed)."""
 
     part: str
     difference: Difference
     collectives: tuple[CollectiveChange, ...] = ()
     modules: tuple[ModuleChange, ...] = ()
+    rest: float | None = None
 
 
 @dataclass(frozen=True)
 class Verdict:
     """Why b's step differs from a's: the ``step`` difference; ``parts``, every part of the
-    anatomy with its difference (their deltas add up to the step's); ``causes``, the parts
-    that moved beyond their own noise, largest first; ``unchanged``, the parts within it; ``unit`` is ``"step"`` or
-    ``"pass"``; ``samples`` the count per side."""
+    anatomy with its difference; ``causes``, the parts whose interval leaves out zero,
+    largest first; ``unchanged``, the others; ``unit`` is ``"step"`` or ``"pass"``;
+    ``samples`` the count per side."""
 
     unit: str
     samples: tuple[int, int]
@@ -153,7 +158,7 @@ class Verdict:
         """The combined spread is as wide as the faster side's step (``2 × noise`` at least
         its median step): these steps cannot tell apart a change smaller than a step."""
         faster = min(self.step.a, self.step.b)
-        return faster > 0 and 2 * self.step.noise >= faster
+        return faster > 0 and self.step.high - self.step.low >= faster
 
     def to_dict(self) -> dict[str, Any]:
         return {"unit": self.unit, "samples": list(self.samples), "step": self.step.to_dict(),
@@ -162,7 +167,8 @@ class Verdict:
                             "collectives": [{"kind": k.kind, "calls": list(k.calls),
                                              "bytes_per_call": list(k.bytes_per_call), "exposed": list(k.exposed)}
                                             for k in c.collectives],
-                            "modules": [{"path": m.path, "type": m.type_name, "delta": m.delta} for m in c.modules]}
+                            "modules": [{"path": m.path, "type": m.type_name, "delta": m.delta} for m in c.modules],
+                            "rest": c.rest}
                            for c in self.causes],
                 "unchanged": list(self.unchanged), "largest_cause": self.largest_cause,
                 "wide_noise": self.wide_noise}
@@ -182,9 +188,9 @@ def _part_samples(samples: StepSamples) -> dict[str, tuple[float, ...]]:
 
 
 def _split(rest: Sequence[float], walls: Sequence[float]) -> bool:
-    """Whether the median step's anatomy splits all of its wall time (what it leaves,
-    ``rest``, only the floats' last bits)."""
-    return abs(at_median(rest, walls)) <= _SPLIT_TOLERANCE * abs(at_median(walls, walls))
+    """Whether every step's anatomy splits all of its wall time (what it leaves, ``rest``,
+    only the floats' last bits)."""
+    return all(abs(r) <= _SPLIT_TOLERANCE * abs(w) for r, w in zip(rest, walls))
 
 
 def _collectives(a: ProfileResult, b: ProfileResult) -> tuple[CollectiveChange, ...]:
@@ -205,16 +211,44 @@ def _collectives(a: ProfileResult, b: ProfileResult) -> tuple[CollectiveChange, 
     return tuple(sorted(changes, key=lambda c: -abs(c.delta)))
 
 
-def _modules(a: ProfileResult, b: ProfileResult, top: int = 3) -> tuple[ModuleChange, ...]:
-    """The ``top`` modules whose own forward and backward time moved most (median steps' medians)."""
-    def own(r: ProfileResult) -> dict[str, tuple[str, float]]:
-        return {p: (s.type_name, sum(x.latency for ph, x in s.phases.items() if ph != "step"))
-                for p, s in r.modules.items()}
+def _own_latencies(r: ProfileResult) -> dict[str, tuple[float, ...]]:
+    """Per module, its own latency in each pass: its phases' latency less its children's,
+    where it and they ran in every pass (what the passes' verdict lists)."""
+    samples = r.samples
+    n = samples.count if samples is not None else 0
+    inclusive = {p: [math.fsum(v) for v in zip(*phases.values())]
+                 for p, phases in (samples.modules if samples is not None else {}).items()
+                 if phases and all(len(v) == n for v in phases.values())}
+    own = {}
+    for path, values in inclusive.items():
+        kids = r.modules[path].children if path in r.modules else ()
+        if all(k in inclusive for k in kids):
+            own[path] = tuple(v - math.fsum(inclusive[k][i] for k in kids) for i, v in enumerate(values))
+    return own
 
-    oa, ob = own(a), own(b)
-    changes = [ModuleChange(p or "<root>", (ob.get(p) or oa[p])[0], ob.get(p, ("", 0.0))[1] - oa.get(p, ("", 0.0))[1])
-               for p in sorted(set(oa) | set(ob))]
-    return tuple(sorted(changes, key=lambda m: -abs(m.delta))[:top])
+
+def _modules(a: ProfileResult, b: ProfileResult, change: float, alpha: float, passes: bool = False,
+             top: int = 3) -> tuple[tuple[ModuleChange, ...], float | None]:
+    """The ``top`` modules whose own time moved most in the way of ``change``, each by its
+    shift over the steps (a module of one side only has none on the other), and what they
+    leave of ``change`` (None: no module's time was sampled, as in a file from before the
+    samples held it). A step's compute: the modules' own ops' time; ``passes`` (no anatomy):
+    their own latency."""
+    ca: Mapping[str, tuple[float, ...]]
+    cb: Mapping[str, tuple[float, ...]]
+    if passes:
+        ca, cb = _own_latencies(a), _own_latencies(b)
+    else:
+        ca, cb = a.samples.compute if a.samples else {}, b.samples.compute if b.samples else {}
+    if not ca or not cb:
+        return (), None
+    na, nb = len(next(iter(ca.values()))), len(next(iter(cb.values())))
+    moved = [(p, _difference(ca.get(p, (0.0,) * na), cb.get(p, (0.0,) * nb), alpha).delta)
+             for p in sorted(set(ca) | set(cb))]
+    listed = sorted((m for m in moved if m[1] * change > 0), key=lambda m: -abs(m[1]))[:top]
+    types = {p: m.type_name for p, m in (*a.modules.items(), *b.modules.items())}
+    modules = tuple(ModuleChange(p or "<root>", types.get(p, ""), d) for p, d in listed)
+    return modules, change - math.fsum(d for _, d in listed)
 
 
 def verdict(a: ProfileResult, b: ProfileResult, alpha: float = DEFAULT_ALPHA) -> Verdict | None:
@@ -224,7 +258,7 @@ def verdict(a: ProfileResult, b: ProfileResult, alpha: float = DEFAULT_ALPHA) ->
     if sa is None or sb is None or len(sa.figures.get("wall", ())) < 2 or len(sb.figures.get("wall", ())) < 2:
         return None
     wa, wb = sa.figures["wall"], sb.figures["wall"]
-    step = _difference(wa, wb, wa, wb, alpha)
+    step = _difference(wa, wb, alpha, test=True)
     pa, pb = _part_samples(sa), _part_samples(sb)
     parts: dict[str, Difference] = {}
     for part in [p for p in pa if p in pb]:
@@ -232,19 +266,18 @@ def verdict(a: ProfileResult, b: ProfileResult, alpha: float = DEFAULT_ALPHA) ->
         if part == "profiler" and not any(xs) and not any(ys):
             continue  # no profiler time on either side (a fake clock's, an older file's): nothing to say
         if part == UNSPLIT and _split(xs, wa) and _split(ys, wb):
-            continue  # the median steps' anatomies add up to them: the other parts add up to the step's change
-        # a part moved when its change is beyond its own spread: the step's test already said
-        # whether anything changed
-        parts[part] = _difference(xs, ys, wa, wb, alpha, test=False)
+            continue  # every step's anatomy adds up to it: nothing is left unsplit
+        parts[part] = _difference(xs, ys, alpha)
     causes, unchanged = [], []
     for part, d in parts.items():
         if not d.significant:
             unchanged.append(part)
             continue
-        causes.append(Cause(part, d, _collectives(a, b) if part == "communication" else (),
-                            _modules(a, b) if part == "compute" else ()))
+        modules, rest = _modules(a, b, d.delta, alpha) if part == "compute" else ((), None)
+        causes.append(Cause(part, d, _collectives(a, b) if part == "communication" else (), modules, rest))
     if not parts and step.significant:  # passes: no anatomy, the modules tell it
-        causes.append(Cause("modules", step, modules=_modules(a, b)))
+        modules, rest = _modules(a, b, step.delta, alpha, passes=True)
+        causes.append(Cause("modules", step, modules=modules, rest=rest))
     causes.sort(key=lambda c: -abs(c.difference.delta))
     # the largest cause: a part beyond its own noise that moved the step's way (never an unchanged one)
     toward = [c for c in causes if c.difference.delta * step.delta > 0] if step.significant else []
