@@ -38,9 +38,9 @@ def _mlp(hidden: int = 16) -> torch.nn.Module:
     return torch.nn.Sequential(torch.nn.Linear(8, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 4))
 
 
-def _one_step(model: torch.nn.Module, clock=None) -> flopsight.ProfileResult:
+def _one_step(model: torch.nn.Module, clock=None, backend: str | None = None) -> flopsight.ProfileResult:
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    with flopsight.Profiler(model, optimizer=opt, clock=clock or flopsight.FakeClock()) as prof:
+    with flopsight.Profiler(model, optimizer=opt, clock=clock or flopsight.FakeClock(), backend=backend) as prof:
         model(torch.ones(4, 8)).sum().backward()
         opt.step()
         opt.zero_grad()
@@ -302,12 +302,12 @@ def test_an_interval_as_wide_as_the_step_gives_the_plain_warning():
 
 
 # -- the profiler's own time on the CPU path -------------------------------------------------------------
-def test_the_cpu_paths_profiler_time_is_its_own_part_not_framework():
+def test_the_python_paths_profiler_time_is_its_own_part_not_framework():
     model = _mlp()
-    r = _one_step(model, HostClock())
+    r = _one_step(model, HostClock(), backend="python")
     it, spans = r.iteration, r.spans
     # estimated per counted op and module call on the host's clock (UNMEASURED_COST), per phase
-    per_op, per_call = UNMEASURED_COST[(r.metadata.backend, False)]
+    per_op, per_call = UNMEASURED_COST[False]
     ops = {p: sum(s.calls for m in r.modules.values() for s in m.ops.get(p, {}).values())
            for p in ("forward", "backward", "step")}
     calls = sum(m.phases["forward"].calls for m in r.modules.values() if "forward" in m.phases)
@@ -321,6 +321,21 @@ def test_the_cpu_paths_profiler_time_is_its_own_part_not_framework():
     phases = math.fsum(math.fsum(spans[p]) for p in ("forward", "backward", "step"))
     a = it.anatomy
     assert a.framework == pytest.approx(phases - a.forward - a.backward - a.step - a.profiler, abs=1e-12)
+
+
+def test_the_native_recorder_times_its_own_callbacks_in_every_step():
+    # issue 37 item 2: no constant, a measurement of each run: every phase's part is the
+    # recorder's own time in that phase, within the phase, and it varies from step to step
+    steps = [_one_step(_mlp(), HostClock(), backend="native") for _ in range(5)]
+    for r in steps:
+        for phase in ("forward", "backward", "step"):
+            (own,) = r.spans[f"profiler.{phase}"]
+            assert 0 < own < math.fsum(r.spans[phase]), phase
+        # the anatomy's part: at most what the phases leave beside compute and waiting
+        measured = math.fsum(r.spans[f"profiler.{p}"][0] for p in ("forward", "backward", "step"))
+        assert 0 < r.iteration.anatomy.profiler <= measured
+    figures = combine_steps(steps).samples.figures["anatomy.profiler"]
+    assert len(set(figures)) > 1  # a spread, like every other part
 
 
 def test_the_reports_noise_line_says_a_spread_as_wide_as_the_step_plainly():

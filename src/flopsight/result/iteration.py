@@ -61,8 +61,8 @@ class StepAnatomy:
     - ``communication``: collectives the rank waited for (exposed);
     - ``other``: the time outside the phases (data loading, the loss, idle);
     - ``profiler``: flopsight's own time left in the phases' wall time (what the clock could
-      not take out: its host time on a device's clock, the native recorder's estimated cost
-      per op and per module call on the host's), never charged to a part of the user's.
+      not take out: its host time on a device's clock, the native recorder's own time in its
+      callbacks, timed in each run, on the host's), never charged to a part of the user's.
 
     Communication hidden behind compute is not a part (see :class:`CommunicationTime`).
 

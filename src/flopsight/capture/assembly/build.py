@@ -262,13 +262,12 @@ def _spans(raw: RawCapture) -> dict[str, list[float]]:
     return spans
 
 
-#: the profiler's host seconds per op and per module call that it cannot measure itself (the
-#: native recorder's C++ callbacks, the dispatch mode's and torch's hook paths' entry and exit):
-#: (backend, memory tracked) -> (per op, per module call), from benchmarks/host_cost.py's
-#: single passes on a 2-vCPU machine (docs/conventions/timing.md#the-step-anatomy): an
-#: estimate, the same on every machine, until the recorder times its own callbacks
-UNMEASURED_COST = {("native", False): (1.0e-6, 1.8e-6), ("native", True): (1.1e-6, 1.8e-6),
-                   ("python", False): (4.9e-6, 3.0e-6), ("python", True): (5.6e-6, 3.9e-6)}
+#: the Python backend's host seconds per op and per module call that it cannot measure itself
+#: (torch's way into the dispatch mode and its hook paths, and out): memory tracked ->
+#: (per op, per module call), from benchmarks/host_cost.py's single passes on a 2-vCPU machine
+#: (docs/conventions/timing.md#the-step-anatomy): an estimate. The native recorder times its
+#: own callbacks in every run instead (Counts.profiler_seconds)
+UNMEASURED_COST = {False: (4.9e-6, 3.0e-6), True: (5.6e-6, 3.9e-6)}
 #: the clocks whose time is the hardware's (a fake clock's ticks are not): the estimate applies
 _REAL_CLOCKS = ("perf_counter", "cuda_events", "fake_device")
 
@@ -276,9 +275,11 @@ _REAL_CLOCKS = ("perf_counter", "cuda_events", "fake_device")
 def _profiler_spans(raw: RawCapture, counted: Counts | None, memory: bool, clock: str) -> dict[str, list[float]]:
     """``profiler.<phase>`` (forward, backward, step): one value each, the profiler's own
     seconds left in that phase's wall time: its measured host time inside the phase's spans
-    where the clock did not take it out (a device's clock), and, for the ops and module calls
-    ``counted`` in the same pass, :data:`UNMEASURED_COST` on a real clock. Phases with none
-    are left out (a fake clock's: its tests' results stay as they were).
+    where the clock did not take it out (a device's clock), and, on a real clock, for the ops
+    and module calls ``counted`` in the same pass: the native recorder's own time in its
+    callbacks, measured in this run (``counted.profiler_seconds``), else (the Python backend)
+    :data:`UNMEASURED_COST`. Phases with none are left out (a fake clock's: its tests' results
+    stay as they were).
 
     >>> from flopsight.capture.charging.calls import CallRecord
     >>> from flopsight.capture.sources.spans import TimedSpan
@@ -290,8 +291,11 @@ def _profiler_spans(raw: RawCapture, counted: Counts | None, memory: bool, clock
     {'profiler.forward': [0.5], 'profiler.step': [0.25]}
     >>> counted = Counts(ops={("", "forward"): {"aten.addmm": Stats(0, 0, 1e-3, 1000)}})
     >>> raw = RawCapture(calls, SpanTimes([step]))
-    >>> _profiler_spans(raw, dataclasses.replace(counted, backend="native"), False, "perf_counter")["profiler.forward"]
-    [0.0010018]
+    >>> _profiler_spans(raw, counted, False, "perf_counter")["profiler.forward"]  # 1000 ops, 1 call: estimated
+    [0.004903]
+    >>> measured = dataclasses.replace(counted, backend="native", profiler_seconds={"forward": 2e-3, "recompute": 1e-3})
+    >>> _profiler_spans(raw, measured, False, "perf_counter")
+    {'profiler.forward': [0.002], 'profiler.backward': [0.001]}
     """
     timed, module_calls = raw.get(SpanTimes), raw.get(ModuleCalls)
     if timed is None:
@@ -304,8 +308,13 @@ def _profiler_spans(raw: RawCapture, counted: Counts | None, memory: bool, clock
         if module_calls is not None:
             left["forward"] += sum(r.ovh_end - r.ovh_start for r in module_calls.log
                                    if r.parent < 0 and r.phase == "forward")
-    if counted is not None and clock in _REAL_CLOCKS:
-        per_op, per_call = UNMEASURED_COST.get((counted.backend, memory), UNMEASURED_COST[("python", memory)])
+    if counted is not None and clock in _REAL_CLOCKS and counted.profiler_seconds is not None:
+        for phase, seconds in counted.profiler_seconds.items():  # the recorder timed itself
+            phase = "backward" if phase == "recompute" else phase
+            if phase in left:
+                left[phase] += seconds
+    elif counted is not None and clock in _REAL_CLOCKS:
+        per_op, per_call = UNMEASURED_COST[memory]
         for (_, phase), ops in counted.ops.items():
             phase = "backward" if phase == "recompute" else phase
             if phase in left:

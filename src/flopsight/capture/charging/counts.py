@@ -26,6 +26,9 @@ class Counts:
     backend_note: str | None = None
     #: the operators the native backend costed on their values, in Python (see Metadata.on_values)
     on_values: tuple[str, ...] = ()
+    #: the native recorder's own seconds in its callbacks, per phase they ran in (None: not
+    #: measured, the Python backend's)
+    profiler_seconds: dict[str, float] | None = None
 
 
 @dataclass
@@ -37,8 +40,10 @@ class OpTimes:
     seconds: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)
 
 
-def collect_counts(ctx: CaptureContext, backend: str, note: str | None = None, on_values=()) -> Counts:
+def collect_counts(ctx: CaptureContext, backend: str, note: str | None = None, on_values=(),
+                   profiler_seconds: dict[str, float] | None = None) -> Counts:
     """What the context's tally holds, as the counting source's part of a raw capture."""
     tally = ctx.tally
     return Counts(tally.resolve(ctx.clock.seconds, ctx.clock.scale), tally.bytes_moved(),
-                  dict(tally.unsupported), [list(t) for t in tally.tops], backend, note, tuple(sorted(on_values)))
+                  dict(tally.unsupported), [list(t) for t in tally.tops], backend, note, tuple(sorted(on_values)),
+                  profiler_seconds)

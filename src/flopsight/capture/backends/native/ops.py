@@ -234,6 +234,8 @@ class NativeCountingSource:
         #: what must happen in order with them: (the batch it comes before, what to do)
         self._in_order: list[tuple[int, Callable[[], None]]] = []
         self._drained = self._charged = 0  # batches drained, and charged, since the start
+        #: the recorder's own seconds in its callbacks, per phase they ran in (recorder.cpp's OwnTime)
+        self._own: dict[str, float] = {}
         #: replays a module call the C++ hooks recorded (the backend's call tracker sets it)
         self.replay_call: Callable[[int, int, int, int, float, float], None] | None = None
         clock = ctx.clock
@@ -291,7 +293,7 @@ class NativeCountingSource:
 
     def collect(self, ctx: CaptureContext) -> Counts:
         self.settle()  # what ran so far (a snapshot while running)
-        return collect_counts(ctx, self.backend, on_values=self._on_values)
+        return collect_counts(ctx, self.backend, on_values=self._on_values, profiler_seconds=dict(self._own))
 
     def aside(self):
         """Record nothing while a call counted whole runs (its ops are not counted again):
@@ -349,7 +351,7 @@ class NativeCountingSource:
         clock it is charged now."""
         if not self._defers:
             self.settle()
-        elif self._pending[0]:
+        else:
             self._set_aside()
 
     def settle(self) -> None:
@@ -370,10 +372,14 @@ class NativeCountingSource:
 
     def _set_aside(self) -> None:
         """The recorder's records drained into a batch of their own, with the state they ran
-        under (the context's, now)."""
+        under (the context's, now); its own time in its callbacks since the last drain, to
+        the phase they ran in."""
+        ctx = self._ctx
+        own = self._rec.take_own_ns()
+        if own:
+            self._own[ctx.phase] = self._own.get(ctx.phase, 0.0) + own * 1e-9
         if not self._pending[0]:
             return
-        ctx = self._ctx
         # the profiler's own time until now: what it was at every module boundary since the last one
         overhead = ctx.overhead.seconds
         h0 = ctx.overhead.begin()

@@ -233,6 +233,30 @@ int64_t now_ns() {
       .count();
 }
 
+// the recorder's own time: every callback's (op, module boundary, memory block), from its
+// entry to its return, on every thread, since the last take_own_ns() (reset at start). What
+// RecordFunction spends around the callbacks (boxing the arguments, calling them) is not in it.
+// A claimed op's Python handler is not either: Python times it as the profiler's own (overhead).
+std::atomic<int64_t> g_own_ns{0};
+
+// adds the time from its construction to its end (or to add_now()) to g_own_ns
+class OwnTime {
+ public:
+  OwnTime() : start_(now_ns()) {}
+  OwnTime(const OwnTime&) = delete;
+  OwnTime& operator=(const OwnTime&) = delete;
+  ~OwnTime() { add_now(); }
+  // add the time so far, and nothing more: what follows is timed elsewhere
+  void add_now() {
+    if (start_ == 0) return;
+    g_own_ns.fetch_add(now_ns() - start_, std::memory_order_relaxed);
+    start_ = 0;
+  }
+
+ private:
+  int64_t start_;
+};
+
 struct OpFlags {
   int32_t id;  // -1: not a dispatcher op (a named range)
   bool recorded, keep_values, fallback, costed, unit, claimed;
@@ -504,6 +528,7 @@ void claim(Frame& frame, const std::vector<c10::IValue>& outputs, int64_t t1) {
 }
 
 std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
+  OwnTime own;
   ThreadState& t = t_state;
   if (t.generation != g_generation.load(std::memory_order_relaxed)) {  // a new session
     t.generation = g_generation.load();
@@ -584,6 +609,7 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
 }
 
 void on_exit(const at::RecordFunction& fn, at::ObserverContext*) {
+  OwnTime own;
   ThreadState& t = t_state;
   if (t.depth == 0) return;  // entered before this session began
   Frame& frame = t.frames[--t.depth];
@@ -634,6 +660,7 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext*) {
   }
   const auto& outputs = fn.outputs();
   if (claimed) {
+    own.add_now();  // the handler is Python's own time
     claim(frame, outputs, t1);
     return;
   }
@@ -799,6 +826,7 @@ struct MemoryState final : torch::profiler::impl::ProfilerStateBase {
 
   void reportMemoryUsage(void* ptr, int64_t bytes, size_t, size_t, c10::Device) override {
     if (!g_memory.load(std::memory_order_relaxed) || bytes == 0) return;
+    OwnTime own;
     if (bytes < 0) {
       released(ptr, -bytes);
       return;
@@ -944,6 +972,7 @@ bool handling_exception() {
 }
 
 void record_boundary(int32_t kind, int32_t module, int64_t recompute) {
+  OwnTime own;
   int64_t t = now_ns();
   int64_t seq = static_cast<int64_t>(at::sequence_number::peek());
   std::lock_guard<std::mutex> guard(g_lock);
@@ -1372,6 +1401,7 @@ void start(py::object claim, bool stamps) {
   g_records.clear();
   g_values.clear();
   g_next_one_off = 0;
+  g_own_ns.store(0);
   g_generation.fetch_add(1);
   g_global_callbacks.store(at::hasGlobalCallbacks());
   // thread-local, as a dispatch mode is: the autograd engine carries it into its threads
@@ -1638,6 +1668,8 @@ py::bytes signature(int32_t sig) {
 
 int64_t clock_ns() { return now_ns(); }
 
+int64_t take_own_ns() { return g_own_ns.exchange(0); }
+
 // torch.dtype of each ScalarType index (None where there is none): signatures name dtypes by index
 py::list dtypes() {
   py::list out;
@@ -1682,6 +1714,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("drain_runs", &drain_runs, py::arg("ops_known"), py::arg("merge"),
         "drain() in runs: rows of 10 int64 (see recorder.cpp), values, ops; merge: merge repeated ops.");
   m.def("clock_ns", &clock_ns, "The recorder's clock (steady_clock) in nanoseconds.");
+  m.def("take_own_ns", &take_own_ns, "The recorder's own time in its callbacks since the last take (or start), ns.");
   m.def("dtypes", &dtypes, "torch.dtype per ScalarType index.");
   m.def("track_modules", &track_modules, py::arg("modules"), py::arg("pre"), py::arg("post"),
         py::arg("callers") = py::list(),
