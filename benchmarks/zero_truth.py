@@ -49,33 +49,58 @@ COLLECTIVES = ("all_reduce", "all_reduce_coalesced", "all_gather", "all_gather_i
                "reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base", "broadcast", "reduce",
                "all_to_all", "all_to_all_single")
 WAITED = [0.0]  # seconds spent in collectives since the last reset
+#: per kind (all_gather, reduce_scatter, ...): [calls, seconds] since the last reset
+BY_KIND: dict[str, list] = {}
+
+
+def _kind(name: str) -> str:
+    """``all_gather`` for ``_all_gather_base`` and ``all_gather_into_tensor``, and so on."""
+    for kind in ("all_to_all", "all_gather", "reduce_scatter", "all_reduce", "broadcast", "reduce"):
+        if kind in name:
+            return kind
+    return name
+
+
+def _add(kind: str, seconds: float, calls: int = 0) -> None:
+    WAITED[0] += seconds
+    k = BY_KIND.setdefault(kind, [0, 0.0])
+    k[0] += calls
+    k[1] += seconds
 
 
 class _TimedWork:
     """An asynchronous collective's handle: the time its caller waits on it is communication."""
 
-    def __init__(self, work):
-        self._work = work
+    def __init__(self, work, kind: str):
+        self._work, self._kind = work, kind
 
     def wait(self, *args, **kwargs):
         t0 = time.perf_counter()
         try:
             return self._work.wait(*args, **kwargs)
         finally:
-            WAITED[0] += time.perf_counter() - t0
+            _add(self._kind, time.perf_counter() - t0)
 
     def __getattr__(self, name):
         return getattr(self._work, name)
 
 
-def _timed(function):
+_INSIDE = [0]  # timed calls running: one that calls another (_all_gather_base calls
+#              all_gather_into_tensor) is timed once, as the outer call
+
+
+def _timed(function, kind: str):
     def timed(*args, **kwargs):
+        if _INSIDE[0]:
+            return function(*args, **kwargs)
+        _INSIDE[0] += 1
         t0 = time.perf_counter()
         try:
             work = function(*args, **kwargs)
         finally:
-            WAITED[0] += time.perf_counter() - t0
-        return _TimedWork(work) if work is not None and hasattr(work, "wait") else work
+            _INSIDE[0] -= 1
+            _add(kind, time.perf_counter() - t0, 1)
+        return _TimedWork(work, kind) if work is not None and hasattr(work, "wait") else work
 
     return timed
 
@@ -85,7 +110,7 @@ def time_collectives() -> None:
     for module in (dist, dist.distributed_c10d):
         for name in COLLECTIVES:
             if hasattr(module, name):
-                setattr(module, name, _timed(getattr(module, name)))
+                setattr(module, name, _timed(getattr(module, name), _kind(name)))
 
 
 def _engine(stage: int, batch_size: int):
@@ -99,7 +124,8 @@ def _engine(stage: int, batch_size: int):
 def train(stages: list[int], batch_size: int, warm_up: int, steps: int,
           profiled: bool = False) -> tuple[dict[int, dict[str, list[float]]], dict[int, flopsight.ProfileResult]]:
     """Each stage's engine trained in turns; per stage, each measured step's ``wall`` and
-    ``communication`` seconds on this rank. ``profiled``: a second engine per stage trains in
+    ``communication`` seconds on this rank, and per collective kind its ``calls.<kind>`` and
+    ``seconds.<kind>``. ``profiled``: a second engine per stage trains in
     the same turns, each step profiled as examples/zero_stages.py profiles it: its results,
     one per stage (every step's in ``result.samples``; rank 0's hold every rank's)."""
     engines = {(stage, False): _engine(stage, batch_size) for stage in stages}
@@ -122,6 +148,7 @@ def train(stages: list[int], batch_size: int, warm_up: int, steps: int,
                 results[stage].append(prof.result)
                 continue
             WAITED[0] = 0.0
+            BY_KIND.clear()
             t0 = time.perf_counter()
             engine.backward(loss_fn(engine(x), y))
             engine.step()
@@ -129,6 +156,9 @@ def train(stages: list[int], batch_size: int, warm_up: int, steps: int,
             if step >= warm_up:
                 measured[stage]["wall"].append(wall)
                 measured[stage]["communication"].append(WAITED[0])
+                for kind, (calls, seconds) in BY_KIND.items():
+                    measured[stage].setdefault(f"calls.{kind}", []).append(calls)
+                    measured[stage].setdefault(f"seconds.{kind}", []).append(seconds)
     return measured, {stage: flopsight.combine_steps(r) for stage, r in results.items() if r}
 
 
@@ -210,6 +240,12 @@ def main(argv=None) -> None:
             print(f"| {stage} | {_quartiles(m['wall'])} | {_quartiles(m['communication'])} | {_quartiles(rest)} | "
                   f"{told[0]} | {told[1]} |")
             out["stages"][stage] = {**m, "change_from_first": changes}
+        print("\nper collective kind, rank 0: calls per step, and seconds per step (median)")
+        for stage in stages:
+            kinds = sorted(k.split(".", 1)[1] for k in measured[stage] if k.startswith("calls."))
+            print(f"  ZeRO-{stage}: " + ", ".join(
+                f"{k} {statistics.median(measured[stage]['calls.' + k]):g} calls "
+                f"{_ms(statistics.median(measured[stage]['seconds.' + k]))}" for k in kinds))
         if results:
             out["flopsight"] = compare(measured, results, stages)
         if args.json:

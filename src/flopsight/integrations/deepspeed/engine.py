@@ -134,12 +134,21 @@ class EngineProfiler(FlopsProfiler):
         self._unwrap_steps: Callable[[], None] | None = None  # the wrapper that ends each of several profiled steps
         self._unwrap_step: Callable[[], None] | None = None
         self._timed: TimedStep | None = None  # the step before the profiled one, timed (see timed_step)
+        self._unwrap_backward: Callable[[], None] | None = None
         if isinstance(ds_engine, nn.Module):
             # DeepSpeed starts its profiler from a hook of the model, inside the model's call,
             # and on rank 0 only: start when the engine is called, so the whole forward is
             # measured, and on every rank, so rank 0 can gather them all
             self._hook = ds_engine.register_forward_pre_hook(self._engine_called)
+            # the timed step's backward, routed now: engine.backward(loss_fn(engine(x), y)) looks
+            # backward up before the forward that begins the step
+            if callable(getattr(ds_engine, "backward", None)):
+                self._unwrap_backward = wrap_method(ds_engine, "backward", self._backward_called)
             BACKGROUND.ready()  # the thread that finishes the profile, started now: not on a step
+
+    def _backward_called(self, call: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        timed = self._timed
+        return timed.backward(call, args, kwargs) if timed is not None else call(*args, **kwargs)
 
     def _engine_called(self, engine: Any, args: tuple[Any, ...]) -> None:
         profile_step = engine.flops_profiler_profile_step()
@@ -311,9 +320,13 @@ class EngineProfiler(FlopsProfiler):
         if self._hook is not None:
             self._hook.remove()
             self._hook = None
-        if self._timed is not None and not self._profiler_running():  # nothing left installed
-            self._timed.remove()
-            self._timed = None
+        if not self._profiler_running():  # nothing left installed (a running capture wraps backward too)
+            unwrap, self._unwrap_backward = self._unwrap_backward, None
+            if unwrap is not None:
+                unwrap()
+            if self._timed is not None:
+                self._timed.remove()
+                self._timed = None
 
     def _step_done(self) -> bool:
         """Whether the profiled step has updated the model (the engine counted it)."""

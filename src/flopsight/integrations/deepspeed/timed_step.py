@@ -18,21 +18,26 @@ counted step's (docs/distributed.md).
 ...     def backward(self, loss): loss.backward()
 ...     def step(self): pass
 ...     def is_gradient_accumulation_boundary(self): return True
+>>> from flopsight._wrap import wrap_method
 >>> engine = Engine(2, 2)
 >>> timed = TimedStep(engine, FakeClock(step=1.0))
->>> timed.begin()                       # from the engine's forward pre-hook
->>> engine.backward(engine(torch.ones(1, 2)).sum()); engine.step()
+>>> unwrap = wrap_method(engine, "backward", timed.backward)  # its owner's, before the step
+>>> # the idiom that looks ``backward`` up before the forward (in its arguments) begins the step
+>>> def train_step(): engine.backward(_begun(timed) or engine(torch.ones(1, 2)).sum()); engine.step()
+>>> def _begun(t): t.begin()            # from the engine's forward pre-hook
+>>> train_step()
 >>> timed.done, timed.spans()           # a tick per stamp: 6 stamps, 2 per phase
 (True, {'timed.forward': [1.0], 'timed.backward': [1.0], 'timed.step': [1.0], 'timed.iteration': [5.0]})
->>> "step" in vars(engine), len(engine._forward_hooks)   # nothing left installed
+>>> "step" in vars(engine), len(engine._forward_hooks)   # nothing left installed but its owner's
 (False, 0)
 >>> failing = TimedStep(engine, FakeClock()); failing.begin()
 >>> try:
-...     engine.backward(None)               # raises: the step is not timed
-... except AttributeError:
+...     engine.step(None)                   # raises: the step is not timed
+... except TypeError:
 ...     pass
->>> failing.done, "backward" in vars(engine), len(engine._forward_pre_hooks)
+>>> failing.done, "step" in vars(engine), len(engine._forward_pre_hooks)
 (False, False, 0)
+>>> unwrap()
 """
 
 from __future__ import annotations
@@ -50,7 +55,9 @@ class TimedStep:
     """Times one step of a DeepSpeed ``engine`` on ``clock`` (see the module docstring):
     :meth:`begin` at its first forward (from the engine's forward pre-hook, before the call
     runs), ``done`` once its boundary ``step()`` has returned; :meth:`remove` takes off what it
-    installed (it does so itself when done)."""
+    installed (it does so itself when done). Its owner routes ``engine.backward`` through
+    :meth:`backward` before the step: ``engine.backward(loss_fn(engine(x), y))`` looks the
+    method up before the forward in its arguments begins the step."""
 
     def __init__(self, engine: Any, clock: Clock):
         self._engine, self._clock = engine, clock
@@ -66,8 +73,13 @@ class TimedStep:
         self._first = self._open("forward")
         self._undo = [engine.register_forward_pre_hook(self._forward_begins).remove,
                       engine.register_forward_hook(self._forward_ends, always_call=True).remove,
-                      wrap_method(engine, "backward", self._around("backward")),
                       wrap_method(engine, "step", self._step)]
+
+    def backward(self, call, args, kwargs):
+        """``engine.backward(...)``, timed while the step runs (begun, not done)."""
+        if not self._undo:
+            return call(*args, **kwargs)
+        return self._around("backward")(call, args, kwargs)
 
     def _forward_begins(self, module, args) -> None:
         pairs = self._pairs["forward"]
