@@ -536,3 +536,16 @@ def test_browser_anatomy_shows_the_profilers_part_and_a_timed_steps_latencies(br
     anatomy = _text(page, "anatomy")
     assert "profiler" in anatomy and page.evaluate("document.querySelectorAll('#anatomy .seg-profiler').length") == 2
     assert "Of the profiled step" in anatomy and "4 ms per iteration" in anatomy
+
+
+@browser_test
+def test_browser_anatomy_says_it_is_the_median_step_of_several(browser, tmp_path, training):
+    # issue 37 item 3, one step, one time: several steps' anatomy is the median step's, whose
+    # wall time the latencies give, and the page says so
+    result = flopsight.combine_steps([training, training, training])
+    assert derived(result)["iteration"]["median_of"] == 3
+    assert result.iteration.anatomy.total == pytest.approx(result.iteration.latency)
+    page = _open(browser, tmp_path, "median-step", result)
+    assert page.problems() == []
+    anatomy = _text(page, "anatomy")
+    assert "Of the median of 3 profiled steps (" in anatomy and "step before" not in anatomy

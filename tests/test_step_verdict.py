@@ -344,3 +344,16 @@ def test_the_reports_noise_line_says_a_spread_as_wide_as_the_step_plainly():
     assert "the spread is as wide as the step itself: too noisy to tell much, profile more steps" in report
     # 89..91 T: +-0 T (IQR 90..90): no noise line at all
     assert "too noisy" not in _result(backward=[89, 90, 90, 90, 91]).render()
+
+
+# -- one step, one time ----------------------------------------------------------------------------------
+def test_with_several_steps_every_headline_is_the_median_steps():
+    # issue 37 item 3: walls 50, 51, 52, 53, 54 T: the median step's 52 T = 406.25 ms is the
+    # measured iter wall time, the anatomy's whole and the step time over the steps
+    text = _result(backward=[40, 41, 42, 43, 44], framework=[10] * 5).render()
+    lines = {line.split(":  ")[0].strip(): line.split(":  ", 1)[1].strip() for line in text.splitlines()
+             if ":  " in line}
+    assert lines["measured iter wall time (the median of 5 steps)"] == "406.25 ms"
+    assert lines["step anatomy, of the median step's wall time (5 steps)"].startswith("406.25 ms ")
+    assert lines["step time over 5 steps (median, IQR)"].startswith("406.25 ms ")
+    assert "whole profiled span" not in text and "of the profiled step's wall time" not in text

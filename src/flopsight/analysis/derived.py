@@ -42,6 +42,8 @@ def derived(result: ProfileResult, peak: Any = None) -> dict[str, Any]:
             # the latencies a neighbouring step timed (not counted); the anatomy is the counted step's
             "timed": it.timed,
             "counted_latency": it.counted_latency,
+            # several steps: the anatomy and the latencies are the median step's, of this many
+            "median_of": result.samples.count if result.samples is not None and result.samples.count > 1 else None,
         },
         "anatomy": dataclasses.asdict(it.anatomy) if it.anatomy is not None else None,
         "coverage": {**dataclasses.asdict(coverage), "fraction": coverage.fraction},

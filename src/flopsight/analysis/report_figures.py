@@ -390,10 +390,10 @@ def summary_figures(
 
 
 def _median_of(result: ProfileResult, it: IterationStats) -> int | None:
-    """The number of steps whose median step the anatomy is (None: one step's own, or a
-    counted step's beside a timed one; :func:`~flopsight.result.iteration.iteration_stats`)."""
+    """The number of steps whose median step the anatomy is (None: one step's own;
+    :func:`~flopsight.result.iteration.iteration_stats`)."""
     samples = result.samples
-    if samples is None or samples.count <= 1 or it.timed:
+    if samples is None or samples.count <= 1:
         return None
     return samples.count if median_anatomy(samples.figures) is not None else None
 

@@ -120,6 +120,17 @@ _NA = "n/a"
 _INPUTS_LISTED = 8
 
 
+def _which_step(f: SummaryFigures) -> str:
+    """Which step the measured iteration lines are: the one timed apart before the profiled
+    ones (the DeepSpeed engine's), the median of several, or the whole profiled span."""
+    a = f.anatomy
+    if a is not None and a.counted is not None:
+        return "the step before, timed apart"
+    if a is not None and a.median_of is not None:
+        return f"the median of {a.median_of} steps"
+    return "the whole profiled span"
+
+
 def _input_text(value) -> str:
     """One recorded argument: a tensor as ``dtype[shape]``, lists and dicts nested, the rest as recorded."""
     if isinstance(value, str):
@@ -345,7 +356,7 @@ class _Text:
         self.kv("measured step flops per GPU: ", number_to_string(step.flops))
         parts = "fwd + bwd + recompute + step" if rec is not None else "fwd + bwd + step"
         self.kv(f"measured iter flops per GPU = {parts} flops: ", number_to_string(t.iter_flops))
-        self.kv("measured iter wall time (the whole profiled span): ", self.dur(t.iter_latency))
+        self.kv(f"measured iter wall time ({_which_step(f)}): ", self.dur(t.iter_latency))
         self.kv("measured FLOPS per GPU = measured iter flops / iter wall time: ",
                 self.fps(t.iter_flops_per_second))
         if t.model_flops_per_second is not None:
@@ -433,8 +444,9 @@ class _Text:
         if a.counted is not None:  # the latencies above are a neighbouring step's, timed apart from this one
             self.kv("latencies above (fwd, bwd, step, iter): ",
                     "of the step before the profiled one, timed at its phases' boundaries only (not counted)")
-            self.kv("step anatomy, of the profiled step's wall time: ",
-                    f"{self.dur(a.counted)} (the profiler's own time in it below)")
+            if a.median_of is None:
+                self.kv("step anatomy, of the profiled step's wall time: ",
+                        f"{self.dur(a.counted)} (the profiler's own time in it below)")
         if a.median_of is not None:  # the parts are one step's, the median one's; module times their own medians
             self.kv(f"step anatomy, of the median step's wall time ({a.median_of} steps): ",
                     f"{self.dur(a.total)} (its parts below; each module's times are their own medians)")

@@ -357,8 +357,13 @@
       $("anatomy").append(stackBar(an, 0), el("div", { cls: "legend" }, ...ANATOMY_PARTS.filter((k) => an[k] > 0).map((k) =>
         el("span", null, el("span", { cls: `swatch seg-${k}` }), `${k} ${fmt.duration(an[k] || 0)} (${fmt.pct(share(an[k] || 0, total))})`))));
       const it = DERIVED.iteration;
-      if (it && it.timed) $("anatomy").append(el("p", { cls: "muted", text: `Of the profiled step (${fmt.duration(it.counted_latency)}). ` +
-        `The latencies elsewhere (${fmt.duration(it.latency)} per iteration) are the step before it's, timed at its phases' boundaries only (not counted).` }));
+      if (it && (it.timed || it.median_of)) {
+        // one step, one time: which step the anatomy is, and which the latencies are
+        const of = it.median_of ? `Of the median of ${it.median_of} profiled steps (${fmt.duration(it.timed ? it.counted_latency : it.latency)}).`
+          : `Of the profiled step (${fmt.duration(it.counted_latency)}).`;
+        const timed = it.timed ? ` The latencies elsewhere (${fmt.duration(it.latency)} per iteration) are the step before the profiled one's, timed at its phases' boundaries only (not counted).` : "";
+        $("anatomy").append(el("p", { cls: "muted", text: of + timed }));
+      }
     }
     if (!ranks) return;
     const box = $("rank-bars");
