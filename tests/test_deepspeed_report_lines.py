@@ -35,7 +35,7 @@ OWN = [
     (r"^then, with the backward measured \(flopsight\)", "the measured backward's fields, after DeepSpeed's"),
     (r"^[45]\. ", "flopsight's notes, after DeepSpeed's three"),
     (r"^(measured |step anatomy|latencies above|communication hidden|parallelism|ranks reporting|iter wall time over|"
-     r"straggler|"
+     r"straggler|rank \d+, step / busy / waited|"
      r"memory, |GPU utilization|op coverage|noise:|note:|micro-batches per step|inputs \(|"
      r"(all_reduce|all_gather|reduce_scatter|broadcast) \()", "flopsight's measured summary lines, after DeepSpeed's"),
     (r"^    bwd (MACs|op time) +- ", "each depth's top modules by the measured backward"),

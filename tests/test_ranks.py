@@ -22,7 +22,7 @@ def run(gloo_scenarios):
 def test_rank_0_holds_every_ranks_result_the_others_none(run):
     held = json.loads((run / "ranks0.json").read_text())
     assert (held["both"], held["one_missing"], held["failed_in_span"], held["profile_failed"]) == (2, 2, 2, 2)
-    assert json.loads((run / "ranks1.json").read_text()) == {"both": 0, "failed_in_span": 0}
+    assert json.loads((run / "ranks1.json").read_text()) == {"both": 0, "sleeper": 0, "failed_in_span": 0}
     result = flopsight.load(run / "both.json")
     # Linear(8, 16) + Linear(16, 4): 8*16 + 16*4 = 192 MACs per row; rank r ran 2 + r rows
     assert [r.total.forward.macs for r in result.ranks] == [2 * 192, 3 * 192]
@@ -31,7 +31,25 @@ def test_rank_0_holds_every_ranks_result_the_others_none(run):
     figures = rank_figures(result)
     assert figures.world == 2 and figures.healthy == 2 and figures.iteration is not None
     assert {(m.path, m.phase) for m in figures.modules} >= {("", "forward"), ("0", "forward"), ("2", "forward")}
-    assert "straggler (slowest rank):" in (run / "both.txt").read_text()
+    assert "straggler (by busy time: all but waiting for other ranks):" in (run / "both.txt").read_text()
+
+
+def test_the_straggler_is_the_rank_the_others_waited_for(run):
+    # issue 37 item 4: rank 1 slept 0.2 s in its step; rank 0 waited for it in the backward's
+    # all-reduce, so both steps end together and their step times cannot tell: busy times can
+    result = flopsight.load(run / "sleeper.json")
+    figures = rank_figures(result)
+    s = figures.straggler
+    assert s is not None and s.rank == 1 and s.busy >= 0.2  # it slept 0.2 s: busy at least that
+    busy = {b.rank: b for b in figures.busy}
+    assert busy[0].waited >= 0.2 - busy[1].waited - busy[0].busy  # rank 0 waited out most of the sleep
+    assert s.excess == busy[1].busy - busy[0].busy and s.share == 100 * s.excess / busy[1].step
+    report = (run / "sleeper.txt").read_text()
+    assert "straggler (by busy time: all but waiting for other ranks):" in report and " rank 1, busy " in report
+    assert "rank 0, step / busy / waited for communication:" in report
+    # the JSON holds them too, derived from the ranks' results (a reader need not recompute them)
+    data = json.loads((run / "sleeper.json").read_text())
+    assert data["rank_figures"]["straggler"]["rank"] == 1 and len(data["rank_figures"]["busy"]) == 2
 
 
 def test_a_rank_that_started_but_sent_nothing_is_named_not_waited_for(run):
@@ -52,7 +70,7 @@ def test_a_rank_that_raised_in_its_span_is_failed_and_left_out_of_the_figures(ru
     figures = rank_figures(result)
     assert figures.failed == {1: "RuntimeError raised in module '0' (Linear)"} and figures.healthy == 1
     # one healthy rank: nothing to compare it with
-    assert figures.iteration is None and figures.modules == [] and figures.straggler_excess == 0.0
+    assert figures.iteration is None and figures.modules == [] and figures.straggler is None
     report = (run / "failed_in_span.txt").read_text()
     assert "rank 1 failed:" in report and "RuntimeError raised in module '0' (Linear)" in report
     assert "straggler" not in report and "Per-rank Profile" not in report and "1 of 2" in report

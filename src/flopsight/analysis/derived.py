@@ -94,7 +94,8 @@ def _ranks(result: ProfileResult) -> dict[str, Any] | None:
         "failed": {str(rank): what for rank, what in figures.failed.items()},
         "not_profiling": figures.not_profiling,
         "iteration": figures.iteration._asdict() if figures.iteration is not None else None,
-        "straggler_excess": figures.straggler_excess,
+        "busy": [b.to_dict() for b in figures.busy],
+        "straggler": figures.straggler.to_dict() if figures.straggler is not None else None,
         "per_rank": per_rank,
         "modules": modules,
     }

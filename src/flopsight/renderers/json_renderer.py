@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..analysis.ranks import rank_figures
 from ..analysis.report import Report
 from ..analysis.report_options import ReportOptions
 
@@ -43,6 +44,10 @@ def json_data(result) -> dict[str, Any]:
     (None, [None])
     """
     data = result.to_dict()
+    figures = rank_figures(result) if result.ranks else None
+    if figures is not None:  # derived from the ranks' results, for readers that do not recompute them
+        data["rank_figures"] = {"busy": [b.to_dict() for b in figures.busy],
+                                "straggler": figures.straggler.to_dict() if figures.straggler is not None else None}
     if result.metadata.device_type != "meta":
         return data
     for m in data["modules"]:

@@ -417,7 +417,16 @@ class _Text:
         if it is not None:
             self.kv("iter wall time over ranks (min / mean / max): ",
                     " / ".join(self.dur(x) for x in (it.min, it.mean, it.max)))
-            self.kv("straggler (slowest rank): ", f"rank {it.slowest}, {_pct(f.straggler_excess)} above the mean")
+        b = f.straggler
+        if b is not None:
+            # ranks that wait for each other end their steps together: what each did before it
+            # waited tells which one the others waited for
+            self.kv("straggler (by busy time: all but waiting for other ranks): ",
+                    f"rank {b.rank}, busy {self.dur(b.busy)} against the other ranks' {self.dur(b.others)}: "
+                    f"{self.dur(b.excess)} more ({_pct(b.share)} of its {self.dur(b.step)} step)")
+            for r in f.busy:
+                self.kv(f"rank {r.rank}, step / busy / waited for communication: ",
+                        " / ".join(self.dur(x) for x in (r.step, r.busy, r.waited)))
 
     def rank_table(self, ranks: RankFigures | None) -> None:
         """Per module and phase, the latency over the ranks and the slowest rank."""

@@ -372,11 +372,13 @@
     const notProfiling = ranks.not_profiling || [];
     box.append(el("h3", { text: `Ranks: ${ranks.world}` + (ranks.missing.length ? `, missing ${ranks.missing.join(", ")}` : "") +
       (failed.length ? `, failed ${failed.join(", ")}` : "") + (notProfiling.length ? `, not profiling ${notProfiling.join(", ")}` : "") +
-      (it ? ` \u00b7 iteration min / mean / max ${fmt.duration(it.min)} / ${fmt.duration(it.mean)} / ${fmt.duration(it.max)}` +
-        ` \u00b7 slowest rank ${it.slowest}, ${fmt.pct(ranks.straggler_excess)} above the mean` : "") }));
+      (it ? ` \u00b7 iteration min / mean / max ${fmt.duration(it.min)} / ${fmt.duration(it.mean)} / ${fmt.duration(it.max)}` : "") }));
+    const st = ranks.straggler;  // by busy time: ranks that wait for each other end their steps together
+    if (st) box.append(el("p", { cls: "straggler", text: `Straggler: rank ${st.rank}, busy ${fmt.duration(st.busy)} against the other ranks' ` +
+      `${fmt.duration(st.others)}: ${fmt.duration(st.excess)} more (${fmt.pct(st.share)} of its ${fmt.duration(st.step)} step). Busy: all but waiting for other ranks.` }));
     const longest = Math.max(0, ...ranks.per_rank.filter(Boolean).map((r) => r.latency));
     ranks.per_rank.forEach((r, rank) => {
-      const row = el("div", { cls: "rankrow" + (it && it.slowest === rank ? " slowest" : "") }, el("span", { cls: "label", text: `rank ${rank}` }));
+      const row = el("div", { cls: "rankrow" + (st && st.rank === rank ? " slowest" : "") }, el("span", { cls: "label", text: `rank ${rank}` }));
       const failure = (ranks.failed || {})[String(rank)];
       if (failure) row.append(el("span", { cls: "empty", text: `failed: ${failure}` }), el("span"));
       else if (!r) row.append(el("span", { cls: "empty", text: notProfiling.includes(rank) ? "not profiling" : "no result" }), el("span"));
