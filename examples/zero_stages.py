@@ -15,7 +15,7 @@ memory per rank), ranks the stages by step time, then answers the user's three q
 prose: why ZeRO-3 is slower and by how much (the step verdict, only what the spreads make
 significant: one verdict per pair of stages, computed once, so the ranking's ``<`` and the
 prose's "significant" are one test; each change one statistic, with its interval), how much of
-the step is communication, and GPU usage.
+the step is communication, and how busy the device is.
 """
 
 import argparse
@@ -34,6 +34,7 @@ import flopsight
 from flopsight.analysis.diff.ranking import rank as rank_stages
 from flopsight.analysis.report import Report
 from flopsight.renderers.numbers import bytes_to_string, duration_to_string, macs_to_string, params_to_string
+from flopsight.renderers.text_renderer import busy_text
 from flopsight.renderers.verdict_words import RANKING_LEGEND, ranking_text, verdict_text
 
 
@@ -173,13 +174,11 @@ def answers(results: dict) -> dict:
                          f"buffer ({b.op} in the {b.phase} of {b.module or 'the model'}): DeepSpeed's bucket buffer "
                          f"(reduce_bucket_size or allgather_bucket_size elements), not the model's; the rest of the "
                          f"peak is {bytes_to_string(p.rest)}")
-    unavailable = Report(results[0]).gpu_usage_unavailable
-    usage = results[0].device_usage
-    gpu = f"not available: {unavailable}" if unavailable else \
-        f"mean {usage.utilization_mean:g} %, max {usage.utilization_max} % (NVML)"
+    # how busy the device is, in words on every device: on CPU ranks, the compute share of the step
+    busy = [f"ZeRO-{stage}: {busy_text(b)}" for stage, r in results.items() if (b := Report(r).busy) is not None]
     return {"ranking": ranking_text(ranked), "tiers": [list(t) for t in ranked.tiers],
             "largest_cause": v.largest_cause, "why": why, "verdict": v.to_dict(), "communication": comm,
-            "memory_peaks": peaks, "gpu_usage": gpu}
+            "memory_peaks": peaks, "device_busy": busy}
 
 
 def print_answers(a: dict) -> None:
@@ -190,7 +189,9 @@ def print_answers(a: dict) -> None:
     print("\n2. How much of the step is communication?")
     for line in a["communication"]:
         print(f"   {line}.")
-    print(f"\n3. GPU usage: {a['gpu_usage']}.")
+    print("\n3. How busy is the device?")
+    for line in a["device_busy"]:
+        print(f"   {line}.")
     if a["memory_peaks"]:
         print("\nMemory peaks:")
         for line in a["memory_peaks"]:

@@ -313,5 +313,7 @@ def test_the_zero_stages_example_runs_as_written(deepspeed_scenarios):
         if cause["rest"] is not None:
             listed = sum(m["delta"] for m in cause["modules"]) + cause["rest"]
             assert listed == pytest.approx(cause["delta"], abs=1e-12)
-    assert answers["gpu_usage"] == "not available: no CUDA device"
+    # how busy the device is, in words, on CPU ranks too: the compute share of each stage's step
+    assert [line.split(": computing")[0] for line in answers["device_busy"]] == [f"ZeRO-{s}: CPU" for s in range(4)]
+    assert "3. How busy is the device?\n   ZeRO-0: CPU: computing " in printed
     assert "DeepSpeed's bucket buffer" in " ".join(answers["memory_peaks"])

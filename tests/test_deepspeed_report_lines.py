@@ -36,7 +36,7 @@ OWN = [
     (r"^[45]\. ", "flopsight's notes, after DeepSpeed's three"),
     (r"^(measured |step anatomy|latencies above|communication hidden|parallelism|ranks reporting|iter wall time over|"
      r"straggler|rank \d+, step / busy / waited|"
-     r"memory, |GPU utilization|op coverage|noise:|note:|micro-batches per step|inputs \(|"
+     r"memory, |GPU utilization|device busy|op coverage|noise:|note:|micro-batches per step|inputs \(|"
      r"(all_reduce|all_gather|reduce_scatter|broadcast) \()", "flopsight's measured summary lines, after DeepSpeed's"),
     (r"^    bwd (MACs|op time) +- ", "each depth's top modules by the measured backward"),
     (r"^depth \d+:$|^    (params|MACs|fwd latency) +- ", "depths DeepSpeed's engine report leaves out"),

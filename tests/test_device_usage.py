@@ -73,6 +73,13 @@ def test_usage_is_reported_and_saved():
              render_text(dataclasses.replace(result, metadata=cuda, device_usage=without)).splitlines()]
     assert "GPU utilization (NVML): n/a (nvidia-ml-py not installed)" in lines
     assert "memory, caching allocator peak while profiling per GPU: 1.02 KB" in lines
+    # how busy the GPU was, in words (issue 37 item 5): NVML's, and what would tell more
+    assert "device busy: GPU: NVML utilization not measured; kernels=True measures the share of the span a " \
+           "kernel ran in" in lines
+    sampled = [" ".join(line.split()) for line in
+               render_text(dataclasses.replace(result, metadata=cuda)).splitlines()]
+    assert "device busy: GPU: NVML utilization mean 72.5 %, max 99 %; kernels=True measures the share of the " \
+           "span a kernel ran in" in sampled
     assert ProfileResult.from_dict(dataclasses.replace(result, device_usage=without).to_dict()).device_usage == without
 
 

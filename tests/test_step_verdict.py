@@ -357,3 +357,13 @@ def test_with_several_steps_every_headline_is_the_median_steps():
     assert lines["step anatomy, of the median step's wall time (5 steps)"].startswith("406.25 ms ")
     assert lines["step time over 5 steps (median, IQR)"].startswith("406.25 ms ")
     assert "whole profiled span" not in text and "of the profiled step's wall time" not in text
+
+
+# -- how busy the device was --------------------------------------------------------------------------
+def test_how_busy_the_cpu_was_is_one_line_in_words():
+    # issue 37 item 5: on the CPU, the compute share of the step. The median step: compute 40 T,
+    # framework 10 T, communication 30 T, other 20 T of 100 T: 40%, 10%, 30% and 20%
+    text = _result(backward=[40] * 5, framework=[10] * 5, communication=[30] * 5, other=[20] * 5).render()
+    (line,) = [" ".join(line.split()) for line in text.splitlines() if line.startswith("device busy:")]
+    assert line == ("device busy: CPU: computing 40% of the step (the ops' own time; framework and hooks 10%, "
+                    "waiting for communication 30%, other 20%)")

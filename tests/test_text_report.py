@@ -96,7 +96,7 @@ def test_summary_layout_matches_deepspeed_line_format():
     assert mine[: len(theirs)] == theirs
     # one pass timed (DeepSpeed's default): its noise is unknown, and the report says so last
     assert mine[len(theirs):] == ["inputs (shapes and dtypes; batch size):", "GPU utilization (NVML):",
-                                  "op coverage (ops with a formula / ops seen):", "noise:"]
+                                  "device busy:", "op coverage (ops with a formula / ops seen):", "noise:"]
     # the label column is 70 wide, then two spaces, then the value padded to 8
     params_line = next(line for line in lines if line.startswith("params per"))
     assert params_line == "params per GPU:".ljust(70) + "  " + "117".ljust(8)

@@ -122,8 +122,8 @@ def test_training_lines_are_deepspeeds_word_for_word_then_the_measured_ones(fake
     theirs = [l[:70].rstrip() for l in sample[start : sample.index("", start)]]
     mine = [l[:70].rstrip() for l in lines]
     assert len(theirs) == 18 and mine[: len(theirs)] == theirs
-    assert all(l.startswith(("measured ", "step anatomy", "inputs (", "GPU utilization", "op coverage", "noise:",
-                             "note:"))
+    assert all(l.startswith(("measured ", "step anatomy", "inputs (", "GPU utilization", "device busy", "op coverage",
+                             "noise:", "note:"))
                for l in mine[len(theirs):]), mine[len(theirs):]
     assert_aligned(text)
     assert "iter latency (sum of fwd, bwd and step latency)" in text  # DeepSpeed's notation, and its definition

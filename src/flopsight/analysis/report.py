@@ -42,6 +42,7 @@ from .aggregate import (
     model_ops,
     top_ops,
 )
+from .busy import Busy, busy
 from .collapse import View, child_views, root_view, signatures, subtree_sizes, walk_views
 from .derived import derived
 from .efficiency import Efficiency, efficiency
@@ -530,6 +531,11 @@ class Report:
     def device_busy(self) -> DeviceBusy | None:
         """The GPU's busy time against a forward timed as the device's (None otherwise)."""
         return device_busy(self.result)
+
+    @cached_property
+    def busy(self) -> Busy | None:
+        """How busy the device was, on every device (:mod:`.busy`; None on the meta device)."""
+        return busy(self.result)
 
     @cached_property
     def gpu_usage_unavailable(self) -> str | None:

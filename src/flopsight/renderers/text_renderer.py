@@ -34,6 +34,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..analysis.aggregate import DepthSummary
+from ..analysis.busy import Busy
 from ..analysis.kernel_profile import KernelProfile
 from ..analysis.noise import NoiseFigures
 from ..analysis.ranks import RankFigures
@@ -118,6 +119,22 @@ def _count(n: float) -> str:
 _NA = "n/a"
 #: an input list or dict longer than this is cut short: "... (N more)"
 _INPUTS_LISTED = 8
+
+
+def busy_text(b: Busy) -> str:
+    """How busy the device was, in words: ``CPU: computing 19.3% of the step (the ops' own
+    time; framework and hooks 27.1%, ...)`` or ``GPU: NVML utilization mean 87 % ...``."""
+    if b.device == "cuda":
+        said = [f"NVML utilization mean {b.utilization_mean:g} %, max {b.utilization_max} %"
+                if b.utilization_mean is not None else "NVML utilization not measured"]
+        said.append(f"a kernel running {_pct(b.kernels_share)} of the {b.span}" if b.kernels_share is not None
+                    else "kernels=True measures the share of the span a kernel ran in")
+        return "GPU: " + "; ".join(said)
+    names = {"framework": "framework and hooks", "communication": "waiting for communication", "other": "other",
+             "profiler": "profiler"}
+    rest = ", ".join(f"{names[k]} {_pct(v)}" for k, v in b.parts.items() if v > 0)
+    return (f"{b.device.upper()}: computing {_pct(b.compute_share or 0.0)} of the {b.span} (the ops' own time"
+            + (f"; {rest}" if rest else "") + ")")
 
 
 def _which_step(f: SummaryFigures) -> str:
@@ -254,6 +271,8 @@ class _Text:
             self._device_usage(report.device_usage)
         if report.gpu_usage_unavailable is not None:  # the figure is not available: said, not left out
             self.kv("GPU utilization (NVML): ", f"n/a ({report.gpu_usage_unavailable})")
+        if report.busy is not None:  # on every device, in words
+            self.kv("device busy: ", busy_text(report.busy))
         if report.host_syncs:
             self._host_syncs(report.host_syncs)
         for c in f.communication:
