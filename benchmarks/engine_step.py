@@ -26,6 +26,10 @@ ranges, each round's figure over the plain step's of the same round):
   and step latencies over the plain step's wall time and phases, and its iteration latency
   over its own engine's unprofiled steps after the profiled one (issue 28: within 10%), and,
   for flopsight, over the step it timed;
+* the step's communication on rank 0, the time it waited for collectives: the truth (the
+  plain step's, every collective timed as benchmarks/zero_truth.py times them), the same
+  timing on each profiled step, and what flopsight's anatomy says of its profiled step
+  (DeepSpeed's report has none);
 * flopsight's step anatomy: the shares of its framework and profiler parts (DeepSpeed's report
   has no anatomy).
 """
@@ -53,6 +57,7 @@ import flopsight.renderers.output
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
 from zero_stages import Net, remove_shared_buffers  # noqa: E402
+from zero_truth import WAITED, time_collectives  # noqa: E402  (this script's folder)
 
 VARIANTS = ("plain", "deepspeed", "flopsight")
 
@@ -115,6 +120,7 @@ def profiled_step(variant: str, stage: int, profile_step: int, out: str) -> dict
         for step in range(profile_step + 1 + AFTER):
             dist.barrier()
             _SPENT.clear()
+            WAITED[0] = 0.0  # the step's collectives, timed as benchmarks/zero_truth.py times them
             t0 = clock()
             logits = engine(x)
             t1 = clock()
@@ -129,12 +135,13 @@ def profiled_step(variant: str, stage: int, profile_step: int, out: str) -> dict
                 if variant == "flopsight":  # its finish, off the step on a thread of its own: done
                     engine.flops_profiler._measured()
                 spent = dict(_SPENT)
-                phases = {"iteration": t4 - t0, "fwd": t1 - t0, "bwd": t3 - t2, "step": t4 - t3}
+                phases = {"iteration": t4 - t0, "fwd": t1 - t0, "bwd": t3 - t2, "step": t4 - t3,
+                          "communication": WAITED[0]}
         _SPENT.clear()
         _SPENT.update(spent)
         if variant == "flopsight" and dist.get_rank() == 0:
             result = engine.flops_profiler.result
-            _LAST["anatomy"] = result.iteration.anatomy
+            _LAST["anatomy"] = result.iteration.anatomy  # (the profiled step's: its communication waited for)
             _LAST["backend"] = f"{result.metadata.backend}, memory {'on' if result.memory is not None else 'off'}"
         return {**phases, "before": walls[profile_step - 1], "after": statistics.median(walls[profile_step + 1:])}
     finally:
@@ -182,6 +189,8 @@ def main(argv=None) -> None:
     parts: dict[str, list[float]] = {label: [] for label, _, _ in PARTS}
     latencies: dict[str, dict[str, list[float]]] = {v: {k: [] for k in LATENCIES} for v in VARIANTS[1:]}
     shares: dict[str, list[float]] = {"framework": [], "profiler": []}
+    waited: list[float] = []  # flopsight's anatomy: the communication the profiled step waited for
+    time_collectives()  # before the first engine: DeepSpeed's backend reads some of them once
     originals = [(owner, name, getattr(owner, name)) for _, owner, name in PARTS]
     for (label, owner, name), (_, _, original) in zip(PARTS, originals):
         setattr(owner, name, _timed(label, original))
@@ -202,6 +211,7 @@ def main(argv=None) -> None:
                         anatomy = _LAST["anatomy"]
                         for part in shares:
                             shares[part].append(getattr(anatomy, part, 0.0) / anatomy.total)
+                        waited.append(anatomy.communication)
     finally:
         for owner, name, original in originals:
             setattr(owner, name, original)
@@ -244,6 +254,15 @@ def main(argv=None) -> None:
     said = latencies["flopsight"]["iteration"]
     print(ratio_line("flopsight, over the step it timed (before)",
                      [r * b / t["before"] for r, t, b in zip(said, times["flopsight"][1:], plain)]))
+    print("the step's communication on rank 0 (what it waited for), medians (IQR):")
+    timed = {v: [t["communication"] for t in times[v][1:]] for v in VARIANTS}
+    for label, values in (("truth: the plain step, every collective timed", timed["plain"]),
+                          ("the same on DeepSpeed's profiled step", timed["deepspeed"]),
+                          ("the same on flopsight's profiled step", timed["flopsight"]),
+                          ("flopsight's anatomy of its profiled step", waited)):
+        lo, mid, hi = quartiles(values)
+        print(f"  {label:45s} {mid * 1e3:6.2f} ms (IQR {lo * 1e3:.2f} .. {hi * 1e3:.2f})")
+    print(f"  {'DeepSpeed report':45s} none (it has no communication line)")
     print("the step anatomy's shares of the profiled step, medians (IQR):")
     print(f"  {'deepspeed':45s} n/a (its report has no anatomy)")
     for part, values in shares.items():
