@@ -233,16 +233,18 @@ int64_t now_ns() {
       .count();
 }
 
-// the recorder's own time: every callback's (op, module boundary, memory block), from its
-// entry to its return, on every thread, since the last take_own_ns() (reset at start). What
-// RecordFunction spends around the callbacks (boxing the arguments, calling them) is not in it.
-// A claimed op's Python handler is not either: Python times it as the profiler's own (overhead).
+// the recorder's own time outside the ops it records: every callback's (op, module boundary,
+// memory block) from its entry to its return, on every thread, since the last take_own_ns()
+// (reset at start). A callback inside a recorded op's interval (its parts', the blocks it
+// allocates) is in that op's time already, so not here: counted once. What RecordFunction
+// spends around the callbacks (boxing the arguments, calling them) is not in it; a claimed
+// op's Python handler is not either: Python times it as the profiler's own (overhead).
 std::atomic<int64_t> g_own_ns{0};
 
-// adds the time from its construction to its end (or to add_now()) to g_own_ns
+// adds the time from its construction to its end (or to add_now()) to g_own_ns, when ``counted``
 class OwnTime {
  public:
-  OwnTime() : start_(now_ns()) {}
+  explicit OwnTime(bool counted = true) : start_(counted ? now_ns() : 0) {}
   OwnTime(const OwnTime&) = delete;
   OwnTime& operator=(const OwnTime&) = delete;
   ~OwnTime() { add_now(); }
@@ -528,13 +530,13 @@ void claim(Frame& frame, const std::vector<c10::IValue>& outputs, int64_t t1) {
 }
 
 std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
-  OwnTime own;
   ThreadState& t = t_state;
   if (t.generation != g_generation.load(std::memory_order_relaxed)) {  // a new session
     t.generation = g_generation.load();
     t.depth = 0;
     t.recorded_depth = 0;
   }
+  OwnTime own(t.recorded_depth == 0);  // a part's is in its recorded op's time
   if (t.frames.size() <= t.depth) t.frames.resize(t.depth + 1);
   Frame& frame = t.frames[t.depth++];
   frame.recorded = false;
@@ -609,10 +611,10 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
 }
 
 void on_exit(const at::RecordFunction& fn, at::ObserverContext*) {
-  OwnTime own;
   ThreadState& t = t_state;
   if (t.depth == 0) return;  // entered before this session began
   Frame& frame = t.frames[--t.depth];
+  OwnTime own(frame.recorded || t.recorded_depth == 0);  // a part's is in its recorded op's time
   bool claimed = frame.claimed;
   if (claimed) {
     frame.claimed = false;
@@ -826,14 +828,14 @@ struct MemoryState final : torch::profiler::impl::ProfilerStateBase {
 
   void reportMemoryUsage(void* ptr, int64_t bytes, size_t, size_t, c10::Device) override {
     if (!g_memory.load(std::memory_order_relaxed) || bytes == 0) return;
-    OwnTime own;
+    // the op running and its autograd node: the innermost recorded op's, else the thread's
+    const ThreadState& t = t_state;
+    const Frame* frame = t.generation == g_generation.load(std::memory_order_relaxed) ? innermost_op(t) : nullptr;
+    OwnTime own(frame == nullptr);  // inside a recorded op, in its time already
     if (bytes < 0) {
       released(ptr, -bytes);
       return;
     }
-    // the op running and its autograd node: the innermost recorded op's, else the thread's
-    const ThreadState& t = t_state;
-    const Frame* frame = t.generation == g_generation.load(std::memory_order_relaxed) ? innermost_op(t) : nullptr;
     int32_t op = -1;
     int64_t node_seq = kNoNode;
     int64_t variable = 0;  // an AccumulateGrad node's parameter (TensorImpl*): where its blocks belong
