@@ -1,7 +1,7 @@
 """Scenario ``gather`` of scenarios.py, for tests/test_ranks.py: 2 gloo ranks.
 
 * ``both``: both ranks profile a forward (rank r with batch 2 + r); rank 0 gathers;
-* ``sleeper``: both profile a DDP training step, rank 1 sleeping 0.2 s in it: the straggler;
+* ``sleeper``: both profile a DDP training step, rank 1 sleeping 1 s in it: the straggler;
 * ``one_missing``: rank 1 starts a profile but never sends its result (it fails before its
   profiled step); rank 0 profiles with ``gather_timeout=2`` and must not hang;
 * ``failed_in_span``: both profile with ``flopsight.Profiler``; rank 1's forward raises in its
@@ -47,13 +47,13 @@ def save(name, result, seconds=None):
 
 save("both", flopsight.profile(model, torch.randn(2 + rank, 8), warm_up=0))
 
-# a DDP training step in which rank 1 sleeps 0.2 s before its forward: rank 0 waits for it in
+# a DDP training step in which rank 1 sleeps 1 s before its forward: rank 0 waits for it in
 # the backward's all-reduce, and both steps end together
 ddp = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)))
 opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
 with flopsight.Profiler(ddp, optimizer=opt) as prof:
     if rank == 1:
-        time.sleep(0.2)
+        time.sleep(1.0)
     ddp(torch.randn(2, 8)).sum().backward()
     opt.step()
 save("sleeper", prof.result)
