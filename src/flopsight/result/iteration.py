@@ -196,8 +196,10 @@ def iteration_stats(result: Profile) -> IterationStats:
     steps = getattr(result, "samples", None)
     timed = TIMED["iteration"] in result.spans
     if steps is not None and steps.count > 1:  # several steps: the median wall time, as every latency,
-        latency = counted = steps.median("wall")  # and the median step's anatomy, which adds up to it
+        latency = steps.median("wall")
         anatomy = median_anatomy(steps.figures)
+        if anatomy is not None:  # and the median step's anatomy, which adds up to it
+            counted = latency
     if anatomy is None and walls:  # the step's own: its parts add up to its wall time
         anatomy = _anatomy(result, counted, communication)
     if timed:  # the latencies a step timed at its phases' boundaries measured (see TIMED)

@@ -15,6 +15,7 @@ Why this test and how gates use it is in docs/diff.md.
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections.abc import Sequence
@@ -124,8 +125,10 @@ def _tie_sizes(values: list[float]) -> list[int]:
     return [c for c in counts.values() if c > 1]
 
 
-def _u_distribution(n: int, m: int) -> list[int]:
-    """How many of the C(n+m, n) orderings give U = 0, 1, ..., n*m (no ties).
+@functools.lru_cache(maxsize=64)
+def _u_distribution(n: int, m: int) -> tuple[int, ...]:
+    """How many of the C(n+m, n) orderings give U = 0, 1, ..., n*m (no ties); kept per (n, m):
+    a verdict tests its step and each part and module on the same counts of steps.
 
     The largest value is an x (adding no pair) or a y (above all i x's: i pairs), so
     f(i, j) = f(i-1, j) + q^i f(i, j-1), the coefficients of a Gaussian binomial.
@@ -139,7 +142,7 @@ def _u_distribution(n: int, m: int) -> list[int]:
             cur.append([(prev[j][k] if k < len(prev[j]) else 0) + (shifted[k] if k < len(shifted) else 0)
                         for k in range(size)])
         prev = cur
-    return prev[m]
+    return tuple(prev[m])
 
 
 def _normal_upper_tail(u: float, n: int, m: int, ties: list[int]) -> float:

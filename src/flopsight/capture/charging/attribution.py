@@ -283,17 +283,17 @@ class Attribution:
     def _place_collective(self, node, seq_after: int, phase: str, last_phase: str, entry, t0, t1,
                           owner: str | None, then: Callable[[tuple[str, str]], None] | None) -> None:
         tally = self.ctx.tally
+        where: tuple[str, str] | None
         if node is not None and node_sequence_nr(node) == ACCUMULATE_GRAD_SEQUENCE_NR:
             tally.add("", "backward", entry.name, ZERO_STATS, t0, t1)
             where = "", "backward"
         else:
-            placed = self._place_seen(node, seq_after, phase, entry, t0, t1, (), ZERO_STATS, 0)
-            if placed is None:  # between the model's calls and spans (a wrapper's gradient reduction
+            where = self._place_seen(node, seq_after, phase, entry, t0, t1, (), ZERO_STATS, 0)
+            if where is None:  # between the model's calls and spans (a wrapper's gradient reduction
                 # after backward()): still communication of the profiled step, the root's, in the
                 # phase of the forward, backward or step that came last
                 tally.add("", last_phase, entry.name, ZERO_STATS, t0, t1)
-                placed = "", last_phase
-            where = placed
+                where = "", last_phase
         if then is not None:
             then((owner, where[1]) if owner is not None else where)
 

@@ -26,6 +26,7 @@ told about gets meta tensors (no values): it is warned about, and ``backend="pyt
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import struct
 import warnings
@@ -230,9 +231,9 @@ class NativeCountingSource:
         self._pending = recorder.pending_view().cast("q")  # records not yet charged
         #: the batches drained and set aside uncharged, in order: (rows, values, the phase they
         #: ran in, whether they count, the profiler's own seconds when drained)
-        self._aside: list[tuple] = []
+        self._aside: collections.deque[tuple] = collections.deque()
         #: what must happen in order with them: (the batch it comes before, what to do)
-        self._in_order: list[tuple[int, Callable[[], None]]] = []
+        self._in_order: collections.deque[tuple[int, Callable[[], None]]] = collections.deque()
         self._drained = self._charged = 0  # batches drained, and charged, since the start
         #: the recorder's own seconds in its callbacks, per phase they ran in (recorder.cpp's OwnTime)
         self._own: dict[str, float] = {}
@@ -406,7 +407,7 @@ class NativeCountingSource:
             phase = ctx.phase
             try:
                 while self._aside:
-                    rows, values, ctx.phase, counting, overhead = self._aside.pop(0)
+                    rows, values, ctx.phase, counting, overhead = self._aside.popleft()
                     self._run_in_order(self._charged)
                     self._charged += 1
                     for sig, key, inputs, outputs in values:
@@ -427,7 +428,7 @@ class NativeCountingSource:
         """Do what must happen before batch number ``batch`` is charged."""
         waiting = self._in_order
         while waiting and waiting[0][0] <= batch:
-            waiting.pop(0)[1]()
+            waiting.popleft()[1]()
 
     def _op(self, op_id: int) -> _Op | None:
         return operator_of(self._tables, self._ctx.registry, op_id, RECORDER.tables.ops)
