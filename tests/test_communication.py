@@ -107,6 +107,23 @@ def test_every_kind_of_collective_with_its_payload_per_rank(ranks):
         assert "ops not counted" not in flopsight.renderers.text_renderer.render_text(result)
 
 
+def test_a_reduce_scatter_whose_work_has_no_future_lasts_until_its_wait_returns(ranks, gloo_scenarios):
+    # gloo's reduce-scatter into one tensor returns at once; the rank waits in its wait() (for
+    # the other, 0.2 s late, and the transfer). Rank 0 measured each call from before its
+    # issue to the wait's return: the collective's time is that less only the Python before the
+    # issue, so it holds nearly all of it (with no wait watched it was the issue alone, under 1%)
+    result = ranks("late_reduce_scatter")[0]
+    seconds = gloo_scenarios / "collectives" / "late_reduce_scatter.rank0.seconds"
+    sync, asynchronous, restored = seconds.read_text().split()
+    (c,) = result.collectives()
+    assert (c.kind, c.count, c.bytes) == ("reduce_scatter", 2, 16)
+    measured = float(sync) + float(asynchronous)
+    assert 0.9 * measured <= c.latency <= measured
+    # the rank waited for nearly all of it (the ops meanwhile: the wait's copy of its part)
+    assert c.exposed >= 0.99 * c.latency
+    assert restored == "True"  # the Work class's own wait is back
+
+
 def test_ddp_all_reduces_every_gradient_once_in_the_backward_at_the_root(ranks):
     # Linear(16, 32) + Linear(32, 4): 16*32 + 32 + 32*4 + 4 = 676 fp32 gradients, 4 bytes each
     for result in ranks("ddp"):

@@ -68,6 +68,8 @@ __all__ = [
     "allow_under_mode",
     "process_group",
     "on_work_done",
+    "python_work",
+    "work_class",
     "default_store",
     "storage_key",
     "tensor_storage",
@@ -437,13 +439,32 @@ def process_group(group) -> tuple[int | None, object]:
     return size, getattr(unboxed, "group_name", None) or id(unboxed)
 
 
-def on_work_done(work, callback) -> bool:
-    """Call ``callback()`` when the c10d ``Work`` script object an op returned completes
-    (from the backend's thread; at once if it already has). False if it cannot be watched."""
+def work_class():
+    """torch's c10d ``Work`` class (what a collective's handle is in Python), or None without
+    torch.distributed."""
     try:
         from torch._C._distributed_c10d import Work
+    except ImportError:
+        return None
+    return Work
 
-        Work.unbox(work).get_future().add_done_callback(lambda _future: callback())
+
+def python_work(work):
+    """The ``Work`` Python holds for the c10d ``Work`` script object an op returned: while it is
+    kept, the handle the caller gets is this same object. None for anything else."""
+    try:
+        return work_class().unbox(work)
+    except Exception:  # not a Work
+        return None
+
+
+def on_work_done(work, callback) -> bool:
+    """Call ``callback()`` when the c10d ``Work`` script object an op returned completes
+    (from the backend's thread; at once if it already has). False if it cannot be watched:
+    not a Work, or a Work with no future (gloo's reduce-scatter into one tensor)."""
+    handle = python_work(work)
+    try:
+        handle.get_future().add_done_callback(lambda _future: callback())
         return True
     except Exception:  # not a Work, or a backend whose work has no future
         return False

@@ -7,7 +7,11 @@ Writes ``<out>/<scenario>.rank<r>.json`` (a ProfileResult) for each scenario:
 * ``module``: a module whose forward all-reduces its output (tensor parallelism's row layer);
 * ``overlap``: an asynchronous all-reduce hidden behind rank 0's compute, then a synchronous one;
 * ``ddp_buckets``: DDP reducing three layers' gradients in three buckets;
-* ``fsdp2``: one training step of a small MLP sharded with ``fully_shard`` (FSDP2).
+* ``fsdp2``: one training step of a small MLP sharded with ``fully_shard`` (FSDP2);
+* ``late_reduce_scatter``: rank 1 joins a reduce-scatter into one tensor (gloo's has no future:
+  its wait copies this rank's part out of an all-reduce) 0.2 s late, then an asynchronous one;
+  each rank's own measure of the two calls (issue to the wait's return) in
+  ``late_reduce_scatter.rank<r>.seconds``, and whether ``Work.wait`` was put back.
 """
 
 import pathlib
@@ -118,3 +122,22 @@ for _step in range(2):  # the second step is profiled
         opt.zero_grad()
 save("fsdp2", prof.result)
 
+
+from torch._C._distributed_c10d import Work  # noqa: E402
+
+original_wait = Work.__dict__["wait"]
+dist.barrier()
+with flopsight.Profiler() as prof:
+    if rank == 1:
+        time.sleep(0.2)
+    t0 = time.perf_counter()
+    dist.reduce_scatter_tensor(torch.zeros(2), torch.ones(4))  # 8 bytes this rank keeps
+    t1 = time.perf_counter()
+    if rank == 1:
+        time.sleep(0.2)
+    work = dist.reduce_scatter_tensor(torch.zeros(2), torch.ones(4), async_op=True)
+    work.wait()
+    t2 = time.perf_counter()
+save("late_reduce_scatter", prof.result)
+pathlib.Path(out, f"late_reduce_scatter.rank{rank}.seconds").write_text(
+    f"{t1 - t0} {t2 - t1} {Work.__dict__['wait'] is original_wait}")

@@ -7,7 +7,9 @@ ops pay one test, and only once a process group exists). Each collective is char
 module and phase by :meth:`~.attribution.Attribution.charge_collective`, with its kind, payload
 bytes per rank (see :mod:`flopsight.result.communication`) and group size. Its time runs from
 issue to completion: the ``Work`` the op returns reports completion from the backend's
-thread; a functional collective completes when ``wait_tensor`` returns for its result.
+thread; a functional collective completes when ``wait_tensor`` returns for its result; a
+``Work`` with no future (gloo's reduce-scatter into one tensor), when its wait returns
+(:mod:`.work_waits`).
 
 On CUDA the host sees a collective complete as soon as it is queued, so its time is GPU
 time instead: a CUDA event recorded on the issuing stream when it is issued, and one on
@@ -40,6 +42,7 @@ from ...result.stats import ZERO_STATS
 from ..model.wrappers import local_shard
 from ..runtime.context import CaptureContext
 from ..runtime.events import OpEvent
+from .work_waits import WAITS
 
 __all__ = ["CollectivesSource", "Communication", "InFlight", "COLLECTIVE_OPS", "payload_bytes", "merged_flights",
            "common_path"]
@@ -143,8 +146,10 @@ COLLECTIVE_OPS: CollectiveOps = PROCESS.own("collective ops", CollectiveOps)
 #: data movement around collectives that torch.distributed defines in Python when first used
 #: (so unknown to the registry when flopsight is imported): the functional collectives'
 #: autograd wrapper, FSDP2's copies into and out of its all-gather and reduce-scatter buffers
+#: (``chunk_cat_mixed_dtype``: torch 2.15's, for gradients of several dtypes)
 FREE_OP_NAMES = (("_c10d_functional", "_wrap_tensor_autograd"), ("fsdp", "all_gather_copy_in"),
-                 ("fsdp", "split_with_sizes_copy"), ("fsdp", "chunk_cat"), ("fsdp", "copy_"))
+                 ("fsdp", "split_with_sizes_copy"), ("fsdp", "chunk_cat"), ("fsdp", "chunk_cat_mixed_dtype"),
+                 ("fsdp", "copy_"))
 
 
 def payload_bytes(value) -> int:
@@ -305,6 +310,9 @@ class CollectivesSource:
         self.calls: list[_Call] = []
         #: id(result) -> (completes its functional call, the result kept alive until waited for)
         self._awaiting: dict[int, tuple[Callable[[], None], torch.Tensor]] = {}
+        #: handles with no future watched until their wait returns (:mod:`.work_waits`)
+        self._watched: list[int] = []
+        self._waits_open = False
         self._issue_time = lambda stamp: stamp
         #: collectives in flight; None until a process group exists
         self.in_flight: InFlight | None = None
@@ -330,10 +338,16 @@ class CollectivesSource:
             self._issue_time = lambda stamp: time.perf_counter()
 
     def start(self, ctx: CaptureContext) -> None:
-        pass
+        if self.in_flight is not None:  # handles with no future complete when waited for
+            WAITS.open()
+            self._waits_open = True
 
     def stop(self, ctx: CaptureContext) -> None:
         self._awaiting.clear()
+        if self._waits_open:
+            self._waits_open = False
+            WAITS.close(self._watched)
+            self._watched.clear()
 
     def collect(self, ctx: CaptureContext) -> Communication | None:
         """The calls, their CUDA times read (one synchronize per device they ran on)."""
@@ -380,8 +394,14 @@ class CollectivesSource:
         if func.namespace == "_c10d_functional":  # done when its result is waited for
             for t in out if isinstance(out, (list, tuple)) else (out,):
                 self._awaiting[id(t)] = (complete, t)
-        elif not on_work_done(out[-1] if isinstance(out, tuple) else out, complete):
-            complete()  # no Work to watch: treat the call as synchronous
+        else:
+            work = out[-1] if isinstance(out, tuple) else out
+            if not on_work_done(work, complete):  # no future: done when its wait returns
+                key = WAITS.watch(work, complete)
+                if key is None:
+                    complete()  # no Work to watch: treat the call as synchronous
+                else:
+                    self._watched.append(key)
         bound = COLLECTIVE_OPS.binder(func).bind(args, kwargs)
         size, call.group = process_group(bound.get(group_arg))
         call.group_size = size or 0

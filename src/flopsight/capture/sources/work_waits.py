@@ -1,0 +1,90 @@
+"""When a collective whose ``Work`` has no future completes: when its caller's ``wait()`` returns.
+
+Most c10d ``Work`` handles tell their completion through a future (the collectives source
+stamps it from the backend's thread). Some have none: gloo's reduce-scatter into one tensor
+(``reduce_scatter_tensor``, which ZeRO-3 and FSDP2 call) runs an all-reduce into a copy and
+only its ``wait()`` cuts this rank's part out of it. Its op returns at once; the rank then waits
+in ``wait()`` for the others and the transfer. So while a capture watches such handles, the
+``Work`` class's ``wait`` is routed through :func:`_waited`, which stamps each watched handle's
+completion as its wait returns (a synchronous call waits inside ``torch.distributed``, an
+asynchronous one where its caller waits). The class's own ``wait`` is put back when the last
+watcher stops (:meth:`WorkWaits.close`), and by :func:`flopsight._process.reset`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..._process import PROCESS
+from ..._torch_private import python_work, work_class
+
+__all__ = ["WAITS", "WorkWaits"]
+
+
+class WorkWaits:
+    """The process's watched handles (id of the Python ``Work`` -> the handle, kept alive so
+    the caller gets this same object, and what to call when its wait returns), the watchers
+    open, and the ``wait`` the class held before."""
+
+    def __init__(self) -> None:
+        self.watching: dict[int, tuple[object, list[Callable[[], None]]]] = {}
+        self.open_count = 0
+        self.saved: Callable | None = None
+
+    def open(self) -> None:
+        """One more watcher: the class's ``wait`` is routed while any is open."""
+        cls = work_class()
+        if cls is None:
+            return
+        if self.open_count == 0:
+            saved = cls.__dict__["wait"]
+
+            def wait(work, *args, **kwargs):
+                try:
+                    return saved(work, *args, **kwargs)
+                finally:
+                    _waited(self, work)
+
+            self.saved = saved
+            cls.wait = wait
+        self.open_count += 1
+
+    def close(self, handles: list[int]) -> None:
+        """A watcher stops: its ``handles`` (from :meth:`watch`) are watched no more; the last
+        one puts the class's ``wait`` back."""
+        for key in handles:
+            self.watching.pop(key, None)
+        if self.open_count:
+            self.open_count -= 1
+            if self.open_count == 0:
+                self.reset()
+
+    def watch(self, work, callback: Callable[[], None]) -> int | None:
+        """Call ``callback()`` when the wait on the handle of ``work`` (the script object a
+        collective op returned) returns; its key for :meth:`close`, or None if it is not a
+        ``Work`` or no watcher is open."""
+        handle = python_work(work)
+        if handle is None or self.saved is None:
+            return None
+        key = id(handle)
+        self.watching.setdefault(key, (handle, []))[1].append(callback)
+        return key
+
+    def reset(self) -> None:
+        cls = work_class()
+        if self.saved is not None and cls is not None:
+            cls.wait = self.saved
+        self.saved, self.open_count = None, 0
+        self.watching.clear()
+
+
+def _waited(waits: WorkWaits, work) -> None:
+    """``work.wait()`` returned (or raised: either way it is over): its watchers' callbacks."""
+    entry = waits.watching.pop(id(work), None)
+    if entry is not None and entry[0] is work:
+        for callback in entry[1]:
+            callback()
+
+
+#: the process's watched handles
+WAITS: WorkWaits = PROCESS.own("work waits", WorkWaits)
