@@ -83,7 +83,10 @@ def test_each_change_is_its_shift_with_its_interval():
     got = {p: (d.delta, d.low, d.high) for p, d in v.parts.items()}
     assert got == {"compute": (20 * T, 17 * T, 23 * T), "framework": (6 * T, 2 * T, 10 * T),
                    "communication": (0.0, 0.0, 5 * T), "other": (0.0, -2 * T, 2 * T), "profiler": (T, T, T)}
-    assert [c.part for c in v.causes] == ["compute", "framework", "profiler"]
+    # the profiler's +1 T is beyond its own noise but under a tenth of the step's +30 T (3 T):
+    # minor, told but not a cause; framework's +6 T is a fifth of it: a cause
+    assert [c.part for c in v.causes] == ["compute", "framework"]
+    assert [c.part for c in v.minor] == ["profiler"]
     assert set(v.unchanged) == {"communication", "other"} and v.largest_cause == "compute"
     # each part its own estimate: 20 + 6 + 1 = 27 T, the step's is 30 T
     assert math.fsum(d.delta for d in v.parts.values()) != v.step.delta
@@ -93,7 +96,9 @@ def test_each_change_is_its_shift_with_its_interval():
     text = verdict_text(v, "a", "b")
     assert text.startswith("b's step is 234.38 ms slower than a's (95% interval +156.25 ms to +265.62 ms, "
                            "5 vs 5 steps): +156.25 ms compute")
-    assert text.endswith("communication and other unchanged")
+    assert "; beyond their own noise but under a tenth of the step's change (not causes): +7.81 ms profiler " \
+        "(flopsight's own time left in the phases, not the model's); communication and other unchanged" in text
+    assert [c["part"] for c in data["minor"]] == ["profiler"] and data["minor"][0]["delta"] == T
 
 
 def test_the_modules_under_compute_add_up_to_its_change():
@@ -178,6 +183,27 @@ def test_a_part_within_its_noise_is_never_named_the_cause():
     text = verdict_text(v, "a", "b")
     assert text.index("exposed communication") < text.index("within their own noise: ") < text.index("compute")
     assert "compute unchanged" not in text  # it moved, within its noise: said with its change
+
+
+def test_a_part_too_small_to_explain_the_step_is_minor_not_a_cause():
+    # ZeRO-3 against ZeRO-0 in small: communication grows by about the step's change, the
+    # framework's own code a little, and compute by a sliver (the engine's own copies)
+    a = _result(backward=[40] * 5, framework=[10] * 5, communication=[0, 1, 2, 3, 4])
+    b = _result(backward=[42] * 5, framework=[14] * 5, communication=[24, 25, 26, 27, 28])
+    v = flopsight.diff(a, b).verdict
+    # walls 50..54 and 80..84 T: the differences 30 + (j - i), 26 (1), 27 (2), 28 (3) .. 34 (1):
+    # +30 T, from the 3rd (27) to the 23rd (33). Communication +24 T (21 .. 27), framework
+    # +4 T and compute +2 T in every step (intervals [4, 4] and [2, 2]): all beyond their
+    # noise; a tenth of the step's change is 3 T: framework (4 T) is a cause, compute (2 T) minor
+    assert (v.step.delta, v.step.low, v.step.high) == (30 * T, 27 * T, 33 * T)
+    assert [(c.part, c.difference.delta) for c in v.causes] == [("communication", 24 * T), ("framework", 4 * T)]
+    assert [(c.part, c.difference.delta) for c in v.minor] == [("compute", 2 * T)]
+    assert v.largest_cause == "communication" and v.unchanged == ("other",)
+    text = verdict_text(v, "a", "b")
+    causes, minor = text.split("; beyond their own noise but under a tenth of the step's change (not causes): ")
+    assert "exposed communication" in causes and "framework and hooks" in causes and "compute" not in causes
+    assert minor.startswith("+15.62 ms compute")  # 2 T
+    assert [c["part"] for c in v.to_dict()["minor"]] == ["compute"]
 
 
 def test_no_part_beyond_its_noise_names_no_cause():

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 
 from ..analysis.diff.ranking import Ranking
-from ..analysis.diff.verdict import UNSPLIT, Cause, CollectiveChange, Difference, Verdict
+from ..analysis.diff.verdict import MATERIAL, UNSPLIT, Cause, CollectiveChange, Difference, Verdict
 from .numbers import bytes_to_string, duration_to_string
 
 __all__ = ["verdict_text", "ranking_text", "RANKING_LEGEND"]
@@ -72,6 +72,11 @@ def _cause_text(c: Cause) -> str:
     return f"{_signed(d)} {_LABELS[c.part]}" + (f" (most in {', '.join(moved)})" if moved else "")
 
 
+def _share(fraction: float) -> str:
+    """``a tenth of``, or ``5% of``: a share in words."""
+    return "a tenth of" if fraction == 0.1 else f"{fraction:.0%} of"
+
+
 def _within(parts: dict[str, Difference], names: tuple[str, ...]) -> str:
     """The parts within their own noise, each with its change (so that every part's change is
     told and they add up), then those that did not move at all: ``compute and other unchanged``."""
@@ -116,8 +121,12 @@ def verdict_text(v: Verdict, a: str = "A", b: str = "B") -> str:
         said = ", ".join(_cause_text(c) for c in v.causes)
         if v.largest_cause is None and parts:  # never name a part within its noise as the cause
             said = "; ".join(x for x in (f"no part moved beyond its own noise the step's way ({way})", said) if x)
+        if v.minor:  # beyond their own noise, too small to explain the step's change: told, not causes
+            minor = ", ".join(_cause_text(c) for c in v.minor)
+            said = "; ".join(x for x in (said, f"beyond their own noise but under {_share(MATERIAL)} the step's "
+                                               f"change (not causes): {minor}") if x)
         within = _within(parts, tuple(v.unchanged))
-        sep = ": " if not said else "; " if within.startswith("within") else ", "
+        sep = ": " if not said else "; " if within.startswith("within") or v.minor else ", "
         text = head + (": " + said if said else "") + (sep + within if within else "")
     return text + (_too_noisy(v, a, b) if v.wide_noise else "")
 

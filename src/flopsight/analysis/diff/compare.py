@@ -155,8 +155,9 @@ def _without_modules(v: Verdict) -> Verdict:
     """The verdict with no module named: the step's parts only (its ``modules`` cause, which
     passes without an anatomy would have, is dropped)."""
     causes = tuple(dataclasses.replace(c, modules=()) for c in v.causes if c.part != "modules")
+    minor = tuple(dataclasses.replace(c, modules=()) for c in v.minor)
     largest = None if v.largest_cause == "modules" else v.largest_cause
-    return dataclasses.replace(v, causes=causes, largest_cause=largest)
+    return dataclasses.replace(v, causes=causes, minor=minor, largest_cause=largest)
 
 
 def _as_result(value: Any, arg: str) -> tuple[ProfileResult, str]:

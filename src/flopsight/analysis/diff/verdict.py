@@ -8,7 +8,10 @@ each part's, is one statistic: the Hodges-Lehmann shift from a's steps to b's (t
 of every difference between a step of b and a step of a) with its distribution-free 95%
 interval (:func:`.stats.shift`); a change is significant when its interval leaves out zero,
 which for the step is the two-sided Mann-Whitney test at ``alpha``. A part whose interval
-holds zero is unchanged, whatever its medians say; one beyond it is a cause. The
+holds zero is unchanged, whatever its medians say; one beyond it is a cause, unless the step
+changed significantly and the part by less than :data:`MATERIAL` of it: then it is minor,
+told with its change but not as a cause (ZeRO-3's own copies, a few hundred microseconds of
+ops in a step ten milliseconds slower, do not explain it). The
 communication part is told by collective kind (the median step's calls, bytes and exposed
 time); the compute part by the modules whose own ops' time moved most, each by the same
 statistic, and by what they leave of the part's change (``rest``), so that what is listed
@@ -36,7 +39,7 @@ from ...result.samples import StepSamples
 from .stats import DEFAULT_ALPHA, shift, testable, two_sided_p
 
 __all__ = ["Difference", "Cause", "CollectiveChange", "ModuleChange", "Verdict", "verdict", "step_difference",
-           "UNSPLIT"]
+           "UNSPLIT", "MATERIAL"]
 
 #: the anatomy's parts as the verdict groups them: compute (the three phases' ops) is one
 _PARTS = {"compute": ("anatomy.forward", "anatomy.backward", "anatomy.step"),
@@ -49,6 +52,9 @@ _PARTS = {"compute": ("anatomy.forward", "anatomy.backward", "anatomy.step"),
 #: ``Profiler``'s steps (their anatomy adds up to the step); DeepSpeed's engine profiler
 #: reports latencies of a step timed apart from the counted one whose anatomy it is
 UNSPLIT = "unsplit"
+#: a part that moved beyond its own noise explains a significant change of the step only if
+#: it moved by this share of the step's change at least; one that moved less is minor
+MATERIAL = 0.1
 #: a step's wall time and its anatomy's sum agree to this share of it when nothing is unsplit
 #: (the anatomy's sums are exact up to the floats' last bits)
 _SPLIT_TOLERANCE = 1e-9
@@ -140,7 +146,9 @@ class Cause:
 class Verdict:
     """Why b's step differs from a's: the ``step`` difference; ``parts``, every part of the
     anatomy with its difference; ``causes``, the parts whose interval leaves out zero,
-    largest first; ``unchanged``, the others; ``unit`` is ``"step"`` or ``"pass"``;
+    largest first (where the step changed significantly, those that moved by
+    :data:`MATERIAL` of its change at least); ``minor``, those beyond their own noise that
+    moved less; ``unchanged``, the others; ``unit`` is ``"step"`` or ``"pass"``;
     ``samples`` the count per side."""
 
     unit: str
@@ -152,6 +160,7 @@ class Verdict:
     #: change significantly, or no part moved beyond its own noise that way)
     largest_cause: str | None = None
     parts: Mapping[str, Difference] | None = None
+    minor: tuple[Cause, ...] = ()
 
     @property
     def wide_noise(self) -> bool:
@@ -163,15 +172,17 @@ class Verdict:
     def to_dict(self) -> dict[str, Any]:
         return {"unit": self.unit, "samples": list(self.samples), "step": self.step.to_dict(),
                 "parts": {p: d.to_dict() for p, d in (self.parts or {}).items()},
-                "causes": [{"part": c.part, **c.difference.to_dict(),
-                            "collectives": [{"kind": k.kind, "calls": list(k.calls),
-                                             "bytes_per_call": list(k.bytes_per_call), "exposed": list(k.exposed)}
-                                            for k in c.collectives],
-                            "modules": [{"path": m.path, "type": m.type_name, "delta": m.delta} for m in c.modules],
-                            "rest": c.rest}
-                           for c in self.causes],
+                "causes": [_cause_dict(c) for c in self.causes], "minor": [_cause_dict(c) for c in self.minor],
                 "unchanged": list(self.unchanged), "largest_cause": self.largest_cause,
                 "wide_noise": self.wide_noise}
+
+
+def _cause_dict(c: Cause) -> dict[str, Any]:
+    return {"part": c.part, **c.difference.to_dict(),
+            "collectives": [{"kind": k.kind, "calls": list(k.calls), "bytes_per_call": list(k.bytes_per_call),
+                             "exposed": list(k.exposed)} for k in c.collectives],
+            "modules": [{"path": m.path, "type": m.type_name, "delta": m.delta} for m in c.modules],
+            "rest": c.rest}
 
 
 def _part_samples(samples: StepSamples) -> dict[str, tuple[float, ...]]:
@@ -268,18 +279,24 @@ def verdict(a: ProfileResult, b: ProfileResult, alpha: float = DEFAULT_ALPHA) ->
         if part == UNSPLIT and _split(xs, wa) and _split(ys, wb):
             continue  # every step's anatomy adds up to it: nothing is left unsplit
         parts[part] = _difference(xs, ys, alpha)
-    causes, unchanged = [], []
+    causes: list[Cause] = []
+    minor: list[Cause] = []
+    unchanged: list[str] = []
     for part, d in parts.items():
         if not d.significant:
             unchanged.append(part)
             continue
         modules, rest = _modules(a, b, d.delta, alpha) if part == "compute" else ((), None)
-        causes.append(Cause(part, d, _collectives(a, b) if part == "communication" else (), modules, rest))
+        cause = Cause(part, d, _collectives(a, b) if part == "communication" else (), modules, rest)
+        small = step.significant and abs(d.delta) < MATERIAL * abs(step.delta)
+        (minor if small else causes).append(cause)
     if not parts and step.significant:  # passes: no anatomy, the modules tell it
         modules, rest = _modules(a, b, step.delta, alpha, passes=True)
         causes.append(Cause("modules", step, modules=modules, rest=rest))
     causes.sort(key=lambda c: -abs(c.difference.delta))
+    minor.sort(key=lambda c: -abs(c.difference.delta))
     # the largest cause: a part beyond its own noise that moved the step's way (never an unchanged one)
     toward = [c for c in causes if c.difference.delta * step.delta > 0] if step.significant else []
     largest = max(toward, key=lambda c: abs(c.difference.delta)).part if toward else None
-    return Verdict(sa.unit, (sa.count, sb.count), step, tuple(causes), tuple(unchanged), largest, parts or None)
+    return Verdict(sa.unit, (sa.count, sb.count), step, tuple(causes), tuple(unchanged), largest, parts or None,
+                   tuple(minor))
