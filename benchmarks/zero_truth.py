@@ -1,12 +1,12 @@
 """The truth the ZeRO answer is checked against: unprofiled steps, every collective timed.
 
     DS_ACCELERATOR=cpu deepspeed --num_gpus 2 benchmarks/zero_truth.py
-    DS_ACCELERATOR=cpu deepspeed --num_gpus 2 benchmarks/zero_truth.py --steps 32 --json truth.json
+    DS_ACCELERATOR=cpu deepspeed --num_gpus 2 benchmarks/zero_truth.py --stages 0,1,2,3 --json truth.json
     DS_ACCELERATOR=cpu deepspeed --num_gpus 2 benchmarks/zero_truth.py --flopsight
 
 The seed user's ``Net`` (examples/zero_stages.py) in one DeepSpeed engine per ZeRO stage
 (``--stages``, default 0 and 3), trained in turns in one process, a step of each at a time,
-as the example trains them, with no profiler at all. Every collective call of
+each starting at a barrier, as the example trains them, with no profiler at all. Every collective call of
 ``torch.distributed`` (the functions DeepSpeed's communication backend calls) is timed on the
 host's clock: a blocking call from its start to its return, an asynchronous one by the time
 its caller waits on the handle it returned. What a step spent so is its communication (the
@@ -137,6 +137,10 @@ def train(stages: list[int], batch_size: int, warm_up: int, steps: int,
     for step in range(warm_up + steps):
         for (stage, profile), engine in engines.items():
             x, y = torch.randn(batch_size, 3, 32, 32), torch.randint(0, 10, (batch_size,))
+            # the ranks start each step together, as a training loop's steps do (each ends in
+            # a collective): what came before (rank 0 gathering the profile of the step
+            # before, on its own) does not make one rank late to this step's first collective
+            dist.barrier()
             if profile:
                 if step < warm_up:
                     engine.backward(loss_fn(engine(x), y))
@@ -215,7 +219,7 @@ def main(argv=None) -> None:
     parser.add_argument("--stages", default="0,3", help="ZeRO stages, the first the reference (default: %(default)s)")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--warm-up", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--flopsight", action="store_true",
                         help="also profile a second engine per stage in the same turns, as examples/zero_stages.py "
                              "does, and put its verdict's changes beside the truth's")

@@ -6,7 +6,8 @@
 The model is the seed user's own ``Net`` (``../shared/seeds/sample-output-lenet-dp2-with-user-questions.txt``:
 62.01 K params, 5.21 MMACs per forward at batch 8). An engine per stage trains in turns, a
 step of each at a time, so that a busy spell of the machine slows all four alike: a few
-warm-up steps, then ``--steps`` steps each profiled on its own with
+warm-up steps, then ``--steps`` steps (100: one change's 95% interval about ±1 ms here) each,
+the ranks meeting at a barrier before each, profiled on its own with
 ``flopsight.Profiler(engine.module, optimizer=engine, memory=True)``. ``flopsight.combine_steps``
 makes one result per stage: the step of median wall time, with every step's figures in
 ``result.samples``. Rank 0
@@ -86,6 +87,10 @@ def train_stages(batch_size: int, warm_up: int, steps: int) -> dict:
             if step < warm_up:
                 train_step(engine)
                 continue
+            # rank 0 gathers every rank's profile after each step, on its own: the ranks start
+            # the next step together, as a training loop's steps do, or its first collective
+            # would show the others waiting for rank 0's gathering
+            torch.distributed.barrier()
             with flopsight.Profiler(engine.module, optimizer=engine, memory=True) as prof:
                 train_step(engine)
             measured[stage].append(prof.result)
@@ -211,7 +216,7 @@ def main(argv=None) -> None:
     parser.add_argument("--local_rank", type=int, default=0, help=argparse.SUPPRESS)  # set by the launcher
     parser.add_argument("--batch-size", type=int, default=8, help="samples per rank (default: %(default)s)")
     parser.add_argument("--warm-up", type=int, default=2, help="unprofiled steps first (default: %(default)s)")
-    parser.add_argument("--steps", type=int, default=16, help="profiled steps per stage (default: %(default)s)")
+    parser.add_argument("--steps", type=int, default=100, help="profiled steps per stage (default: %(default)s)")
     parser.add_argument("--json", help="also write the figures to this file (rank 0)")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore", category=FutureWarning)  # torch's deprecation notes on c10d calls
