@@ -124,6 +124,17 @@ def test_a_reduce_scatter_whose_work_has_no_future_lasts_until_its_wait_returns(
     assert restored == "True"  # the Work class's own wait is back
 
 
+def test_a_profile_stopping_leaves_another_s_watch_on_a_wait(ranks, gloo_scenarios):
+    # the inner profile stopped before the wait: the outer one still times the collective to
+    # the wait's return (rank 0 measured from before its issue, rank 1 joined 0.2 s late)
+    result = ranks("nested_reduce_scatter")[0]
+    seconds = gloo_scenarios / "collectives" / "nested_reduce_scatter.rank0.seconds"
+    measured, restored = seconds.read_text().split()
+    (c,) = result.collectives()
+    assert c.kind == "reduce_scatter" and 0.9 * float(measured) <= c.latency <= float(measured)
+    assert restored == "True"
+
+
 def test_ddp_all_reduces_every_gradient_once_in_the_backward_at_the_root(ranks):
     # Linear(16, 32) + Linear(32, 4): 16*32 + 32 + 32*4 + 4 = 676 fp32 gradients, 4 bytes each
     for result in ranks("ddp"):

@@ -7,6 +7,7 @@ these is a one-file change. Nothing in this module patches torch.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import sys
@@ -439,9 +440,10 @@ def process_group(group) -> tuple[int | None, object]:
     return size, getattr(unboxed, "group_name", None) or id(unboxed)
 
 
+@functools.cache
 def work_class():
     """torch's c10d ``Work`` class (what a collective's handle is in Python), or None without
-    torch.distributed."""
+    torch.distributed (looked up once: every collective of a profile asks)."""
     try:
         from torch._C._distributed_c10d import Work
     except ImportError:

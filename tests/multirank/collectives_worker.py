@@ -11,7 +11,9 @@ Writes ``<out>/<scenario>.rank<r>.json`` (a ProfileResult) for each scenario:
 * ``late_reduce_scatter``: rank 1 joins a reduce-scatter into one tensor (gloo's has no future:
   its wait copies this rank's part out of an all-reduce) 0.2 s late, then an asynchronous one;
   each rank's own measure of the two calls (issue to the wait's return) in
-  ``late_reduce_scatter.rank<r>.seconds``, and whether ``Work.wait`` was put back.
+  ``late_reduce_scatter.rank<r>.seconds``, and whether ``Work.wait`` was put back;
+* ``nested_reduce_scatter``: an asynchronous one issued in two profiles at once, the inner one
+  stopped before the wait, rank 1 0.2 s late: the outer one's (its measure in its ``.seconds``).
 """
 
 import pathlib
@@ -141,3 +143,16 @@ with flopsight.Profiler() as prof:
 save("late_reduce_scatter", prof.result)
 pathlib.Path(out, f"late_reduce_scatter.rank{rank}.seconds").write_text(
     f"{t1 - t0} {t2 - t1} {Work.__dict__['wait'] is original_wait}")
+
+dist.barrier()
+with flopsight.Profiler() as outer:
+    with flopsight.Profiler(gather_timeout=None):
+        if rank == 1:
+            time.sleep(0.2)
+        t0 = time.perf_counter()
+        work = dist.reduce_scatter_tensor(torch.zeros(2), torch.ones(4), async_op=True)
+    work.wait()  # the inner profile has stopped: the outer one still sees it end here
+    t1 = time.perf_counter()
+save("nested_reduce_scatter", outer.result)
+pathlib.Path(out, f"nested_reduce_scatter.rank{rank}.seconds").write_text(
+    f"{t1 - t0} {Work.__dict__['wait'] is original_wait}")

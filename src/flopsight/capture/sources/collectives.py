@@ -311,7 +311,7 @@ class CollectivesSource:
         #: id(result) -> (completes its functional call, the result kept alive until waited for)
         self._awaiting: dict[int, tuple[Callable[[], None], torch.Tensor]] = {}
         #: handles with no future watched until their wait returns (:mod:`.work_waits`)
-        self._watched: list[int] = []
+        self._watched: list[tuple[int, Callable[[], None]]] = []
         self._waits_open = False
         self._issue_time = lambda stamp: stamp
         #: collectives in flight; None until a process group exists
@@ -397,11 +397,11 @@ class CollectivesSource:
         else:
             work = out[-1] if isinstance(out, tuple) else out
             if not on_work_done(work, complete):  # no future: done when its wait returns
-                key = WAITS.watch(work, complete)
-                if key is None:
+                watched = WAITS.watch(work, complete)
+                if watched is None:
                     complete()  # no Work to watch: treat the call as synchronous
                 else:
-                    self._watched.append(key)
+                    self._watched.append(watched)
         bound = COLLECTIVE_OPS.binder(func).bind(args, kwargs)
         size, call.group = process_group(bound.get(group_arg))
         call.group_size = size or 0

@@ -49,26 +49,31 @@ class WorkWaits:
             cls.wait = wait
         self.open_count += 1
 
-    def close(self, handles: list[int]) -> None:
-        """A watcher stops: its ``handles`` (from :meth:`watch`) are watched no more; the last
-        one puts the class's ``wait`` back."""
-        for key in handles:
-            self.watching.pop(key, None)
+    def close(self, watched: list[tuple[int, Callable[[], None]]]) -> None:
+        """A watcher stops: what it ``watched`` (from :meth:`watch`) is watched for it no more
+        (another open watcher's callbacks on the same handle stay); the last one puts the
+        class's ``wait`` back."""
+        for key, callback in watched:
+            entry = self.watching.get(key)
+            if entry is not None and callback in entry[1]:
+                entry[1].remove(callback)
+                if not entry[1]:
+                    del self.watching[key]
         if self.open_count:
             self.open_count -= 1
             if self.open_count == 0:
                 self.reset()
 
-    def watch(self, work, callback: Callable[[], None]) -> int | None:
+    def watch(self, work, callback: Callable[[], None]) -> tuple[int, Callable[[], None]] | None:
         """Call ``callback()`` when the wait on the handle of ``work`` (the script object a
-        collective op returned) returns; its key for :meth:`close`, or None if it is not a
+        collective op returned) returns; what to hand :meth:`close`, or None if it is not a
         ``Work`` or no watcher is open."""
         handle = python_work(work)
         if handle is None or self.saved is None:
             return None
         key = id(handle)
         self.watching.setdefault(key, (handle, []))[1].append(callback)
-        return key
+        return key, callback
 
     def reset(self) -> None:
         cls = work_class()
