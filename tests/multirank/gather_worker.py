@@ -9,7 +9,9 @@
 * ``profile_failed``: both call ``flopsight.profile`` with the default ``gather_timeout``; rank
   1's forward raises: rank 0 learns it at once instead of waiting out the 60 s;
 * ``rank0_only``: only rank 0 profiles, with the default ``gather_timeout`` (the pattern of
-  DeepSpeed's docs): rank 0 waits a few hundredths of a second for rank 1, not 60.
+  DeepSpeed's docs): rank 0 waits a few hundredths of a second for rank 1, not 60. Before it,
+  rank 1 profiles for itself alone (``gather_timeout=None``): a profile that gathers nothing
+  does not count as one rank 0 should wait for.
 
 Rank 0 writes ``OUT/<scenario>.json`` and ``.txt`` (the text report); every rank writes
 ``OUT/ranks<r>.json`` with the number of results it holds in ``result.ranks`` and, on rank 0,
@@ -84,6 +86,8 @@ try:
 except RuntimeError:
     pass
 
+if rank == 1:
+    flopsight.profile(model, torch.randn(2, 8), warm_up=0, gather_timeout=None)
 if rank == 0:
     t0 = time.monotonic()
     save("rank0_only", flopsight.profile(model, torch.randn(2, 8), warm_up=0), time.monotonic() - t0)
