@@ -34,7 +34,6 @@ from typing import Any
 
 import torch
 
-from ..._background import BACKGROUND
 from ..._process import PROCESS
 from ..._torch_private import default_store
 from ..charging.calls import failure_text
@@ -95,18 +94,14 @@ def announce() -> None:
     """Say that a profile starts on this rank (it will gather): rank 0 waits for the ranks
     that did. A count in the store, per rank: its n-th profile was announced when the count
     reached n. Rank 0's own count is read by no one: it is kept here only (no round trip to
-    the store at the start of its profile). The other ranks' add goes to the store from the
-    background thread: a round trip to rank 0's store (0.2 to 2 ms on a busy machine) in their
-    start, and not in rank 0's, would make them late to the step's first collective, and rank
-    0 would wait for them there. Rank 0 reads it only once its step is over (and waits for it
-    :data:`FIRST_WAIT` or :data:`PEER_WAIT` seconds)."""
+    the store at the start of its profile)."""
     found = _store_and_rank()
     if found is None:
         return
     store, rank, _ = found
     GATHERING.announced += 1
     if rank != 0:
-        BACKGROUND.submit(store.add, f"{_ANNOUNCE}{rank}", 1)
+        store.add(f"{_ANNOUNCE}{rank}", 1)
 
 
 def _next_profile(store, rank: int) -> int:
