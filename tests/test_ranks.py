@@ -42,7 +42,9 @@ def test_the_straggler_is_the_rank_the_others_waited_for(run):
     result = flopsight.load(run / "sleeper.json")
     figures = rank_figures(result)
     s = figures.straggler
-    assert s is not None and s.rank == 1 and s.busy >= 1.0  # it slept 1 s: busy at least that
+    # it slept 1 s: busy about that at least (its step less what it waited for, and a completion
+    # stamped by a callback that waits for the GIL can read a few milliseconds late under load)
+    assert s is not None and s.rank == 1 and s.busy >= 0.99
     busy = {b.rank: b for b in figures.busy}
     assert busy[0].waited >= 1.0 - busy[1].waited - busy[0].busy  # rank 0 waited out the rest of the sleep
     assert s.excess == busy[1].busy - busy[0].busy and s.share == 100 * s.excess / busy[1].step
