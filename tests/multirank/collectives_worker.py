@@ -125,9 +125,7 @@ for _step in range(2):  # the second step is profiled
 save("fsdp2", prof.result)
 
 
-from torch._C._distributed_c10d import Work  # noqa: E402
-
-original_wait = Work.__dict__["wait"]
+original_wait = dist.Work.__dict__["wait"]
 dist.barrier()
 with flopsight.Profiler() as prof:
     if rank == 1:
@@ -142,7 +140,7 @@ with flopsight.Profiler() as prof:
     t2 = time.perf_counter()
 save("late_reduce_scatter", prof.result)
 pathlib.Path(out, f"late_reduce_scatter.rank{rank}.seconds").write_text(
-    f"{t1 - t0} {t2 - t1} {Work.__dict__['wait'] is original_wait}")
+    f"{t1 - t0} {t2 - t1} {dist.Work.__dict__['wait'] is original_wait}")
 
 dist.barrier()
 with flopsight.Profiler() as outer:
@@ -155,4 +153,4 @@ with flopsight.Profiler() as outer:
     t1 = time.perf_counter()
 save("nested_reduce_scatter", outer.result)
 pathlib.Path(out, f"nested_reduce_scatter.rank{rank}.seconds").write_text(
-    f"{t1 - t0} {Work.__dict__['wait'] is original_wait}")
+    f"{t1 - t0} {dist.Work.__dict__['wait'] is original_wait}")
