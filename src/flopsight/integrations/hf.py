@@ -45,7 +45,7 @@ from .._checks import check_int
 from .._process import WARNED
 from .._wrap import wrap_method
 from ..analysis.efficiency import efficiency
-from ..capture.assembly.gather import DEFAULT_GATHER_TIMEOUT, publish_failure
+from ..capture.assembly.gather import DEFAULT_GATHER_TIMEOUT, announce, publish_failure
 from ..hardware import check_peak
 from ..options import ProfileOptions
 from ..profiler import Profiler, with_ranks
@@ -294,6 +294,8 @@ class FlopsightCallback(TrainerCallback):
                     step.removers.append(wrap_method(trainer.optimizer, "step", self._guarded))
             step.removers.append(model.register_forward_pre_hook(self._count_tokens, with_kwargs=True).remove)
             self._step = step
+            if self.gather_timeout is not None:  # gathered after the step (with_ranks): say it started
+                announce()
             profiler.start()
         except BaseException:
             self._step = None

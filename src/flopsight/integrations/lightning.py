@@ -51,7 +51,7 @@ except ImportError as error:  # the core needs torch alone; this module needs Li
 from .._checks import check_int
 from .._process import WARNED
 from ..analysis.efficiency import Efficiency, efficiency
-from ..capture.assembly.gather import DEFAULT_GATHER_TIMEOUT, publish_failure
+from ..capture.assembly.gather import DEFAULT_GATHER_TIMEOUT, announce, publish_failure
 from ..hardware import Peak, lookup_peak, resolve_peak
 from ..options import ProfileOptions
 from ..profiler import Profiler, with_ranks
@@ -327,6 +327,8 @@ class FlopsightCallback(Callback):
         self._profiler = Profiler(pl_module, options=self.options.replace(steps=None, gather_timeout=None))
         self._batches = self._samples = 0
         self._current = self.profile_step
+        if self.gather_timeout is not None:  # gathered after the step (with_ranks): say it started
+            announce()
         self._profiler.start()
 
     def _abandon(self) -> bool:

@@ -39,7 +39,7 @@ from ..._background import BACKGROUND
 from ..._checks import check_int
 from ..._process import PROCESS
 from ..._wrap import wrap_method
-from ...capture.assembly.gather import DEFAULT_GATHER_TIMEOUT
+from ...capture.assembly.gather import DEFAULT_GATHER_TIMEOUT, announce
 from ...capture.model.inputs import model_device
 from ...capture.model.parallel import engine_parallel
 from ...capture.runtime.timing import default_clock
@@ -188,6 +188,7 @@ class EngineProfiler(FlopsProfiler):
         # gathered here (_stop), once the timed step's figures are in each rank's result
         options = ProfileOptions(optimizer=engine, ignore_modules=ignore_list, gather_timeout=None,
                                  parallel=engine_parallel(engine), memory=self._memory)
+        announce()  # gathered when it stops (with_ranks): rank 0 waits for the ranks that started
         self._profiler = Profiler(self.model, options=options).start()
         if engine.global_rank == 0:  # the rank that reports: a process ending meanwhile still reports
             self._profiler.save_at_exit(self._save_incomplete, steps=self._steps)
