@@ -300,8 +300,7 @@ class CallProfile:
 
     def run(self) -> ProfileResult:
         options = self.options
-        if options.gather_timeout is not None:  # one that gathers nothing must not count as gathering
-            announce()  # under torch.distributed: rank 0 waits for the ranks that profile
+        announce(options.gather_timeout)  # under torch.distributed: rank 0 waits for the ranks that profile
         try:
             with deep_enough(max(info.depth for info in self.infos.values())):
                 counts, times = self._passes()
@@ -505,8 +504,7 @@ class Profiler:
             self._infos = describe(self._target)
             self._measured = []
             self._first_step = _nothing_stepped(self.optimizer)
-            if self.options.gather_timeout is not None:  # one that gathers nothing must not count as gathering
-                announce()  # under torch.distributed: rank 0 waits for the ranks that profile
+            announce(self.options.gather_timeout)  # under torch.distributed: rank 0 waits for the ranks that profile
             self._room.enter_context(deep_enough(max(info.depth for info in self._infos.values())))
             try:
                 self._open()

@@ -15,7 +15,6 @@ device nothing ran: no answer.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 
 from ..result.iteration import StepAnatomy
@@ -45,13 +44,13 @@ def _share(part: float, whole: float) -> float:
     return 100 * part / whole if whole > 0 else 0.0
 
 
-def cpu_busy(anatomy: StepAnatomy, span: str = "step") -> Busy:
-    """A CPU's ``span``: the compute share of its anatomy, and the other parts'."""
+def cpu_busy(anatomy: StepAnatomy, span: str = "step", device: str = "cpu") -> Busy:
+    """A host device's ``span``: the compute share of its anatomy, and the other parts'."""
     total = anatomy.total
     compute = anatomy.forward + anatomy.backward + anatomy.step
     parts = {"framework": anatomy.framework, "communication": anatomy.communication, "other": anatomy.other,
              "profiler": anatomy.profiler}
-    return Busy("cpu", span, _share(compute, total), {k: _share(v, total) for k, v in parts.items()})
+    return Busy(device, span, _share(compute, total), {k: _share(v, total) for k, v in parts.items()})
 
 
 def busy(result: ProfileResult) -> Busy | None:
@@ -71,6 +70,6 @@ def busy(result: ProfileResult) -> Busy | None:
         return Busy("cuda", span, utilization_mean=usage.utilization_mean if sampled and usage else None,
                     utilization_max=usage.utilization_max if sampled and usage else None, kernels_share=share)
     if it.anatomy is not None:
-        return dataclasses.replace(cpu_busy(it.anatomy, span), device=device)
+        return cpu_busy(it.anatomy, span, device)
     ops = sum(s.latency for m in result.modules.values() for s in m.ops.get("forward", {}).values())
     return Busy(device, "forward", _share(ops, result.total.forward.latency))

@@ -294,8 +294,7 @@ class FlopsightCallback(TrainerCallback):
                     step.removers.append(wrap_method(trainer.optimizer, "step", self._guarded))
             step.removers.append(model.register_forward_pre_hook(self._count_tokens, with_kwargs=True).remove)
             self._step = step
-            if self.gather_timeout is not None:  # gathered after the step (with_ranks): say it started
-                announce()
+            announce(self.gather_timeout)  # its Profiler gathers nothing: this callback does, after the step
             profiler.start()
         except BaseException:
             self._step = None

@@ -327,8 +327,7 @@ class FlopsightCallback(Callback):
         self._profiler = Profiler(pl_module, options=self.options.replace(steps=None, gather_timeout=None))
         self._batches = self._samples = 0
         self._current = self.profile_step
-        if self.gather_timeout is not None:  # gathered after the step (with_ranks): say it started
-            announce()
+        announce(self.gather_timeout)  # its Profiler gathers nothing: this callback does, after the step
         self._profiler.start()
 
     def _abandon(self) -> bool:

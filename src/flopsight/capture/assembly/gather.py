@@ -90,11 +90,14 @@ def _store_and_rank():
     return store, dist.get_rank(), dist.get_world_size()
 
 
-def announce() -> None:
-    """Say that a profile starts on this rank (it will gather): rank 0 waits for the ranks
-    that did. A count in the store, per rank: its n-th profile was announced when the count
-    reached n. Rank 0's own count is read by no one: it is kept here only (no round trip to
-    the store at the start of its profile)."""
+def announce(gather_timeout: float | None = DEFAULT_GATHER_TIMEOUT) -> None:
+    """Say that a profile starts on this rank, one that will be gathered (``gather_timeout``
+    not None; one that gathers nothing must not count, or rank 0 would wait for a rank that
+    profiles for itself): rank 0 waits for the ranks that did. A count in the store, per rank:
+    its n-th profile was announced when the count reached n. Rank 0's own count is read by no
+    one: it is kept here only (no round trip to the store at the start of its profile)."""
+    if gather_timeout is None:
+        return
     found = _store_and_rank()
     if found is None:
         return

@@ -188,7 +188,7 @@ class EngineProfiler(FlopsProfiler):
         # gathered here (_stop), once the timed step's figures are in each rank's result
         options = ProfileOptions(optimizer=engine, ignore_modules=ignore_list, gather_timeout=None,
                                  parallel=engine_parallel(engine), memory=self._memory)
-        announce()  # gathered when it stops (with_ranks): rank 0 waits for the ranks that started
+        announce()  # its Profiler gathers nothing: this one does when it stops (with_ranks)
         self._profiler = Profiler(self.model, options=options).start()
         if engine.global_rank == 0:  # the rank that reports: a process ending meanwhile still reports
             self._profiler.save_at_exit(self._save_incomplete, steps=self._steps)
