@@ -193,6 +193,14 @@ def gloo_scenarios(tmp_path_factory):
     return launch_scenarios(tmp_path_factory, "gloo")
 
 
+@early_fixture
+def gloo4_scenarios(tmp_path_factory):
+    """The folder of the 4-rank torchrun launch: a folder of files per scenario (parallel4)."""
+    from multirank.launch import launch_scenarios
+
+    return launch_scenarios(tmp_path_factory, "gloo4")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _early_launches(request, tmp_path_factory):
     """Every early fixture a selected test needs, started before the first test."""

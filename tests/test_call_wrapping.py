@@ -160,11 +160,13 @@ def test_a_recursive_call_nests_under_itself():
                       ("step", "forward", "", True), ("step", "forward", "", True)]
 
 
-def test_a_module_with_hooks_of_its_own_is_timed_with_them_as_global_hooks_timed_it():
-    """ZeRO-3 fetches a module's parameters in its pre-hook: its time includes that hook, as
-    global hooks (which run before a module's own) timed it; its own forward hooks run after
-    the call's end, as after a global forward hook. Told by the autograd node each hook makes:
-    a call's nodes are numbered from its start's sequence counter to its end's."""
+def test_a_module_with_hooks_of_its_own_is_timed_with_them_as_a_counting_session_times_it():
+    """ZeRO-3 fetches a module's parameters in its pre-hook and releases them in its forward
+    hook; tensor parallelism redistributes a module's output in its forward hook: its time
+    includes both, as a counting session's (its call begins at the global pre-hook, before a
+    module's own, and ends at a hook of the module's own, after the others). Told by the
+    autograd node each hook makes: a call's nodes are numbered from its start's sequence
+    counter to its end's."""
     made = {}
 
     class Fetched(nn.Linear):
@@ -188,9 +190,9 @@ def test_a_module_with_hooks_of_its_own_is_timed_with_them_as_global_hooks_timed
         model(torch.ones(2, 4))
 
     calls = timed(model, run)
-    assert seen == [(True, False, EXTENSION.module_pre)]  # ours first among its hooks
+    assert seen == [(True, False, EXTENSION.module_pre)]  # ours first among its pre-hooks
     call = next(r for r in calls.log if r.path == "1")
-    assert call.seq_start <= made["pre"] < call.seq_end <= made["post"]
+    assert call.seq_start <= made["pre"] < made["post"] < call.seq_end
     assert list(fetched._forward_pre_hooks.values()) == [fetch]  # its own, as they were
     assert list(fetched._forward_hooks.values()) == [release]
     left_as_found(model)

@@ -41,6 +41,7 @@ __all__ = [
     "remove_global_hook",
     "module_call_frames",
     "has_own_hooks",
+    "has_own_forward_hooks",
     "original_module",
     "may_compile",
     "force_eager",
@@ -68,6 +69,11 @@ __all__ = [
     "flex_attention_ops",
     "allow_under_mode",
     "process_group",
+    "dtensor_class",
+    "fake_mode_now",
+    "pipeline_methods",
+    "schedule_plan",
+    "fsdp_module_class",
     "on_work_done",
     "python_work",
     "work_class",
@@ -398,6 +404,11 @@ def has_own_hooks(module: torch.nn.Module) -> bool:
                 or module._backward_hooks)
 
 
+def has_own_forward_hooks(module: torch.nn.Module) -> bool:
+    """Whether ``module`` has forward hooks of its own (that run after the global ones)."""
+    return bool(module._forward_hooks)
+
+
 def original_module(model: torch.nn.Module) -> torch.nn.Module:
     """The eager module behind a ``torch.compile``d one, or ``model`` itself.
 
@@ -488,6 +499,54 @@ def dtensor_local(tensor: torch.Tensor) -> torch.Tensor | None:
     """The tensor a DTensor holds on this rank, without dispatching an op (``to_local`` runs
     one); None for any other tensor. A DTensor's own storage is a wrapper's, of its global size."""
     return getattr(tensor, "_local_tensor", None) if type(tensor) is not torch.Tensor else None
+
+
+def dtensor_class() -> type | None:
+    """``DTensor``, when ``torch.distributed.tensor`` has been imported (a model can hold none
+    before), else None: the check costs no import."""
+    module = sys.modules.get("torch.distributed.tensor._api")
+    return getattr(module, "DTensor", None)
+
+
+def fsdp_module_class() -> type | None:
+    """FSDP2's ``FSDPModule`` (the class ``fully_shard`` mixes into a module), when
+    ``torch.distributed.fsdp`` has been imported, else None."""
+    module = sys.modules.get("torch.distributed.fsdp")
+    return getattr(module, "FSDPModule", None)
+
+
+#: the methods of ``torch.distributed.pipelining``'s PipelineStage that run its submodule on
+#: meta tensors to learn the shapes it sends (torch 2.9 to 2.12: one; 2.13 on: forward and backward)
+_STAGE_INFERENCE = ("_shape_inference", "_forward_metadata_inference", "_backward_metadata_inference")
+
+
+def pipeline_methods() -> tuple[list[tuple[type, str]], list[tuple[type, str]]]:
+    """(the PipelineStage methods that infer shapes on meta tensors, the schedules' ``step``
+    methods) as (class, name) pairs; both empty before ``torch.distributed.pipelining`` is
+    imported."""
+    stage = sys.modules.get("torch.distributed.pipelining.stage")
+    schedules = sys.modules.get("torch.distributed.pipelining.schedules")
+    if stage is None or schedules is None:
+        return [], []
+    inference = [(stage.PipelineStage, name) for name in _STAGE_INFERENCE if name in vars(stage.PipelineStage)]
+    steps = [(cls, "step") for cls in (getattr(schedules, "PipelineScheduleSingle", None),
+                                       getattr(schedules, "PipelineScheduleMulti", None))
+             if cls is not None and "step" in vars(cls)]
+    return inference, steps
+
+
+def schedule_plan(schedule) -> tuple[str, int, list]:
+    """A pipeline schedule's (class name, micro-batches per step, stages this rank runs)."""
+    stages = getattr(schedule, "_stages", None)
+    if stages is None:
+        stages = [schedule._stage]
+    return type(schedule).__name__, int(schedule._n_microbatches), list(stages)
+
+
+def fake_mode_now() -> object | None:
+    """The fake tensor mode in effect on this thread (DTensor propagates shardings under one),
+    or None."""
+    return torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE)
 
 
 def storage_key(tensor: torch.Tensor) -> int | None:

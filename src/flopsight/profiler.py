@@ -35,13 +35,14 @@ from .capture.assembly.gather import announce, gather_ranks, publish_failure, sp
 from .capture.charging.calls import ModuleCalls
 from .capture.model.inputs import batch_size, describe_inputs, model_device, model_dtype
 from .capture.model.modules import compiled_paths, describe
-from .capture.model.parallel import detect_parallel, warn_data_parallel
+from .capture.model.parallel import detect_parallel, split_params, warn_data_parallel
 from .capture.model.recursion import deep_enough, room_for
 from .capture.model.state import ModelState
 from .capture.runs.plan import CaptureOptions
 from .capture.runs.session import CaptureSession
 from .capture.runtime.running import RUNNING
 from .capture.runtime.timing import Clock, default_clock, on_device
+from .capture.sources.pipeline import PipelineRuns
 from .capture.sources.spans import SpanTimes
 from .formulas.registry import Registry
 from .options import CALL_ONLY, SPAN_ONLY, ProfileOptions
@@ -168,6 +169,7 @@ def run_metadata(model: nn.Module, args: tuple, kwargs: dict, *, everything: boo
         rank=rank,
         inputs=Inputs(describe_inputs(args, kwargs)) if args or kwargs else None,
         batch_size=batch_size(args, kwargs) if args or kwargs else None,
+        **split_params(model),
         **extra,
     )
 
@@ -666,12 +668,14 @@ class Profiler:
         run's objects tell (its metadata) is read now, while they are as the step left them."""
         calls = raw.get(ModuleCalls)
         args, kwargs = (calls.first_inputs if calls is not None else None) or ((), {})
+        pipeline = raw.get(PipelineRuns)
         meta = run_metadata(self._target, args, kwargs, everything=self._everything,
                             autocast=calls.autocast if calls is not None else None, mode="custom",
                             attention=self.options.attention,
                             batch_size_given=self.batch_size,
                             timing=_span_timing(session.clock, session.phases_on_device),
-                            parallel=detect_parallel(self._target, given=self.options.parallel),
+                            parallel=detect_parallel(self._target, given=self.options.parallel, pipeline=pipeline),
+                            pipeline=pipeline.to_dict() if pipeline is not None else None,
                             compiled=compiled_paths(self._infos))
         if meta.device_type not in ("cpu", "meta"):
             self._ran_on = torch.device(meta.device)

@@ -93,14 +93,17 @@ def deepspeed_launch(script: Path, *args: str, cwd: Path, timeout: float = 600) 
 #: - "compare" first: DeepSpeed's own profiler counts every linear layer twice in a process
 #:   that has run a ZeRO-3 engine (ZeRO-3 leaves its patched linear behind), and "compare"
 #:   holds that profiler's lines against flopsight's.
-LAUNCHES = {"gloo": ("collectives", "backends", "hf", "lightning", "attach", "span_error", "gather"),
-            "deepspeed": ("compare", "engine", "zero_stages")}
+LAUNCHES = {"gloo": ("collectives", "backends", "hf", "lightning", "attach", "span_error", "parallel", "gather"),
+            "deepspeed": ("compare", "engine", "zero_stages"),
+            # four ranks: a 2 x 2 mesh, four pipeline stages
+            "gloo4": ("parallel4",)}
 #: scenarios left out where a package is missing (their test modules skip then)
 NEEDS = {"hf": "transformers", "lightning": "lightning"}
 
 
 def launch_scenarios(tmp_path_factory, launcher: str):
-    """Start 2 ranks with ``launcher`` ("gloo": torchrun; "deepspeed": DeepSpeed's) once, and run
+    """Start 2 ranks with ``launcher`` ("gloo": torchrun; "deepspeed": DeepSpeed's; "gloo4":
+    torchrun with 4 ranks) once, and run
     every scenario of ``LAUNCHES[launcher]`` on them; return the folder that holds a folder of
     files per scenario. Skips the test where torch.distributed (or DeepSpeed) is missing. Meant
     for a session fixture (tests/conftest.py): one launch serves every test module."""
@@ -120,12 +123,12 @@ def launch_scenarios(tmp_path_factory, launcher: str):
     if launcher == "deepspeed":
         deepspeed_launch(script, *args, cwd=out)
     else:
-        torchrun(script, *args, timeout=300)
+        torchrun(script, *args, nproc=4 if launcher == "gloo4" else 2, timeout=300)
     return out
 
 
-def rank_results(folder: Path):
-    """``result(name)``: both ranks' results a scenario saved as ``folder/<name>.rank<r>.json``."""
+def rank_results(folder: Path, ranks: int = 2):
+    """``result(name)``: every rank's result a scenario saved as ``folder/<name>.rank<r>.json``."""
     import flopsight
 
-    return lambda name: [flopsight.load(folder / f"{name}.rank{r}.json") for r in (0, 1)]
+    return lambda name: [flopsight.load(folder / f"{name}.rank{r}.json") for r in range(ranks)]

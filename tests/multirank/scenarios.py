@@ -35,6 +35,8 @@ SCENARIOS = {
     "backends": (HERE / "backends_worker.py", None),
     "attach": (HERE / "attach_worker.py", None),
     "gather": (HERE / "gather_worker.py", None),
+    "parallel": (HERE / "parallel_worker.py", None),
+    "parallel4": (HERE / "parallel4_worker.py", None),
     "span_error": (HERE / "span_error_worker.py", None),
     "hf": (HERE / "hf_worker.py", None),
     "lightning": (HERE / "lightning_worker.py", None),

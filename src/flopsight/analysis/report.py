@@ -46,8 +46,10 @@ from .busy import Busy, busy
 from .collapse import View, child_views, root_view, signatures, subtree_sizes, walk_views
 from .derived import derived
 from .efficiency import Efficiency, efficiency
+from .experts import ExpertLayer, expert_figures
 from .kernel_profile import DeviceBusy, KernelProfile, device_busy, kernel_profile
 from .noise import NoiseFigures, noise_figures
+from .pipeline import PipelineFigures, pipeline_figures
 from .ranks import RankFigures, rank_figures
 from .report_figures import (
     ModuleFigures,
@@ -500,6 +502,16 @@ class Report:
     @cached_property
     def ranks(self) -> RankFigures | None:
         return rank_figures(self.result)
+
+    @cached_property
+    def experts(self) -> list[ExpertLayer]:
+        """The model's MoE layers: tokens per rank, imbalance, active parameters."""
+        return expert_figures(self.result)
+
+    @cached_property
+    def pipeline(self) -> PipelineFigures | None:
+        """A pipeline stage's (rank 0's gathered result: every stage's) view."""
+        return pipeline_figures(self.result)
 
     @property
     def memory(self) -> MemoryTotals | None:

@@ -17,6 +17,7 @@ totals, the model-parallel scaling of the summary and the parallelism header liv
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..result.communication import Collective, bandwidths
@@ -90,12 +91,18 @@ def is_training(result: ProfileResult) -> bool:
 
 
 def parallel_of(result: ProfileResult, given: ParallelInfo | None) -> ParallelInfo:
-    """``given`` (a DeepSpeed engine's figures), else what the run recorded: under
-    torch.distributed every rank is a data-parallel rank (world size = dp size, mp 1)."""
+    """``given`` (a DeepSpeed engine's figures), else what the run recorded: the model
+    parallel size is the tensor-parallel one (DeepSpeed's mp_size), the data-parallel size the
+    one detected, else the world over the tensor-, pipeline- and sequence-parallel sizes (with
+    none known, every rank is a data-parallel rank)."""
     if given is not None:
         return given
     world = int(result.metadata.world_size or 1)
-    return ParallelInfo(world_size=world, dp_size=world, mp_size=1)
+    sizes: Mapping[str, int] = result.metadata.parallel or {}
+    tp = int(sizes.get("tp") or 1)
+    split = tp * int(sizes.get("pp") or 1) * int(sizes.get("sp") or 1)
+    dp = int(sizes.get("dp") or (world // split if world % split == 0 else world))
+    return ParallelInfo(world_size=world, dp_size=dp, mp_size=tp)
 
 
 @dataclass(frozen=True)
@@ -351,7 +358,7 @@ def summary_figures(
     # forward-only reports print the header only for an engine, as DeepSpeed does;
     # training reports always do (DeepSpeed's engine report always has it)
     header = parallel_of(result, parallel) if training else parallel
-    mp = header.mp_size if header else 1
+    mp = (header or parallel_of(result, None)).mp_size  # a forward-only report's too
     it = result.iteration if training else None
     batch: float | None = None  # the engine's batch size per GPU, else the samples per micro-batch measured
     measured = False
@@ -372,7 +379,8 @@ def summary_figures(
         micro_batches=it.micro_batches if it is not None else None,
         optimizer_steps=it.step.calls if it is not None else None,
         params=total.params,
-        params_of_model=total.params * mp,
+        params_of_model=(result.metadata.params_of_model if result.metadata.params_of_model is not None
+                         else total.params * mp),
         fwd=Stats(fwd.macs, fwd.flops, fwd.latency, fwd.calls),
         fwd_flops_of_model=fwd.flops * mp,
         fwd_flops_per_second=rate(fwd.flops, fwd.latency),

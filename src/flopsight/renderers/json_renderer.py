@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..analysis.experts import expert_figures
+from ..analysis.pipeline import pipeline_figures
 from ..analysis.ranks import rank_figures
 from ..analysis.report import Report
 from ..analysis.report_options import ReportOptions
@@ -48,6 +50,12 @@ def json_data(result) -> dict[str, Any]:
     if figures is not None:  # derived from the ranks' results, for readers that do not recompute them
         data["rank_figures"] = {"busy": [b.to_dict() for b in figures.busy],
                                 "straggler": figures.straggler.to_dict() if figures.straggler is not None else None}
+    pipeline = pipeline_figures(result)
+    if pipeline is not None:  # derived likewise: the stages, their bubbles and traffic
+        data["pipeline_figures"] = pipeline.to_dict()
+    experts = expert_figures(result)
+    if experts:  # and the MoE layers' tokens per rank, imbalance and active parameters
+        data["expert_figures"] = [layer.to_dict() for layer in experts]
     if result.metadata.device_type != "meta":
         return data
     for m in data["modules"]:

@@ -35,8 +35,10 @@ from typing import Any
 
 from ..analysis.aggregate import DepthSummary
 from ..analysis.busy import Busy
+from ..analysis.experts import ExpertLayer
 from ..analysis.kernel_profile import KernelProfile
 from ..analysis.noise import NoiseFigures
+from ..analysis.pipeline import PipelineFigures
 from ..analysis.ranks import RankFigures
 from ..analysis.report import (
     AggregatedProfile,
@@ -94,7 +96,8 @@ number of floating-point operations (flops), floating-point operations per secon
 fwd latency (forward propagation latency), bwd latency (backward propagation latency),
 step (weights update latency), iter latency (sum of fwd, bwd and step latency)
 """
-_PARALLELISM = {"world": "world", "dp": "dp", "tp": "tp", "pp": "pp", "sp": "sp", "zero_stage": "ZeRO stage"}
+_PARALLELISM = {"world": "world", "dp": "dp", "tp": "tp", "pp": "pp", "sp": "sp", "ep": "ep",
+                "zero_stage": "ZeRO stage"}
 
 
 def _pct(percent: float) -> str:
@@ -261,6 +264,14 @@ class _Text:
         if report.parallelism:
             self.kv("parallelism (detected or given): ",
                     ", ".join(f"{_PARALLELISM[k]} {v}" for k, v in report.parallelism))
+        replicated = report.result.metadata.params_replicated
+        if replicated is not None:  # tensor parallelism split the model: what it did not split
+            self.kv(f"params replicated on every model-parallel {u}: ",
+                    params_to_string(replicated))
+        if report.pipeline is not None:
+            self._pipeline(report.pipeline)
+        for layer in report.experts:
+            self._experts(layer, gathered=bool(report.result.ranks))
         if report.ranks is not None:
             self._ranks(report.ranks)
         if report.memory is not None:
@@ -422,6 +433,35 @@ class _Text:
                         f"max {bytes_to_string(u.memory_used_max)}{total}")
         if u.allocator_peak is not None:
             self.kv("memory, caching allocator peak while profiling per GPU: ", bytes_to_string(u.allocator_peak))
+
+    def _experts(self, e: ExpertLayer, gathered: bool) -> None:
+        """A MoE layer: the tokens its experts took (per rank, or per expert here), its balance."""
+        where = "rank" if gathered else "expert"
+        self.kv(f"experts of {e.path or '<root>'!r}, tokens per {where} (imbalance: max / mean): ",
+                f"{', '.join(map(str, e.tokens))} ({e.imbalance:.2f})")
+        if e.params_active is not None:
+            self.kv(f"experts of {e.path or '<root>'!r}, params used per token (top-{e.top_k:g}) / held by the layer: ",
+                    f"{params_to_string(e.params_active)} / {params_to_string(e.params_total)}")
+
+    def _pipeline(self, f: PipelineFigures) -> None:
+        """A pipeline schedule's stages: work per micro-batch, bubble, traffic per neighbour."""
+        size, batch = f.micro_batch_size, f"{f.micro_batches} micro-batches"
+        if size is not None and f.global_batch is not None:
+            batch = f"{_count(size)} x {batch} x dp = global batch {_count(f.global_batch)}"
+        self.kv("pipeline (schedule, stages, batch): ",
+                f"{f.schedule}, {f.num_stages} stages on {f.ranks} ranks, {batch}")
+        for s in f.stages:
+            name = "stage" if len(s.stages) == 1 else "stages"
+            self.kv(f"pipeline {name} {', '.join(map(str, s.stages))} (rank {s.rank}), per micro-batch fwd / bwd: ",
+                    f"{macs_to_string(s.fwd_macs)} in {self.dur(s.fwd_seconds)} / "
+                    f"{macs_to_string(s.bwd_macs)} in {self.dur(s.bwd_seconds)}")
+            self.kv(f"pipeline {name} {', '.join(map(str, s.stages))}, bubble (waited for its neighbours): ",
+                    f"{self.dur(s.bubble)}, {_pct(100 * s.bubble_share)} of its {self.dur(s.step)} step "
+                    f"(the schedule's ideal: {_pct(100 * f.ideal)})")
+            for b in s.boundaries:
+                self.kv(f"pipeline {name} {', '.join(map(str, s.stages))} <-> rank {b.peer} (sent / received): ",
+                        f"{bytes_to_string(b.sent)} in {b.sends} / {bytes_to_string(b.received)} in {b.receives}, "
+                        f"{self.dur(b.seconds)} in flight, {self.dur(b.exposed)} waited")
 
     def _ranks(self, f: RankFigures) -> None:
         """The ranks of a torch.distributed run, gathered on rank 0."""

@@ -1,5 +1,5 @@
-"""Collective communication as the result stores it: one record per module, phase, kind and
-group size, with bandwidths as DeepSpeed's communication logger defines them.
+"""Collective communication as the result stores it: one record per module, phase, kind,
+group size and peer (of a send or receive), with bandwidths as DeepSpeed's communication logger defines them.
 
 ``bytes`` is the payload per rank, summed over the calls: the tensor reduced (all-reduce),
 this rank's contribution (all-gather, all-to-all, gather), this rank's share of the result
@@ -63,6 +63,8 @@ class Collective(NamedTuple):
     group_size: int
     exposed: float = 0.0
     overlapped: float = 0.0
+    #: a send's or receive's other rank, its rank in the group (-1: any other kind)
+    peer: int = -1
 
     @property
     def algbw(self) -> float:
@@ -75,7 +77,10 @@ class Collective(NamedTuple):
         return bandwidths(self.kind, self.bytes, self.latency, self.group_size)[1]
 
     def to_dict(self) -> dict[str, Any]:
-        return self._asdict()
+        d = self._asdict()
+        if d["peer"] < 0:  # written for sends and receives only: other results read as before
+            del d["peer"]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Collective:

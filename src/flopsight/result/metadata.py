@@ -22,7 +22,7 @@ from typing import Any, ClassVar, NamedTuple
 __all__ = ["Metadata", "Timing", "Parallelism", "PARALLEL_KEYS", "Inputs", "TensorSpec"]
 
 #: the sizes a run records, and the ZeRO stage
-PARALLEL_KEYS = ("world", "dp", "tp", "pp", "sp", "zero_stage")
+PARALLEL_KEYS = ("world", "dp", "tp", "pp", "sp", "ep", "zero_stage")
 
 
 def _size(key: str) -> property:
@@ -62,7 +62,7 @@ class Parallelism(Mapping):
     # equal to the dict it holds, so not hashable; typeshed's idiom (object declares __hash__ a method)
     __hash__: ClassVar[None] = None  # type: ignore[assignment]
 
-    world, dp, tp, pp, sp, zero_stage = (_size(key) for key in PARALLEL_KEYS)
+    world, dp, tp, pp, sp, ep, zero_stage = (_size(key) for key in PARALLEL_KEYS)
 
     def to_dict(self) -> dict[str, int]:
         return dict(self._sizes)
@@ -222,6 +222,15 @@ class Metadata:
     #: world, data-, tensor-, pipeline-, sequence-parallel sizes and ZeRO stage, where known
     #: (a dict is accepted and kept as a :class:`Parallelism`)
     parallel: Parallelism | None = None
+    #: where tensor (sequence, expert) parallelism splits the model's parameters (the tree's
+    #: params are this rank's shards): every parameter once at its full size, as one process
+    #: holds them, and those every such rank holds whole (counted in each rank's); else None
+    params_of_model: int | None = None
+    params_replicated: int | None = None
+    #: the pipeline schedule a stage of the model ran in (``torch.distributed.pipelining``):
+    #: ``schedule``, ``micro_batches`` per step, ``stages`` (this rank's indices),
+    #: ``num_stages``, ``steps``; else None
+    pipeline: dict | None = None
     #: shapes and dtypes of the profiled call's arguments (a dict of ``args`` and ``kwargs``
     #: is accepted and kept as :class:`Inputs`)
     inputs: Inputs | None = None
@@ -266,8 +275,9 @@ class Metadata:
         d["inputs"] = self.inputs.to_dict() if self.inputs is not None else None
         d["compiled"] = list(self.compiled)
         d["on_values"] = list(self.on_values)
-        if self.incomplete is None:  # written where set only: complete results read as before
-            del d["incomplete"]
+        for name in ("incomplete", "params_of_model", "params_replicated", "pipeline"):
+            if d[name] is None:  # written where set only: other results read as before
+                del d[name]
         return d
 
     @classmethod

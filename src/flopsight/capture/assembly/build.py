@@ -336,19 +336,19 @@ def _module_memory(memory: MemoryFigures | None, path: str) -> ModuleMemory | No
 
 
 def _collectives(calls) -> tuple[Collective, ...]:
-    """One record per (module, phase, kind, group size), summed over the calls, in phase
+    """One record per (module, phase, kind, group size, peer), summed over the calls, in phase
     then kind order."""
     acc: dict[tuple, list] = {}
-    for path, phase, kind, nbytes, group_size, seconds, overlapped in calls:
-        a = acc.setdefault((path, phase, kind, group_size), [0, 0, 0.0, 0.0])
+    for path, phase, kind, nbytes, group_size, seconds, overlapped, peer in calls:
+        a = acc.setdefault((path, phase, kind, group_size, peer), [0, 0, 0.0, 0.0])
         a[0] += 1
         a[1] += nbytes
         a[2] += seconds
         a[3] += overlapped
     order = {k: i for i, k in enumerate(KINDS)}
-    keys = sorted(acc, key=lambda k: (_PHASE_ORDER.get(k[1], len(_PHASE_ORDER)), order.get(k[2], len(order))))
-    return tuple(Collective(kind, path, phase, n_calls, nbytes, seconds, group, seconds - overlapped, overlapped)
-                 for (path, phase, kind, group), (n_calls, nbytes, seconds, overlapped) in
+    keys = sorted(acc, key=lambda k: (_PHASE_ORDER.get(k[1], len(_PHASE_ORDER)), order.get(k[2], len(order)), k[4]))
+    return tuple(Collective(kind, path, phase, n_calls, nbytes, seconds, group, seconds - overlapped, overlapped, peer)
+                 for (path, phase, kind, group, peer), (n_calls, nbytes, seconds, overlapped) in
                  ((k, acc[k]) for k in keys))
 
 

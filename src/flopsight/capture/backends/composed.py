@@ -3,6 +3,8 @@ op capture, started, stopped and collected in one order."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Protocol
 
 from ..runtime.context import innermost_path
@@ -20,12 +22,16 @@ class _Part(Protocol):
     def collect(self, ctx) -> object: ...
 
 
+class _Calls(_Part, Protocol):
+    def paused(self) -> contextlib.AbstractContextManager: ...
+
+
 class CallsAndOps:
     """What both backends are made of: ``calls`` (module-call tracking, started first, stopped
     last) and ``ops`` (op capture, None in a session that counts nothing). Nothing to settle
     unless a part says so."""
 
-    calls: _Part  # (each backend's constructor sets it)
+    calls: _Calls  # (each backend's constructor sets it)
     ops: _Part | None = None
     tracks_memory = hears_all_threads = host_call_stamps = False
 
@@ -37,6 +43,16 @@ class CallsAndOps:
 
     def in_order(self, action) -> None:
         action()
+
+    def unrecorded(self) -> contextlib.AbstractContextManager:
+        raise NotImplementedError
+
+    @contextlib.contextmanager
+    def not_run_for_real(self) -> Iterator[None]:
+        """Code that runs the model not for real (a pipeline stage's shape inference on meta
+        tensors): neither its ops nor its module calls are recorded."""
+        with self.unrecorded(), self.calls.paused():
+            yield
 
     def innermost_module(self, stack: list) -> str | None:
         return innermost_path(stack)  # (Python's hooks push and pop the calls as they happen)

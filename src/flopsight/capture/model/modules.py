@@ -14,7 +14,7 @@ from torch import nn
 
 from ..._torch_private import original_module
 from ...result.records import LayerSizes
-from .params import param_numel
+from .params import fsdp_managed, param_numel
 from .scripted import is_scripted, type_name
 
 __all__ = ["ModuleInfo", "walk", "walk_named", "describe", "compiled_paths", "layer_sizes"]
@@ -145,7 +145,9 @@ def describe(model: nn.Module) -> dict[str, ModuleInfo]:
     for child_path, key in aliases:
         infos[child_path].aliases.append(key)
 
-    sizes = {k: (param_numel(p), p.requires_grad) for k, p in params_of[""].items()}  # each tensor once
+    fsdp = fsdp_managed(info.module for info in infos.values())
+    # each tensor once; this rank's shard of one that tensor parallelism splits
+    sizes = {k: (param_numel(p, k in fsdp), p.requires_grad) for k, p in params_of[""].items()}
     by_object: dict[int, list[str]] = {}
     for info in infos.values():
         by_object.setdefault(id(info.module), []).append(info.path)

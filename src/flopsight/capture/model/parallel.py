@@ -1,5 +1,6 @@
-"""How a run is parallelised: world, data-, tensor-, pipeline- and sequence-parallel sizes
-and the ZeRO stage, read off a DeepSpeed engine or the model's ``DeviceMesh``, or given.
+"""How a run is parallelised: world, data-, tensor-, pipeline-, sequence- and expert-parallel
+sizes and the ZeRO stage, read off a DeepSpeed engine or the model's ``DeviceMesh``, or given;
+and how tensor parallelism splits the model's parameters.
 
 >>> detect_parallel(object(), given={"tp": 2})
 {'world': 1, 'tp': 2}
@@ -7,6 +8,7 @@ and the ZeRO stage, read off a DeepSpeed engine or the model's ``DeviceMesh``, o
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Any
 
@@ -15,13 +17,9 @@ import torch
 from ..._checks import check_int
 from ...result.metadata import PARALLEL_KEYS
 from .modules import walk
+from .params import MESH_NAMES, fsdp_managed, model_dims, param_numel
 
-__all__ = ["detect_parallel", "engine_parallel", "check_parallel", "warn_data_parallel"]
-
-# DeviceMesh dimension names -> our keys
-_MESH_NAMES = {"dp": "dp", "data": "dp", "dp_shard": "dp", "dp_replicate": "dp", "fsdp": "dp", "ddp": "dp",
-               "tp": "tp", "tensor": "tp", "pp": "pp", "pipeline": "pp", "sp": "sp", "cp": "sp", "seq": "sp",
-               "context": "sp"}
+__all__ = ["detect_parallel", "engine_parallel", "check_parallel", "warn_data_parallel", "split_params"]
 
 
 def check_parallel(given: Any) -> dict | None:
@@ -73,31 +71,71 @@ def engine_parallel(engine: Any) -> dict:
     return found
 
 
+def _unique_params(model: Any) -> list:
+    if not isinstance(model, torch.nn.Module):
+        return []
+    return list({id(p): p for m in walk(model) for p in m._parameters.values() if p is not None}.values())
+
+
 def _mesh_parallel(model: Any) -> dict:
-    """Sizes of the named dimensions of the DeviceMesh the model's DTensor parameters live on."""
-    params = model.parameters() if isinstance(model, torch.nn.Module) else ()
+    """Sizes of the DeviceMesh dimensions the model's DTensor parameters live on, by what they
+    split (their names; unnamed: data parallel under FSDP2, else tensor parallel), and the
+    data-parallel size left of the world where only the model's split is named."""
+    params = _unique_params(model)
+    fsdp = fsdp_managed(walk(model)) if params else set()
+    found: dict[str, int] = {}
     for p in params:
         mesh = getattr(p, "device_mesh", None)
-        names = getattr(mesh, "mesh_dim_names", None)
         if mesh is None:
             continue
-        found: dict[str, int] = {}
-        for i, name in enumerate(names or ()):
-            key = _MESH_NAMES.get(str(name).lower())
-            if key is not None:
-                found[key] = found.get(key, 1) * int(mesh.size(i))
-        if not names:  # an unnamed 1-D mesh: FSDP2's default, data parallel
-            found["dp"] = int(mesh.size())
-        return found
-    return {}
+        names = getattr(mesh, "mesh_dim_names", None) or ()
+        splits = model_dims(p, id(p) in fsdp)
+        sizes: dict[str, int] = {}
+        for i in range(mesh.ndim):
+            name = str(names[i]).lower() if i < len(names) else ""
+            key = MESH_NAMES.get(name, "tp") if i in splits else "dp"
+            sizes[key] = sizes.get(key, 1) * int(mesh.size(i))
+        for key, size in sizes.items():
+            found[key] = max(found.get(key, 1), size)
+    return found
 
 
-def detect_parallel(model: Any, engine: Any = None, given: dict | None = None) -> dict | None:
-    """The run's parallelism: the world size, then what the engine or the model's mesh says,
-    then ``given`` over both; None in one process with nothing detected or given."""
+def split_params(model: Any) -> dict:
+    """How tensor (sequence, expert) parallelism splits the model's parameters, where it
+    does: ``params_of_model``, every parameter counted once at its full size (what one
+    process would hold), and ``params_replicated``, the parameters every such rank holds
+    whole (norms, biases after a row-wise split, modules left unsplit); {} where none is split.
+
+    >>> split_params(torch.nn.Linear(2, 2))
+    {}
+    """
+    params = _unique_params(model)
+    fsdp = fsdp_managed(walk(model)) if params else set()
+    split = False
+    whole = replicated = 0
+    for p in params:
+        full = int(getattr(p, "ds_numel", None) or p.numel())  # a DTensor's numel is its global one
+        local = param_numel(p, id(p) in fsdp)
+        dims = model_dims(p, id(p) in fsdp)
+        split = split or any(p.device_mesh.size(i) > 1 for i in dims)
+        whole += full
+        if local == full:
+            replicated += local
+    return {"params_of_model": whole, "params_replicated": replicated} if split else {}
+
+
+def detect_parallel(model: Any, engine: Any = None, given: dict | None = None, pipeline: Any = None) -> dict | None:
+    """The run's parallelism: the world size, then what the engine or the model's mesh says
+    (and ``pipeline``, the :class:`~..sources.pipeline.PipelineRuns` a stage ran in), then
+    ``given`` over them; None in one process with nothing detected or given."""
     dist = torch.distributed
     distributed = dist.is_available() and dist.is_initialized()
     found = {"world": dist.get_world_size() if distributed else 1}
     found.update(engine_parallel(engine) if engine is not None else _mesh_parallel(model))
+    if pipeline is not None and pipeline.ranks > 1:
+        found["pp"] = pipeline.ranks
     found.update(given or {})
+    split = math.prod(found.get(key, 1) for key in ("tp", "pp", "sp"))
+    if "dp" not in found and split > 1 and found["world"] % split == 0:  # the ranks left replicate the model
+        found["dp"] = found["world"] // split
     return found if distributed or len(found) > 1 else None

@@ -14,7 +14,7 @@ is one new file in ``capture/sources/`` and one row here.
 >>> from flopsight.formulas import REGISTRY
 >>> timing_pass = CaptureOptions(infos={}, count=False)
 >>> [row.name for row in plan(timing_pass, CaptureContext.create(HostClock(), REGISTRY))]
-['optimizer', 'backend', 'spans']
+['optimizer', 'pipeline', 'backend', 'spans']
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from ..sources.kernels import KernelTrace
 from ..sources.memory import MemorySource
 from ..sources.module_rules import ModuleRules
 from ..sources.optimizer import OptimizerSteps
+from ..sources.pipeline import PipelineSteps
 from ..sources.spans import SpanTimer
 from ..sources.units import UnitSource
 
@@ -90,6 +91,7 @@ PLAN: tuple[Row, ...] = (
     Row("autograd functions", AutogradFunctions, _counting),
     Row("collectives", CollectivesSource, _counting),
     Row("functions", FunctionInterceptor, _counting),
+    Row("pipeline", PipelineSteps),
     # started after the modes of the sources that route torch functions
     Row("backend", backend),
     Row("device usage", _gpu, lambda o, ctx: isinstance(ctx.clock, CudaEventClock)),

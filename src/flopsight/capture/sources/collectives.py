@@ -172,13 +172,14 @@ class _Call:
     ops (``overlapped``)."""
 
     __slots__ = ("kind", "path", "phase", "bytes", "group_size", "issued", "returned", "done", "overlapped",
-                 "device", "events", "group", "start")
+                 "device", "events", "group", "start", "peer")
 
     def __init__(self, kind, path, phase, nbytes, group_size, issued, returned, device=None, group=None):
         self.kind, self.path, self.phase, self.bytes, self.group_size = kind, path, phase, nbytes, group_size
         self.issued, self.returned = issued, returned
         self.group = group  # what identifies its process group: its collectives run one after another
         self.start = issued
+        self.peer = -1  # a send's or receive's other rank (its rank in the group), else -1
         self.done: float | None = None
         self.overlapped = 0.0
         #: on CUDA: the tensor's device, and [issue event, completion event or None] on its stream
@@ -280,15 +281,16 @@ class InFlight:
 class Communication:
     """The collectives source's part of a raw capture: each collective, resolved (its CUDA
     time read), and its record ``(module path, phase, kind, payload bytes per rank, group
-    size, seconds, seconds of it the rank spent running ops)``; the flights merged where they
+    size, seconds, seconds of it the rank spent running ops, the peer of a send or receive)``;
+    the flights merged where they
     overlap, as ``communication`` (their seconds) and ``communication_overlapped`` (the ops'
     seconds during them) spans."""
 
     calls: list = field(default_factory=list)
 
     @property
-    def records(self) -> list[tuple[str, str, str, int, int, float, float]]:
-        return [(c.path, c.phase, c.kind, c.bytes, c.group_size, c.seconds, min(c.overlapped, c.seconds))
+    def records(self) -> list[tuple[str, str, str, int, int, float, float, int]]:
+        return [(c.path, c.phase, c.kind, c.bytes, c.group_size, c.seconds, min(c.overlapped, c.seconds), c.peer)
                 for c in self.calls]
 
     def spans(self) -> dict[str, list[float]]:
@@ -408,6 +410,9 @@ class CollectivesSource:
         call.bytes = payload_bytes(bound.get(payload)) if payload else 0
         if func.namespace == "_c10d_functional" and kind == "reduce_scatter" and call.group_size:
             call.bytes //= call.group_size  # the whole input is passed; this rank keeps 1/n of it
+        if kind in ("send", "recv"):
+            peer = bound.get("dst", bound.get("src", bound.get("peer")))
+            call.peer = peer if isinstance(peer, int) else -1
         owner = None
         if kind == "all_gather" and self._gathers and isinstance(bound.get(payload), torch.Tensor):
             # FSDP2 gathers a layer's parameters ahead of its use (prefetching): the layer's

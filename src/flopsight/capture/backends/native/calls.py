@@ -15,7 +15,9 @@ as theirs (docs/native.md, "module calls in a timed pass"). Where it times the o
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+from collections.abc import Iterator
 
 from torch import nn
 
@@ -56,7 +58,7 @@ class NativeCalls(PythonCalls):
     def start(self, ctx) -> None:
         self._modules = self.tracked_modules(ctx)
         self._index_paths = [self.paths[id(m)] for m in self._modules]
-        pre, post = self.hooks(ctx)
+        pre, post, _ = self.hooks(ctx)
         # only a timing session wraps forwards: a counting one keeps its global hooks (no
         # callers: torch's call path is not the one recognised, nothing is wrapped either)
         callers = module_call_frames() if self._records is not None and WrappedForwards.fit(self._modules) else ()
@@ -68,10 +70,22 @@ class NativeCalls(PythonCalls):
                 self.hook_root(ctx)  # first: the root then has hooks of its own
                 self._wrapped = WrappedForwards(self._rec, self._modules)
             else:
-                self.install(ctx, self._rec.module_pre, self._rec.module_post)
+                self.install(ctx, self._rec.module_pre, self._rec.module_post, self._rec.module_post_late)
         except BaseException:
             self.stop(ctx)
             raise
+
+    def exit_late(self, modules: list) -> None:
+        self._rec.exit_late(modules)
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        was = self._rec.set_calls_active(False)  # the C++ hooks and wrappers pass calls through
+        try:
+            with super().paused():
+                yield
+        finally:
+            self._rec.set_calls_active(was)
 
     def stop(self, ctx) -> None:
         try:
@@ -224,9 +238,10 @@ class WrappedForwards:
         module.__dict__["forward"] = wrapper  # not setattr: a module's __setattr__ may do more
 
     def _hook(self, recorder, module: nn.Module) -> None:
-        # first among its hooks, as the global hooks run before a module's own
+        # first among its pre-hooks, as the global one runs before a module's own; last among
+        # its hooks, as a counting session's call ends (python/calls.py)
         self._handles.append(module.register_forward_pre_hook(recorder.module_pre, prepend=True))
-        self._handles.append(module.register_forward_hook(recorder.module_post, prepend=True, always_call=True))
+        self._handles.append(module.register_forward_hook(recorder.module_post_late, always_call=True))
 
     def restore(self) -> None:
         """Every wrapped module's ``forward`` as it was, unless someone replaced the wrapper

@@ -57,7 +57,7 @@ from ...runtime.events import OpEvent
 from ...runtime.running import RUNNING
 from ...runtime.stance import EAGER_STANCE
 from ...runtime.timing import FakeClock
-from .recorder import RECORDER, Tables, host_offset
+from .recorder import RECORDER, Tables, host_offset, see_through_dtensors
 from .scalars import ScalarCosts, split_doubles
 
 __all__ = ["NativeCountingSource", "NO_NODE", "ROWS", "configure_tables", "operator_of"]
@@ -266,6 +266,7 @@ class NativeCountingSource:
         try:
             if self.memory and not self._rec.start_memory():  # checked when the backend was chosen
                 raise RuntimeError("memory: torch.profiler's state is on this thread; profile with backend='python'")
+            see_through_dtensors(self._rec)
             self._rec.start(self._claimed if claims else None)
         except BaseException:
             if self.memory:

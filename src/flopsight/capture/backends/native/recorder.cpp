@@ -33,6 +33,12 @@
 // recorded, as a dispatch mode does not see it: the op marks the thread's debug info, which
 // c10d carries into those threads with the rest of its thread-local state.
 //
+// Tensor parallelism: an op on a DTensor is not this rank's work; the ops DTensor runs for it
+// on the local shards are (and its redistributions' collectives). Such an op is not recorded
+// and does not hide its parts, as the dispatch mode hands it to DTensor and sees what it runs.
+// DTensor propagates shardings under a fake tensor mode: an op run under a fake mode that was
+// not on when the session started is not run for real, and neither it nor its parts is recorded.
+//
 // Module boundaries: the two global module hooks are C++ functions too (see "module
 // boundaries" below): a call of a module of the model becomes an enter and an exit record in
 // the same stream, so Python replays the module stack in order with the ops.
@@ -46,6 +52,8 @@
 #include <ATen/SequenceNumber.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/record_function.h>
+#include <c10/core/impl/PyObjectSlot.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <torch/csrc/autograd/functions/accumulate_grad.h>
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/autograd/python_variable.h>
@@ -124,6 +132,7 @@ struct Frame {
   bool cacheable = true;
   bool keep = false;  // keep the values (see the top of this file)
   bool claimed = false;
+  bool swallowed = false;  // not run for real: neither it nor its parts recorded (see the top)
   std::string key;
   std::vector<c10::IValue> inputs;
 };
@@ -529,6 +538,50 @@ void claim(Frame& frame, const std::vector<c10::IValue>& outputs, int64_t t1) {
   }
 }
 
+// -- tensor parallelism (see the top of this file) ------------------------------------------
+PyTypeObject* g_transparent = nullptr;  // DTensor's class (a reference held), or null
+std::atomic<bool> g_skip_fake{false};    // ops under a fake tensor mode are not run for real
+
+// a tensor's Python object, or null (torch 2.9's slot checks its interpreter; later ones have one)
+template <typename Slot>
+auto slot_object(const Slot* slot, int) -> decltype(slot->load_pyobj()) {
+  return slot->load_pyobj();
+}
+template <typename Slot>
+PyObject* slot_object(const Slot* slot, long) {
+  auto obj = slot->check_pyobj(true);
+  return obj ? *obj : nullptr;
+}
+
+// whether a tensor is a DTensor (or of a subclass of it): its type read without the GIL, as the
+// object lives as long as the tensor and a type's bases do not change
+bool is_transparent(const at::Tensor& t) {
+  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  if (!impl->key_set().has(c10::DispatchKey::Python)) return false;
+  PyObject* obj = slot_object(impl->pyobj_slot(), 0);
+  for (PyTypeObject* type = obj ? Py_TYPE(obj) : nullptr; type != nullptr; type = type->tp_base) {
+    if (type == g_transparent) return true;
+  }
+  return false;
+}
+
+bool on_transparent(c10::ArrayRef<c10::IValue> inputs) {
+  for (const auto& v : inputs) {
+    if (v.isTensor()) {
+      if (v.toTensor().defined() && is_transparent(v.toTensor())) return true;
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList().vec()) {
+        if (t.defined() && is_transparent(t)) return true;
+      }
+    }
+  }
+  return false;
+}
+
+bool fake_mode_on() {
+  return c10::impl::TorchDispatchModeTLS::get_mode(c10::impl::TorchDispatchModeKey::FAKE).has_value();
+}
+
 std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   ThreadState& t = t_state;
   if (t.generation != g_generation.load(std::memory_order_relaxed)) {  // a new session
@@ -542,6 +595,7 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   frame.recorded = false;
   frame.claimed = false;
   frame.quiet = false;
+  frame.swallowed = false;
   if (t.recorded_depth > 0) {  // a part of a recorded op
     ++t.parts;
     return nullptr;
@@ -549,6 +603,14 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   if (!g_on.load(std::memory_order_relaxed) ||
       (g_has_claims.load(std::memory_order_relaxed) && c10::ThreadLocalDebugInfo::get(kInsideClaimed))) {
     return nullptr;
+  }
+  if (g_transparent != nullptr) {  // DTensor is loaded (see the top of this file)
+    if (g_skip_fake.load(std::memory_order_relaxed) && fake_mode_on()) {
+      frame.swallowed = true;
+      ++t.recorded_depth;
+      return nullptr;
+    }
+    if (on_transparent(fn.inputs())) return nullptr;
   }
   frame.fallback = false;
   OpFlags flags = op_of(fn, t);
@@ -614,6 +676,11 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext*) {
   ThreadState& t = t_state;
   if (t.depth == 0) return;  // entered before this session began
   Frame& frame = t.frames[--t.depth];
+  if (frame.swallowed) {
+    frame.swallowed = false;
+    --t.recorded_depth;
+    return;
+  }
   OwnTime own(frame.recorded || t.recorded_depth == 0);  // a part's is in its recorded op's time
   bool claimed = frame.claimed;
   if (claimed) {
@@ -951,6 +1018,9 @@ struct ModuleHooks {
   std::vector<PyObject*> stack;  // the modules entered and not exited, as Python's stack has them
   py::object pre, post;  // the Python hooks, for the calls above
   std::vector<py::object> callers;  // the code objects of the frames Module.__call__ calls forward from
+  // the modules whose calls end at a hook of their own, after their own forward hooks
+  // (python/calls.py): the global post-hook passes their calls by, module_post_late ends them
+  std::unordered_set<PyObject*> late;
 };
 // used with the GIL held only; never destroyed: its Python objects would be released by the C++
 // runtime's exit handlers, after the interpreter has finalised (a fatal error). Python's own
@@ -1015,10 +1085,21 @@ PyObject* module_pre(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return call_begins(args[0], it->second, [&] { return PyObject_Vectorcall(h.pre.ptr(), args, nargs, nullptr); });
 }
 
-// the always-called forward hook (global, or a module's own): hook(module, args, output)
+// the always-called forward hook of a module that ends its calls (its own last one, see
+// ModuleHooks::late; a timing session's, see "module boundaries"): hook(module, args, output)
+PyObject* module_post_late(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  ModuleHooks& h = g_modules;
+  if (!h.active || nargs < 1) Py_RETURN_NONE;
+  auto it = h.index.find(args[0]);
+  if (it == h.index.end()) Py_RETURN_NONE;
+  return call_ends(args[0], it->second, [&] { return PyObject_Vectorcall(h.post.ptr(), args, nargs, nullptr); });
+}
+
+// the always-called global forward hook: hook(module, args, output)
 PyObject* module_post(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   ModuleHooks& h = g_modules;
   if (!h.active || nargs < 1) Py_RETURN_NONE;
+  if (!h.late.empty() && h.late.count(args[0]) != 0) Py_RETURN_NONE;
   auto it = h.index.find(args[0]);
   if (it == h.index.end()) Py_RETURN_NONE;
   return call_ends(args[0], it->second, [&] { return PyObject_Vectorcall(h.post.ptr(), args, nargs, nullptr); });
@@ -1027,7 +1108,10 @@ PyObject* module_post(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 PyMethodDef g_pre_def = {"module_pre", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(module_pre)),
                          METH_FASTCALL, "The forward pre-hook (see track_modules)."};
 PyMethodDef g_post_def = {"module_post", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(module_post)),
-                          METH_FASTCALL, "The always-called forward hook (see track_modules)."};
+                          METH_FASTCALL, "The always-called global forward hook (see track_modules)."};
+PyMethodDef g_post_late_def = {"module_post_late",
+                               reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(module_post_late)),
+                               METH_FASTCALL, "The always-called forward hook a module ends its calls at (see exit_late)."};
 
 // -- a module's forward, wrapped (see "module boundaries")
 struct ForwardWrapper {
@@ -1241,8 +1325,22 @@ void track_modules(const py::list& modules, py::object pre, py::object post, con
   h.post = std::move(post);
   h.callers.clear();
   for (const auto& caller : callers) h.callers.push_back(py::reinterpret_borrow<py::object>(caller));
+  h.late.clear();
   ++h.generation;
   h.active = true;
+}
+
+// the hooks and wrappers track calls (on) or pass them through (off); returns what it was
+bool set_calls_active(bool on) {
+  bool was = g_modules.active;
+  if (on && g_modules.index.empty()) return was;  // untracked meanwhile (the session stopped): stays off
+  g_modules.active = on;
+  return was;
+}
+
+// (after track_modules) the tracked modules whose calls end at their own module_post_late
+void exit_late(const py::list& modules) {
+  for (const auto& module : modules) g_modules.late.insert(module.ptr());
 }
 
 // the index of the innermost tracked module call running (-1: none), as the module stack is
@@ -1264,6 +1362,7 @@ void untrack_modules() {
   h.pre = py::object();
   h.post = py::object();
   h.callers.clear();
+  h.late.clear();
 }
 
 // the module calls begun and not ended (0: none is running)
@@ -1391,6 +1490,19 @@ void configure(const std::vector<std::string>& value_ops, const std::vector<std:
   g_sigs.clear();
   g_sig_keys.clear();
   g_config.fetch_add(1);
+}
+
+// (with the GIL held, the recorder stopped) the class of the tensors whose ops are not recorded,
+// their parts are (DTensor), or None; skip_fake: ops under a fake tensor mode are not recorded
+void set_transparent(py::object cls, bool skip_fake) {
+  std::lock_guard<std::mutex> guard(g_lock);
+  TORCH_CHECK(!g_handle, "flopsight's native recorder is running");
+  Py_CLEAR(g_transparent);
+  if (!cls.is_none()) {
+    TORCH_CHECK(PyType_Check(cls.ptr()), "set_transparent: a class expected");
+    g_transparent = reinterpret_cast<PyTypeObject*>(cls.release().ptr());
+  }
+  g_skip_fake.store(skip_fake);
 }
 
 // (with the GIL held) claim: the claimed ops' handler, or None; stamps: record the ops' stamps
@@ -1698,6 +1810,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("start", &start, py::arg("claim") = py::none(), py::arg("stamps") = false,
         "Install the recorder on this thread (and the autograd threads it starts); claim(op, inputs, outputs, "
         "t0, t1) gets each claimed op as it returns; stamps: record each op's stamps only (sig 0).");
+  m.def("set_transparent", &set_transparent, py::arg("cls"), py::arg("skip_fake"),
+        "Ops on tensors of class cls (DTensor; None: none) are not recorded, their parts are; skip_fake: ops "
+        "under a fake tensor mode are not recorded, nor their parts (see recorder.cpp).");
   m.def("signature", &signature, py::arg("sig"), "A signature's key.");
   m.def("operator", &operator_name, py::arg("id"), "(name, overload) of an operator id.");
   m.def("stop", &stop, "Remove the recorder.");
@@ -1726,6 +1841,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("wrap_forward", &wrap_forward, py::arg("module"), py::arg("index"), py::arg("original"),
         "A callable to set as the index-th tracked module's forward for the session: it calls original "
         "(what module.forward was) as module_pre and module_post would see the call.");
+  m.def("set_calls_active", &set_calls_active, py::arg("on"),
+        "The module hooks and wrappers track calls (on) or pass them through; returns what it was.");
+  m.def("exit_late", &exit_late, py::arg("modules"),
+        "The tracked modules whose calls end at their own module_post_late hook (the global module_post "
+        "passes them by).");
   m.def("open_calls", &open_calls, "The tracked module calls begun and not ended.");
   m.def("innermost_module", &innermost_module,
         "The index of the innermost tracked module call running (-1: none).");
@@ -1736,4 +1856,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "handler(func, args, kwargs).");
   m.add_object("module_pre", py::reinterpret_steal<py::object>(PyCFunction_New(&g_pre_def, nullptr)));
   m.add_object("module_post", py::reinterpret_steal<py::object>(PyCFunction_New(&g_post_def, nullptr)));
+  m.add_object("module_post_late", py::reinterpret_steal<py::object>(PyCFunction_New(&g_post_late_def, nullptr)));
 }

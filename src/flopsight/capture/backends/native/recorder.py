@@ -18,9 +18,10 @@ import weakref
 from typing import Any, Final
 
 from ...._process import PROCESS
+from ...._torch_private import dtensor_class, fake_mode_now
 from .build import build
 
-__all__ = ["RECORDER", "Recorder", "Tables", "UNCHECKED", "host_offset"]
+__all__ = ["RECORDER", "Recorder", "Tables", "UNCHECKED", "host_offset", "see_through_dtensors"]
 
 
 class _Unchecked(enum.Enum):
@@ -135,6 +136,13 @@ class Recorder:
 def host_offset(recorder: Any) -> float:
     """Seconds to add to a recorder stamp (ns * 1e-9) to put it on the host clock."""
     return time.perf_counter() - recorder.clock_ns() * 1e-9
+
+
+def see_through_dtensors(recorder: Any) -> None:
+    """Before a start: the ops on DTensors are not recorded, the ops DTensor runs on this
+    rank's shards are, as the dispatch mode sees them (recorder.cpp's "tensor parallelism")."""
+    dtensor = dtensor_class()
+    recorder.set_transparent(dtensor, dtensor is not None and fake_mode_now() is None)
 
 
 #: the process's native recorder

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from ...charging.counts import OpTimes
 from .ops import configure_tables, operator_of
-from .recorder import RECORDER
+from .recorder import RECORDER, see_through_dtensors
 
 __all__ = ["OpStamps"]
 
@@ -39,6 +39,7 @@ class OpStamps:
 
     def start(self) -> None:
         self._tables = configure_tables(self._rec, self._registry)
+        see_through_dtensors(self._rec)
         self._rec.start(None, True)
         self._running = True
 

@@ -2,10 +2,11 @@
 
 A dispatch mode sees each aten op after autograd and composite decompositions, which is
 where ``@``, ``einsum``, ``F.linear`` and custom ops all become the same few kernels,
-identically on CPU, CUDA and meta. It only observes: it calls the op unchanged and
-returns its result. Each op is charged through the attribution object and, when some
-source listens (``ctx.events``), published once as an :class:`~.events.OpEvent`; an op a
-source claimed is handed to it to charge instead.
+identically on CPU, CUDA and meta. It only observes: it calls the op unchanged and returns
+its result. Each op is charged through the attribution object and, when some source listens
+(``ctx.events``), published once as an :class:`~.events.OpEvent`; an op a source claimed is
+handed to it to charge instead. An op on a DTensor is the ops it runs on this rank's shards
+(and the collectives that redistribute them): those are counted, not the global op.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ import contextlib
 from ...._torch_private import (
     EagerDispatchMode,
     allow_under_mode,
+    dtensor_class,
     exit_mode,
+    fake_mode_now,
     flex_attention_ops,
     innermost_dispatch_mode,
 )
@@ -51,10 +54,20 @@ class _CountingMode(EagerDispatchMode):
         # sessions already running on this thread have their modes below this one: they would
         # see the ops of its charging (a formula reading a mask), which are nobody's
         self._nested = bool(RUNNING.here())
+        # an op on a DTensor (tensor parallelism) is not the work this rank does: the ops it
+        # runs on the local shards are (NotImplemented hands it to DTensor, which runs them
+        # under this mode), and its sharding propagation under a fake mode is not run for real
+        self._dtensor = dtensor_class()
+        self._fake_at_start = fake_mode_now() if self._dtensor is not None else None
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if OWN_CODE.depth:  # the profiler's own op (another session's formula): no one's
             return func(*args, **kwargs) if kwargs else func(*args)
+        if self._dtensor is not None:
+            if self._dtensor in types:
+                return NotImplemented
+            if fake_mode_now() is not self._fake_at_start:
+                return func(*args, **kwargs) if kwargs else func(*args)
         stamp = self._stamp
         t0 = stamp()
         out = func(*args, **kwargs) if kwargs else func(*args)

@@ -1,0 +1,123 @@
+"""Scenario ``parallel`` of scenarios.py, for tests/test_parallel_forms.py: 2 gloo ranks.
+
+Writes ``<out>/<name>.rank<r>.json`` (a ProfileResult) for each of these, each one training
+step (forward and backward) under ``Profiler(model)``:
+
+* ``tp_python``, ``tp_native``: ``Linear(64, 256) -> ReLU -> Linear(256, 64)`` split column-
+  then row-wise (``ColwiseParallel``, ``RowwiseParallel``) over a mesh named ``("tp",)``, on 8
+  rows, with each backend;
+* ``tp_unnamed``: the same on an unnamed mesh (the sizes read off the placements);
+* ``sp_python``, ``sp_native``: ``LayerNorm(64)`` in sequence parallel, then the same two
+  layers (the first all-gathers the sequence, the second reduce-scatters it), on this rank's
+  4 of 8 positions of 2 sequences;
+* ``single``: the tensor-parallel model's layers in one process (rank 0 only), for the job's figures;
+* ``pp_<schedule>_<backend>_<step>``: two pipeline stages of ``Linear(64, 64) -> Linear(64, 64)``
+  (rank r runs stage r) under ``ScheduleGPipe`` or ``Schedule1F1B``, 4 micro-batches of 2 rows,
+  each stage profiled with ``Profiler(stage_module)`` over its first step (``step1``: the one
+  that infers the shapes) and its second (``step2``);
+* ``moe_python``, ``moe_native``: ``Linear(64, 64)``, then a mixture of 2 experts
+  (``Linear(64, 128) -> ReLU -> Linear(128, 64)``), one per rank, top-1: each rank routes 6 of
+  its 8 tokens to rank 0's expert and 2 to rank 1's, with ``all_to_all_single`` there and
+  back; one training step.
+"""
+
+import sys
+import warnings
+
+import torch
+import torch.distributed as dist
+import torch.distributed.nn.functional as dist_nn
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+from torch.distributed.tensor import Shard
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel, parallelize_module
+
+import flopsight
+
+out = sys.argv[1]
+rank = dist.get_rank()
+
+
+def save(name: str, result) -> None:
+    result.save(f"{out}/{name}.rank{rank}.json")
+
+
+def mlp(norm: bool = False) -> nn.Sequential:
+    torch.manual_seed(0)
+    layers = [nn.LayerNorm(64)] if norm else []
+    return nn.Sequential(*layers, nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 64))
+
+
+def step(name: str, model: nn.Module, x: torch.Tensor, backend: str = "native") -> None:
+    with flopsight.Profiler(model, backend=backend) as prof:
+        model(x).sum().backward()
+    save(name, prof.result)
+
+
+named = init_device_mesh("cpu", (2,), mesh_dim_names=("tp",))
+tensor_parallel = {"0": ColwiseParallel(), "2": RowwiseParallel()}
+for backend in ("python", "native"):
+    torch.manual_seed(1)
+    step(f"tp_{backend}", parallelize_module(mlp(), named, tensor_parallel), torch.randn(8, 64), backend)
+torch.manual_seed(1)
+step("tp_unnamed", parallelize_module(mlp(), init_device_mesh("cpu", (2,)), tensor_parallel), torch.randn(8, 64))
+
+sequence_parallel = {"0": SequenceParallel(), "1": ColwiseParallel(input_layouts=Shard(1)),
+                     "3": RowwiseParallel(output_layouts=Shard(1))}
+for backend in ("python", "native"):
+    torch.manual_seed(2 + rank)
+    step(f"sp_{backend}", parallelize_module(mlp(norm=True), named, sequence_parallel), torch.randn(2, 4, 64), backend)
+
+def pipeline(name: str, schedule_class, backend: str) -> None:
+    torch.manual_seed(10 + rank)
+    stage_module = nn.Sequential(nn.Linear(64, 64), nn.Linear(64, 64))
+    stage = PipelineStage(stage_module, rank, 2, torch.device("cpu"))
+    schedule = schedule_class(stage, 4, loss_fn=lambda out, target: ((out - target) ** 2).mean())
+    x, target = torch.randn(8, 64), torch.randn(8, 64)
+    for n in (1, 2):
+        with flopsight.Profiler(stage_module, backend=backend) as prof:
+            schedule.step(x) if rank == 0 else schedule.step(target=target, losses=[])
+        save(f"{name}_{backend}_step{n}", prof.result)
+
+
+for schedule_class, name in ((ScheduleGPipe, "pp_gpipe"), (Schedule1F1B, "pp_1f1b")):
+    for backend in ("native", "python") if name == "pp_1f1b" else ("native",):
+        pipeline(name, schedule_class, backend)
+
+class MoE(nn.Module):
+    """Top-1 routing to one expert per rank; the tokens go to their expert's rank and back
+    with all_to_all_single (autograd's, so the backward exchanges their gradients)."""
+
+    def __init__(self):
+        super().__init__()
+        self.router = nn.Linear(64, 2, bias=False)
+        self.experts = nn.ModuleList([nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 64))])
+
+    def forward(self, x):
+        gates = self.router(x).softmax(-1)
+        choice = torch.tensor([0] * 6 + [1] * 2)  # a fixed routing, for counts worked by hand
+        order = choice.argsort(stable=True)
+        send = torch.bincount(choice, minlength=2)
+        receive = torch.empty_like(send)
+        dist.all_to_all_single(receive, send)  # how many tokens each expert gets from each rank
+        send_rows, receive_rows = send.tolist(), receive.tolist()
+        tokens = dist_nn.all_to_all_single(x.new_empty(sum(receive_rows), 64), x[order], receive_rows, send_rows)
+        back = dist_nn.all_to_all_single(x.new_empty(8, 64), self.experts[0](tokens), send_rows, receive_rows)
+        return back[order.argsort()] * gates.gather(1, choice[:, None])
+
+
+# torch.distributed.nn's all_to_all_single (autograd's, in torch 2.9 to 2.15) says it is deprecated
+warnings.filterwarnings("ignore", message=".*all_to_all_single is deprecated")
+for backend in ("python", "native"):
+    torch.manual_seed(20 + rank)
+    model = nn.Sequential(nn.Linear(64, 64), MoE())
+    step(f"moe_{backend}", model, torch.randn(8, 64), backend)
+
+if rank == 0:
+    torch.manual_seed(1)
+    model = mlp()
+    with flopsight.Profiler(model, gather_timeout=None) as prof:
+        model(torch.randn(8, 64)).sum().backward()
+    save("single", prof.result)
+dist.barrier()
