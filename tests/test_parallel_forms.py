@@ -262,3 +262,29 @@ def test_expert_parallel_counts_each_rank_s_tokens_and_charges_the_all_to_alls_t
     text = results[0].render("text")
     assert "experts of '1', tokens per rank (imbalance: max / mean):" in text and "12, 4 (1.50)" in text
     assert json.loads(results[0].render("json"))["expert_figures"][0]["tokens"] == [12, 4]
+
+
+def test_the_parallel_plans_example_runs_as_written(gloo4_scenarios):
+    # examples/parallel_plans.py on 4 ranks, with the command docs/distributed.md gives, on
+    # fewer steps (tests/multirank/scenarios.py: "--warm-up 1 --steps 2 --json plans.json")
+    out = gloo4_scenarios / "parallel_plans"
+    found = json.loads((out / "plans.json").read_text())
+    rows = {r["plan"]: r for r in found["plans"]}
+    assert list(rows) == ["data", "tensor", "pipeline", "expert"] and found["world"] == 4
+    # the dense model's step, per token and block: q, k, v and out 4 * 64 * 64 = 16,384, the
+    # MLP 2 * 64 * 256 = 32,768, attention's two products 4 heads * 2 * 16 * 16 / 16 = 2,048
+    # (dense): 51,200 MACs; 8 * 16 tokens, 4 blocks: 26,214,400 forward, twice that backward
+    # (every product's input and weight gradients): 78,643,200 per step, split over the ranks
+    for plan in ("data", "tensor", "pipeline"):
+        assert sum(rows[plan]["macs_per_rank"]) == 78_643_200
+        assert rows[plan]["macs_per_rank"] == [78_643_200 // 4] * 4
+    # the experts take every token once (each the MLP's size), plus the routers: 64 x 4 per
+    # token and block forward, thrice that with the backward: 3 * 128 * 4 * 256 = 393,216
+    assert sum(rows["expert"]["macs_per_rank"]) == 78_643_200 + 393_216
+    for r in rows.values():
+        assert abs(sum(r["anatomy"].values()) - r["step_seconds"]) < 1e-6  # the anatomy adds up to the step
+    assert rows["pipeline"]["anatomy"]["bubble"] > 0 and rows["data"]["anatomy"]["bubble"] == 0
+    assert set(rows["tensor"]["communication"]) == {"all_reduce"}
+    assert set(rows["expert"]["communication"]) == {"all_to_all", "all_reduce"}
+    assert found["verdicts"]["fastest"] in rows
+    assert "| plan | MACs per rank (fwd + bwd) |" in (out / "stdout.rank0.txt").read_text()

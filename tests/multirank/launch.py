@@ -96,7 +96,7 @@ def deepspeed_launch(script: Path, *args: str, cwd: Path, timeout: float = 600) 
 LAUNCHES = {"gloo": ("collectives", "backends", "hf", "lightning", "attach", "span_error", "parallel", "gather"),
             "deepspeed": ("compare", "engine", "zero_stages"),
             # four ranks: a 2 x 2 mesh, four pipeline stages
-            "gloo4": ("parallel4",)}
+            "gloo4": ("parallel4", "parallel_plans")}
 #: scenarios left out where a package is missing (their test modules skip then)
 NEEDS = {"hf": "transformers", "lightning": "lightning"}
 

@@ -1,6 +1,7 @@
 """Run several test scenarios on the ranks of one launch, in one process group.
 
     torchrun --standalone --nproc_per_node 2 tests/multirank/scenarios.py gloo OUT collectives backends hf lightning attach gather
+    torchrun --standalone --nproc_per_node 4 tests/multirank/scenarios.py gloo OUT parallel4 parallel_plans
     DS_ACCELERATOR=cpu deepspeed --num_gpus 2 tests/multirank/scenarios.py deepspeed OUT compare engine zero_stages
 
 Starting two ranks costs about 4 s with torchrun and 8 s with DeepSpeed's launcher on the
@@ -44,6 +45,8 @@ SCENARIOS = {
     "compare": (HERE / "ds_compare_worker.py", None),
     # the command docs/distributed.md gives, on fewer steps
     "zero_stages": (EXAMPLES / "zero_stages.py", ["--warm-up", "1", "--steps", "3", "--json", "{out}/stages.json"]),
+    "parallel_plans": (EXAMPLES / "parallel_plans.py",
+                       ["--warm-up", "1", "--steps", "2", "--json", "{out}/plans.json"]),
 }
 
 
