@@ -7,12 +7,15 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers import PIPELINING_ON_GLOO
 from multirank.launch import rank_results
 
 import flopsight
 from flopsight.analysis.experts import expert_figures
 from flopsight.analysis.pipeline import pipeline_figures
 from flopsight.analysis.report_figures import summary_figures
+
+pipelining = pytest.mark.skipif(not PIPELINING_ON_GLOO, reason="torch 2.9's pipelining fails on gloo, unprofiled")
 
 
 @pytest.fixture(scope="module")
@@ -140,6 +143,7 @@ PP_MACS = {0: {"": (65_536, 98_304), "0": (32_768, 32_768), "1": (32_768, 65_536
 PIPELINES = ["pp_gpipe_native", "pp_1f1b_native", "pp_1f1b_python"]
 
 
+@pipelining
 @pytest.mark.parametrize("name", PIPELINES)
 @pytest.mark.parametrize("step", ["step1", "step2"])
 def test_a_pipeline_stage_counts_its_micro_batches_only(ranks, name, step):
@@ -152,6 +156,7 @@ def test_a_pipeline_stage_counts_its_micro_batches_only(ranks, name, step):
         assert dict(result.metadata.parallel) == {"world": 2, "pp": 2, "dp": 1}
 
 
+@pipelining
 @pytest.mark.parametrize("name", PIPELINES)
 def test_the_pipeline_view_has_every_stage_its_traffic_and_the_ideal_bubble(ranks, name):
     view = pipeline_figures(ranks(f"{name}_step2")[0])  # rank 0's: every stage
@@ -172,6 +177,7 @@ def test_the_pipeline_view_has_every_stage_its_traffic_and_the_ideal_bubble(rank
     assert [s["stages"] for s in data["pipeline_figures"]["stages"]] == [[0], [1]]
 
 
+@pipelining
 def test_both_backends_count_a_pipeline_stage_alike(ranks):
     for step in ("step1", "step2"):
         for python, native in zip(ranks(f"pp_1f1b_python_{step}"), ranks(f"pp_1f1b_native_{step}")):
@@ -206,6 +212,7 @@ def test_fsdp2_with_tensor_parallelism_counts_each_rank_s_shard_of_the_work(rank
     assert (figures.parallel.world_size, figures.parallel.dp_size, figures.parallel.mp_size) == (4, 2, 2)
 
 
+@pipelining
 def test_four_pipeline_stages_each_count_their_own_and_their_two_neighbours(ranks4):
     # 8 micro-batches of 2 rows: forward 8 * 2 * 8,192 = 131,072 per stage; backward 8 * 24,576
     # = 196,608 on stage 0, 8 * 32,768 = 262,144 on the others (see PP_MACS)
@@ -221,6 +228,7 @@ def test_four_pipeline_stages_each_count_their_own_and_their_two_neighbours(rank
         [(2, 4096, 4096)]]
 
 
+@pipelining
 def test_an_interleaved_schedule_s_rank_counts_both_its_stages(ranks4):
     # rank r runs stages r and r + 4 of 8: forward 2 * 131,072; backward: rank 0, stage 0's
     # 196,608 and stage 4's 262,144; the others, twice 262,144
@@ -270,12 +278,13 @@ def test_the_parallel_plans_example_runs_as_written(gloo4_scenarios):
     out = gloo4_scenarios / "parallel_plans"
     found = json.loads((out / "plans.json").read_text())
     rows = {r["plan"]: r for r in found["plans"]}
-    assert list(rows) == ["data", "tensor", "pipeline", "expert"] and found["world"] == 4
+    pipeline = ["pipeline"] if PIPELINING_ON_GLOO else []
+    assert list(rows) == ["data", "tensor", *pipeline, "expert"] and found["world"] == 4
     # the dense model's step, per token and block: q, k, v and out 4 * 64 * 64 = 16,384, the
     # MLP 2 * 64 * 256 = 32,768, attention's two products 4 heads * 2 * 16 * 16 / 16 = 2,048
     # (dense): 51,200 MACs; 8 * 16 tokens, 4 blocks: 26,214,400 forward, twice that backward
     # (every product's input and weight gradients): 78,643,200 per step, split over the ranks
-    for plan in ("data", "tensor", "pipeline"):
+    for plan in ("data", "tensor", *pipeline):
         assert sum(rows[plan]["macs_per_rank"]) == 78_643_200
         assert rows[plan]["macs_per_rank"] == [78_643_200 // 4] * 4
     # the experts take every token once (each the MLP's size), plus the routers: 64 x 4 per
@@ -283,7 +292,9 @@ def test_the_parallel_plans_example_runs_as_written(gloo4_scenarios):
     assert sum(rows["expert"]["macs_per_rank"]) == 78_643_200 + 393_216
     for r in rows.values():
         assert abs(sum(r["anatomy"].values()) - r["step_seconds"]) < 1e-6  # the anatomy adds up to the step
-    assert rows["pipeline"]["anatomy"]["bubble"] > 0 and rows["data"]["anatomy"]["bubble"] == 0
+    assert rows["data"]["anatomy"]["bubble"] == 0
+    if pipeline:
+        assert rows["pipeline"]["anatomy"]["bubble"] > 0
     assert set(rows["tensor"]["communication"]) == {"all_reduce"}
     assert set(rows["expert"]["communication"]) == {"all_to_all", "all_reduce"}
     assert found["verdicts"]["fastest"] in rows
