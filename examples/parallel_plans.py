@@ -300,9 +300,12 @@ def verdicts(results: dict) -> dict:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--warm-up", type=int, default=2, help="unprofiled steps first (default: %(default)s)")
-    parser.add_argument("--steps", type=int, default=10, help="profiled steps per plan (default: %(default)s)")
+    parser.add_argument("--steps", type=int, default=10, help="profiled steps per plan, 2 or more (the verdict "
+                        "needs a spread; default: %(default)s)")
     parser.add_argument("--json", help="also write the figures to this file (rank 0)")
     args = parser.parse_args(argv)
+    if args.steps < 2 or args.warm_up < 0:
+        parser.error(f"--steps: expected 2 or more (got {args.steps}); --warm-up: 0 or more (got {args.warm_up})")
     # torch.distributed.nn's all_to_all_single (autograd's) says it is deprecated
     warnings.filterwarnings("ignore", message=".*all_to_all_single is deprecated")
     started = not dist.is_initialized()  # (a caller's process group is left as it was)

@@ -187,7 +187,7 @@ def deepspeed_scenarios(tmp_path_factory):
 @early_fixture
 def gloo_scenarios(tmp_path_factory):
     """The folder of the torchrun launch: a folder of files per scenario (collectives, backends, hf, lightning, attach,
-    gather)."""
+    span_error, parallel, parallel_plans, gather)."""
     from multirank.launch import launch_scenarios
 
     return launch_scenarios(tmp_path_factory, "gloo")
@@ -195,7 +195,7 @@ def gloo_scenarios(tmp_path_factory):
 
 @early_fixture
 def gloo4_scenarios(tmp_path_factory):
-    """The folder of the 4-rank torchrun launch: a folder of files per scenario (parallel4, parallel_plans)."""
+    """The folder of the 4-rank torchrun launch: a folder of files per scenario (parallel4)."""
     from multirank.launch import launch_scenarios
 
     return launch_scenarios(tmp_path_factory, "gloo4")

@@ -12,6 +12,7 @@ from multirank.launch import rank_results
 
 import flopsight
 from flopsight.analysis.experts import expert_figures
+from flopsight.analysis.job import job_figures
 from flopsight.analysis.pipeline import pipeline_figures
 from flopsight.analysis.report_figures import summary_figures
 
@@ -186,6 +187,65 @@ def test_both_backends_count_a_pipeline_stage_alike(ranks):
                 c[:2] + c[3:5] + (c.peer,) for c in native.collectives())
 
 
+# A mixture of 2 experts (Linear(64, 128) -> ReLU -> Linear(128, 64)), one per rank, top-1;
+# each rank sends 6 of its 8 tokens to rank 0's expert and 2 to rank 1's:
+#   rank 0's expert takes 6 + 6 = 12 tokens: 12 * (64 * 128 + 128 * 64) = 196,608 MACs;
+#   rank 1's takes 2 + 2 = 4: 65,536; imbalance 12 / mean(12, 4) = 1.5
+#   the all-to-alls forward, bytes this rank gives: the token counts (2 int64: 16), the
+#   dispatch (its 8 tokens of 64 float32: 2,048), the combine (the tokens its expert took:
+#   rank 0 12 x 256 = 3,072, rank 1 1,024); backward, the combine's and the dispatch's
+#   gradients: 2,048 + 3,072 (rank 0), 2,048 + 1,024 (rank 1)
+MOE = {0: (196_608, 5136, 5120), 1: (65_536, 3088, 3072)}
+
+
+@pytest.mark.parametrize("name", ["moe_python", "moe_native"])
+def test_expert_parallel_counts_each_rank_s_tokens_and_charges_the_all_to_alls_to_the_layer(ranks, name):
+    results = ranks(name)
+    for rank, result in enumerate(results):
+        expert_macs, forward_bytes, backward_bytes = MOE[rank]
+        assert result.module("1.experts.0").forward.macs == expert_macs
+        assert [(c.kind, c.module, c.phase, c.count, c.bytes) for c in result.collectives()] == [
+            ("all_to_all", "1", "forward", 3, forward_bytes), ("all_to_all", "1", "backward", 2, backward_bytes)]
+    (layer,) = expert_figures(results[0])  # rank 0's: every rank's tokens
+    # top-1: the experts took 16 tokens of the 16 the router took; a token uses the router
+    # (64 x 2 = 128) and one expert (64 x 128 + 128 + 128 x 64 + 64 = 16,576): 16,704 of the
+    # 128 + 2 x 16,576 = 33,280 the layer holds over the ranks
+    assert (layer.path, layer.experts, layer.tokens, layer.imbalance, layer.top_k) == (
+        "1", ("1.experts.0",), (12, 4), 1.5, 1.0)
+    assert (layer.params_per_expert, layer.params_active, layer.params_total) == (16_576, 16_704, 33_280)
+    text = results[0].render("text")
+    assert "experts of '1', tokens per rank (imbalance: max / mean):" in text and "12, 4 (1.50)" in text
+    assert json.loads(results[0].render("json"))["expert_figures"][0]["tokens"] == [12, 4]
+
+
+def test_the_parallel_plans_example_runs_as_written(gloo_scenarios):
+    # examples/parallel_plans.py on 2 ranks, with the command docs/distributed.md gives, on
+    # fewer steps (tests/multirank/scenarios.py: "--warm-up 1 --steps 2 --json plans.json")
+    out = gloo_scenarios / "parallel_plans"
+    found = json.loads((out / "plans.json").read_text())
+    rows = {r["plan"]: r for r in found["plans"]}
+    pipeline = ["pipeline"] if PIPELINING_ON_GLOO else []
+    assert list(rows) == ["data", "tensor", *pipeline, "expert"] and found["world"] == 2
+    # the dense model's step, per token and block: q, k, v and out 4 * 64 * 64 = 16,384, the
+    # MLP 2 * 64 * 256 = 32,768, attention's two products 4 heads * 2 * 16 * 16 / 16 = 2,048
+    # (dense): 51,200 MACs; 8 * 16 tokens, 4 blocks: 26,214,400 forward, twice that backward
+    # (every product's input and weight gradients): 78,643,200 per step, split over the ranks
+    for plan in ("data", "tensor", *pipeline):
+        assert rows[plan]["macs_per_rank"] == [78_643_200 // 2] * 2
+    # the experts take every token once (each the MLP's size), plus the routers: 64 x 2 per
+    # token and block forward, thrice that with the backward: 3 * 128 * 4 * 128 = 196,608
+    assert sum(rows["expert"]["macs_per_rank"]) == 78_643_200 + 196_608
+    for r in rows.values():
+        assert abs(sum(r["anatomy"].values()) - r["step_seconds"]) < 1e-6  # the anatomy adds up to the step
+    assert rows["data"]["anatomy"]["bubble"] == 0
+    if pipeline:
+        assert rows["pipeline"]["anatomy"]["bubble"] > 0
+    assert set(rows["tensor"]["communication"]) == {"all_reduce"}
+    assert set(rows["expert"]["communication"]) == {"all_to_all", "all_reduce"}
+    assert found["verdicts"]["fastest"] in rows
+    assert "| plan | MACs per rank (fwd + bwd) |" in (out / "stdout.rank0.txt").read_text()
+
+
 # -- four ranks (tests/multirank/parallel4_worker.py) -----------------------------------------
 @pytest.fixture(scope="module")
 def ranks4(gloo4_scenarios):
@@ -241,61 +301,15 @@ def test_an_interleaved_schedule_s_rank_counts_both_its_stages(ranks4):
     assert pipeline_figures(ranks4("interleaved_step2")[0]).ideal == 3 / 19
 
 
-# A mixture of 2 experts (Linear(64, 128) -> ReLU -> Linear(128, 64)), one per rank, top-1;
-# each rank sends 6 of its 8 tokens to rank 0's expert and 2 to rank 1's:
-#   rank 0's expert takes 6 + 6 = 12 tokens: 12 * (64 * 128 + 128 * 64) = 196,608 MACs;
-#   rank 1's takes 2 + 2 = 4: 65,536; imbalance 12 / mean(12, 4) = 1.5
-#   the all-to-alls forward, bytes this rank gives: the token counts (2 int64: 16), the
-#   dispatch (its 8 tokens of 64 float32: 2,048), the combine (the tokens its expert took:
-#   rank 0 12 x 256 = 3,072, rank 1 1,024); backward, the combine's and the dispatch's
-#   gradients: 2,048 + 3,072 (rank 0), 2,048 + 1,024 (rank 1)
-MOE = {0: (196_608, 5136, 5120), 1: (65_536, 3088, 3072)}
-
-
-@pytest.mark.parametrize("name", ["moe_python", "moe_native"])
-def test_expert_parallel_counts_each_rank_s_tokens_and_charges_the_all_to_alls_to_the_layer(ranks, name):
-    results = ranks(name)
-    for rank, result in enumerate(results):
-        expert_macs, forward_bytes, backward_bytes = MOE[rank]
-        assert result.module("1.experts.0").forward.macs == expert_macs
-        assert [(c.kind, c.module, c.phase, c.count, c.bytes) for c in result.collectives()] == [
-            ("all_to_all", "1", "forward", 3, forward_bytes), ("all_to_all", "1", "backward", 2, backward_bytes)]
-    (layer,) = expert_figures(results[0])  # rank 0's: every rank's tokens
-    # top-1: the experts took 16 tokens of the 16 the router took; a token uses the router
-    # (64 x 2 = 128) and one expert (64 x 128 + 128 + 128 x 64 + 64 = 16,576): 16,704 of the
-    # 128 + 2 x 16,576 = 33,280 the layer holds over the ranks
-    assert (layer.path, layer.experts, layer.tokens, layer.imbalance, layer.top_k) == (
-        "1", ("1.experts.0",), (12, 4), 1.5, 1.0)
-    assert (layer.params_per_expert, layer.params_active, layer.params_total) == (16_576, 16_704, 33_280)
-    text = results[0].render("text")
-    assert "experts of '1', tokens per rank (imbalance: max / mean):" in text and "12, 4 (1.50)" in text
-    assert json.loads(results[0].render("json"))["expert_figures"][0]["tokens"] == [12, 4]
-
-
-def test_the_parallel_plans_example_runs_as_written(gloo4_scenarios):
-    # examples/parallel_plans.py on 4 ranks, with the command docs/distributed.md gives, on
-    # fewer steps (tests/multirank/scenarios.py: "--warm-up 1 --steps 2 --json plans.json")
-    out = gloo4_scenarios / "parallel_plans"
-    found = json.loads((out / "plans.json").read_text())
-    rows = {r["plan"]: r for r in found["plans"]}
-    pipeline = ["pipeline"] if PIPELINING_ON_GLOO else []
-    assert list(rows) == ["data", "tensor", *pipeline, "expert"] and found["world"] == 4
-    # the dense model's step, per token and block: q, k, v and out 4 * 64 * 64 = 16,384, the
-    # MLP 2 * 64 * 256 = 32,768, attention's two products 4 heads * 2 * 16 * 16 / 16 = 2,048
-    # (dense): 51,200 MACs; 8 * 16 tokens, 4 blocks: 26,214,400 forward, twice that backward
-    # (every product's input and weight gradients): 78,643,200 per step, split over the ranks
-    for plan in ("data", "tensor", *pipeline):
-        assert sum(rows[plan]["macs_per_rank"]) == 78_643_200
-        assert rows[plan]["macs_per_rank"] == [78_643_200 // 4] * 4
-    # the experts take every token once (each the MLP's size), plus the routers: 64 x 4 per
-    # token and block forward, thrice that with the backward: 3 * 128 * 4 * 256 = 393,216
-    assert sum(rows["expert"]["macs_per_rank"]) == 78_643_200 + 393_216
-    for r in rows.values():
-        assert abs(sum(r["anatomy"].values()) - r["step_seconds"]) < 1e-6  # the anatomy adds up to the step
-    assert rows["data"]["anatomy"]["bubble"] == 0
-    if pipeline:
-        assert rows["pipeline"]["anatomy"]["bubble"] > 0
-    assert set(rows["tensor"]["communication"]) == {"all_reduce"}
-    assert set(rows["expert"]["communication"]) == {"all_to_all", "all_reduce"}
-    assert found["verdicts"]["fastest"] in rows
-    assert "| plan | MACs per rank (fwd + bwd) |" in (out / "stdout.rank0.txt").read_text()
+def test_rank_0_s_job_view_places_each_rank_on_the_mesh_and_sums_their_work(ranks4):
+    result = ranks4("fsdp_tp")[0]
+    job = job_figures(result, peak=1e9)  # a device of 1 GFLOP/s: the job's peak is 4 GFLOP/s
+    assert [(row.rank, row.coordinates) for row in job.ranks] == [
+        (0, {"dp": 0, "tp": 0}), (1, {"dp": 0, "tp": 1}), (2, {"dp": 1, "tp": 0}), (3, {"dp": 1, "tp": 1})]
+    # each rank: 131,072 + 196,608 MACs, 264,768 + 396,800 FLOPs (the 2-rank run's, per rank)
+    assert [(row.macs, row.flops, row.params) for row in job.ranks] == [(327_680, 661_568, 16_576)] * 4
+    assert job.flops == 4 * 661_568 and job.step == max(row.step for row in job.ranks)
+    model_flops = sum(r.iteration.model_flops for r in result.ranks)
+    assert job.mfu == pytest.approx(model_flops / job.step / 4e9)
+    assert "rank 3 (dp 1, tp 1), MACs / FLOPs / step / params:" in result.render("text")
+    assert json.loads(result.render("json"))["job_figures"]["flops"] == 4 * 661_568

@@ -93,10 +93,11 @@ def deepspeed_launch(script: Path, *args: str, cwd: Path, timeout: float = 600) 
 #: - "compare" first: DeepSpeed's own profiler counts every linear layer twice in a process
 #:   that has run a ZeRO-3 engine (ZeRO-3 leaves its patched linear behind), and "compare"
 #:   holds that profiler's lines against flopsight's.
-LAUNCHES = {"gloo": ("collectives", "backends", "hf", "lightning", "attach", "span_error", "parallel", "gather"),
+LAUNCHES = {"gloo": ("collectives", "backends", "hf", "lightning", "attach", "span_error", "parallel", "parallel_plans",
+                     "gather"),
             "deepspeed": ("compare", "engine", "zero_stages"),
             # four ranks: a 2 x 2 mesh, four pipeline stages
-            "gloo4": ("parallel4", "parallel_plans")}
+            "gloo4": ("parallel4",)}
 #: scenarios left out where a package is missing (their test modules skip then)
 NEEDS = {"hf": "transformers", "lightning": "lightning"}
 

@@ -1,7 +1,7 @@
 """Run several test scenarios on the ranks of one launch, in one process group.
 
     torchrun --standalone --nproc_per_node 2 tests/multirank/scenarios.py gloo OUT collectives backends hf lightning attach gather
-    torchrun --standalone --nproc_per_node 4 tests/multirank/scenarios.py gloo OUT parallel4 parallel_plans
+    torchrun --standalone --nproc_per_node 4 tests/multirank/scenarios.py gloo OUT parallel4
     DS_ACCELERATOR=cpu deepspeed --num_gpus 2 tests/multirank/scenarios.py deepspeed OUT compare engine zero_stages
 
 Starting two ranks costs about 4 s with torchrun and 8 s with DeepSpeed's launcher on the

@@ -47,6 +47,7 @@ from .collapse import View, child_views, root_view, signatures, subtree_sizes, w
 from .derived import derived
 from .efficiency import Efficiency, efficiency
 from .experts import ExpertLayer, expert_figures
+from .job import JobFigures, job_figures
 from .kernel_profile import DeviceBusy, KernelProfile, device_busy, kernel_profile
 from .noise import NoiseFigures, noise_figures
 from .pipeline import PipelineFigures, pipeline_figures
@@ -502,6 +503,12 @@ class Report:
     @cached_property
     def ranks(self) -> RankFigures | None:
         return rank_figures(self.result)
+
+    @cached_property
+    def job(self) -> JobFigures | None:
+        """Rank 0's gathered view of a model-parallel job (a rank's coordinates known), else None."""
+        found = job_figures(self.result)
+        return found if found is not None and any(row.coordinates for row in found.ranks) else None
 
     @cached_property
     def experts(self) -> list[ExpertLayer]:

@@ -14,6 +14,7 @@ import json
 from typing import Any
 
 from ..analysis.experts import expert_figures
+from ..analysis.job import job_figures
 from ..analysis.pipeline import pipeline_figures
 from ..analysis.ranks import rank_figures
 from ..analysis.report import Report
@@ -53,6 +54,9 @@ def json_data(result) -> dict[str, Any]:
     pipeline = pipeline_figures(result)
     if pipeline is not None:  # derived likewise: the stages, their bubbles and traffic
         data["pipeline_figures"] = pipeline.to_dict()
+    job = job_figures(result)
+    if job is not None and any(row.coordinates for row in job.ranks):  # a model-parallel job's ranks
+        data["job_figures"] = job.to_dict()
     experts = expert_figures(result)
     if experts:  # and the MoE layers' tokens per rank, imbalance and active parameters
         data["expert_figures"] = [layer.to_dict() for layer in experts]

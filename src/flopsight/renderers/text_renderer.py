@@ -36,6 +36,7 @@ from typing import Any
 from ..analysis.aggregate import DepthSummary
 from ..analysis.busy import Busy
 from ..analysis.experts import ExpertLayer
+from ..analysis.job import JobFigures
 from ..analysis.kernel_profile import KernelProfile
 from ..analysis.noise import NoiseFigures
 from ..analysis.pipeline import PipelineFigures
@@ -272,6 +273,8 @@ class _Text:
             self._pipeline(report.pipeline)
         for layer in report.experts:
             self._experts(layer, gathered=bool(report.result.ranks))
+        if report.job is not None:
+            self._job(report.job)
         if report.ranks is not None:
             self._ranks(report.ranks)
         if report.memory is not None:
@@ -433,6 +436,17 @@ class _Text:
                         f"max {bytes_to_string(u.memory_used_max)}{total}")
         if u.allocator_peak is not None:
             self.kv("memory, caching allocator peak while profiling per GPU: ", bytes_to_string(u.allocator_peak))
+
+    def _job(self, j: JobFigures) -> None:
+        """The job over its ranks: each rank's place and work, their sum, the job's MFU."""
+        mfu = _pct(100 * j.mfu) if j.mfu is not None else f"n/a ({j.why})"
+        self.kv("job: FLOPs per step (sum over ranks), FLOPS over the slowest step, MFU: ",
+                f"{number_to_string(j.flops)}, {self.fps(j.flops_per_second)}, {mfu}")
+        for row in j.ranks:
+            where = ", ".join(f"{k} {v}" for k, v in row.coordinates.items()) or "-"
+            self.kv(f"rank {row.rank} ({where}), MACs / FLOPs / step / params: ",
+                    f"{macs_to_string(row.macs)} / {number_to_string(row.flops)} / {self.dur(row.step)} / "
+                    f"{params_to_string(row.params)}")
 
     def _experts(self, e: ExpertLayer, gathered: bool) -> None:
         """A MoE layer: the tokens its experts took (per rank, or per expert here), its balance."""

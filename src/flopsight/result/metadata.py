@@ -227,6 +227,9 @@ class Metadata:
     #: holds them, and those every such rank holds whole (counted in each rank's); else None
     params_of_model: int | None = None
     params_replicated: int | None = None
+    #: this rank's coordinate along each parallel dimension it was found on ("dp", "tp", "pp":
+    #: its first pipeline stage, ...), else None
+    coordinates: dict | None = None
     #: the pipeline schedule a stage of the model ran in (``torch.distributed.pipelining``):
     #: ``schedule``, ``micro_batches`` per step, ``stages`` (this rank's indices),
     #: ``num_stages``, ``steps``; else None
@@ -275,7 +278,7 @@ class Metadata:
         d["inputs"] = self.inputs.to_dict() if self.inputs is not None else None
         d["compiled"] = list(self.compiled)
         d["on_values"] = list(self.on_values)
-        for name in ("incomplete", "params_of_model", "params_replicated", "pipeline"):
+        for name in ("incomplete", "params_of_model", "params_replicated", "coordinates", "pipeline"):
             if d[name] is None:  # written where set only: other results read as before
                 del d[name]
         return d

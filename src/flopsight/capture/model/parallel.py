@@ -19,7 +19,8 @@ from ...result.metadata import PARALLEL_KEYS
 from .modules import walk
 from .params import MESH_NAMES, fsdp_managed, model_dims, param_numel
 
-__all__ = ["detect_parallel", "engine_parallel", "check_parallel", "warn_data_parallel", "split_params"]
+__all__ = ["detect_parallel", "engine_parallel", "check_parallel", "warn_data_parallel", "split_params",
+           "mesh_coordinates"]
 
 
 def check_parallel(given: Any) -> dict | None:
@@ -55,20 +56,34 @@ def warn_data_parallel(model: torch.nn.Module) -> None:
 
 
 def engine_parallel(engine: Any) -> dict:
-    """What a DeepSpeed engine says about its parallelism."""
+    """What a DeepSpeed engine says about its parallelism: data, tensor (``mp_world_size``),
+    pipeline, sequence and, with MoE layers, the largest expert-parallel size, and its ZeRO stage."""
     found = {}
     dp = getattr(engine, "dp_world_size", None)
     if dp is None:
         dp = getattr(engine, "seq_dp_world_size", None)
     for key, value in (("dp", dp), ("tp", getattr(engine, "mp_world_size", None)),
                        ("pp", getattr(engine, "num_stages", None)),
-                       ("sp", getattr(engine, "seq_parallel_world_size", None))):
+                       ("sp", getattr(engine, "sequence_parallel_size", None)),
+                       ("ep", _expert_parallel_size(engine))):
         if isinstance(value, int) and value >= 1:
             found[key] = value
     stage = getattr(engine, "zero_optimization_stage", None)
     if callable(stage):
         found["zero_stage"] = int(stage())
     return found
+
+
+def _expert_parallel_size(engine: Any) -> int | None:
+    """The largest expert-parallel group's size of an engine with MoE layers (DeepSpeed's groups)."""
+    if not getattr(engine, "has_moe_layers", False):
+        return None
+    try:
+        from deepspeed.utils import groups
+
+        return groups._get_max_expert_size()
+    except Exception:  # DeepSpeed's private bookkeeping moved: the size is not known
+        return None
 
 
 def _unique_params(model: Any) -> list:
@@ -98,6 +113,33 @@ def _mesh_parallel(model: Any) -> dict:
         for key, size in sizes.items():
             found[key] = max(found.get(key, 1), size)
     return found
+
+
+def mesh_coordinates(model: Any, pipeline: Any = None) -> dict | None:
+    """This rank's place in the job: its coordinate along each mesh dimension the model's
+    DTensor parameters live on (by what it splits, as :func:`detect_parallel` names them),
+    and ``pp``, its first pipeline stage (``pipeline``: a
+    :class:`~..sources.pipeline.PipelineRuns`); None where neither tells.
+
+    >>> mesh_coordinates(torch.nn.Linear(2, 2)) is None
+    True
+    """
+    found: dict[str, int] = {}
+    params = _unique_params(model)
+    fsdp = fsdp_managed(walk(model)) if params else set()
+    for p in params:
+        mesh = getattr(p, "device_mesh", None)
+        coordinate = mesh.get_coordinate() if mesh is not None else None
+        if coordinate is None:
+            continue
+        names = getattr(mesh, "mesh_dim_names", None) or ()
+        splits = model_dims(p, id(p) in fsdp)
+        for i, c in enumerate(coordinate):
+            name = str(names[i]).lower() if i < len(names) else ""
+            found.setdefault(MESH_NAMES.get(name, "tp") if i in splits else "dp", int(c))
+    if pipeline is not None and pipeline.stages:
+        found["pp"] = int(pipeline.stages[0])
+    return found or None
 
 
 def split_params(model: Any) -> dict:
