@@ -7,7 +7,7 @@ step (forward and backward) under ``Profiler(model)``:
   then row-wise (``ColwiseParallel``, ``RowwiseParallel``) over a mesh named ``("tp",)``, on 8
   rows, with each backend;
 * ``tp_unnamed``: the same on an unnamed mesh (the sizes read off the placements);
-* ``sp_python``, ``sp_native``: ``LayerNorm(64)`` in sequence parallel, then the same two
+* ``sp_native``: ``LayerNorm(64)`` in sequence parallel, then the same two
   layers (the first all-gathers the sequence, the second reduce-scatters it), on this rank's
   4 of 8 positions of 2 sequences;
 * ``single``: the tensor-parallel model's layers in one process (rank 0 only), for the job's figures;
@@ -66,9 +66,8 @@ step("tp_unnamed", parallelize_module(mlp(), init_device_mesh("cpu", (2,)), tens
 
 sequence_parallel = {"0": SequenceParallel(), "1": ColwiseParallel(input_layouts=Shard(1)),
                      "3": RowwiseParallel(output_layouts=Shard(1))}
-for backend in ("python", "native"):
-    torch.manual_seed(2 + rank)
-    step(f"sp_{backend}", parallelize_module(mlp(norm=True), named, sequence_parallel), torch.randn(2, 4, 64), backend)
+torch.manual_seed(2 + rank)  # (both backends are held alike on tensor parallelism, above)
+step("sp_native", parallelize_module(mlp(norm=True), named, sequence_parallel), torch.randn(2, 4, 64))
 
 def pipeline(name: str, schedule_class, backend: str) -> None:
     torch.manual_seed(10 + rank)
