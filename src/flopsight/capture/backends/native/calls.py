@@ -206,8 +206,9 @@ class WrappedForwards:
     ``Module._call_impl`` calls without leaving its fast path; the wrapper records the call as
     the C++ hooks would, for calls through ``Module.__call__`` only: a forward called directly
     is no call, as for the hooks); the others (the root, whose inputs hook this session adds,
-    a ZeRO-3 module's parameter fetching) get the C++ hooks as their own first hooks, so their
-    time still includes their own hooks. :meth:`restore` leaves every module as it was."""
+    a ZeRO-3 module's parameter fetching) get the C++ hooks as their own: the pre-hook first, the
+    end of the call last, so their time includes their own hooks, as a counting session's does.
+    :meth:`restore` leaves every module as it was."""
 
     def __init__(self, recorder, modules: list[nn.Module]):
         #: (module, its wrapper, its own ``forward`` attribute before, or _ABSENT)

@@ -1004,8 +1004,8 @@ void stop_memory() {
 // Any global module hook sends every module call down torch's slow _call_impl path (about
 // 1.4 us a call). So a timing session wraps each hook-free module's forward instead (a
 // ForwardWrapper set as the instance attribute ``forward`` for the session: _call_impl keeps
-// its fast path and calls it), and gives the modules with hooks of their own these two
-// functions as their first hooks (they take the slow path anyway); Python installs and
+// its fast path and calls it), and gives the modules with hooks of their own module_pre as their
+// first pre-hook and module_post_late as their last hook (they take the slow path anyway); Python installs and
 // removes both (native/calls.py). A wrapper does what the two hooks do, around the forward,
 // for the calls that come through Module.__call__ only (its caller's frame is one of
 // _call_impl's: ``callers``), as the hooks see them: a forward called directly is not a call.
