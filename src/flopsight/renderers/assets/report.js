@@ -332,6 +332,43 @@
     }
   }
 
+  // ---------------------------------------------------------------- a model-parallel job
+  /* What the JSON derives for a parallel job (rank 0's gathered result): each rank's place on
+   * the mesh and its work, a pipeline's stages with their bubbles and neighbours, each MoE
+   * layer's tokens per rank. */
+  function renderParallel() {
+    const job = DATA.job_figures, pipe = DATA.pipeline_figures, experts = DATA.expert_figures || [];
+    if (!job && !pipe && !experts.length) return;
+    $("parallel-section").hidden = false;
+    const box = clear($("parallel"));
+    if (job) {
+      const place = (c) => Object.entries(c).map(([k, v]) => `${k} ${v}`).join(", ") || "-";
+      box.append(el("p", { id: "job-line", text: `the job: ${fmt.flops(job.flops)} FLOPs per step over its ranks, `
+        + `${fmt.rate(job.flops_per_second)} over the slowest step, MFU `
+        + (job.mfu === null ? `n/a (${job.why})` : fmt.pct(100 * job.mfu)) }));
+      box.append(scroller(figuresTable(["rank", "place", "MACs", "FLOPs", "step", "params"], job.ranks.map((r) =>
+        [r.rank, place(r.coordinates), fmt.macs(r.macs), fmt.flops(r.flops), fmt.duration(r.step), fmt.params(r.params)]),
+      "job-table")));
+    }
+    if (pipe) {
+      box.append(el("p", { text: `pipeline: ${pipe.schedule}, ${pipe.num_stages} stages on ${pipe.ranks} ranks, `
+        + `${pipe.micro_batches} micro-batches; the schedule's ideal bubble ${fmt.pct(100 * pipe.ideal)}` }));
+      box.append(scroller(figuresTable(["stages", "rank", "fwd MACs / micro-batch", "bwd MACs / micro-batch",
+        "fwd / bwd compute per micro-batch", "bubble", "neighbours (sent / received)"], pipe.stages.map((s) =>
+        [s.stages.join(", "), s.rank, fmt.macs(s.fwd_macs), fmt.macs(s.bwd_macs),
+          `${fmt.duration(s.fwd_seconds)} / ${fmt.duration(s.bwd_seconds)}`,
+          `${fmt.duration(s.bubble)} (${fmt.pct(share(s.bubble, s.step))} of ${fmt.duration(s.step)})`,
+          s.boundaries.map((b) => `rank ${b.peer}: ${fmt.bytes(b.sent)} / ${fmt.bytes(b.received)}`).join("; ")]),
+      "pipeline-table")));
+    }
+    if (experts.length) {
+      box.append(scroller(figuresTable(["MoE layer", "tokens (per rank, or per expert)", "imbalance (max / mean)",
+        "params per token / held"], experts.map((e) => [e.path || "<root>", e.tokens.join(", "),
+        fmt.count(e.imbalance), e.params_active === null ? "-" : `${fmt.params(e.params_active)} / ${fmt.params(e.params_total)}`]),
+      "experts-table")));
+    }
+  }
+
   // ---------------------------------------------------------------- step anatomy and ranks
   // "profiler": flopsight's own time left in the phases, never one of the user's parts
   const ANATOMY_PARTS = ["forward", "backward", "step", "framework", "communication", "other", "profiler"];
@@ -940,6 +977,7 @@
   renderHeader();
   renderGeneration();
   renderAnatomy();
+  renderParallel();
   bindControls();
   bindChart();
   bindTable();
