@@ -6,7 +6,9 @@ Each case runs a real profile in a process of its own, as a user's script would,
 reached its stdout and stderr at the file-descriptor level: stdout must be exactly the report,
 stderr must hold no line of those libraries (flopsight's own ``flopsight: ...`` notices, such as
 a first build of the native backend, are allowed). The scripts that begin alike are forked from
-one interpreter that ran their common beginning (``FORKER``), all before the first test.
+one interpreter that ran their common beginning (``FORKER``), in the background from the
+session's start (an early fixture, tests/background.py: about 20 s the in-process tests need
+not wait for).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import textwrap
 from types import SimpleNamespace
 
 import pytest
+from background import early_fixture
 
 from flopsight._quiet import native_stderr_without
 from flopsight._torch_private import KINETO_LOG_LINE
@@ -104,13 +107,27 @@ def _foreign(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line and not line.startswith("flopsight: ")]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def native_built():
+def _build_native() -> None:
     """The native backend built (or its failure recorded) before the scripts run: a first build
     is the one flopsight path that imports torch's extension loader, and prints its own line."""
     from flopsight.capture.backends.native.recorder import RECORDER
 
     RECORDER.load(quiet=True)
+
+
+#: the native backend's self-check, kept beside its build for every later process: run in a
+#: process of its own (its checkpoint imports dynamo), so that no script below runs it
+SELF_CHECK = """
+from flopsight.capture.backends.native import self_check
+from flopsight.capture.backends.native.recorder import RECORDER
+if RECORDER.load(quiet=True) is not None:
+    self_check.verdict(RECORDER.loaded)
+"""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def native_built():
+    _build_native()
 
 
 #: Runs scripts that begin alike, each in a process forked from one interpreter that ran their
@@ -304,12 +321,17 @@ def test_no_path_imports_the_extension_loader_so_no_cuda_runtime_line(scenario, 
     assert len(lines) == 2 and "No CUDA runtime is found" in lines[1], done.stderr
 
 
-@pytest.fixture(scope="module")
-def ran(tmp_path_factory, native_built):
+@early_fixture
+def ran(tmp_path_factory):
     """Every forked script of this module, run once: ``ran[group, scenario]`` is ``(done, folder)``,
     ``done`` with the script's ``returncode``, ``stdout`` and ``stderr``, its report in
     ``folder/report.txt``. Three groups: as written; with NumPy missing; on a CUDA build without
-    a GPU (``CUDA_HOME`` an empty folder)."""
+    a GPU (``CUDA_HOME`` an empty folder). The native backend is built first (native_built's
+    reason), on the job's thread: the recorder's loading is locked; then its self-check's
+    verdict kept, as the tests before this module's would have kept it."""
+    _build_native()
+    checked = _run(SELF_CHECK)
+    assert checked.returncode == 0, checked.stderr
     root = tmp_path_factory.mktemp("quiet")
     (root / "cuda").mkdir()
     flopsight_first = "import flopsight\nflopsight.FakeClock\n"
