@@ -188,18 +188,16 @@ def test_a_kernels_profile_prints_the_report_and_nothing_of_kinetos(scenario, ra
     assert not FOREIGN.search(done.stderr), done.stderr
 
 
-def test_kinetos_lines_print_for_a_user_who_asks_for_them_with_kineto_log_level(tmp_path):
+def test_kinetos_lines_print_for_a_user_who_asks_for_them_with_kineto_log_level(ran):
     # torch.profiler alone, as the user would run it: what Kineto prints here at level 0
-    plain = _run("import torch\nwith torch.profiler.profile():\n    torch.ones(2) + 1\n",
-                 env={"KINETO_LOG_LEVEL": "0"})
+    plain, _ = ran["kineto", "torch.profiler alone"]
     kineto = [line for line in plain.stderr.splitlines() if KINETO_LOG_LINE.match(line.encode())]
     if not kineto:
         pytest.skip("this torch's Kineto prints no log line on this machine even at KINETO_LOG_LEVEL=0: "
                     "nothing to keep for the user")
-    report = tmp_path / "report.txt"
-    done = _run(_script("profile kernels=True", report), env={"KINETO_LOG_LEVEL": "0"})
+    done, folder = ran["kineto", "profile kernels=True"]
     assert done.returncode == 0, done.stderr
-    assert done.stdout == report.read_text()  # Kineto writes to stderr only
+    assert done.stdout == (folder / "report.txt").read_text()  # Kineto writes to stderr only
     # the user's value is theirs: flopsight neither changes it nor drops the lines it lets through
     mine = [line for line in done.stderr.splitlines() if KINETO_LOG_LINE.match(line.encode())]
     assert mine and {_what(line) for line in kineto} <= {_what(line) for line in mine}
@@ -325,10 +323,11 @@ def test_no_path_imports_the_extension_loader_so_no_cuda_runtime_line(scenario, 
 def ran(tmp_path_factory):
     """Every forked script of this module, run once: ``ran[group, scenario]`` is ``(done, folder)``,
     ``done`` with the script's ``returncode``, ``stdout`` and ``stderr``, its report in
-    ``folder/report.txt``. Three groups: as written; with NumPy missing; on a CUDA build without
-    a GPU (``CUDA_HOME`` an empty folder). The native backend is built first (native_built's
-    reason), on the job's thread: the recorder's loading is locked; then its self-check's
-    verdict kept, as the tests before this module's would have kept it."""
+    ``folder/report.txt``. Four groups: as written; with ``KINETO_LOG_LEVEL=0``; with NumPy
+    missing; on a CUDA build without a GPU (``CUDA_HOME`` an empty folder). The native backend
+    is built first (native_built's reason), on the job's thread: the recorder's loading is
+    locked; then its self-check's verdict kept, as the tests before this module's would have
+    kept it."""
     _build_native()
     checked = _run(SELF_CHECK)
     assert checked.returncode == 0, checked.stderr
@@ -336,6 +335,7 @@ def ran(tmp_path_factory):
     (root / "cuda").mkdir()
     flopsight_first = "import flopsight\nflopsight.FakeClock\n"
     groups = {"kernels": (flopsight_first, {}, {}),
+              "kineto": ("", {"KINETO_LOG_LEVEL": "0"}, {}),
               "no numpy": (f"{NO_NUMPY}\n{flopsight_first}", {}, {}),
               "cuda build": (flopsight_first + CUDA_BUILD, {"CUDA_HOME": str(root / "cuda")}, {})}
     folders = {}
@@ -347,6 +347,12 @@ def ran(tmp_path_factory):
 
     for scenario in KERNELS:
         add("kernels", scenario, lambda report, s=scenario: _script(s, report))
+    # a user who asks Kineto for its lines: torch.profiler alone, and flopsight's kernels profile
+    kineto = {"torch.profiler alone": lambda report: "import torch\nwith torch.profiler.profile():\n"
+                                                     "    torch.ones(2) + 1\n",
+              "profile kernels=True": lambda report: _script("profile kernels=True", report)}
+    for scenario, script in kineto.items():
+        add("kineto", scenario, script)
     for scenario in SCENARIOS:
         add("no numpy", scenario, lambda report, s=scenario: _script(
             s, report, prelude=NO_NUMPY, after="print('torch._dynamo' in sys.modules)"))
