@@ -16,6 +16,8 @@ True
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -26,6 +28,31 @@ import pytest
 JOBS: dict[str, Callable[[Any], Any]] = {}
 #: fixture name -> the job's future, once started
 STARTED: dict[str, Future] = {}
+#: name -> the code of an interpreter a test reads the output of (:func:`early_script`)
+SCRIPTS: dict[str, str] = {}
+
+
+def early_script(name: str, code: str) -> str:
+    """Run ``code`` in an interpreter of its own in the background (``tests/conftest.py``'s
+    ``scripts`` fixture holds its ``subprocess.CompletedProcess`` under ``name``), where a test
+    would have waited for it; returns ``name``. Registered when its module is collected.
+
+    >>> early_script("doctest", "print(1)") in SCRIPTS
+    True
+    >>> del SCRIPTS["doctest"]
+    """
+    SCRIPTS[name] = code
+    return name
+
+
+def run_scripts(workers: int = 2) -> dict[str, subprocess.CompletedProcess]:
+    """Every registered script run, ``workers`` at a time: name -> its completed process."""
+    def run(code: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+
+    with ThreadPoolExecutor(workers) as pool:
+        futures = {name: pool.submit(run, code) for name, code in SCRIPTS.items()}
+    return {name: future.result() for name, future in futures.items()}
 
 
 def early_fixture(job: Callable[[Any], Any]):

@@ -201,6 +201,13 @@ def gloo4_scenarios(tmp_path_factory):
     return launch_scenarios(tmp_path_factory, "gloo4")
 
 
+@early_fixture
+def scripts(tmp_path_factory):
+    """The interpreters tests registered with ``background.early_script``, run: name -> its
+    ``subprocess.CompletedProcess``."""
+    return background.run_scripts()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _early_launches(request, tmp_path_factory):
     """Every early fixture a selected test needs, started before the first test."""

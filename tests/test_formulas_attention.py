@@ -16,6 +16,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from background import early_script
 from helpers import (
     kernel_cost,
     measure,
@@ -258,18 +259,18 @@ def test_varlen_attn_paged_kv_cache():
                       block_table=meta(2, 2)) == sdpa_hand(H, 2 * L, S, E, EV)
 
 
-@pytest.mark.any_backend
-def test_varlen_ops_registered_when_imported_first():
-    import subprocess
-    import sys
+# each torch_attn op this torch defines (2.11 has no _varlen_attn_out), as name=registered
+VARLEN_FIRST = early_script("varlen imported before flopsight", (
+    "import torch, torch.nn.attention.varlen, flopsight; "
+    "from flopsight.formulas import REGISTRY; ops = torch.ops.torch_attn; "
+    "print(*(f'{n}={REGISTRY.is_registered(getattr(ops, n))}' for n in "
+    "('_varlen_attn', '_varlen_attn_out', '_varlen_attn_backward') if hasattr(ops, n)))"))
 
+
+@pytest.mark.any_backend
+def test_varlen_ops_registered_when_imported_first(scripts):
     require("torch.nn.attention.varlen")
-    # each torch_attn op this torch defines (2.11 has no _varlen_attn_out), as name=registered
-    code = ("import torch, torch.nn.attention.varlen, flopsight; "
-            "from flopsight.formulas import REGISTRY; ops = torch.ops.torch_attn; "
-            "print(*(f'{n}={REGISTRY.is_registered(getattr(ops, n))}' for n in "
-            "('_varlen_attn', '_varlen_attn_out', '_varlen_attn_backward') if hasattr(ops, n)))")
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    run = scripts[VARLEN_FIRST]  # (in an interpreter of its own, run in the background)
     registered = dict(word.split("=") for word in run.stdout.split())
     assert "_varlen_attn" in registered and set(registered.values()) == {"True"}, (run.stdout, run.stderr)
 

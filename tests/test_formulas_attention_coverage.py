@@ -9,13 +9,12 @@ backward with Q, K and V requiring grad: MACs = 2*scores*(E + Ev), FLOPs = 2*MAC
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import warnings
 
 import pytest
 import torch
 import torch.nn.functional as F
+from background import early_script
 from helpers import meta, require
 
 import flopsight
@@ -72,17 +71,20 @@ def test_varlen_backward_formula_with_shared_kv_heads():
     assert (cost.macs, cost.flops) == (8960, 19320 + 896)
 
 
+# each torch_attn op this torch defines (2.11 has no _varlen_attn_out), as name=registered:
+# flopsight's formulas loaded first, then the user's import; registered when a profile starts
+VARLEN_AFTER = early_script("varlen imported after flopsight", (
+    "import flopsight, torch; from flopsight.formulas import REGISTRY; "
+    "import torch.nn.attention.varlen; flopsight.profile(torch.nn.Linear(2, 2), torch.ones(1, 2)); "
+    "ops = torch.ops.torch_attn; "
+    "print(*(f'{n}={REGISTRY.is_registered(getattr(ops, n))}' for n in "
+    "('_varlen_attn', '_varlen_attn_out', '_varlen_attn_backward') if hasattr(ops, n)))"))
+
+
 @pytest.mark.any_backend
-def test_varlen_ops_registered_when_imported_after_flopsight():
+def test_varlen_ops_registered_when_imported_after_flopsight(scripts):
     require("torch.nn.attention.varlen")
-    # each torch_attn op this torch defines (2.11 has no _varlen_attn_out), as name=registered
-    # flopsight's formulas loaded first, then the user's import: registered when a profile starts
-    code = ("import flopsight, torch; from flopsight.formulas import REGISTRY; "
-            "import torch.nn.attention.varlen; flopsight.profile(torch.nn.Linear(2, 2), torch.ones(1, 2)); "
-            "ops = torch.ops.torch_attn; "
-            "print(*(f'{n}={REGISTRY.is_registered(getattr(ops, n))}' for n in "
-            "('_varlen_attn', '_varlen_attn_out', '_varlen_attn_backward') if hasattr(ops, n)))")
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    run = scripts[VARLEN_AFTER]  # (in an interpreter of its own, run in the background)
     registered = dict(word.split("=") for word in run.stdout.split())
     assert {"_varlen_attn", "_varlen_attn_backward"} <= set(registered), (run.stdout, run.stderr)
     assert set(registered.values()) == {"True"}, (run.stdout, run.stderr)

@@ -4,12 +4,11 @@ profilers at once, the tested range."""
 
 import importlib.util
 import json
-import subprocess
-import sys
 import warnings
 
 import pytest
 import torch
+from background import early_script
 
 import flopsight
 from flopsight._torch_private import KINETO_ACTIVITY_TYPES, active_function_modes, exit_mode, kineto_device_work
@@ -84,12 +83,8 @@ def test_a_user_registration_of_an_op_this_torch_lacks_is_still_an_error():
 
 
 # -- imports flopsight must leave as they are ---------------------------------------------------------
-def test_importing_flopsight_first_leaves_the_users_own_torch_imports_working():
-    """In a fresh interpreter: flopsight first, then each torch module it registers formulas for.
-    Importing flopsight (its API and formulas too) changes neither the import system nor the
-    warning filters; each import works as without flopsight (on 2.11 the user's varlen import
-    raised), and the next profile registers what this torch defines."""
-    code = """
+#: in a fresh interpreter, run in the background (its test's docstring says what it checks)
+FLOPSIGHT_FIRST = early_script("flopsight imported before torch's modules", """
 import importlib.util, json, sys, warnings
 warnings.simplefilter("error")
 import torch
@@ -106,8 +101,15 @@ for name in REGISTRY.modules_on_import():
         imported.append(name)
 flopsight.profile(torch.nn.Linear(2, 2), torch.ones(1, 2))
 print(json.dumps([imported, sorted(REGISTRY.missing()), sorted(expected_absent(torch.__version__))]))
-"""
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+""")
+
+
+def test_importing_flopsight_first_leaves_the_users_own_torch_imports_working(scripts):
+    """In a fresh interpreter: flopsight first, then each torch module it registers formulas for.
+    Importing flopsight (its API and formulas too) changes neither the import system nor the
+    warning filters; each import works as without flopsight (on 2.11 the user's varlen import
+    raised), and the next profile registers what this torch defines."""
+    run = scripts[FLOPSIGHT_FIRST]
     assert run.returncode == 0, run.stderr
     imported, missing, expected = json.loads(run.stdout.splitlines()[-1])
     assert missing == expected
