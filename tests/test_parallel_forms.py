@@ -88,6 +88,13 @@ def test_the_row_layer_s_all_reduce_is_charged_to_it_forward(ranks):
                 ("all_reduce", "2", "forward", 1, 2048, 2)]
 
 
+def test_a_tensor_parallel_rank_that_raises_is_named_on_rank_0(gloo_scenarios):
+    # rank 1's last layer raised after the row layer's all-reduce; rank 0's span completed
+    result = flopsight.load(gloo_scenarios / "parallel" / "tp_failed.rank0.json")
+    assert result.rank_notes[1] == "failed: RuntimeError raised in module '3' (Raises)"
+    assert result.ranks[0] is not None and result.ranks[0].total.forward.macs == 131_072
+
+
 def test_both_backends_count_tensor_parallelism_alike(ranks):
     for python, native in zip(ranks("tp_python"), ranks("tp_native")):
         assert _macs(python) == _macs(native)

@@ -10,6 +10,8 @@ step (forward and backward) under ``Profiler(model)``:
 * ``sp_native``: ``LayerNorm(64)`` in sequence parallel, then the same two
   layers (the first all-gathers the sequence, the second reduce-scatters it), on this rank's
   4 of 8 positions of 2 sequences;
+* ``tp_failed``: the tensor-parallel model with a last layer that raises on rank 1, after the
+  row layer's all-reduce (rank 0 only: its gathered result names rank 1 as failed);
 * ``single``: the tensor-parallel model's layers in one process (rank 0 only), for the job's figures;
 * ``pp_<schedule>_<backend>_<step>``: two pipeline stages of ``Linear(64, 64) -> Linear(64, 64)``
   (rank r runs stage r) under ``ScheduleGPipe`` or ``Schedule1F1B``, 4 micro-batches of 2 rows,
@@ -106,6 +108,26 @@ class MoE(nn.Module):
         back = dist_nn.all_to_all_single(x.new_empty(8, 64), self.experts[0](tokens), send_rows, receive_rows)
         return back[order.argsort()] * gates.gather(1, choice[:, None])
 
+
+class Raises(nn.Module):
+    """Raises on rank 1 (after the tensor-parallel layers' collectives): a rank that fails."""
+
+    def forward(self, x):
+        if rank == 1:
+            raise RuntimeError("rank 1's last layer failed")
+        return x
+
+
+failing = parallelize_module(mlp(), named, tensor_parallel).append(Raises())
+torch.manual_seed(1)
+prof = flopsight.Profiler(failing, gather_timeout=30)
+try:
+    with prof:
+        failing(torch.randn(8, 64))
+except RuntimeError:
+    assert rank == 1
+if rank == 0:
+    save("tp_failed", prof.result)
 
 # torch.distributed.nn's all_to_all_single (autograd's, in torch 2.9 to 2.15) says it is deprecated
 warnings.filterwarnings("ignore", message=".*all_to_all_single is deprecated")
