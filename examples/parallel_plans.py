@@ -45,6 +45,7 @@ import flopsight
 from flopsight.analysis.diff.ranking import rank as rank_plans
 from flopsight.analysis.experts import expert_figures
 from flopsight.analysis.pipeline import pipeline_figures
+from flopsight.analysis.report_figures import communication_figures
 from flopsight.renderers.numbers import bytes_to_string, duration_to_string, macs_to_string
 from flopsight.renderers.verdict_words import RANKING_LEGEND, ranking_text, verdict_text
 
@@ -249,13 +250,8 @@ def summary(name: str, result) -> dict:
     ranks = [r for r in result.ranks if r is not None] if result.ranks else [result]
     pipeline = pipeline_figures(result)  # rank 0's stage: the anatomy is rank 0's
     bubble = next((s.bubble for s in pipeline.stages if s.rank == 0), 0.0) if pipeline is not None else 0.0
-    comm: dict[str, dict] = {}
-    for c in result.collectives():
-        k = comm.setdefault(c.kind, {"count": 0, "bytes": 0, "seconds": 0.0, "exposed": 0.0})
-        k["count"] += c.count
-        k["bytes"] += c.bytes
-        k["seconds"] += c.latency
-        k["exposed"] += c.exposed
+    comm = {c.kind: {"count": c.count, "bytes": c.bytes, "seconds": c.latency, "exposed": c.exposed}
+            for c in communication_figures(result.collectives())}
     experts = [layer.to_dict() for layer in expert_figures(result)]
     return {
         "plan": name, "steps": result.samples.count, "step_seconds": it.latency,

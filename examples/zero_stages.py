@@ -34,6 +34,7 @@ from torch import nn
 import flopsight
 from flopsight.analysis.diff.ranking import rank as rank_stages
 from flopsight.analysis.report import Report
+from flopsight.analysis.report_figures import communication_figures
 from flopsight.renderers.numbers import bytes_to_string, duration_to_string, macs_to_string, params_to_string
 from flopsight.renderers.text_renderer import busy_text
 from flopsight.renderers.verdict_words import RANKING_LEGEND, ranking_text, verdict_text
@@ -102,13 +103,8 @@ def summary(stage: int, result) -> dict:
     """The figures printed for one stage: its median step (rank 0's, which holds every rank's)."""
     it = result.iteration
     spread = result.samples.spread("wall")
-    comm = {}
-    for c in result.collectives():
-        k = comm.setdefault(c.kind, {"count": 0, "bytes": 0, "seconds": 0.0, "exposed": 0.0})
-        k["count"] += c.count
-        k["bytes"] += c.bytes
-        k["seconds"] += c.latency
-        k["exposed"] += c.exposed
+    comm = {c.kind: {"count": c.count, "bytes": c.bytes, "seconds": c.latency, "exposed": c.exposed}
+            for c in communication_figures(result.collectives())}
     ranks = [r.memory for r in result.ranks] if result.ranks else [result.memory]
     a = it.anatomy
     return {

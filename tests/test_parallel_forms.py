@@ -312,7 +312,10 @@ def test_rank_0_s_job_view_places_each_rank_on_the_mesh_and_sums_their_work(rank
     job = job_figures(result, peak=1e9)  # a device of 1 GFLOP/s: the job's peak is 4 GFLOP/s
     assert [(row.rank, row.coordinates) for row in job.ranks] == [
         (0, {"dp": 0, "tp": 0}), (1, {"dp": 0, "tp": 1}), (2, {"dp": 1, "tp": 0}), (3, {"dp": 1, "tp": 1})]
-    # each rank: 131,072 + 196,608 MACs, 264,768 + 396,800 FLOPs (the 2-rank run's, per rank)
+    # each rank: 131,072 + 196,608 MACs (TP_MACS); FLOPs forward: layer 0 2 * 65,536 + its
+    # bias 8 * 128 = 132,096, ReLU 8 * 128 = 1,024, layer 2 2 * 65,536 + the bias division 64 +
+    # its bias 8 * 64 = 131,648: 264,768; backward: layer 0's weight 131,072 + bias sum 1,024,
+    # ReLU's 2 * 1,024 = 2,048, layer 2's input and weight 262,144 + bias sum 512: 396,800
     assert [(row.macs, row.flops, row.params) for row in job.ranks] == [(327_680, 661_568, 16_576)] * 4
     assert job.flops == 4 * 661_568 and job.step == max(row.step for row in job.ranks)
     model_flops = sum(r.iteration.model_flops for r in result.ranks)

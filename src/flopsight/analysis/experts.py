@@ -62,35 +62,35 @@ def _is_expert(name: str) -> bool:
 
 
 def _experts(result: ProfileResult) -> dict[str, list[str]]:
-    """layer path -> its experts (a container's numbered children, or modules named expert)."""
+    """layer path -> its experts (a container's numbered children, or modules named expert):
+    the outermost such modules, found walking the tree from the root."""
     layers: dict[str, list[str]] = {}
-    names = [n.name for n in result.walk()]
-    for name in names:
-        if not name or not _is_expert(name):
+    todo = [""]
+    while todo:
+        name = todo.pop()
+        children = result.module(name).children
+        if not name or not _is_expert(name) or any(_is_expert(c) for c in children):
+            todo.extend(reversed(children))  # not an expert (a container's are its children)
             continue
         parts = name.split(".")
-        depth = name.count(".")
-        if any(c.startswith(name + ".") and c.count(".") == depth + 1 and _is_expert(c) for c in names):
-            continue  # a container of experts: its children are the experts
         container = len(parts) > 1 and parts[-1].isdigit()
-        layer = ".".join(parts[:-2] if container else parts[:-1])
-        known = layers.setdefault(layer, [])
-        if not any(name.startswith(e + ".") for e in known):  # not a part of an expert already found
-            known.append(name)
+        layers.setdefault(".".join(parts[:-2] if container else parts[:-1]), []).append(name)
     return layers
 
 
 def _rows(result: ProfileResult, under: str, skip: tuple[str, ...] = ()) -> int | None:
-    """The rows the first linear layer at or under ``under`` (outside ``skip``) multiplied."""
-    for node in result.walk():
-        name = node.name
-        if name != under and under and not name.startswith(under + "."):
+    """The rows the first linear layer at or under ``under`` (outside ``skip``) multiplied, in
+    the tree's order."""
+    todo = [under]
+    while todo:
+        name = todo.pop()
+        if name in skip:
             continue
-        if any(name == s or name.startswith(s + ".") for s in skip):
-            continue
+        node = result.module(name)
         sizes = node.layer
         if sizes is not None and sizes.kind == "linear" and sizes.inputs * sizes.outputs:
             return node.forward.macs // (sizes.inputs * sizes.outputs)
+        todo.extend(reversed(node.children))
     return None
 
 

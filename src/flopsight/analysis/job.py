@@ -56,8 +56,9 @@ class JobFigures:
 
 
 def job_figures(result: ProfileResult, peak: Any = None) -> JobFigures | None:
-    """The job's view of rank 0's gathered ``result`` (None for a result without gathered
-    ranks); ``peak`` as :func:`~.efficiency.efficiency` takes it (None: the recorded device's)."""
+    """The job's view of rank 0's gathered ``result``; None for a result without gathered
+    ranks or where no rank's place on a mesh is known (a data-parallel job's ranks are alike);
+    ``peak`` as :func:`~.efficiency.efficiency` takes it (None: the recorded device's)."""
     if not result.ranks:
         return None
     rows = []
@@ -67,7 +68,7 @@ def job_figures(result: ProfileResult, peak: Any = None) -> JobFigures | None:
         it = r.iteration
         rows.append(RankRow(i, dict(r.metadata.coordinates or {}), it.forward.macs + it.backward.macs + it.step.macs,
                             it.flops, it.latency, r.total.params))
-    if not rows:
+    if not any(row.coordinates for row in rows):
         return None
     step = max(row.step for row in rows)
     flops = sum(row.flops for row in rows)

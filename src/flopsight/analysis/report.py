@@ -507,8 +507,7 @@ class Report:
     @cached_property
     def job(self) -> JobFigures | None:
         """Rank 0's gathered view of a model-parallel job (a rank's coordinates known), else None."""
-        found = job_figures(self.result, self.options.peak)
-        return found if found is not None and any(row.coordinates for row in found.ranks) else None
+        return job_figures(self.result, self.options.peak)
 
     @cached_property
     def experts(self) -> list[ExpertLayer]:

@@ -162,7 +162,8 @@ class GenerationFigures:
 @dataclass(frozen=True)
 class CommunicationFigures:
     """One kind of collective over the whole profile (this rank): calls, payload bytes per
-    rank, seconds, and DeepSpeed's algorithm and bus bandwidths in bytes/s."""
+    rank, seconds, DeepSpeed's algorithm and bus bandwidths in bytes/s, and the seconds of it
+    the rank waited for (exposed)."""
 
     kind: str
     count: int
@@ -170,6 +171,7 @@ class CommunicationFigures:
     latency: float
     algbw: float
     busbw: float
+    exposed: float = 0.0
 
 
 def communication_figures(collectives: list[Collective]) -> list[CommunicationFigures]:
@@ -181,13 +183,14 @@ def communication_figures(collectives: list[Collective]) -> list[CommunicationFi
     """
     totals: dict[str, list] = {}
     for c in collectives:
-        t = totals.setdefault(c.kind, [0, 0, 0.0, 0])
+        t = totals.setdefault(c.kind, [0, 0, 0.0, 0, 0.0])
         t[0] += c.count
         t[1] += c.bytes
         t[2] += c.latency
         t[3] = max(t[3], c.group_size)
-    return [CommunicationFigures(kind, n, size, seconds, *bandwidths(kind, size, seconds, group))
-            for kind, (n, size, seconds, group) in totals.items()]
+        t[4] += c.exposed
+    return [CommunicationFigures(kind, n, size, seconds, *bandwidths(kind, size, seconds, group), exposed)
+            for kind, (n, size, seconds, group, exposed) in totals.items()]
 
 
 @dataclass(frozen=True)

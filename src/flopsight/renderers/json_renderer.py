@@ -55,7 +55,7 @@ def json_data(result) -> dict[str, Any]:
     if pipeline is not None:  # derived likewise: the stages, their bubbles and traffic
         data["pipeline_figures"] = pipeline.to_dict()
     job = job_figures(result)
-    if job is not None and any(row.coordinates for row in job.ranks):  # a model-parallel job's ranks
+    if job is not None:  # a model-parallel job's ranks
         data["job_figures"] = job.to_dict()
     experts = expert_figures(result)
     if experts:  # and the MoE layers' tokens per rank, imbalance and active parameters

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -92,51 +93,47 @@ def _unique_params(model: Any) -> list:
     return list({id(p): p for m in walk(model) for p in m._parameters.values() if p is not None}.values())
 
 
-def _mesh_parallel(model: Any) -> dict:
-    """Sizes of the DeviceMesh dimensions the model's DTensor parameters live on, by what they
-    split (their names; unnamed: data parallel under FSDP2, else tensor parallel), and the
-    data-parallel size left of the world where only the model's split is named."""
+def _mesh_roles(model: Any) -> Iterator[tuple[Any, list[str]]]:
+    """Each DTensor parameter's mesh and what each of its dimensions splits ("dp", "tp", ...):
+    by their names; unnamed ones split the data under FSDP2, else the model."""
     params = _unique_params(model)
     fsdp = fsdp_managed(walk(model)) if params else set()
-    found: dict[str, int] = {}
     for p in params:
         mesh = getattr(p, "device_mesh", None)
         if mesh is None:
             continue
         names = getattr(mesh, "mesh_dim_names", None) or ()
         splits = model_dims(p, id(p) in fsdp)
+        yield mesh, [MESH_NAMES.get(str(names[i]).lower() if i < len(names) else "", "tp") if i in splits else "dp"
+                     for i in range(mesh.ndim)]
+
+
+def _mesh_parallel(model: Any) -> dict:
+    """Sizes of the DeviceMesh dimensions the model's DTensor parameters live on, by what they
+    split (:func:`_mesh_roles`)."""
+    found: dict[str, int] = {}
+    for mesh, roles in _mesh_roles(model):
         sizes: dict[str, int] = {}
-        for i in range(mesh.ndim):
-            name = str(names[i]).lower() if i < len(names) else ""
-            key = MESH_NAMES.get(name, "tp") if i in splits else "dp"
-            sizes[key] = sizes.get(key, 1) * int(mesh.size(i))
-        for key, size in sizes.items():
-            found[key] = max(found.get(key, 1), size)
+        for i, role in enumerate(roles):
+            sizes[role] = sizes.get(role, 1) * int(mesh.size(i))
+        for role, size in sizes.items():
+            found[role] = max(found.get(role, 1), size)
     return found
 
 
 def mesh_coordinates(model: Any, pipeline: Any = None) -> dict | None:
     """This rank's place in the job: its coordinate along each mesh dimension the model's
-    DTensor parameters live on (by what it splits, as :func:`detect_parallel` names them),
-    and ``pp``, its first pipeline stage (``pipeline``: a
-    :class:`~..sources.pipeline.PipelineRuns`); None where neither tells.
+    DTensor parameters live on (by what it splits, :func:`_mesh_roles`), and ``pp``, its first
+    pipeline stage (``pipeline``: a :class:`~..sources.pipeline.PipelineRuns`); None where
+    neither tells.
 
     >>> mesh_coordinates(torch.nn.Linear(2, 2)) is None
     True
     """
     found: dict[str, int] = {}
-    params = _unique_params(model)
-    fsdp = fsdp_managed(walk(model)) if params else set()
-    for p in params:
-        mesh = getattr(p, "device_mesh", None)
-        coordinate = mesh.get_coordinate() if mesh is not None else None
-        if coordinate is None:
-            continue
-        names = getattr(mesh, "mesh_dim_names", None) or ()
-        splits = model_dims(p, id(p) in fsdp)
-        for i, c in enumerate(coordinate):
-            name = str(names[i]).lower() if i < len(names) else ""
-            found.setdefault(MESH_NAMES.get(name, "tp") if i in splits else "dp", int(c))
+    for mesh, roles in _mesh_roles(model):
+        for role, c in zip(roles, mesh.get_coordinate() or ()):
+            found.setdefault(role, int(c))
     if pipeline is not None and pipeline.stages:
         found["pp"] = int(pipeline.stages[0])
     return found or None

@@ -1095,14 +1095,11 @@ PyObject* module_post_late(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return call_ends(args[0], it->second, [&] { return PyObject_Vectorcall(h.post.ptr(), args, nargs, nullptr); });
 }
 
-// the always-called global forward hook: hook(module, args, output)
-PyObject* module_post(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  ModuleHooks& h = g_modules;
-  if (!h.active || nargs < 1) Py_RETURN_NONE;
-  if (!h.late.empty() && h.late.count(args[0]) != 0) Py_RETURN_NONE;
-  auto it = h.index.find(args[0]);
-  if (it == h.index.end()) Py_RETURN_NONE;
-  return call_ends(args[0], it->second, [&] { return PyObject_Vectorcall(h.post.ptr(), args, nargs, nullptr); });
+// the always-called global forward hook: hook(module, args, output); passes the late modules by
+PyObject* module_post(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  const ModuleHooks& h = g_modules;
+  if (nargs >= 1 && !h.late.empty() && h.late.count(args[0]) != 0) Py_RETURN_NONE;
+  return module_post_late(self, args, nargs);
 }
 
 PyMethodDef g_pre_def = {"module_pre", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(module_pre)),

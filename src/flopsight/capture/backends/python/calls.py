@@ -79,9 +79,11 @@ class PythonCalls(CallTracking):
         self._handles.append(register_module_forward_pre_hook(pre))
         # keyword arguments only for listeners that read them (module rules)
         with_kwargs = bool(ctx.events.modules)
-        self._handles.append(register_module_forward_hook(post, always_call=True, with_kwargs=with_kwargs))
         late = late_exits(self.tracked_modules(ctx))
         self.exit_late(late)
+        # with no module to pass by, the global hook is the late one itself (one call less each)
+        self._handles.append(register_module_forward_hook(post if late else late_post or post, always_call=True,
+                                                          with_kwargs=with_kwargs))
         for module in late:
             self._handles.append(module.register_forward_hook(late_post or post, always_call=True,
                                                               with_kwargs=with_kwargs))
