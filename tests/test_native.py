@@ -549,6 +549,40 @@ def test_an_op_whose_user_formula_reads_values_is_costed_on_them_and_the_metadat
             assert result.metadata.on_values == (("aten.relu",) if backend == "native" else ())
 
 
+class _TwoAttentions(nn.Module):
+    def forward(self, q, mask):
+        y = nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=mask)
+        return nn.functional.scaled_dot_product_attention(y, y, y, attn_mask=mask)
+
+
+@needs_native
+def test_attention_whose_formula_reads_no_values_keeps_none_after_its_first_call():
+    """Attention's formulas may read a mask's values, so the recorder keeps an attention op's
+    values; a call whose formula read none (dense counting) makes its signature one that keeps
+    none from then on, in this registry only: effective counting still reads every mask.
+
+    q, k, v of (1, 1, 4, 2): 16 scores. Dense: MACs 16 * (2 + 2) = 64, FLOPs 2 * 64 + 16
+    (scale) + 16 (softmax) + 16 (the mask's add) = 176 per call. Effective, with a lower-
+    triangular bool mask (10 of 16 entries kept): MACs 10 * 4 = 40, FLOPs 80 + 3 * 10 = 110;
+    with a mask that keeps all 16, the dense figures."""
+    q = torch.randn(1, 1, 4, 2)
+    causal, full = torch.ones(4, 4, dtype=torch.bool).tril(), torch.ones(4, 4, dtype=torch.bool)
+    model = _TwoAttentions()
+
+    def run(backend, attention, mask):
+        with torch.no_grad(), flopsight.Profiler(model, backend=backend, attention=attention) as prof:
+            model(q, mask)
+        forward = prof.result.total.forward
+        return forward.macs, forward.flops, prof.result.metadata.on_values
+
+    for _ in range(2):  # the first profile learns that the dense formula reads nothing
+        assert run("native", "dense", causal) == (128, 352, ())
+    for mask, (macs, flops) in ((causal, (80, 220)), (full, (128, 352)), (causal, (80, 220))):
+        macs_n, flops_n, on_values = run("native", "effective", mask)
+        assert (macs_n, flops_n) == run("python", "effective", mask)[:2] == (macs, flops)
+        assert "aten.scaled_dot_product_attention" in on_values
+
+
 @needs_native
 def test_flex_attention_is_routed_to_its_unit_without_a_function_mode():
     """flex attention is a higher-order operator the dispatcher never sees: a native session

@@ -88,6 +88,20 @@ def test_the_row_layer_s_all_reduce_is_charged_to_it_forward(ranks):
                 ("all_reduce", "2", "forward", 1, 2048, 2)]
 
 
+def test_a_wait_inside_the_op_that_first_uses_an_all_reduce_is_communication(ranks):
+    # rank 1 came 0.3 s late to the row layer's all-reduce; rank 0 waited for it inside the
+    # ReLU's op, which first used the result (an AsyncCollectiveTensor): that wait is the
+    # all-reduce's, exposed, and not the ReLU op's compute (the module's call, wall time,
+    # still holds it). Before: the all-reduce never completed, 0 s exposed, and the ReLU op
+    # took the 0.3 s. The margins are half the delay either way.
+    for name in ("tp_late_python", "tp_late_native"):
+        result = ranks(name)[0]
+        [reduce] = result.collectives("forward")
+        assert (reduce.kind, reduce.module) == ("all_reduce", "2")
+        assert reduce.exposed > 0.15
+        assert result.ops("forward")["aten.relu"].latency < 0.15 < result.module("3").forward.latency
+
+
 def test_a_tensor_parallel_rank_that_raises_is_named_on_rank_0(gloo_scenarios):
     # rank 1's last layer raised after the row layer's all-reduce; rank 0's span completed
     result = flopsight.load(gloo_scenarios / "parallel" / "tp_failed.rank0.json")
@@ -304,7 +318,12 @@ def test_an_interleaved_schedule_s_rank_counts_both_its_stages(ranks4):
         assert result.metadata.pipeline["stages"] == [rank, rank + 4]
         assert dict(result.metadata.parallel) == {"world": 4, "pp": 4, "dp": 1}
     # ideal bubble with 2 stages per rank: (4 - 1) / (2 * 8 + 4 - 1) = 3 / 19
-    assert pipeline_figures(ranks4("interleaved_step2")[0]).ideal == 3 / 19
+    view = pipeline_figures(ranks4("interleaved_step2")[0])
+    assert view.ideal == 3 / 19
+    # 8 micro-batches, each through both of the rank's stages: 16 forward calls
+    for result in ranks4("interleaved_step2"):
+        assert (result.iteration.forward.calls, result.iteration.micro_batches) == (16, 8)
+    assert view.micro_batches == 8
 
 
 def test_rank_0_s_job_view_places_each_rank_on_the_mesh_and_sums_their_work(ranks4):

@@ -462,6 +462,17 @@ def work_class():
     return Work
 
 
+@functools.cache
+def functional_collectives():
+    """torch's ``torch.distributed._functional_collectives`` module (its ``wait_tensor`` is what
+    an ``AsyncCollectiveTensor`` calls when an op first uses it), or None without it."""
+    try:
+        import torch.distributed._functional_collectives as module
+    except ImportError:
+        return None
+    return module if callable(getattr(module, "wait_tensor", None)) else None
+
+
 def python_work(work):
     """The ``Work`` Python holds for the c10d ``Work`` script object an op returned: while it is
     kept, the handle the caller gets is this same object. None for anything else."""

@@ -7,6 +7,9 @@ step (forward and backward) under ``Profiler(model)``:
   then row-wise (``ColwiseParallel``, ``RowwiseParallel``) over a mesh named ``("tp",)``, on 8
   rows, with each backend;
 * ``tp_unnamed``: the same on an unnamed mesh (the sizes read off the placements);
+* ``tp_late_python``, ``tp_late_native``: the same with a ``ReLU`` after the row layer, which
+  first uses its all-reduced output, and rank 1 late to the all-reduce by 0.3 s (it sleeps
+  before the row layer): rank 0 waits for it inside the ReLU's op;
 * ``sp_native``: ``LayerNorm(64)`` in sequence parallel, then the same two
   layers (the first all-gathers the sequence, the second reduce-scatters it), on this rank's
   4 of 8 positions of 2 sequences;
@@ -24,6 +27,7 @@ step (forward and backward) under ``Profiler(model)``:
 """
 
 import sys
+import time
 import warnings
 
 import torch
@@ -65,6 +69,18 @@ for backend in ("python", "native"):
     step(f"tp_{backend}", parallelize_module(mlp(), named, tensor_parallel), torch.randn(8, 64), backend)
 torch.manual_seed(1)
 step("tp_unnamed", parallelize_module(mlp(), init_device_mesh("cpu", (2,)), tensor_parallel), torch.randn(8, 64))
+
+def late(module, args):
+    if rank == 1:
+        time.sleep(LATE)
+
+
+LATE = 0.3
+for backend in ("python", "native"):
+    torch.manual_seed(1)
+    model = parallelize_module(mlp(), named, tensor_parallel).append(nn.ReLU())
+    model[2].register_forward_pre_hook(late)
+    step(f"tp_late_{backend}", model, torch.randn(8, 64), backend)
 
 sequence_parallel = {"0": SequenceParallel(), "1": ColwiseParallel(input_layouts=Shard(1)),
                      "3": RowwiseParallel(output_layouts=Shard(1))}

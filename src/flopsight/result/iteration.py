@@ -95,7 +95,9 @@ class IterationStats:
     ``timed``: the latencies (the span's and its phases') are a neighbouring step's, timed at
     its phases' boundaries only and not counted (the ``timed.<kind>`` spans: the DeepSpeed
     engine's step before the profiled one); the counts and the anatomy are the counted span's,
-    whose own wall time is ``counted_latency``.
+    whose own wall time is ``counted_latency``. ``stage_calls``: the model's forward calls per
+    micro-batch (a pipeline rank that runs several stages, as an interleaved schedule's does,
+    calls one module per stage for each micro-batch).
     """
 
     latency: float
@@ -107,6 +109,7 @@ class IterationStats:
     communication: CommunicationTime = field(default_factory=CommunicationTime)
     anatomy: StepAnatomy | None = None
     counted_latency: float | None = None
+    stage_calls: int = 1
 
     @property
     def timed(self) -> bool:
@@ -134,8 +137,9 @@ class IterationStats:
 
     @property
     def micro_batches(self) -> int:
-        """Forward calls in the span (gradient accumulation runs several per step)."""
-        return self.forward.calls
+        """Micro-batches in the span: its forward calls (gradient accumulation runs several per
+        step), one per stage a pipeline rank runs for each."""
+        return self.forward.calls // self.stage_calls
 
 
 def median_steps(walls: Sequence[float]) -> tuple[int, ...]:
@@ -188,6 +192,8 @@ def iteration_stats(result: Profile) -> IterationStats:
     else:
         size = given or result.metadata.batch_size
         samples = size * forward.calls if size and forward.calls else None
+    pipeline = result.metadata.pipeline
+    stage_calls = max(len(pipeline.get("stages", ())), 1) if pipeline else 1
     walls = result.spans.get("iteration")
     latency = counted = sum(walls) if walls else forward.latency
     backward, step = result.phase_total("backward"), result.phase_total("step")
@@ -216,6 +222,7 @@ def iteration_stats(result: Profile) -> IterationStats:
         communication=communication,
         anatomy=anatomy,
         counted_latency=counted if timed else None,
+        stage_calls=stage_calls,
     )
 
 

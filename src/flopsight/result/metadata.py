@@ -257,8 +257,9 @@ class Metadata:
     #: why the Python path counted although the native one was asked for (or was the default)
     backend_note: str | None = None
     #: the operators the native backend handed to Python with their values, each call costed on
-    #: them: those whose formulas read values (attention's masks, a user's ``reads_values``
-    #: formula) and those a signature cannot describe (nested, sparse tensors)
+    #: them: those whose formulas read values (attention's masks under ``attention="effective"``,
+    #: a user's ``reads_values`` formula) and those a signature cannot describe (nested, sparse
+    #: tensors); a formula that read none on a call's values costs its later calls by signature
     on_values: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:

@@ -19,6 +19,7 @@ it: :mod:`.running`): it is only ever changed through its methods.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -30,7 +31,7 @@ from .running import RUNNING
 from .tally import Tally
 from .timing import Clock
 
-__all__ = ["CaptureContext"]
+__all__ = ["CaptureContext", "past_hidden_waits"]
 
 T = TypeVar("T")
 
@@ -38,6 +39,22 @@ T = TypeVar("T")
 def innermost_path(stack: list) -> str | None:
     """The path of the innermost call on a module ``stack`` (None: empty)."""
     return stack[-1].path if stack else None
+
+
+def past_hidden_waits(waits: collections.deque, t0: float, t1: float) -> float:
+    """An op that ran from host stamp ``t0`` to ``t1``, its start moved past the ``waits``
+    (host intervals, in order: :attr:`CaptureContext.hidden_waits`) that lie inside it, which
+    are not its time; waits that ended before it are dropped.
+
+    >>> waits = collections.deque([(0.5, 0.8), (2.0, 2.5), (4.0, 4.1)])
+    >>> past_hidden_waits(waits, 1.0, 3.0), list(waits)   # (0.5, 0.8) lies before it
+    (1.5, [(4.0, 4.1)])
+    """
+    while waits and waits[0][1] <= t1:
+        w0, w1 = waits.popleft()
+        if w0 >= t0:
+            t0 += w1 - w0
+    return t0
 
 
 class NoBackend:
@@ -91,6 +108,10 @@ class CaptureContext:
     options: Any = None
     #: the session's :class:`~.backends.Backend` (the hot path: ops, module calls, phase changes)
     backend: Any = field(default_factory=NoBackend)
+    #: host intervals (``time.perf_counter``) in which the thread waited for a collective inside
+    #: an op that hides it (an ``AsyncCollectiveTensor`` waited for by the op that first uses
+    #: it: the collectives source), in order: not that op's time (:func:`past_hidden_waits`)
+    hidden_waits: collections.deque = field(default_factory=collections.deque)
     _sources: dict = field(default_factory=dict)
 
     @classmethod

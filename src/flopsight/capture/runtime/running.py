@@ -34,12 +34,12 @@ leaves out its own.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
 import signal
 import sys
 import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
 from ..._process import PROCESS
@@ -57,6 +57,31 @@ class _OwnCode(threading.local):
 
 #: the profiler's own code running on this thread (see :meth:`RunningSessions.own_code`)
 OWN_CODE = _OwnCode()
+
+
+class _OwnCodeSpan:
+    """See :meth:`RunningSessions.own_code`."""
+
+    __slots__ = ("_unrecorded",)
+
+    def __init__(self, unrecorded: AbstractContextManager | None) -> None:
+        self._unrecorded = unrecorded
+
+    def __enter__(self) -> None:
+        OWN_CODE.depth += 1
+        if self._unrecorded is not None:
+            try:
+                self._unrecorded.__enter__()
+            except BaseException:
+                OWN_CODE.depth -= 1
+                raise
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            if self._unrecorded is not None:
+                self._unrecorded.__exit__(*exc)
+        finally:
+            OWN_CODE.depth -= 1
 
 
 class Running(NamedTuple):
@@ -102,19 +127,12 @@ class RunningSessions:
         the autograd engine's, has none)."""
         return threading.get_ident() != home and bool(getattr(self._local, "sessions", None))
 
-    @contextlib.contextmanager
-    def own_code(self, *unrecorded):
+    def own_code(self, unrecorded: AbstractContextManager | None = None) -> AbstractContextManager:
         """The profiler's own code runs torch ops meanwhile: no session records them (its
-        dispatch mode and function mode pass them through; ``unrecorded``: the contexts that
-        take a backend's recording off, the native recorder's)."""
-        OWN_CODE.depth += 1
-        try:
-            with contextlib.ExitStack() as stack:
-                for context in unrecorded:
-                    stack.enter_context(context)
-                yield
-        finally:
-            OWN_CODE.depth -= 1
+        dispatch mode and function mode pass them through; ``unrecorded``: a context that
+        takes a backend's recording off, the native recorder's). A plain object, not a
+        generator: a collective's handler enters one per call."""
+        return _OwnCodeSpan(unrecorded)
 
     def overhead(self, now: Callable[[], float]) -> Overhead:
         """The profiler's own time on this thread, as measured with clock ``now``: one object

@@ -42,7 +42,7 @@ from ...result.stats import ZERO_STATS
 from ..model.wrappers import local_shard
 from ..runtime.context import CaptureContext
 from ..runtime.events import OpEvent
-from .work_waits import WAITS
+from .work_waits import TENSOR_WAITS, WAITS
 
 __all__ = ["CollectivesSource", "Communication", "InFlight", "COLLECTIVE_OPS", "payload_bytes", "merged_flights",
            "common_path"]
@@ -342,6 +342,7 @@ class CollectivesSource:
     def start(self, ctx: CaptureContext) -> None:
         if self.in_flight is not None:  # handles with no future complete when waited for
             WAITS.open()
+            TENSOR_WAITS.open(self._tensor_waited)
             self._waits_open = True
 
     def stop(self, ctx: CaptureContext) -> None:
@@ -349,6 +350,7 @@ class CollectivesSource:
         if self._waits_open:
             self._waits_open = False
             WAITS.close(self._watched)
+            TENSOR_WAITS.close(self._tensor_waited)
             self._watched.clear()
 
     def collect(self, ctx: CaptureContext) -> Communication | None:
@@ -428,11 +430,40 @@ class CollectivesSource:
             if owners and isinstance(out, tuple) and len(out) == 2:
                 self._gathers[storage_key(out[1])] = common_path(owners)
 
+    def _tensor_waited(self, tensor, t0: float, t1: float) -> None:
+        """A functional collective's result was waited for from ``t0`` to ``t1``: where no
+        claimed ``wait_tensor`` op said so (:meth:`_wait`), inside the op that first used it
+        (an ``AsyncCollectiveTensor``'s). The collective completed then, and the wait is not
+        that op's time: the backends take it out of the op's (``ctx.hidden_waits``)."""
+        complete = self._awaited(tensor)
+        if complete is None:  # waited for in view (:meth:`_wait`), or not this session's
+            return
+        complete()
+        if self._hears_ops:  # host stamps, as the ops'
+            self._ctx.hidden_waits.append((t0, t1))
+
+    def _awaited(self, tensor) -> Callable[[], None] | None:
+        """What completes the functional collective whose result ``tensor`` is, forgotten (None:
+        none in flight): the same object, or another on its storage (funcol's autograd wraps
+        the result into a new tensor before an ``AsyncCollectiveTensor`` holds it)."""
+        awaiting = self._awaiting
+        if not awaiting or not isinstance(tensor, torch.Tensor):
+            return None
+        pending = awaiting.pop(id(tensor), None)
+        if pending is not None:
+            return pending[0]
+        key = storage_key(tensor)
+        for ident, (complete, result) in awaiting.items():
+            if key is not None and storage_key(result) == key:
+                del awaiting[ident]
+                return complete
+        return None
+
     def _wait(self, event: OpEvent) -> None:
         tensor = event.args[0] if event.args else event.kwargs.get("tensor")
-        pending = self._awaiting.pop(id(tensor), None)
-        if pending is not None:
-            pending[0]()
+        complete = self._awaited(tensor)
+        if complete is not None:
+            complete()
         self._ctx.attribution.charge_in_order(event.entry, event.t0, event.t1, (), ZERO_STATS)
 
 

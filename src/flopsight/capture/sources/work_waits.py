@@ -1,4 +1,5 @@
-"""When a collective whose ``Work`` has no future completes: when its caller's ``wait()`` returns.
+"""When a collective completes that says so to no one: a ``Work`` with no future, whose caller's
+``wait()`` returns, and a functional collective waited for inside the op that first uses it.
 
 Most c10d ``Work`` handles tell their completion through a future (the collectives source
 stamps it from the backend's thread). Some have none: gloo's reduce-scatter into one tensor
@@ -9,16 +10,24 @@ in ``wait()`` for the others and the transfer. So while a capture watches such h
 completion as its wait returns (a synchronous call waits inside ``torch.distributed``, an
 asynchronous one where its caller waits). The class's own ``wait`` is put back when the last
 watcher stops (:meth:`WorkWaits.close`), and by :func:`flopsight._process.reset`.
+
+A functional collective (tensor parallelism's all-reduces) returns an ``AsyncCollectiveTensor``;
+the op that first uses one waits for it inside its own dispatch, where neither a dispatch mode
+nor the native recorder sees the ``wait_tensor`` (the op hides its parts). While a capture
+listens (:class:`TensorWaits`), ``_functional_collectives.wait_tensor``, which that wait calls,
+is routed through a function that tells the listeners each wait's tensor and host interval
+(:data:`TENSOR_WAITS`); put back when the last listener stops.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from ..._process import PROCESS
-from ..._torch_private import python_work, work_class
+from ..._torch_private import functional_collectives, python_work, work_class
 
-__all__ = ["WAITS", "WorkWaits"]
+__all__ = ["WAITS", "WorkWaits", "TENSOR_WAITS", "TensorWaits"]
 
 
 class WorkWaits:
@@ -93,3 +102,51 @@ def _waited(waits: WorkWaits, work) -> None:
 
 #: the process's watched handles
 WAITS: WorkWaits = PROCESS.own("work waits", WorkWaits)
+
+
+class TensorWaits:
+    """The listeners to functional collectives' waits (each called with the tensor waited for
+    and the wait's host start and end, ``time.perf_counter`` seconds), and the module's own
+    ``wait_tensor`` while they listen."""
+
+    def __init__(self) -> None:
+        self.listeners: list[Callable[[object, float, float], None]] = []
+        self.saved: Callable | None = None
+
+    def open(self, listener: Callable[[object, float, float], None]) -> None:
+        module = functional_collectives()
+        if module is None:
+            return
+        if self.saved is None:
+            saved = module.wait_tensor
+            listeners = self.listeners
+
+            def wait_tensor(tensor):
+                t0 = time.perf_counter()
+                try:
+                    return saved(tensor)
+                finally:
+                    t1 = time.perf_counter()
+                    for heard in tuple(listeners):
+                        heard(tensor, t0, t1)
+
+            self.saved = saved
+            module.wait_tensor = wait_tensor
+        self.listeners.append(listener)
+
+    def close(self, listener: Callable[[object, float, float], None]) -> None:
+        if listener in self.listeners:
+            self.listeners.remove(listener)
+        if not self.listeners:
+            self.reset()
+
+    def reset(self) -> None:
+        module = functional_collectives()
+        if self.saved is not None and module is not None:
+            module.wait_tensor = self.saved
+        self.saved = None
+        self.listeners.clear()
+
+
+#: the process's listeners to functional collectives' waits
+TENSOR_WAITS: TensorWaits = PROCESS.own("tensor waits", TensorWaits)

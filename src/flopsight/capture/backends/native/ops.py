@@ -27,7 +27,6 @@ told about gets meta tensors (no values): it is warned about, and ``backend="pyt
 from __future__ import annotations
 
 import collections
-import contextlib
 import struct
 import warnings
 from collections.abc import Callable, Iterator
@@ -47,12 +46,12 @@ from ...._torch_private import (
 )
 from ....formulas.attention import entries as attention_entries
 from ....formulas.attention.convention import reads_values
-from ....formulas.registry import ZERO
+from ....formulas.registry import READS_VALUES, ZERO
 from ....result.stats import ZERO_STATS
 from ...charging.attribution import NodeSeen, whole_call_bytes
 from ...charging.costs import evaluate
 from ...charging.counts import Counts, collect_counts
-from ...runtime.context import CaptureContext
+from ...runtime.context import CaptureContext, past_hidden_waits
 from ...runtime.events import OpEvent
 from ...runtime.running import RUNNING
 from ...runtime.stance import EAGER_STANCE
@@ -197,12 +196,32 @@ class _RegistryTables:
         self.claimed_ops: dict[int, tuple] = {}  # operator id -> (op overload, _Op) of a claimed op
         self.costs: dict[int, Costed] = {}  # signature -> what it costs
         self.scalars = ScalarCosts()  # what signatures cost whatever their float scalars
+        #: keys of signatures whose formulas may read values but read none on a call's values:
+        #: what one costs (their later ops keep no values: recorder.cpp's g_unread)
+        self.unread: dict[bytes, Costed] = {}
 
     def forget(self) -> None:
         self.ops.clear()
         self.claimed_ops.clear()
         self.costs.clear()
         self.scalars.clear()
+        self.unread.clear()
+
+
+class _ThreadOff:
+    """The recorder off on this thread meanwhile (as it was after). A plain object, not a
+    generator: a collective's handler enters one per call."""
+
+    __slots__ = ("_rec", "_was")
+
+    def __init__(self, rec) -> None:
+        self._rec = rec
+
+    def __enter__(self) -> None:
+        self._was = self._rec.set_thread_enabled(False)
+
+    def __exit__(self, *exc: object) -> None:
+        self._rec.set_thread_enabled(self._was)
 
 
 class NativeCountingSource:
@@ -267,6 +286,7 @@ class NativeCountingSource:
             if self.memory and not self._rec.start_memory():  # checked when the backend was chosen
                 raise RuntimeError("memory: torch.profiler's state is on this thread; profile with backend='python'")
             see_through_dtensors(self._rec)
+            self._rec.set_unread(list(self._tables.unread))
             self._rec.start(self._claimed if claims else None)
         except BaseException:
             if self.memory:
@@ -308,13 +328,8 @@ class NativeCountingSource:
         with RecordFunction off on the thread."""
         return RUNNING.own_code(self._thread_off())
 
-    @contextlib.contextmanager
-    def _thread_off(self):
-        was = self._rec.set_thread_enabled(False)
-        try:
-            yield
-        finally:
-            self._rec.set_thread_enabled(was)
+    def _thread_off(self) -> _ThreadOff:
+        return _ThreadOff(self._rec)
 
     def _claimed(self, op_id: int, inputs: tuple, outputs: tuple, t0: int, t1: int) -> None:
         """A claimed op (a collective) returned, on the thread that ran it. Its handler settles
@@ -444,6 +459,7 @@ class NativeCountingSource:
         stamp: Callable[[], int] = self._stamp  # type: ignore[assignment]  # set where offset is None, its one use
         events = self._ctx.events
         ran = events.ran  # listeners to each op's interval (ops overlapping collectives)
+        waits = self._ctx.hidden_waits
         for op_id, sig, node_seq, seq_before, seq_after, t0, t1, variable, count, ns in rows:
             if op_id < 0:
                 if op_id == MEMORY:  # a memory run (see _memory_run for its fields)
@@ -475,6 +491,8 @@ class NativeCountingSource:
                     t1 += stamp() - s0
             elif count == 1:
                 t0, t1 = t0 * 1e-9 + offset, t1 * 1e-9 + offset
+                if waits:  # it waited for a collective inside
+                    t0 = past_hidden_waits(waits, t0, t1)
             else:  # ``count`` repeats: their summed time
                 t0 = t0 * 1e-9 + offset
                 t1 = t0 + ns * 1e-9
@@ -535,14 +553,24 @@ class NativeCountingSource:
         if inputs is None and outputs is None and sig >= 0:  # described by its signature alone
             known = self._by_signature(op, key)
         else:
-            if inputs is not None:  # its values were kept: costed on them
-                self._on_values.add(op.entry.name)
+            # kept for a formula that may read values, with a key that describes it ('X' marks
+            # a value it cannot): one that read none costs the same on any call of its key
+            describes = inputs is not None and sig < 0 and b"X" not in key and not _declared_reading(op)
+            unread = self._tables.unread
+            if describes and key in unread:
+                return unread[key]
+            reads = attention_entries.values_read()
             with self.unrecorded():  # the formulas' and the meta tensors' ops are not the model's
                 if inputs is None or outputs is None:  # described by the signature: meta tensors of its shapes
                     described = _decode(key, _dtypes(self._rec))
                     inputs = described[0] if inputs is None else inputs
                     outputs = described[1] if outputs is None else outputs
                 known = self._evaluate(op, inputs, outputs, sig >= 0)
+            if describes and attention_entries.values_read() == reads:
+                unread[key] = known
+                self._rec.add_unread(key)
+            elif inputs is not None:  # costed on its values
+                self._on_values.add(op.entry.name)
         if sig >= 0:
             self._tables.costs[sig] = known
         return known
@@ -601,6 +629,13 @@ def _aten_units(registry) -> frozenset:
         known = cache[registry] = (registry.version, frozenset(
             aten | {f for f, unit in units.items() if unit.reaches is not None and unit.reaches in aten}))
     return known[1]
+
+
+def _declared_reading(op: _Op) -> bool:
+    """Whether ``op``'s formula was registered with ``reads_values=True``: it may read values
+    its own way, not through :func:`~...attention.entries.read_values` (which is counted)."""
+    formulas = (op.entry.formula, op.unit.formula, op.unit.backward) if op.unit is not None else (op.entry.formula,)
+    return any(getattr(f, READS_VALUES, False) for f in formulas)
 
 
 def _dtypes(recorder) -> list:

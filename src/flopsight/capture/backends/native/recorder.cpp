@@ -21,7 +21,8 @@
 // No tensor is kept past its op (a reference held would change what torch does, e.g. let
 // AccumulateGrad no longer steal a gradient), except for the operators whose formulas read
 // values (named at start) and for values a signature cannot describe (nested or sparse
-// tensors): those ops keep their values until Python drains them.
+// tensors): those ops keep their values until Python drains them. A signature whose formula
+// Python found to read no value on one call (attention with no mask) keeps none after that.
 //
 // Claimed ops (the collectives and the ops around them, named at configure): Python handles each
 // one as it returns, on its values (the source that claimed it watches the c10d Work it
@@ -131,6 +132,7 @@ struct Frame {
   intptr_t accumulated = 0;
   bool cacheable = true;
   bool keep = false;  // keep the values (see the top of this file)
+  bool values_only = false;  // kept for its formula alone (its key describes it): see g_unread
   bool claimed = false;
   bool swallowed = false;  // not run for real: neither it nor its parts recorded (see the top)
   std::string key;
@@ -145,6 +147,9 @@ std::unordered_map<const char*, int32_t> g_op_of;  // RecordFunction name pointe
 std::unordered_map<std::string, int32_t> g_sigs;
 std::vector<std::string> g_sig_keys;  // signature id -> its key
 std::unordered_set<std::string> g_value_ops;  // "aten::name.overload" whose formulas read values
+// the signatures of such ops whose formulas read no value (an attention call with no mask):
+// Python found so, costing one on its values; their ops keep nothing and share a signature id
+std::unordered_set<std::string> g_unread;
 std::unordered_set<std::string> g_formula_ops;  // "aten::name.overload" the registry costs (not free)
 std::unordered_set<std::string> g_unit_ops;  // "aten::name.overload" counted whole
 std::unordered_set<std::string> g_claimed_ops;  // "ns::name.overload" handed to Python as they return
@@ -643,6 +648,7 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   frame.key.clear();
   frame.cacheable = true;
   frame.keep = false;
+  frame.values_only = false;
   if (!stamps) {
     append(frame.key, op);
     auto inputs = fn.inputs();
@@ -653,6 +659,7 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
     frame.claimed = flags.claimed;
     if (frame.claimed) c10::ThreadLocalDebugInfo::_push(kInsideClaimed, std::make_shared<InsideClaimed>());
     frame.keep = flags.keep_values || !frame.cacheable || flags.claimed;
+    frame.values_only = flags.keep_values && frame.cacheable && !flags.claimed;
     if (frame.keep) frame.inputs.assign(inputs.begin(), inputs.end());
   }
   // its parts run without RecordFunction (its own end still runs): a unit's, which are counted
@@ -739,6 +746,13 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext*) {
     cacheable = describe(frame.key, v) && cacheable;
   }
   bool keep = frame.keep || !cacheable;
+  if (keep && frame.values_only && cacheable) {  // its formula may not need them after all
+    std::lock_guard<std::mutex> guard(g_lock);
+    if (g_unread.count(frame.key) > 0) {
+      keep = frame.keep = false;
+      frame.inputs.clear();
+    }
+  }
   int64_t seq_after = static_cast<int64_t>(at::sequence_number::peek());
   // the operator's last signature on this thread: a repeat needs no lookup
   PerOp* last = cacheable && !keep ? &per_op(t, frame.op) : nullptr;
@@ -1486,7 +1500,21 @@ void configure(const std::vector<std::string>& value_ops, const std::vector<std:
   g_op_of.clear();
   g_sigs.clear();
   g_sig_keys.clear();
+  g_unread.clear();
   g_config.fetch_add(1);
+}
+
+// signatures (keys) of ops whose formulas read values, found to read none: their ops keep no
+// value from now on (a registry's own set, given at each start; one more while running)
+void set_unread(const std::vector<py::bytes>& keys) {
+  std::lock_guard<std::mutex> guard(g_lock);
+  g_unread.clear();
+  for (const auto& k : keys) g_unread.insert(std::string(k));
+}
+
+void add_unread(py::bytes key) {
+  std::lock_guard<std::mutex> guard(g_lock);
+  g_unread.insert(std::string(key));
 }
 
 // (with the GIL held, the recorder stopped) the class of the tensors whose ops are not recorded,
@@ -1810,6 +1838,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_transparent", &set_transparent, py::arg("cls"), py::arg("skip_fake"),
         "Ops on tensors of class cls (DTensor; None: none) are not recorded, their parts are; skip_fake: ops "
         "under a fake tensor mode are not recorded, nor their parts (see recorder.cpp).");
+  m.def("set_unread", &set_unread, py::arg("keys"), "The signatures whose ops keep no values (all of them).");
+  m.def("add_unread", &add_unread, py::arg("key"), "One more signature whose ops keep no values.");
   m.def("signature", &signature, py::arg("sig"), "A signature's key.");
   m.def("operator", &operator_name, py::arg("id"), "(name, overload) of an operator id.");
   m.def("stop", &stop, "Remove the recorder.");

@@ -25,7 +25,7 @@ from ...._torch_private import (
 from ....formulas.registry import ZERO
 from ....result.stats import ZERO_STATS
 from ...charging.counts import Counts, collect_counts
-from ...runtime.context import CaptureContext
+from ...runtime.context import CaptureContext, past_hidden_waits
 from ...runtime.events import OpEvent
 from ...runtime.running import OWN_CODE, RUNNING
 from ...runtime.stance import EAGER_STANCE
@@ -73,6 +73,8 @@ class _CountingMode(EagerDispatchMode):
         out = func(*args, **kwargs) if kwargs else func(*args)
         t1 = stamp()
         ctx = self._ctx
+        if ctx.hidden_waits:  # it waited for a collective inside (host stamps only: see the source)
+            t0 = past_hidden_waits(ctx.hidden_waits, t0, t1)
         if not ctx.suppressed:
             h0 = t1 if self._stamp_is_now else self._now()
             if self._nested:  # its charging's ops are the profiler's: the modes below see them
