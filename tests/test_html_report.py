@@ -555,6 +555,7 @@ def test_browser_anatomy_says_it_is_the_median_step_of_several(browser, tmp_path
 def test_browser_parallel_job_panel(browser, tmp_path, training):
     def placed(rank: int):  # rank 0's and rank 1's results, on a mesh and in a pipeline
         meta = dataclasses.replace(training.metadata, rank=rank, coordinates={"dp": 0, "tp": rank},
+                                   replicated_modules=(),  # split by tensor parallelism: the job's added work shown
                                    pipeline={"schedule": "Schedule1F1B", "micro_batches": 4, "stages": [rank],
                                              "num_stages": 2, "steps": 1})
         return dataclasses.replace(training, metadata=meta)
@@ -565,5 +566,6 @@ def test_browser_parallel_job_panel(browser, tmp_path, training):
     assert page.evaluate("document.getElementById('parallel-section').hidden") is False
     assert page.evaluate("document.querySelectorAll('#job-table tbody tr').length") == 2
     assert "dp 0, tp 1" in _text(page, "job-table")
+    assert "the parallel plan adds 0 FLOPs" in _text(page, "parallel")
     assert page.evaluate("document.querySelectorAll('#pipeline-table tbody tr').length") == 2
     assert "the schedule's ideal bubble 20%" in _text(page, "parallel")  # (2 - 1) / (4 + 2 - 1)

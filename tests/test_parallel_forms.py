@@ -11,6 +11,7 @@ from helpers import PIPELINING_ON_GLOO
 from multirank.launch import rank_results
 
 import flopsight
+from flopsight.analysis.added_work import AddedWork, added_work
 from flopsight.analysis.experts import expert_figures
 from flopsight.analysis.job import job_figures
 from flopsight.analysis.pipeline import pipeline_figures
@@ -46,7 +47,7 @@ def test_tensor_parallel_counts_each_rank_s_own_work(ranks, name):
         # ReLU on the rank's (8 x 128): 1,024 FLOPs; layer 2's bias is divided by the group
         # size before the partial sums are all-reduced (64 FLOPs): the work parallelism adds
         assert result.module("1").forward.flops == 8 * 128
-        assert result.ops("forward")["aten.div"].flops == 64
+        assert result.ops("forward")["redistribute:aten.div"].flops == 64
 
 
 def test_tensor_parallel_params_are_each_rank_s_shard_and_the_model_s_are_one_process_s(ranks):
@@ -80,6 +81,16 @@ def test_tensor_parallel_report_lines(ranks):
     assert lines["params replicated on every model-parallel GPU"] == "64"
 
 
+def test_a_forward_only_report_of_a_model_parallel_run_gives_its_sizes(gloo_scenarios):
+    # DeepSpeed prints the sizes in a forward-only report only for its engine; a model-parallel
+    # run's "of model" lines scale by them, so they are given (tp_failed: rank 0's forward)
+    text = flopsight.load(gloo_scenarios / "parallel" / "tp_failed.rank0.json").render("text")
+    assert "bwd MACs per GPU" not in text
+    sizes = [line.split()[-1] for line in text.splitlines()
+             if line.startswith(("data parallel size:", "model parallel size:"))]
+    assert sizes == ["1", "2"]
+
+
 def test_the_row_layer_s_all_reduce_is_charged_to_it_forward(ranks):
     for name in ("tp_python", "tp_native"):
         for result in ranks(name):
@@ -100,6 +111,30 @@ def test_a_wait_inside_the_op_that_first_uses_an_all_reduce_is_communication(ran
         assert (reduce.kind, reduce.module) == ("all_reduce", "2")
         assert reduce.exposed > 0.15
         assert result.ops("forward")["aten.relu"].latency < 0.15 < result.module("3").forward.latency
+
+
+def test_the_work_tensor_parallelism_adds_is_named_per_rank_and_for_the_job(ranks):
+    # the row layer's replicated bias becomes partial sums inside DTensor's redistribution:
+    # its 64 entries divided by the group size, 64 FLOPs a rank, forward
+    for name in ("tp_python", "tp_native"):
+        for result in ranks(name):
+            assert result.ops("forward")["redistribute:aten.div"].flops == 64
+            assert "aten.div" not in result.ops("forward")
+            assert added_work(result) == AddedWork(redistributions=64, replicated=0)
+            assert result.metadata.replicated_modules == ()
+        assert job_figures(ranks(name)[0]).added == 2 * 64
+    # a LayerNorm(64) left whole on 8 rows, on both ranks: forward 5 x 512 = 2,560 FLOPs,
+    # backward (a first layer: its weight's and bias's gradients) 4 x 512 = 2,048: 4,608 a
+    # rank. The job: both redistributions (2 x 64) and one of the norm's two copies (4,608)
+    for result in ranks("tp_norm"):
+        assert result.metadata.replicated_modules == ("0",)
+        assert added_work(result) == AddedWork(redistributions=64, replicated=4_608)
+    assert job_figures(ranks("tp_norm")[0]).added == 128 + 4_608
+    text = ranks("tp_norm")[0].render("text")
+    assert "FLOPs added per GPU, redistributions / modules left whole (every phase):" in text
+    assert "job: FLOPs the parallel plan adds" in text
+    # sequence parallelism's norm is not left whole: its inputs are split (a Replicate DTensor)
+    assert ranks("sp_native")[0].metadata.replicated_modules == ()
 
 
 def test_a_tensor_parallel_rank_that_raises_is_named_on_rank_0(gloo_scenarios):
@@ -340,6 +375,9 @@ def test_rank_0_s_job_view_places_each_rank_on_the_mesh_and_sums_their_work(rank
     model_flops = sum(r.iteration.model_flops for r in result.ranks)
     assert job.mfu == pytest.approx(model_flops / job.step / 4e9)
     assert "rank 3 (dp 1, tp 1), MACs / FLOPs / step / params:" in result.render("text")
-    (line,) = [line for line in result.render("text", peak=1e9).splitlines() if line.startswith("job:")]
+    (line,) = [line for line in result.render("text", peak=1e9).splitlines() if line.startswith("job: FLOPs per")]
     assert line.endswith("%") and "n/a" not in line  # the MFU against the peak given
+    # added: each rank's bias division (64); FSDP2 splits no module's work over "tp"
+    assert job.added == 4 * 64
     assert json.loads(result.render("json"))["job_figures"]["flops"] == 4 * 661_568
+    assert json.loads(result.render("json"))["job_figures"]["added"] == 4 * 64

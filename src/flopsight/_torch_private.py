@@ -546,6 +546,19 @@ def pipeline_methods() -> tuple[list[tuple[type, str]], list[tuple[type, str]]]:
     return inference, steps
 
 
+#: the modules that call ``redistribute_local_tensor`` by a name of their own (imported)
+_REDISTRIBUTING = ("torch.distributed.tensor._redistribute", "torch.distributed.tensor._dispatch",
+                   "torch.distributed.tensor._api")
+
+
+def redistribute_bindings() -> list[tuple[object, str]]:
+    """Where DTensor's ``redistribute_local_tensor`` (every change of placement: an op's
+    inputs resharded for it, ``redistribute()``, their backward) is bound, as (module, name)
+    pairs; empty before ``torch.distributed.tensor`` is imported."""
+    return [(module, "redistribute_local_tensor") for name in _REDISTRIBUTING
+            if callable(getattr(module := sys.modules.get(name), "redistribute_local_tensor", None))]
+
+
 def schedule_plan(schedule) -> tuple[str, int, list]:
     """A pipeline schedule's (class name, micro-batches per step, stages this rank runs)."""
     stages = getattr(schedule, "_stages", None)

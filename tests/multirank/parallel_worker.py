@@ -10,6 +10,8 @@ step (forward and backward) under ``Profiler(model)``:
 * ``tp_late_python``, ``tp_late_native``: the same with a ``ReLU`` after the row layer, which
   first uses its all-reduced output, and rank 1 late to the all-reduce by 0.3 s (it sleeps
   before the row layer): rank 0 waits for it inside the ReLU's op;
+* ``tp_norm``: ``LayerNorm(64)`` left whole, then the same two layers split (the norm's work
+  repeated on both ranks);
 * ``sp_native``: ``LayerNorm(64)`` in sequence parallel, then the same two
   layers (the first all-gathers the sequence, the second reduce-scatters it), on this rank's
   4 of 8 positions of 2 sequences;
@@ -81,6 +83,10 @@ for backend in ("python", "native"):
     model = parallelize_module(mlp(), named, tensor_parallel).append(nn.ReLU())
     model[2].register_forward_pre_hook(late)
     step(f"tp_late_{backend}", model, torch.randn(8, 64), backend)
+
+torch.manual_seed(1)
+step("tp_norm", parallelize_module(mlp(norm=True), named, {"1": ColwiseParallel(), "3": RowwiseParallel()}),
+     torch.randn(8, 64))
 
 sequence_parallel = {"0": SequenceParallel(), "1": ColwiseParallel(input_layouts=Shard(1)),
                      "3": RowwiseParallel(output_layouts=Shard(1))}

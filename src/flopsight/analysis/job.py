@@ -1,8 +1,9 @@
 """One job, many ranks: rank 0's gathered result as the job's view. A row per rank with its
 place in the job (its mesh coordinates: dp, tp, pp, ep), the FLOPs it did in the step and its
-step; the job's FLOPs as the sum over the ranks (the work a parallel plan adds, such as norms
-every tensor-parallel rank runs, included: compare it with one process's count of the model),
-their rate over the slowest rank's step, and the job's MFU against every rank's device peak.
+step; the job's FLOPs as the sum over the ranks, and of them the work the parallel plan adds
+(:mod:`.added_work`: redistributions, and the copies of the modules every model-parallel rank
+runs whole), their rate over the slowest rank's step, and the job's MFU against every rank's
+device peak.
 
 >>> JobFigures((), 0, 0.0, None, None, "no peak").flops_per_second
 0.0
@@ -14,6 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..result.profile_result import ProfileResult
+from .added_work import added_work, group_size
 from .efficiency import efficiency
 
 __all__ = ["RankRow", "JobFigures", "job_figures"]
@@ -35,8 +37,9 @@ class RankRow:
 @dataclass(frozen=True)
 class JobFigures:
     """The ranks that reported (``ranks``), the job's ``flops`` per step (their sum), its
-    ``step`` (the slowest rank's), each device's ``peak`` FLOP/s (None: unknown, ``why``)
-    and the job's ``mfu``: its model FLOPs per second over every rank's peak."""
+    ``step`` (the slowest rank's), each device's ``peak`` FLOP/s (None: unknown, ``why``),
+    the job's ``mfu``: its model FLOPs per second over every rank's peak, and ``added``: the
+    FLOPs of the job that the parallel plan adds (None: no model-parallel split known)."""
 
     ranks: tuple[RankRow, ...]
     flops: int
@@ -44,6 +47,7 @@ class JobFigures:
     peak: float | None
     mfu: float | None
     why: str | None
+    added: int | None = None
 
     @property
     def flops_per_second(self) -> float:
@@ -76,4 +80,18 @@ def job_figures(result: ProfileResult, peak: Any = None) -> JobFigures | None:
     found = efficiency(result, peak)
     device_peak = found.peak_flops
     mfu = model_flops / step / (device_peak * len(result.ranks)) if device_peak and step > 0 else None
-    return JobFigures(tuple(rows), flops, step, device_peak, mfu, found.reason if device_peak is None else None)
+    return JobFigures(tuple(rows), flops, step, device_peak, mfu, found.reason if device_peak is None else None,
+                      _added(result))
+
+
+def _added(result: ProfileResult) -> int | None:
+    """Over the ranks: every redistribution, and all copies but one of the work of the modules
+    left whole (a group of g ranks repeats it g times)."""
+    total, known = 0.0, False
+    for r in result.ranks:
+        work = added_work(r) if r is not None else None
+        if work is not None:
+            g = group_size(r)  # type: ignore[arg-type]  # (not None: it has added work)
+            total += work.redistributions + work.replicated * (g - 1) / g
+            known = True
+    return round(total) if known else None

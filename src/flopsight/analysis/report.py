@@ -30,6 +30,7 @@ from ..result.iteration import IterationStats
 from ..result.memory import Buffer, MemoryTotals, ModuleMemory
 from ..result.profile_result import ProfileResult
 from ..result.stats import Stats
+from .added_work import AddedWork, added_work
 from .aggregate import (
     DepthSummary,
     OpRow,
@@ -503,6 +504,11 @@ class Report:
     @cached_property
     def ranks(self) -> RankFigures | None:
         return rank_figures(self.result)
+
+    @cached_property
+    def added_work(self) -> AddedWork | None:
+        """This rank's work that a model-parallel plan adds, None where the model is not split."""
+        return added_work(self.result)
 
     @cached_property
     def job(self) -> JobFigures | None:

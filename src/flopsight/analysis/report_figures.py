@@ -358,9 +358,13 @@ def summary_figures(
     """The summary block's figures; ``parallel`` is a DeepSpeed engine's (or None),
     ``recompute_fwd_factor`` its config's (DeepSpeed's estimate of checkpointing's recompute)."""
     training = is_training(result)
-    # forward-only reports print the header only for an engine, as DeepSpeed does;
-    # training reports always do (DeepSpeed's engine report always has it)
+    # forward-only reports print the header only for an engine, as DeepSpeed does, or for a
+    # model-parallel run, whose "of model" lines scale by its sizes; training reports always
+    # do (DeepSpeed's engine report always has it)
     header = parallel_of(result, parallel) if training else parallel
+    if header is None:
+        found = parallel_of(result, None)
+        header = found if found.world_size > found.dp_size else None
     mp = (header or parallel_of(result, None)).mp_size  # a forward-only report's too
     it = result.iteration if training else None
     batch: float | None = None  # the engine's batch size per GPU, else the samples per micro-batch measured

@@ -269,6 +269,10 @@ class _Text:
         if replicated is not None:  # tensor parallelism split the model: what it did not split
             self.kv(f"params replicated on every model-parallel {u}: ",
                     params_to_string(replicated))
+        added = report.added_work
+        if added is not None:
+            self.kv(f"FLOPs added per {u}, redistributions / modules left whole (every phase): ",
+                    f"{number_to_string(added.redistributions)} / {number_to_string(added.replicated)}")
         if report.pipeline is not None:
             self._pipeline(report.pipeline)
         for layer in report.experts:
@@ -442,6 +446,10 @@ class _Text:
         mfu = _pct(100 * j.mfu) if j.mfu is not None else f"n/a ({j.why})"
         self.kv("job: FLOPs per step (sum over ranks), FLOPS over the slowest step, MFU: ",
                 f"{number_to_string(j.flops)}, {self.fps(j.flops_per_second)}, {mfu}")
+        if j.added is not None:
+            share = _pct(100 * j.added / j.flops) if j.flops else "-"
+            self.kv("job: FLOPs the parallel plan adds (redistributions, copies of modules left whole): ",
+                    f"{number_to_string(j.added)} ({share} of the job's)")
         for row in j.ranks:
             where = ", ".join(f"{k} {v}" for k, v in row.coordinates.items()) or "-"
             self.kv(f"rank {row.rank} ({where}), MACs / FLOPs / step / params: ",

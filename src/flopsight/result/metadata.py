@@ -227,6 +227,9 @@ class Metadata:
     #: holds them, and those every such rank holds whole (counted in each rank's); else None
     params_of_model: int | None = None
     params_replicated: int | None = None
+    #: the paths of the modules tensor parallelism left whole (see ``split_params``): every
+    #: rank of the model-parallel group runs their work; None where the model is not split
+    replicated_modules: tuple[str, ...] | None = None
     #: this rank's coordinate along each parallel dimension it was found on ("dp", "tp", "pp":
     #: its first pipeline stage, ...), else None
     coordinates: dict | None = None
@@ -271,6 +274,8 @@ class Metadata:
             object.__setattr__(self, "compiled", tuple(self.compiled))
         if not isinstance(self.on_values, tuple):
             object.__setattr__(self, "on_values", tuple(self.on_values))
+        if self.replicated_modules is not None and not isinstance(self.replicated_modules, tuple):
+            object.__setattr__(self, "replicated_modules", tuple(self.replicated_modules))
 
     def to_dict(self) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -279,7 +284,9 @@ class Metadata:
         d["inputs"] = self.inputs.to_dict() if self.inputs is not None else None
         d["compiled"] = list(self.compiled)
         d["on_values"] = list(self.on_values)
-        for name in ("incomplete", "params_of_model", "params_replicated", "coordinates", "pipeline"):
+        d["replicated_modules"] = list(self.replicated_modules) if self.replicated_modules is not None else None
+        for name in ("incomplete", "params_of_model", "params_replicated", "replicated_modules", "coordinates",
+                     "pipeline"):
             if d[name] is None:  # written where set only: other results read as before
                 del d[name]
         return d

@@ -21,7 +21,11 @@ from .memory import ModuleMemory
 from .metadata import Metadata
 from .stats import Stats, stats_from_dict
 
-__all__ = ["ModuleStats", "ModelCall", "LayerSizes", "Profile"]
+__all__ = ["ModuleStats", "ModelCall", "LayerSizes", "Profile", "REDISTRIBUTE"]
+
+#: the prefix of an op's name in a module's op table when a DTensor redistribution ran it (a
+#: shard cut, padded or scaled for a change of placement): work tensor parallelism adds
+REDISTRIBUTE = "redistribute:"
 
 
 class LayerSizes(NamedTuple):

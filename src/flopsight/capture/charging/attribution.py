@@ -29,6 +29,7 @@ from ..._torch_private import (
     node_thread,
 )
 from ...formulas.bytes_moved import tensors_bytes
+from ...result.records import REDISTRIBUTE
 from ...result.stats import ZERO_STATS, Stats
 from ..runtime.context import CaptureContext
 from .costs import evaluate
@@ -236,7 +237,10 @@ class Attribution:
             cost = self.evaluate(entry, *payload, calls=calls)
         if calls != 1:
             cost, nbytes = cost * calls, nbytes * calls
-        ctx.tally.add(path, phase, entry.name, cost, t0, t1, calls, top_id, nbytes)
+        name = entry.name
+        if ctx.redistribution and (cost[0] or cost[1]):  # work a change of placement added
+            name = REDISTRIBUTE + name
+        ctx.tally.add(path, phase, name, cost, t0, t1, calls, top_id, nbytes)
         return path, phase
 
     def locate(self, node) -> tuple[str, str] | None:

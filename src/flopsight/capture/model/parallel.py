@@ -142,8 +142,11 @@ def mesh_coordinates(model: Any, pipeline: Any = None) -> dict | None:
 def split_params(model: Any) -> dict:
     """How tensor (sequence, expert) parallelism splits the model's parameters, where it
     does: ``params_of_model``, every parameter counted once at its full size (what one
-    process would hold), and ``params_replicated``, the parameters every such rank holds
-    whole (norms, biases after a row-wise split, modules left unsplit); {} where none is split.
+    process would hold), ``params_replicated``, the parameters every such rank holds whole
+    (norms, biases after a row-wise split, modules left unsplit), and ``replicated_modules``,
+    the paths of the modules left unsplit (leaves with parameters, none of them a DTensor
+    on a model-parallel dimension: a norm outside sequence parallelism, a head left whole),
+    whose work every rank of the model-parallel group repeats; {} where none is split.
 
     >>> split_params(torch.nn.Linear(2, 2))
     {}
@@ -160,7 +163,17 @@ def split_params(model: Any) -> dict:
         whole += full
         if local == full:
             replicated += local
-    return {"params_of_model": whole, "params_replicated": replicated} if split else {}
+    if not split:
+        return {}
+    unsplit = [name for name, m in model.named_modules() if not m._modules and m._parameters
+               and all(not _on_model_dims(p, id(p) in fsdp) for p in m._parameters.values() if p is not None)]
+    return {"params_of_model": whole, "params_replicated": replicated, "replicated_modules": tuple(unsplit)}
+
+
+def _on_model_dims(p, fsdp: bool) -> bool:
+    """Whether ``p`` is a DTensor placed over a model-parallel mesh dimension (split there, or
+    replicated over it as sequence parallelism's norms are: their inputs are split)."""
+    return getattr(p, "device_mesh", None) is not None and bool(model_dims(p, fsdp))
 
 
 def detect_parallel(model: Any, engine: Any = None, given: dict | None = None, pipeline: Any = None) -> dict | None:

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from ..._torch_private import dtensor_class
 from ..backends import choose
 from ..runtime.options import CaptureOptions
 from ..runtime.timing import CudaEventClock
@@ -37,6 +38,7 @@ from ..sources.memory import MemorySource
 from ..sources.module_rules import ModuleRules
 from ..sources.optimizer import OptimizerSteps
 from ..sources.pipeline import PipelineSteps
+from ..sources.redistributions import Redistributions
 from ..sources.spans import SpanTimer
 from ..sources.units import UnitSource
 
@@ -92,6 +94,8 @@ PLAN: tuple[Row, ...] = (
     Row("collectives", CollectivesSource, _counting),
     Row("functions", FunctionInterceptor, _counting),
     Row("pipeline", PipelineSteps),
+    # DTensor's changes of placement, once it is imported (a model can hold DTensors only then)
+    Row("redistributions", Redistributions, lambda o, ctx: o.count and dtensor_class() is not None),
     # started after the modes of the sources that route torch functions
     Row("backend", backend),
     Row("device usage", _gpu, lambda o, ctx: isinstance(ctx.clock, CudaEventClock)),

@@ -96,6 +96,9 @@ class CaptureContext:
     #: where communication between them belongs (a wrapper's gradient reduction after backward)
     last_phase: str = "forward"
     suppressed: int = 0  # > 0 while a call counted whole runs
+    #: > 0 while DTensor redistributes (:mod:`..sources.redistributions`): the ops that cost are
+    #: charged under ``redistribute:<op>``
+    redistribution: int = 0
     stack: list = field(default_factory=list)  # active module calls, innermost last
     calls: list = field(default_factory=list)  # every module call begun, in order (the call log)
     events: Events = field(default_factory=Events)
@@ -142,6 +145,12 @@ class CaptureContext:
         self.backend.settle_later()
         was, self.phase = self.phase, phase
         return was
+
+    def redistributing(self, change: int) -> None:
+        """A redistribution begins (``change`` 1) or ends (-1): what ran before it is charged
+        under the state it ran in."""
+        self.backend.settle_later()
+        self.redistribution += change
 
     def boundary(self) -> tuple:
         """A span's boundary: what ran so far is charged (under the state it ran in), then the

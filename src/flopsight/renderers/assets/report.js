@@ -345,7 +345,9 @@
       const place = (c) => Object.entries(c).map(([k, v]) => `${k} ${v}`).join(", ") || "-";
       box.append(el("p", { id: "job-line", text: `the job: ${fmt.flops(job.flops)} FLOPs per step over its ranks, `
         + `${fmt.rate(job.flops_per_second)} over the slowest step, MFU `
-        + (job.mfu === null ? `n/a (${job.why})` : fmt.pct(100 * job.mfu)) }));
+        + (job.mfu === null ? `n/a (${job.why})` : fmt.pct(100 * job.mfu))
+        + (job.added == null ? "" : `; the parallel plan adds ${fmt.flops(job.added)} FLOPs `
+          + "(redistributions, copies of the modules every model-parallel rank runs whole)") }));
       box.append(scroller(figuresTable(["rank", "place", "MACs", "FLOPs", "step", "params"], job.ranks.map((r) =>
         [r.rank, place(r.coordinates), fmt.macs(r.macs), fmt.flops(r.flops), fmt.duration(r.step), fmt.params(r.params)]),
       "job-table")));

@@ -404,7 +404,7 @@ class NativeCountingSource:
         known = RECORDER.tables.ops
         rows, values, ops = self._rec.drain_runs(len(known), not ctx.events.ran)
         known.extend((name, overload) for _, name, overload in ops)
-        self._aside.append((rows, values, ctx.phase, not ctx.suppressed, overhead))
+        self._aside.append((rows, values, ctx.phase, not ctx.suppressed, overhead, ctx.redistribution))
         self._drained += 1
         ctx.overhead.end(h0)
 
@@ -420,10 +420,10 @@ class NativeCountingSource:
                 RECORDER.uncharged.discard(self)
                 return
             h0 = ctx.overhead.begin() if self._running else None
-            phase = ctx.phase
+            phase, redistribution = ctx.phase, ctx.redistribution
             try:
                 while self._aside:
-                    rows, values, ctx.phase, counting, overhead = self._aside.popleft()
+                    rows, values, ctx.phase, counting, overhead, ctx.redistribution = self._aside.popleft()
                     self._run_in_order(self._charged)
                     self._charged += 1
                     for sig, key, inputs, outputs in values:
@@ -434,7 +434,7 @@ class NativeCountingSource:
                         self._values.clear()
                 self._run_in_order(self._drained)
             finally:
-                ctx.phase = phase
+                ctx.phase, ctx.redistribution = phase, redistribution
                 if h0 is not None:
                     ctx.overhead.end(h0)
                 if not self._running:

@@ -1,0 +1,92 @@
+"""The work DTensor's redistributions run: what tensor parallelism adds to the model's own.
+
+A change of placement (an op's input resharded for it, ``DTensor.redistribute``, their
+backward) runs through ``redistribute_local_tensor``: its collectives, and the local ops that
+cut, pad or scale a shard (a replicated bias becomes a partial sum by a division by the group
+size). While a capture listens, that function is routed through one that marks the span
+(:meth:`~..runtime.context.CaptureContext.redistributing`): the ops in it that cost FLOPs are
+charged under ``redistribute:<op>`` (:data:`~...result.records.REDISTRIBUTE`), the work parallelism adds, named
+apart. The functions are put back when the last capture stops, and by
+:func:`flopsight._process.reset`.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from ..._process import PROCESS
+from ..._torch_private import redistribute_bindings
+
+__all__ = ["Redistributions", "REDISTRIBUTIONS"]
+
+
+class Redistributions:
+    """A capture's source: marks its context while DTensor redistributes (see the module)."""
+
+    def __init__(self, ctx) -> None:
+        self._ctx = ctx
+
+    def start(self, ctx) -> None:
+        REDISTRIBUTIONS.open(self)
+
+    def stop(self, ctx) -> None:
+        REDISTRIBUTIONS.close(self)
+
+    def enter(self) -> None:
+        self._ctx.redistributing(1)
+
+    def exit(self) -> None:
+        self._ctx.redistributing(-1)
+
+    def collect(self, ctx) -> None:
+        return None
+
+
+class RedistributePatches:
+    """The process's routed ``redistribute_local_tensor`` bindings (module, name, the own
+    function) and the sources listening."""
+
+    def __init__(self) -> None:
+        self.sources: list[Redistributions] = []
+        self.saved: list[tuple[Any, str, Any]] = []
+
+    def open(self, source: Redistributions) -> None:
+        if not self.sources:
+            for module, name in redistribute_bindings():
+                own = getattr(module, name)
+                self.saved.append((module, name, own))
+                setattr(module, name, self._marking(own))
+        self.sources.append(source)
+
+    def close(self, source: Redistributions) -> None:
+        if source in self.sources:
+            self.sources.remove(source)
+        if not self.sources:
+            self.reset()
+
+    def _marking(self, own):
+        sources = self.sources
+
+        @functools.wraps(own)
+        def redistribute_local_tensor(*args, **kwargs):
+            listening = tuple(sources)
+            for source in listening:
+                source.enter()
+            try:
+                return own(*args, **kwargs)
+            finally:
+                for source in listening:
+                    source.exit()
+
+        return redistribute_local_tensor
+
+    def reset(self) -> None:
+        for module, name, own in reversed(self.saved):
+            setattr(module, name, own)
+        self.saved.clear()
+        self.sources.clear()
+
+
+#: the process's routed redistributions
+REDISTRIBUTIONS: RedistributePatches = PROCESS.own("redistributions", RedistributePatches)
