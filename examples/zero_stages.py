@@ -216,6 +216,7 @@ def main(argv=None) -> None:
     parser.add_argument("--json", help="also write the figures to this file (rank 0)")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore", category=FutureWarning)  # torch's deprecation notes on c10d calls
+    started = not torch.distributed.is_initialized()  # (a caller's process group is left as it was)
     results = train_stages(args.batch_size, args.warm_up, args.steps)
     if torch.distributed.get_rank() == 0:
         rows = [summary(stage, r) for stage, r in results.items()]
@@ -229,8 +230,9 @@ def main(argv=None) -> None:
             with open(args.json, "w") as f:
                 json.dump({"stages": rows, "answers": found}, f, indent=1)
     torch.distributed.barrier()
-    remove_shared_buffers()
-    torch.distributed.destroy_process_group()
+    if started:
+        remove_shared_buffers()
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -178,7 +178,8 @@ def fake_clock(monkeypatch):
 # in-process tests, and the tests that use it run last. DeepSpeed's first: it takes longest.
 @early_fixture
 def deepspeed_scenarios(tmp_path_factory):
-    """The folder of the DeepSpeed launch: a folder of files per scenario (compare, engine, zero_stages)."""
+    """The folder of the DeepSpeed launch: a folder of files per scenario (compare, engine, zero_stages,
+    ds_parallel)."""
     from multirank.launch import launch_scenarios
 
     return launch_scenarios(tmp_path_factory, "deepspeed")

@@ -137,6 +137,27 @@ def test_the_work_tensor_parallelism_adds_is_named_per_rank_and_for_the_job(rank
     assert ranks("sp_native")[0].metadata.replicated_modules == ()
 
 
+def test_prepared_inputs_and_loss_parallel_are_counted_per_rank(ranks):
+    # per rank: layer 0 on the 8 rows all-gathered from both ranks' 4, whole: 8 x 64 x 64 =
+    # 32,768 MACs; layer 2 split by columns, 16 of its 32 outputs: 8 x 64 x 16 = 8,192
+    for name in ("loss_python", "loss_native"):
+        for result in ranks(name):
+            assert result.total.forward.macs == 32_768 + 8_192
+            assert result.metadata.replicated_modules == ("model.0",)
+            # the input's all-gather (4 rows x 64 float32 = 1,024 bytes) in layer 0's forward;
+            # the loss on the sharded logits: three all-reduces of one float32 per row (8 x 4
+            # bytes: the rows' maxima, their sums of exponentials, the targets' logits) in
+            # the loss's forward (the wrapper's own code); layer 2's input gradient (8 x 64 x 4 =
+            # 2,048 bytes) summed over the group in its backward
+            assert [(c.kind, c.module, c.phase, c.count, c.bytes) for c in result.collectives()] == [
+                ("all_reduce", "", "forward", 3, 96), ("all_gather", "model.0", "forward", 1, 1024),
+                ("all_reduce", "model.2", "backward", 1, 2048)]
+    for python, native in zip(ranks("loss_python"), ranks("loss_native")):
+        for phase in ("forward", "backward"):
+            assert ({k: (v.calls, v.flops) for k, v in python.ops(phase).items() if v.flops}
+                    == {k: (v.calls, v.flops) for k, v in native.ops(phase).items() if v.flops})
+
+
 def test_a_tensor_parallel_rank_that_raises_is_named_on_rank_0(gloo_scenarios):
     # rank 1's last layer raised after the row layer's all-reduce; rank 0's span completed
     result = flopsight.load(gloo_scenarios / "parallel" / "tp_failed.rank0.json")

@@ -19,8 +19,10 @@ def rows(**options):
 
 
 def test_the_table_picks_the_sources_the_options_ask_for():
-    counting = ["optimizer", "units", "autograd functions", "collectives", "functions", "pipeline", "backend",
-                "spans"]
+    import torch.distributed.tensor  # noqa: F401  (DTensor imported: its redistributions are listened to)
+
+    counting = ["optimizer", "units", "autograd functions", "collectives", "functions", "pipeline",
+                "redistributions", "backend", "spans"]
     assert rows() == counting
     assert rows(memory=True) == counting[:1] + ["memory"] + counting[1:]
     # a timing pass: module spans only (and no pipeline stage's shape inference among them)

@@ -11,7 +11,7 @@ import functools
 import os
 import re
 import sys
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, NamedTuple, cast
 
 import torch
 import torch.nn.modules.module as _module_mod
@@ -532,18 +532,31 @@ _STAGE_INFERENCE = ("_shape_inference", "_forward_metadata_inference", "_backwar
 
 
 def pipeline_methods() -> tuple[list[tuple[type, str]], list[tuple[type, str]]]:
-    """(the PipelineStage methods that infer shapes on meta tensors, the schedules' ``step``
-    methods) as (class, name) pairs; both empty before ``torch.distributed.pipelining`` is
-    imported."""
+    """(the PipelineStage methods that infer shapes on meta tensors, the methods that run a
+    schedule's step: ``torch.distributed.pipelining``'s schedules' ``step``, DeepSpeed's
+    ``PipelineEngine.train_batch`` and ``eval_batch``) as (class, name) pairs; empty for a
+    package not imported."""
+    inference: list[tuple[type, str]] = []
+    steps: list[tuple[type, str]] = []
     stage = sys.modules.get("torch.distributed.pipelining.stage")
     schedules = sys.modules.get("torch.distributed.pipelining.schedules")
-    if stage is None or schedules is None:
-        return [], []
-    inference = [(stage.PipelineStage, name) for name in _STAGE_INFERENCE if name in vars(stage.PipelineStage)]
-    steps = [(cls, "step") for cls in (getattr(schedules, "PipelineScheduleSingle", None),
-                                       getattr(schedules, "PipelineScheduleMulti", None))
-             if cls is not None and "step" in vars(cls)]
+    if stage is not None and schedules is not None:
+        inference = [(stage.PipelineStage, name) for name in _STAGE_INFERENCE if name in vars(stage.PipelineStage)]
+        steps = [(cls, "step") for cls in (getattr(schedules, "PipelineScheduleSingle", None),
+                                           getattr(schedules, "PipelineScheduleMulti", None))
+                 if cls is not None and "step" in vars(cls)]
+    engine = getattr(sys.modules.get("deepspeed.runtime.pipe.engine"), "PipelineEngine", None)
+    if engine is not None:
+        steps += [(engine, name) for name in ("train_batch", "eval_batch") if name in vars(engine)]
     return inference, steps
+
+
+class _DeepSpeedStage(NamedTuple):
+    """A DeepSpeed pipeline engine's stage, read as a torch schedule's stages are."""
+
+    stage_index: int
+    submod: object
+    num_stages: int
 
 
 #: the modules that call ``redistribute_local_tensor`` by a name of their own (imported)
@@ -560,7 +573,12 @@ def redistribute_bindings() -> list[tuple[object, str]]:
 
 
 def schedule_plan(schedule) -> tuple[str, int, list]:
-    """A pipeline schedule's (class name, micro-batches per step, stages this rank runs)."""
+    """A pipeline schedule's (class name, micro-batches per step, stages this rank runs); for
+    DeepSpeed's ``PipelineEngine`` (its ``TrainSchedule``, one stage a rank): ("PipelineEngine",
+    its micro-batches, its stage)."""
+    if hasattr(schedule, "micro_batches") and hasattr(schedule, "stage_id"):  # DeepSpeed's engine
+        stage = _DeepSpeedStage(int(schedule.stage_id), schedule.module, int(schedule.num_stages))
+        return type(schedule).__name__, int(schedule.micro_batches), [stage]
     stages = getattr(schedule, "_stages", None)
     if stages is None:
         stages = [schedule._stage]

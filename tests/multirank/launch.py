@@ -95,7 +95,7 @@ def deepspeed_launch(script: Path, *args: str, cwd: Path, timeout: float = 600) 
 #:   holds that profiler's lines against flopsight's.
 LAUNCHES = {"gloo": ("collectives", "backends", "hf", "lightning", "attach", "span_error", "parallel", "parallel_plans",
                      "gather"),
-            "deepspeed": ("compare", "engine", "zero_stages"),
+            "deepspeed": ("compare", "engine", "zero_stages", "ds_parallel"),
             # four ranks: a 2 x 2 mesh, four pipeline stages
             "gloo4": ("parallel4",)}
 #: scenarios left out where a package is missing (their test modules skip then)

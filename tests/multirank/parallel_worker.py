@@ -12,6 +12,11 @@ step (forward and backward) under ``Profiler(model)``:
   before the row layer): rank 0 waits for it inside the ReLU's op;
 * ``tp_norm``: ``LayerNorm(64)`` left whole, then the same two layers split (the norm's work
   repeated on both ranks);
+* ``loss_python``, ``loss_native``: ``Linear(64, 64) -> ReLU -> Linear(64, 32)`` and a cross
+  entropy in one module: the first layer's input, 4 rows on each rank, all-gathered by
+  ``PrepareModuleInput`` (the layer left whole), the last one split by columns with its
+  output kept sharded (``use_local_output=False``), the loss computed on the sharded logits
+  under ``loss_parallel()``, forward and backward;
 * ``sp_native``: ``LayerNorm(64)`` in sequence parallel, then the same two
   layers (the first all-gathers the sequence, the second reduce-scatters it), on this rank's
   4 of 8 positions of 2 sequences;
@@ -39,8 +44,15 @@ from helpers import PIPELINING_ON_GLOO
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
-from torch.distributed.tensor import Shard
-from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel, parallelize_module
+from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    PrepareModuleInput,
+    RowwiseParallel,
+    SequenceParallel,
+    loss_parallel,
+    parallelize_module,
+)
 
 import flopsight
 
@@ -87,6 +99,27 @@ for backend in ("python", "native"):
 torch.manual_seed(1)
 step("tp_norm", parallelize_module(mlp(norm=True), named, {"1": ColwiseParallel(), "3": RowwiseParallel()}),
      torch.randn(8, 64))
+
+class WithLoss(nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x, target):
+        return nn.functional.cross_entropy(self.model(x), target)
+
+
+for backend in ("python", "native"):
+    torch.manual_seed(3)
+    gathered = PrepareModuleInput(input_layouts=(Shard(0),), desired_input_layouts=(Replicate(),),
+                                  use_local_output=True)
+    model = parallelize_module(nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 32)), named,
+                               {"0": gathered, "2": ColwiseParallel(output_layouts=Shard(-1), use_local_output=False)})
+    wrapped = WithLoss(model)
+    x, target = torch.randn(4, 64), torch.randint(0, 32, (8,))
+    with flopsight.Profiler(wrapped, backend=backend) as prof, loss_parallel():
+        wrapped(x, target).backward()
+    save(f"loss_{backend}", prof.result)
 
 sequence_parallel = {"0": SequenceParallel(), "1": ColwiseParallel(input_layouts=Shard(1)),
                      "3": RowwiseParallel(output_layouts=Shard(1))}

@@ -2,7 +2,7 @@
 
     torchrun --standalone --nproc_per_node 2 tests/multirank/scenarios.py gloo OUT collectives backends hf lightning attach gather
     torchrun --standalone --nproc_per_node 4 tests/multirank/scenarios.py gloo OUT parallel4
-    DS_ACCELERATOR=cpu deepspeed --num_gpus 2 tests/multirank/scenarios.py deepspeed OUT compare engine zero_stages
+    DS_ACCELERATOR=cpu deepspeed --num_gpus 2 tests/multirank/scenarios.py deepspeed OUT compare engine zero_stages ds_parallel
 
 Starting two ranks costs about 4 s with torchrun and 8 s with DeepSpeed's launcher on the
 2-core test machine, more than most scenarios take to run, so the tests launch once per
@@ -43,6 +43,7 @@ SCENARIOS = {
     "lightning": (HERE / "lightning_worker.py", None),
     "engine": (HERE / "deepspeed_worker.py", None),
     "compare": (HERE / "ds_compare_worker.py", None),
+    "ds_parallel": (HERE / "ds_parallel_worker.py", None),
     # the command docs/distributed.md gives, on fewer steps
     "zero_stages": (EXAMPLES / "zero_stages.py", ["--warm-up", "1", "--steps", "3", "--json", "{out}/stages.json"]),
     "parallel_plans": (EXAMPLES / "parallel_plans.py",

@@ -95,9 +95,10 @@ class IterationStats:
     ``timed``: the latencies (the span's and its phases') are a neighbouring step's, timed at
     its phases' boundaries only and not counted (the ``timed.<kind>`` spans: the DeepSpeed
     engine's step before the profiled one); the counts and the anatomy are the counted span's,
-    whose own wall time is ``counted_latency``. ``stage_calls``: the model's forward calls per
-    micro-batch (a pipeline rank that runs several stages, as an interleaved schedule's does,
-    calls one module per stage for each micro-batch).
+    whose own wall time is ``counted_latency``. ``scheduled``: the micro-batches a pipeline
+    schedule ran in the span (None: no schedule ran), which its forward calls do not tell (an
+    interleaved schedule's rank calls a module per stage for each; DeepSpeed's last stage calls
+    its loss function module besides).
     """
 
     latency: float
@@ -109,7 +110,7 @@ class IterationStats:
     communication: CommunicationTime = field(default_factory=CommunicationTime)
     anatomy: StepAnatomy | None = None
     counted_latency: float | None = None
-    stage_calls: int = 1
+    scheduled: int | None = None
 
     @property
     def timed(self) -> bool:
@@ -138,8 +139,8 @@ class IterationStats:
     @property
     def micro_batches(self) -> int:
         """Micro-batches in the span: its forward calls (gradient accumulation runs several per
-        step), one per stage a pipeline rank runs for each."""
-        return self.forward.calls // self.stage_calls
+        step), or the pipeline schedule's."""
+        return self.scheduled if self.scheduled is not None else self.forward.calls
 
 
 def median_steps(walls: Sequence[float]) -> tuple[int, ...]:
@@ -193,7 +194,7 @@ def iteration_stats(result: Profile) -> IterationStats:
         size = given or result.metadata.batch_size
         samples = size * forward.calls if size and forward.calls else None
     pipeline = result.metadata.pipeline
-    stage_calls = max(len(pipeline.get("stages", ())), 1) if pipeline else 1
+    scheduled = int(pipeline["micro_batches"]) * int(pipeline.get("steps") or 1) if pipeline else None
     walls = result.spans.get("iteration")
     latency = counted = sum(walls) if walls else forward.latency
     backward, step = result.phase_total("backward"), result.phase_total("step")
@@ -222,7 +223,7 @@ def iteration_stats(result: Profile) -> IterationStats:
         communication=communication,
         anatomy=anatomy,
         counted_latency=counted if timed else None,
-        stage_calls=stage_calls,
+        scheduled=scheduled,
     )
 
 

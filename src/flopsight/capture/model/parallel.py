@@ -9,6 +9,7 @@ and how tensor parallelism splits the model's parameters.
 from __future__ import annotations
 
 import math
+import sys
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -73,6 +74,16 @@ def engine_parallel(engine: Any) -> dict:
     if callable(stage):
         found["zero_stage"] = int(stage())
     return found
+
+
+def _deepspeed_experts(model: Any) -> int | None:
+    """The largest expert-parallel size of the model's DeepSpeed MoE layers (``ep_size``), read
+    without an engine (a profile of ``engine.module``); None without such a layer."""
+    if "deepspeed.moe.layer" not in sys.modules or not isinstance(model, torch.nn.Module):
+        return None
+    sizes = [size for m in walk(model)
+             if type(m).__module__ == "deepspeed.moe.layer" and isinstance(size := getattr(m, "ep_size", None), int)]
+    return max(sizes) if sizes else None
 
 
 def _expert_parallel_size(engine: Any) -> int | None:
@@ -184,6 +195,10 @@ def detect_parallel(model: Any, engine: Any = None, given: dict | None = None, p
     distributed = dist.is_available() and dist.is_initialized()
     found = {"world": dist.get_world_size() if distributed else 1}
     found.update(engine_parallel(engine) if engine is not None else _mesh_parallel(model))
+    if engine is None and "ep" not in found:
+        ep = _deepspeed_experts(model)
+        if ep is not None:
+            found["ep"] = ep
     if pipeline is not None and pipeline.ranks > 1:
         found["pp"] = pipeline.ranks
     found.update(given or {})
