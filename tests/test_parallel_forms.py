@@ -313,6 +313,8 @@ def test_the_parallel_plans_example_runs_as_written(gloo_scenarios):
     assert sum(rows["expert"]["macs_per_rank"]) == 78_643_200 + 196_608
     for r in rows.values():
         assert abs(sum(r["anatomy"].values()) - r["step_seconds"]) < 1e-6  # the anatomy adds up to the step
+        # the bubble is part of the communication waited for, both of the median step
+        assert r["anatomy"]["communication_exposed"] >= 0 and r["anatomy"]["bubble"] >= 0
     assert rows["data"]["anatomy"]["bubble"] == 0
     if pipeline:
         assert rows["pipeline"]["anatomy"]["bubble"] > 0

@@ -35,7 +35,7 @@ from .capture.assembly.gather import announce, gather_ranks, publish_failure, sp
 from .capture.charging.calls import ModuleCalls
 from .capture.model.inputs import batch_size, describe_inputs, model_device, model_dtype
 from .capture.model.modules import compiled_paths, describe
-from .capture.model.parallel import detect_parallel, mesh_coordinates, split_params, warn_data_parallel
+from .capture.model.parallel import parallel_metadata, warn_data_parallel
 from .capture.model.recursion import deep_enough, room_for
 from .capture.model.state import ModelState
 from .capture.runs.plan import CaptureOptions
@@ -169,7 +169,6 @@ def run_metadata(model: nn.Module, args: tuple, kwargs: dict, *, everything: boo
         rank=rank,
         inputs=Inputs(describe_inputs(args, kwargs)) if args or kwargs else None,
         batch_size=batch_size(args, kwargs) if args or kwargs else None,
-        **split_params(model),
         **extra,
     )
 
@@ -318,7 +317,7 @@ class CallProfile:
         meta = run_metadata(self.target, self.args, self.kwargs, autocast=first.autocast if first is not None else None,
                             mode=options.mode, method=self.name, warm_up=options.warm_up, attention=options.attention,
                             compiled=self.regions, timing=Timing(self.plan.method, self.clock.name, note),
-                            parallel=detect_parallel(self.target), coordinates=mesh_coordinates(self.target))
+                            **parallel_metadata(self.target))
         timed = [build_result(self.infos, counts if counts is not None else t, t if counts is not None else None,
                               ignored=options.ignore, metadata=meta) for t in times]
         # no warm-up: the first timed call may be the model's first (lazy initialisation, caches)
@@ -674,10 +673,9 @@ class Profiler:
                             attention=self.options.attention,
                             batch_size_given=self.batch_size,
                             timing=_span_timing(session.clock, session.phases_on_device),
-                            parallel=detect_parallel(self._target, given=self.options.parallel, pipeline=pipeline),
                             pipeline=pipeline.to_dict() if pipeline is not None else None,
-                            coordinates=mesh_coordinates(self._target, pipeline),
-                            compiled=compiled_paths(self._infos))
+                            compiled=compiled_paths(self._infos),
+                            **parallel_metadata(self._target, self.options.parallel, pipeline))
         if meta.device_type not in ("cpu", "meta"):
             self._ran_on = torch.device(meta.device)
         return functools.partial(build_result, self._infos, raw, ignored=self.options.ignore, metadata=meta)

@@ -117,8 +117,11 @@ def pipeline_figures(result: ProfileResult) -> PipelineFigures | None:
     pipeline = result.metadata.pipeline
     if not pipeline:
         return None
-    ranks = result.ranks or (result,)
-    stages = sorted((_stage(i if result.ranks else result.metadata.rank, r, r.metadata.pipeline)
+    own = result.metadata.rank
+    # this rank's stage from ``result`` itself: several steps combined, its anatomy is the
+    # median step's (the report's), where its entry in ``ranks`` is one step's
+    ranks = [result if i == own else r for i, r in enumerate(result.ranks)] if result.ranks else [result]
+    stages = sorted((_stage(i if result.ranks else own, r, r.metadata.pipeline)
                      for i, r in enumerate(ranks) if r is not None and r.metadata.pipeline),
                     key=lambda s: s.stages)
     m = int(pipeline["micro_batches"])

@@ -44,6 +44,14 @@ class CallsAndOps:
     def in_order(self, action) -> None:
         action()
 
+    def redistributing(self, ctx, change: int) -> None:
+        """A DTensor redistribution begins (``change`` 1) or ends (-1): the ops charged until
+        it ends cost under ``redistribute:<op>`` (``ctx.redistribution``)."""
+        if self.ops is not None and hasattr(self.ops, "redistributing"):  # the native one: in its records' order
+            self.ops.redistributing(change)
+        else:
+            ctx.redistribution += change
+
     def unrecorded(self) -> contextlib.AbstractContextManager:
         raise NotImplementedError
 

@@ -12,7 +12,7 @@ import math
 import sys
 import warnings
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -22,7 +22,7 @@ from .modules import walk
 from .params import MESH_NAMES, fsdp_managed, model_dims, param_numel
 
 __all__ = ["detect_parallel", "engine_parallel", "check_parallel", "warn_data_parallel", "split_params",
-           "mesh_coordinates"]
+           "mesh_coordinates", "parallel_metadata"]
 
 
 def check_parallel(given: Any) -> dict | None:
@@ -98,32 +98,42 @@ def _expert_parallel_size(engine: Any) -> int | None:
         return None
 
 
-def _unique_params(model: Any) -> list:
+class _Params(NamedTuple):
+    """The model's parameters, each once, with the mesh dimensions that split the model for
+    each (:func:`~.params.model_dims`), and the ids of those FSDP2 manages: walked once for
+    every figure read off them."""
+
+    params: list
+    dims: dict  # id(p) -> its model-parallel mesh dimensions
+    fsdp: set
+
+
+def _walked(model: Any) -> _Params:
     if not isinstance(model, torch.nn.Module):
-        return []
-    return list({id(p): p for m in walk(model) for p in m._parameters.values() if p is not None}.values())
+        return _Params([], {}, set())
+    params = list({id(p): p for m in walk(model) for p in m._parameters.values() if p is not None}.values())
+    fsdp = fsdp_managed(walk(model)) if params else set()
+    return _Params(params, {id(p): model_dims(p, id(p) in fsdp) for p in params}, fsdp)
 
 
-def _mesh_roles(model: Any) -> Iterator[tuple[Any, list[str]]]:
+def _mesh_roles(walked: _Params) -> Iterator[tuple[Any, list[str]]]:
     """Each DTensor parameter's mesh and what each of its dimensions splits ("dp", "tp", ...):
     by their names; unnamed ones split the data under FSDP2, else the model."""
-    params = _unique_params(model)
-    fsdp = fsdp_managed(walk(model)) if params else set()
-    for p in params:
+    for p in walked.params:
         mesh = getattr(p, "device_mesh", None)
         if mesh is None:
             continue
         names = getattr(mesh, "mesh_dim_names", None) or ()
-        splits = model_dims(p, id(p) in fsdp)
+        splits = walked.dims[id(p)]
         yield mesh, [MESH_NAMES.get(str(names[i]).lower() if i < len(names) else "", "tp") if i in splits else "dp"
                      for i in range(mesh.ndim)]
 
 
-def _mesh_parallel(model: Any) -> dict:
+def _mesh_parallel(walked: _Params) -> dict:
     """Sizes of the DeviceMesh dimensions the model's DTensor parameters live on, by what they
     split (:func:`_mesh_roles`)."""
     found: dict[str, int] = {}
-    for mesh, roles in _mesh_roles(model):
+    for mesh, roles in _mesh_roles(walked):
         sizes: dict[str, int] = {}
         for i, role in enumerate(roles):
             sizes[role] = sizes.get(role, 1) * int(mesh.size(i))
@@ -132,7 +142,7 @@ def _mesh_parallel(model: Any) -> dict:
     return found
 
 
-def mesh_coordinates(model: Any, pipeline: Any = None) -> dict | None:
+def mesh_coordinates(model: Any, pipeline: Any = None, walked: _Params | None = None) -> dict | None:
     """This rank's place in the job: its coordinate along each mesh dimension the model's
     DTensor parameters live on (by what it splits, :func:`_mesh_roles`), and ``pp``, its first
     pipeline stage (``pipeline``: a :class:`~..sources.pipeline.PipelineRuns`); None where
@@ -142,7 +152,7 @@ def mesh_coordinates(model: Any, pipeline: Any = None) -> dict | None:
     True
     """
     found: dict[str, int] = {}
-    for mesh, roles in _mesh_roles(model):
+    for mesh, roles in _mesh_roles(walked if walked is not None else _walked(model)):
         for role, c in zip(roles, mesh.get_coordinate() or ()):
             found.setdefault(role, int(c))
     if pipeline is not None and pipeline.stages:
@@ -150,7 +160,7 @@ def mesh_coordinates(model: Any, pipeline: Any = None) -> dict | None:
     return found or None
 
 
-def split_params(model: Any) -> dict:
+def split_params(model: Any, walked: _Params | None = None) -> dict:
     """How tensor (sequence, expert) parallelism splits the model's parameters, where it
     does: ``params_of_model``, every parameter counted once at its full size (what one
     process would hold), ``params_replicated``, the parameters every such rank holds whole
@@ -162,39 +172,51 @@ def split_params(model: Any) -> dict:
     >>> split_params(torch.nn.Linear(2, 2))
     {}
     """
-    params = _unique_params(model)
-    fsdp = fsdp_managed(walk(model)) if params else set()
+    walked = walked if walked is not None else _walked(model)
+    fsdp = walked.fsdp
     split = False
     whole = replicated = 0
-    for p in params:
+    for p in walked.params:
         full = int(getattr(p, "ds_numel", None) or p.numel())  # a DTensor's numel is its global one
         local = param_numel(p, id(p) in fsdp)
-        dims = model_dims(p, id(p) in fsdp)
+        dims = walked.dims[id(p)]
         split = split or any(p.device_mesh.size(i) > 1 for i in dims)
         whole += full
         if local == full:
             replicated += local
     if not split:
         return {}
+    # left whole: no parameter a DTensor over a model-parallel dimension (split there, or
+    # replicated over it as sequence parallelism's norms are: their inputs are split)
     unsplit = [name for name, m in model.named_modules() if not m._modules and m._parameters
-               and all(not _on_model_dims(p, id(p) in fsdp) for p in m._parameters.values() if p is not None)]
+               and not any(getattr(p, "device_mesh", None) is not None and walked.dims.get(id(p))
+                           for p in m._parameters.values() if p is not None)]
     return {"params_of_model": whole, "params_replicated": replicated, "replicated_modules": tuple(unsplit)}
 
 
-def _on_model_dims(p, fsdp: bool) -> bool:
-    """Whether ``p`` is a DTensor placed over a model-parallel mesh dimension (split there, or
-    replicated over it as sequence parallelism's norms are: their inputs are split)."""
-    return getattr(p, "device_mesh", None) is not None and bool(model_dims(p, fsdp))
+def parallel_metadata(model: Any, given: dict | None = None, pipeline: Any = None) -> dict:
+    """What a result's metadata records of the run's parallelism, the model's parameters walked
+    once: ``parallel`` (:func:`detect_parallel`), ``coordinates`` (:func:`mesh_coordinates`)
+    and how tensor parallelism splits the parameters (:func:`split_params`).
+
+    >>> parallel_metadata(torch.nn.Linear(2, 2))
+    {'parallel': None, 'coordinates': None}
+    """
+    walked = _walked(model)
+    return {"parallel": detect_parallel(model, given=given, pipeline=pipeline, walked=walked),
+            "coordinates": mesh_coordinates(model, pipeline, walked), **split_params(model, walked)}
 
 
-def detect_parallel(model: Any, engine: Any = None, given: dict | None = None, pipeline: Any = None) -> dict | None:
+def detect_parallel(model: Any, engine: Any = None, given: dict | None = None, pipeline: Any = None,
+                    walked: _Params | None = None) -> dict | None:
     """The run's parallelism: the world size, then what the engine or the model's mesh says
     (and ``pipeline``, the :class:`~..sources.pipeline.PipelineRuns` a stage ran in), then
     ``given`` over them; None in one process with nothing detected or given."""
     dist = torch.distributed
     distributed = dist.is_available() and dist.is_initialized()
     found = {"world": dist.get_world_size() if distributed else 1}
-    found.update(engine_parallel(engine) if engine is not None else _mesh_parallel(model))
+    found.update(engine_parallel(engine) if engine is not None
+                 else _mesh_parallel(walked if walked is not None else _walked(model)))
     if engine is None and "ep" not in found:
         ep = _deepspeed_experts(model)
         if ep is not None:

@@ -71,6 +71,9 @@ class NoBackend:
     def in_order(self, action) -> None:
         action()
 
+    def redistributing(self, ctx, change: int) -> None:
+        ctx.redistribution += change
+
     def innermost_module(self, stack: list) -> str | None:
         return innermost_path(stack)
 
@@ -147,10 +150,9 @@ class CaptureContext:
         return was
 
     def redistributing(self, change: int) -> None:
-        """A redistribution begins (``change`` 1) or ends (-1): what ran before it is charged
-        under the state it ran in."""
-        self.backend.settle_later()
-        self.redistribution += change
+        """A redistribution begins (``change`` 1) or ends (-1): the backend changes
+        ``redistribution`` in order with the ops it charges."""
+        self.backend.redistributing(self, change)
 
     def boundary(self) -> tuple:
         """A span's boundary: what ran so far is charged (under the state it ran in), then the

@@ -65,6 +65,7 @@ NO_NODE = -(2**63)  # the recorder's node sequence number for an op outside the 
 MEMORY = -3  # a memory run's row (recorder.cpp's kMemory)
 RELEASED = -4  # a block released outside the memory run it was allocated in (kReleased)
 RELEASED_BEFORE = -5  # a block allocated before the session, released (kReleasedBefore)
+MARK = -6  # a change of ctx.redistribution, in order with the ops (kMark: (MARK, change, ...))
 ROWS = struct.Struct("=10q")  # drain_runs' rows
 
 
@@ -361,6 +362,17 @@ class NativeCountingSource:
             overhead.end(h0)
 
     # -- charging -------------------------------------------------------------------------
+    def redistributing(self, change: int) -> None:
+        """A DTensor redistribution begins (``change`` 1) or ends (-1): a mark in the record
+        stream, which :meth:`_charge` replays onto ``ctx.redistribution`` in order with the
+        ops (on a test's clock, which charges at once, the context's state now)."""
+        if self._defers:
+            if self._running:
+                self._rec.mark(change)
+        else:
+            self.settle()
+            self._ctx.redistribution += change
+
     def settle_later(self) -> None:
         """The state that decides where a cost goes is about to change: what was recorded so
         far is set aside with the state it ran under, and charged at the next :meth:`settle`
@@ -404,7 +416,7 @@ class NativeCountingSource:
         known = RECORDER.tables.ops
         rows, values, ops = self._rec.drain_runs(len(known), not ctx.events.ran)
         known.extend((name, overload) for _, name, overload in ops)
-        self._aside.append((rows, values, ctx.phase, not ctx.suppressed, overhead, ctx.redistribution))
+        self._aside.append((rows, values, ctx.phase, not ctx.suppressed, overhead))
         self._drained += 1
         ctx.overhead.end(h0)
 
@@ -420,10 +432,10 @@ class NativeCountingSource:
                 RECORDER.uncharged.discard(self)
                 return
             h0 = ctx.overhead.begin() if self._running else None
-            phase, redistribution = ctx.phase, ctx.redistribution
+            phase = ctx.phase
             try:
                 while self._aside:
-                    rows, values, ctx.phase, counting, overhead, ctx.redistribution = self._aside.popleft()
+                    rows, values, ctx.phase, counting, overhead = self._aside.popleft()
                     self._run_in_order(self._charged)
                     self._charged += 1
                     for sig, key, inputs, outputs in values:
@@ -434,7 +446,7 @@ class NativeCountingSource:
                         self._values.clear()
                 self._run_in_order(self._drained)
             finally:
-                ctx.phase, ctx.redistribution = phase, redistribution
+                ctx.phase = phase
                 if h0 is not None:
                     ctx.overhead.end(h0)
                 if not self._running:
@@ -460,6 +472,7 @@ class NativeCountingSource:
         events = self._ctx.events
         ran = events.ran  # listeners to each op's interval (ops overlapping collectives)
         waits = self._ctx.hidden_waits
+        seen, node = (NO_NODE, 0), None  # the last op's node: the ops of a node come in a row
         for op_id, sig, node_seq, seq_before, seq_after, t0, t1, variable, count, ns in rows:
             if op_id < 0:
                 if op_id == MEMORY:  # a memory run (see _memory_run for its fields)
@@ -471,6 +484,8 @@ class NativeCountingSource:
                 elif op_id == RELEASED_BEFORE:  # (0, bytes, address)
                     for listener in self._ctx.events.allocations:
                         listener.freed_before(node_seq, seq_before)
+                elif op_id == MARK:  # a redistribution begins or ends
+                    self._ctx.redistribution += sig
                 else:  # a module call entered or left (recorder.cpp's kEnter, kExit)
                     # (recorded only where the C++ hooks track the calls: their tracker set replay_call)
                     replay_call(op_id, sig, node_seq, seq_before, t0 * 1e-9 + offset, overhead)  # type: ignore[misc]
@@ -483,7 +498,8 @@ class NativeCountingSource:
             entry, cost, nbytes, backward, written = known
             if entry is None:
                 continue
-            node = None if node_seq == NO_NODE else self._node(node_seq, variable)
+            if (node_seq, variable) != seen:
+                seen, node = (node_seq, variable), self._node(node_seq, variable)
             if offset is None:  # a test's clock: each op stamped as it is charged, in turn
                 t0, t1 = stamp(), stamp()
                 for _ in range(count - 1):
@@ -501,8 +517,11 @@ class NativeCountingSource:
             else:  # a unit: (unit, cost, read, backward cost, written)
                 attribution.charge_whole_costed(node, seq_after, entry, t0, t1, cost, backward, nbytes, written,
                                                 seq_before, seq_after)
-            if ran:
-                events.publish_ran(t0, t1)
+            if ran:  # (one listener, the collectives source's, as a rule)
+                if len(ran) == 1:
+                    ran[0](t0, t1)
+                else:
+                    events.publish_ran(t0, t1)
 
     def _memory_run(self, run: int, node_seq: int, accumulated: int, change: int, peak: int, largest: int,
                     op_id: int, temporaries: int, temporaries_peak: int) -> None:

@@ -1672,6 +1672,7 @@ py::tuple drain(int32_t ops_known) {
 //   released, allocated before the session: kReleasedBefore, 0, bytes, the block's address, 0...
 constexpr int32_t kReleased = -4;
 constexpr int32_t kReleasedBefore = -5;
+constexpr int32_t kMark = -6;  // a change of the state Python charges by, in order (see mark)
 constexpr int64_t kNoPeak = INT64_MIN;
 
 struct Row {
@@ -1701,7 +1702,7 @@ std::vector<Row> runs_of(const std::vector<Record>& records, int64_t batch, bool
   };
   for (size_t i = 0; i < records.size(); ++i) {
     const Record& r = records[i];
-    if (r.op == kEnter || r.op == kExit) {
+    if (r.op == kEnter || r.op == kExit || r.op == kMark) {
       end_stretch();
       rows.push_back(Row{{r.op, r.sig, r.node_seq, r.seq_before, r.seq_after, r.t0, r.t1, 0, 0, 0}});
     } else if (r.op == kMemory && r.seq_before > 0) {  // allocated
@@ -1771,6 +1772,16 @@ std::vector<Row> runs_of(const std::vector<Record>& records, int64_t batch, bool
 }
 
 // drain() in runs (see above): (rows as bytes, values, ops); ``merge``: merge repeated ops
+// (with the GIL held) a change of the state Python charges the ops after it by (``change``: +1
+// as DTensor begins a redistribution, -1 as it ends), in the record stream: no drain needed
+void mark(int32_t change) {
+  int64_t t = now_ns();
+  std::lock_guard<std::mutex> guard(g_lock);
+  if (!g_on.load(std::memory_order_relaxed)) return;
+  g_records.push_back(Record{kMark, change, kNoNode, 0, 0, t, t, 0});
+  g_pending = static_cast<int64_t>(g_records.size());
+}
+
 py::tuple drain_runs(int32_t ops_known, bool merge) {
   std::vector<Row> rows;
   std::vector<Values> values;
@@ -1838,6 +1849,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_transparent", &set_transparent, py::arg("cls"), py::arg("skip_fake"),
         "Ops on tensors of class cls (DTensor; None: none) are not recorded, their parts are; skip_fake: ops "
         "under a fake tensor mode are not recorded, nor their parts (see recorder.cpp).");
+  m.def("mark", &mark, py::arg("change"), "A change of the charging state, in the record stream.");
   m.def("set_unread", &set_unread, py::arg("keys"), "The signatures whose ops keep no values (all of them).");
   m.def("add_unread", &add_unread, py::arg("key"), "One more signature whose ops keep no values.");
   m.def("signature", &signature, py::arg("sig"), "A signature's key.");
