@@ -462,14 +462,11 @@ def work_class():
     return Work
 
 
-@functools.cache
 def functional_collectives():
     """torch's ``torch.distributed._functional_collectives`` module (its ``wait_tensor`` is what
-    an ``AsyncCollectiveTensor`` calls when an op first uses it), or None without it."""
-    try:
-        import torch.distributed._functional_collectives as module
-    except ImportError:
-        return None
+    an ``AsyncCollectiveTensor`` calls when an op first uses it), once imported (DTensor
+    imports it), else None: asking costs no import."""
+    module = sys.modules.get("torch.distributed._functional_collectives")
     return module if callable(getattr(module, "wait_tensor", None)) else None
 
 
