@@ -9,6 +9,7 @@ from multirank.launch import rank_results
 
 from flopsight.analysis.experts import expert_figures
 from flopsight.analysis.pipeline import pipeline_figures
+from flopsight.analysis.ranks import rank_figures
 
 pytest.importorskip("deepspeed")
 
@@ -45,6 +46,10 @@ def test_a_pipeline_engine_s_stage_view_and_report_lines(ranks):
              (line.partition(": ") for line in ranks("pipe")[1].render("text").splitlines())}
     assert lines["data parallel size"] == "1" and lines["batch size per GPU"] == "2"
     assert lines["fwd MACs per GPU"] == "16.38 KMACs"  # one micro-batch's
+    # the latency table over ranks lists each stage's own modules (rank 1's are "2" and "3")
+    stages = rank_figures(ranks("pipe")[0]).modules
+    assert {(m.path, m.latency.slowest) for m in stages if m.path in {"0", "1", "2", "3"}} == {
+        ("0", 0), ("1", 0), ("2", 1), ("3", 1)}
 
 
 def test_deepspeed_moe_layers_give_the_expert_parallel_size_and_their_all_to_alls(ranks):

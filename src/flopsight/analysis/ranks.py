@@ -137,6 +137,19 @@ class RankFigures:
         return self.world - len(self.missing) - len(self.failed) - len(self.not_profiling)
 
 
+def _every_rank_s_modules(result: ProfileResult, ranks: list, depth: int | None) -> list:
+    """The modules of ``result`` down to ``depth``, then those only other ``ranks`` hold (a
+    pipeline stage's are its own), each path once."""
+    nodes = list(result.walk(depth))
+    seen = {node.name for node in nodes}
+    for r in ranks:
+        for node in r.walk(depth) if r is not None else ():
+            if node.name not in seen:
+                seen.add(node.name)
+                nodes.append(node)
+    return nodes
+
+
 def rank_figures(result: ProfileResult, depth: int | None = 1) -> RankFigures | None:
     """None outside a gathered torch.distributed result; module spreads down to ``depth`` (None: all)."""
     ranks = result.ranks
@@ -157,7 +170,7 @@ def rank_figures(result: ProfileResult, depth: int | None = 1) -> RankFigures | 
     if sum(r is not None for r in healthy) >= 2:
         iteration = spread([r.iteration.latency if r is not None else None for r in healthy])  # not None: 2 ranks
         busy = [rank_busy(i, r) for i, r in enumerate(healthy) if r is not None]
-        for node in result.walk(depth):
+        for node in _every_rank_s_modules(result, healthy, depth):
             for phase in ("forward", "backward"):
                 s = spread([r.module(node.name).inclusive[phase].latency if r is not None and node.name in r.modules
                             else None for r in healthy])
