@@ -5,8 +5,8 @@ backward) runs through ``redistribute_local_tensor``: its collectives, and the l
 cut, pad or scale a shard (a replicated bias becomes a partial sum by a division by the group
 size). While a capture listens, that function is routed through one that marks the span
 (:meth:`~..runtime.context.CaptureContext.redistributing`): the ops in it that cost FLOPs are
-charged under ``redistribute:<op>`` (:data:`~...result.records.REDISTRIBUTE`), the work parallelism adds, named
-apart. The functions are put back when the last capture stops, and by
+charged under ``redistribute:<op>`` (:data:`~...result.records.REDISTRIBUTE`), the work
+parallelism adds, named apart. The functions are put back when the last capture stops, and by
 :func:`flopsight._process.reset`.
 """
 
