@@ -117,13 +117,16 @@ def _overloads(namespace: str, name: str) -> tuple:
 class CollectiveOps:
     """The collective ops, read once per process on first use (once torch.distributed is
     initialised; :data:`PROCESS`'s ``"collective ops"``): each op's (kind, payload argument,
-    group argument), the functional collectives' ``wait_tensor``, and each op's arguments'
-    binder, made at its first call (an op's schema never changes)."""
+    group argument), the functional collectives' ``wait_tensor``, each op's arguments'
+    binder, made at its first call (an op's schema never changes), and the (op, group) whose
+    handles have no future (gloo's sends and receives: asking for one raises, and a raised
+    error's traceback costs a tenth of a millisecond a call)."""
 
     def __init__(self) -> None:
         self.kinds: dict = {}
         self.waits: list = []
         self.binders: dict = {}
+        self.no_future: set = set()
 
     def read(self) -> None:
         if not self.kinds:
@@ -140,6 +143,7 @@ class CollectiveOps:
         self.kinds.clear()
         self.waits.clear()
         self.binders.clear()
+        self.no_future.clear()
 
 
 COLLECTIVE_OPS: CollectiveOps = PROCESS.own("collective ops", CollectiveOps)
@@ -385,7 +389,8 @@ class CollectivesSource:
     def _collective(self, event: OpEvent) -> None:
         func, args, kwargs, out = event.func, event.args, event.kwargs, event.out
         kind, payload, group_arg = COLLECTIVE_OPS.kinds[func]
-        # watched first: a collective may complete while this runs (its completion is stamped then)
+        # watched before it is charged: a collective may complete while this runs (its completion
+        # is stamped then; one complete before it is watched is stamped as it is)
         tensor = first_tensor(args)  # the payload's, or its output's: on the same device
         call = _Call(kind, None, None, 0, 0, self._issue_time(event.t0), self._issue_time(event.t1),
                      device=tensor.device if tensor is not None and tensor.is_cuda else None)
@@ -395,19 +400,21 @@ class CollectivesSource:
             if self._hears_ops and self._ran not in self._ctx.events.ran:
                 self._ctx.events.ran.append(self._ran)
         complete = call.complete  # from the backend's thread, or at once
+        bound = COLLECTIVE_OPS.binder(func).bind(args, kwargs)
+        size, call.group = process_group(bound.get(group_arg))
         if func.namespace == "_c10d_functional":  # done when its result is waited for
             for t in out if isinstance(out, (list, tuple)) else (out,):
                 self._awaiting[id(t)] = (complete, t)
         else:
             work = out[-1] if isinstance(out, tuple) else out
-            if not on_work_done(work, complete):  # no future: done when its wait returns
+            no_future = COLLECTIVE_OPS.no_future
+            if (func, call.group) in no_future or not on_work_done(work, complete):
+                no_future.add((func, call.group))  # (a handle with no future: done when its wait returns)
                 watched = WAITS.watch(work, complete)
                 if watched is None:
                     complete()  # no Work to watch: treat the call as synchronous
                 else:
                     self._watched.append(watched)
-        bound = COLLECTIVE_OPS.binder(func).bind(args, kwargs)
-        size, call.group = process_group(bound.get(group_arg))
         call.group_size = size or 0
         call.bytes = payload_bytes(bound.get(payload)) if payload else 0
         if func.namespace == "_c10d_functional" and kind == "reduce_scatter" and call.group_size:
