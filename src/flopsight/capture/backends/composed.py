@@ -46,11 +46,9 @@ class CallsAndOps:
 
     def redistributing(self, ctx, change: int) -> None:
         """A DTensor redistribution begins (``change`` 1) or ends (-1): the ops charged until
-        it ends cost under ``redistribute:<op>`` (``ctx.redistribution``)."""
-        if self.ops is not None and hasattr(self.ops, "redistributing"):  # the native one: in its records' order
-            self.ops.redistributing(change)
-        else:
-            ctx.redistribution += change
+        it ends cost under ``redistribute:<op>`` (``ctx.redistribution``; the Python path
+        charges each op as it runs)."""
+        ctx.redistribution += change
 
     def unrecorded(self) -> contextlib.AbstractContextManager:
         raise NotImplementedError

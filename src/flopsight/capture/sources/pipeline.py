@@ -14,12 +14,12 @@ and by :func:`flopsight._process.reset`.
 from __future__ import annotations
 
 import contextlib
-import functools
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..._process import PROCESS
 from ..._torch_private import pipeline_methods, schedule_plan
+from .routes import Routes
 
 __all__ = ["PipelineRuns", "PipelineSteps", "PIPELINES"]
 
@@ -82,33 +82,15 @@ class PipelineSteps:
         return self._runs
 
 
-class PipelinePatches:
-    """The process's patched pipeline methods (class, name, the class's own) and the sources
-    open."""
+class PipelinePatches(Routes):
+    """The process's patched pipeline methods and the sources open (see :class:`.Routes`)."""
 
-    def __init__(self) -> None:
-        self.sources: list[PipelineSteps] = []
-        self.saved: list[tuple[type, str, Any]] = []
-
-    def open(self, source: PipelineSteps) -> None:
-        if not self.sources:
-            inference, steps = pipeline_methods()
-            for cls, name in inference:
-                self._patch(cls, name, self._inference)
-            for cls, name in steps:
-                self._patch(cls, name, self._step)
-        self.sources.append(source)
-
-    def close(self, source: PipelineSteps) -> None:
-        if source in self.sources:
-            self.sources.remove(source)
-        if not self.sources:
-            self.reset()
-
-    def _patch(self, cls: type, name: str, wrap) -> None:
-        own = cls.__dict__[name]
-        self.saved.append((cls, name, own))
-        setattr(cls, name, functools.wraps(own)(wrap(own)))
+    def install(self) -> None:
+        inference, steps = pipeline_methods()
+        for cls, name in inference:
+            self.route(cls, name, self._inference)
+        for cls, name in steps:
+            self.route(cls, name, self._step)
 
     def _inference(self, own):
         def inference(stage, *args, **kwargs):
@@ -126,12 +108,6 @@ class PipelinePatches:
             return own(schedule, *args, **kwargs)
 
         return step
-
-    def reset(self) -> None:
-        for cls, name, own in reversed(self.saved):
-            setattr(cls, name, own)
-        self.saved.clear()
-        self.sources.clear()
 
 
 #: the process's patched pipeline methods

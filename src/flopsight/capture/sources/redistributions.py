@@ -12,11 +12,9 @@ parallelism adds, named apart. The functions are put back when the last capture 
 
 from __future__ import annotations
 
-import functools
-from typing import Any
-
 from ..._process import PROCESS
 from ..._torch_private import redistribute_bindings
+from .routes import Routes
 
 __all__ = ["Redistributions", "REDISTRIBUTIONS"]
 
@@ -43,32 +41,17 @@ class Redistributions:
         return None
 
 
-class RedistributePatches:
-    """The process's routed ``redistribute_local_tensor`` bindings (module, name, the own
-    function) and the sources listening."""
+class RedistributePatches(Routes):
+    """The process's routed ``redistribute_local_tensor`` bindings and the sources listening
+    (see :class:`.Routes`)."""
 
-    def __init__(self) -> None:
-        self.sources: list[Redistributions] = []
-        self.saved: list[tuple[Any, str, Any]] = []
-
-    def open(self, source: Redistributions) -> None:
-        if not self.sources:
-            for module, name in redistribute_bindings():
-                own = getattr(module, name)
-                self.saved.append((module, name, own))
-                setattr(module, name, self._marking(own))
-        self.sources.append(source)
-
-    def close(self, source: Redistributions) -> None:
-        if source in self.sources:
-            self.sources.remove(source)
-        if not self.sources:
-            self.reset()
+    def install(self) -> None:
+        for module, name in redistribute_bindings():
+            self.route(module, name, self._marking)
 
     def _marking(self, own):
         sources = self.sources
 
-        @functools.wraps(own)
         def redistribute_local_tensor(*args, **kwargs):
             listening = tuple(sources)
             for source in listening:
@@ -80,12 +63,6 @@ class RedistributePatches:
                     source.exit()
 
         return redistribute_local_tensor
-
-    def reset(self) -> None:
-        for module, name, own in reversed(self.saved):
-            setattr(module, name, own)
-        self.saved.clear()
-        self.sources.clear()
 
 
 #: the process's routed redistributions

@@ -26,6 +26,7 @@ from collections.abc import Callable
 
 from ..._process import PROCESS
 from ..._torch_private import functional_collectives, python_work, work_class
+from .routes import Routes
 
 __all__ = ["WAITS", "WorkWaits", "TENSOR_WAITS", "TensorWaits"]
 
@@ -104,48 +105,29 @@ def _waited(waits: WorkWaits, work) -> None:
 WAITS: WorkWaits = PROCESS.own("work waits", WorkWaits)
 
 
-class TensorWaits:
-    """The listeners to functional collectives' waits (each called with the tensor waited for
-    and the wait's host start and end, ``time.perf_counter`` seconds), and the module's own
-    ``wait_tensor`` while they listen."""
+class TensorWaits(Routes):
+    """The listeners to functional collectives' waits (its sources: each called with the tensor
+    waited for and the wait's host start and end, ``time.perf_counter`` seconds), and the
+    module's own ``wait_tensor`` while they listen (see :class:`.Routes`)."""
 
-    def __init__(self) -> None:
-        self.listeners: list[Callable[[object, float, float], None]] = []
-        self.saved: Callable | None = None
-
-    def open(self, listener: Callable[[object, float, float], None]) -> None:
+    def install(self) -> None:
         module = functional_collectives()
-        if module is None:
-            return
-        if self.saved is None:
-            saved = module.wait_tensor
-            listeners = self.listeners
+        if module is not None:
+            self.route(module, "wait_tensor", self._heard)
 
-            def wait_tensor(tensor):
-                t0 = time.perf_counter()
-                try:
-                    return saved(tensor)
-                finally:
-                    t1 = time.perf_counter()
-                    for heard in tuple(listeners):
-                        heard(tensor, t0, t1)
+    def _heard(self, own):
+        listeners = self.sources
 
-            self.saved = saved
-            module.wait_tensor = wait_tensor
-        self.listeners.append(listener)
+        def wait_tensor(tensor):
+            t0 = time.perf_counter()
+            try:
+                return own(tensor)
+            finally:
+                t1 = time.perf_counter()
+                for heard in tuple(listeners):
+                    heard(tensor, t0, t1)
 
-    def close(self, listener: Callable[[object, float, float], None]) -> None:
-        if listener in self.listeners:
-            self.listeners.remove(listener)
-        if not self.listeners:
-            self.reset()
-
-    def reset(self) -> None:
-        module = functional_collectives()
-        if self.saved is not None and module is not None:
-            module.wait_tensor = self.saved
-        self.saved = None
-        self.listeners.clear()
+        return wait_tensor
 
 
 #: the process's listeners to functional collectives' waits
