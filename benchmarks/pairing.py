@@ -22,17 +22,20 @@ __all__ = ["paired_rounds", "median_seconds", "quiet", "load_deepspeed", "whole_
 
 def paired_rounds(plain: Callable[[], object], runs: dict[str, Callable[[], object]], rounds: int) -> dict[str, dict]:
     """Per variant: ``time`` (its seconds each round), ``plain`` (the seconds of the plain call
-    run just before it) and ``result`` (what it returned)."""
-    out = {k: {"time": [], "plain": [], "result": []} for k in runs}
+    run just before it), ``cpu`` and ``plain_cpu`` (the same, in this thread's CPU seconds: what
+    waiting for other ranks or the VM's other work leaves out) and ``result`` (what it returned)."""
+    out = {k: {"time": [], "plain": [], "cpu": [], "plain_cpu": [], "result": []} for k in runs}
     for _ in range(rounds):
         for key, fn in runs.items():
-            t0 = time.perf_counter()
+            c0, t0 = time.thread_time(), time.perf_counter()
             plain()
-            t1 = time.perf_counter()
+            c1, t1 = time.thread_time(), time.perf_counter()
             result = fn()
-            t2 = time.perf_counter()
+            c2, t2 = time.thread_time(), time.perf_counter()
             out[key]["plain"].append(t1 - t0)
             out[key]["time"].append(t2 - t1)
+            out[key]["plain_cpu"].append(c1 - c0)
+            out[key]["cpu"].append(c2 - c1)
             out[key]["result"].append(result)
     return out
 

@@ -9,8 +9,10 @@ stages, 4 micro-batches). Each round runs, per plan, an un-profiled step and
 then the same step under each profiler, each right after an un-profiled step of its own
 (:func:`pairing.paired_rounds`): ``flopsight.Profiler(module, optimizer=...)`` on each backend,
 and DeepSpeed's ``FlopsProfiler`` (start, stop, its totals read, end) where it imports. Rank 0
-prints the median over rounds of each profiled step over its un-profiled one. The target: a
-profiled tensor- or pipeline-parallel step within the data-parallel step's budget, 1.15x.
+prints the median over rounds of each profiled step over its un-profiled one, and each rank's
+CPU time added (its thread's: the profiler's own work, without the waiting or most of the VM's
+noise). The target: a profiled tensor- or pipeline-parallel step within the data-parallel
+step's budget, 1.15x.
 """
 
 from __future__ import annotations
@@ -83,14 +85,21 @@ def main(argv=None) -> None:
         runs = paired_rounds(plain, variants, args.rounds)
         for name, o in runs.items():
             rows.append((plan.name, name, statistics.median(o["plain"]), statistics.median(o["time"]),
-                         statistics.median(t / p for t, p in zip(o["time"], o["plain"]))))
+                         statistics.median(t / p for t, p in zip(o["time"], o["plain"])),
+                         statistics.median(c - p for c, p in zip(o["cpu"], o["plain_cpu"]))))
+    # each rank's CPU seconds added (its profiler's own work: no waiting, little of the VM's noise)
+    added = [None] * world
+    dist.all_gather_object(added, [row[5] for row in rows])
     if rank == 0:
         print(f"torch {torch.__version__}, {world} gloo ranks, {args.rounds} paired rounds, "
               f"examples/parallel_plans.py's model at d {d}, batch {batch} x {seq}")
-        print("| plan | profiler | un-profiled step | profiled step | x un-profiled (median of rounds) |")
-        print("|---|---|---:|---:|---:|")
-        for plan_name, name, plain_s, time_s, ratio in rows:
-            print(f"| {plan_name} | {name} | {plain_s * 1e3:.1f} ms | {time_s * 1e3:.1f} ms | {ratio:.2f}x |")
+        print("| plan | profiler | un-profiled step | profiled step | x un-profiled (median of rounds) "
+              "| CPU added per rank (median) |")
+        print("|---|---|---:|---:|---:|---:|")
+        for i, (plan_name, name, plain_s, time_s, ratio, _) in enumerate(rows):
+            cpu = " / ".join(f"{ranks[i] * 1e3:.1f}" for ranks in added)
+            print(f"| {plan_name} | {name} | {plain_s * 1e3:.1f} ms | {time_s * 1e3:.1f} ms | {ratio:.2f}x "
+                  f"| {cpu} ms |")
     dist.barrier()
     dist.destroy_process_group()
 

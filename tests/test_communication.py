@@ -210,9 +210,9 @@ def test_in_flight_credits_each_collective_with_the_ops_run_during_it():
     b = _Call("all_gather", "", "backward", 4, 2, issued=2.0, returned=2.1)
     flight.add(a)
     flight.add(b)
-    flight.ran(1.5, 2.5)  # overlaps a by 1.0 (1.5..2.5), b by 0.5 (2.0..2.5)
+    flight.ran([1.5], [2.5])  # overlaps a by 1.0 (1.5..2.5), b by 0.5 (2.0..2.5)
     a.done = 3.0
-    flight.ran(2.8, 3.5)  # a ends at 3.0: 0.2 more for a; b still in flight: 0.7
+    flight.ran([2.8], [3.5])  # a ends at 3.0: 0.2 more for a; b still in flight: 0.7
     assert (round(a.overlapped, 9), round(b.overlapped, 9)) == (1.2, 1.2)
     assert [c.kind for c in flight.calls] == ["all_gather"]  # a is done before this op ended: dropped
     b.done = 4.0
@@ -244,10 +244,37 @@ def test_in_flight_credits_ops_heard_after_the_collective_completed():
     a = _Call("all_reduce", "", "backward", 4, 2, issued=1.0, returned=1.1)
     flight.add(a)
     a.done = 3.0
-    flight.ran(1.5, 2.0)  # 0.5 inside the flight; a still ends after it: kept
-    flight.ran(2.5, 3.5)  # 0.5 more (2.5..3.0); a done before this op ended: dropped
-    flight.ran(3.6, 4.0)  # after it: nothing
+    flight.ran([1.5], [2.0])  # 0.5 inside the flight; a still ends after it: kept
+    flight.ran([2.5], [3.5])  # 0.5 more (2.5..3.0); a done before this op ended: dropped
+    flight.ran([3.6], [4.0])  # after it: nothing
     assert round(a.overlapped, 9) == 1.0 and flight.calls == []
+
+
+
+def test_in_flight_credits_a_batch_of_ops_as_it_credits_them_one_by_one():
+    # the native backend tells a batch of ops at once: the same overlap as op by op
+    from flopsight.capture.sources.collectives import InFlight, _Call
+
+    starts, ends = [0.0, 1.5, 2.5, 3.6, 5.0], [1.2, 2.0, 3.5, 4.0, 6.0]
+    def calls():
+        a = _Call("all_reduce", "", "backward", 4, 2, issued=1.0, returned=1.1)
+        b = _Call("send", "", "backward", 4, 2, issued=1.8, returned=1.9)
+        c = _Call("recv", "", "backward", 4, 2, issued=7.0, returned=7.1)  # after every op
+        a.done = 3.0
+        return a, b, c
+    one_by_one, batch = InFlight(), InFlight()
+    heard = {}
+    for flight in (one_by_one, batch):
+        heard[flight] = calls()
+        for call in heard[flight]:
+            flight.add(call)
+    for t0, t1 in zip(starts, ends):
+        one_by_one.ran([t0], [t1])
+    batch.ran(starts, ends)
+    # a (1.0..3.0): 0.2 + 0.5 + 0.5 = 1.2; b (1.8..open): 0.2 + 1.0 + 0.4 + 1.0 = 2.6; c: none
+    for flight in (one_by_one, batch):
+        assert [round(c.overlapped, 9) for c in heard[flight]] == [1.2, 2.6, 0.0]
+        assert [c.kind for c in flight.calls] == ["send", "recv"]  # a done before the last op ended: dropped
 
 
 def _with_op_time(data: dict, **seconds_by_phase: float) -> None:

@@ -76,7 +76,8 @@ class Backend(Protocol):
 
     def in_order(self, action: Callable[[], None]) -> None:
         """Do ``action`` (a source's, on what it saw happen now) in order with what is charged:
-        after what ran before now, before what runs after (at once where nothing waits)."""
+        after what ran before now, before what runs after (at once where nothing waits; the
+        native backend marks its place in the recorder's stream)."""
 
     def innermost_module(self, stack: list) -> str | None:
         """The path of the innermost module call running now (None outside every call): the

@@ -42,6 +42,7 @@ class CallsAndOps:
         self.settle()
 
     def in_order(self, action) -> None:
+        self.settle_later()  # (what ran before it charged first: a part may hold it)
         action()
 
     def redistributing(self, ctx, change: int) -> None:

@@ -179,9 +179,7 @@ class Attribution:
         """``place(node, seq_after, phase, *args)`` in order with the ops recorded, with the
         state of now: the autograd node running, the sequence counter, the phase."""
         ctx = self.ctx
-        action = partial(place, node_seen(), autograd_sequence_nr(), ctx.phase, *args)
-        ctx.backend.settle_later()
-        ctx.backend.in_order(action)
+        ctx.backend.in_order(partial(place, node_seen(), autograd_sequence_nr(), ctx.phase, *args))
 
     def _place_seen(self, node, seq_after: int, phase: str, entry, t0, t1, payload: tuple,
                     cost: Stats | None, nbytes: int) -> tuple[str, str] | None:

@@ -7,9 +7,9 @@ starts) to what it needs, and publishes what it sees:
   (the memory source reads its outputs, the collectives source the time it ran);
 * ``calls``: each call counted whole (a unit such as attention, an autograd function), as an
   :class:`OpEvent` of its unit; its own ops are not published (they are not counted again);
-* ``ran``: the host interval ``(t0, t1)`` of each op and call counted whole, heard in order,
-  perhaps later than it ran (the native backend charges in batches; the collectives source
-  credits what overlapped a collective in flight);
+* ``ran``: the host intervals of the ops and calls counted whole, ``(starts, ends)``, heard in
+  order, perhaps later than they ran (the native backend charges in batches and tells a batch
+  at once; the collectives source credits what overlapped a collective in flight);
 * ``modules``: each module call's start and end (``call_begins(record)``, ``call_ends(record,
   args, kwargs, output)``), from the call tracker, as they happen (a listener there keeps
   the calls in Python hooks);
@@ -41,7 +41,7 @@ starts) to what it needs, and publishes what it sees:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 __all__ = ["OpEvent", "Events"]
@@ -70,7 +70,7 @@ class Events:
     def __init__(self) -> None:
         self.ops: list[Callable[[OpEvent], None]] = []
         self.calls: list[Callable[[OpEvent], None]] = []
-        self.ran: list[Callable[[float, float], None]] = []
+        self.ran: list[Callable[[Sequence[float], Sequence[float]], None]] = []
         self.modules: list = []
         self.calls_in_order: list = []
         self.forwards: list = []
@@ -107,5 +107,10 @@ class Events:
     def publish_ran(self, t0, t1) -> None:
         """Tell the listeners to each op's interval that one ran from ``t0`` to ``t1`` (a
         listener may leave while it is told: the list is copied)."""
+        self.publish_ran_many((t0,), (t1,))
+
+    def publish_ran_many(self, starts: Sequence[float], ends: Sequence[float]) -> None:
+        """:meth:`publish_ran` for ops that ran one after another, from ``starts[i]`` to
+        ``ends[i]`` (a backend that charges in batches tells a batch at once)."""
         for on_ran in tuple(self.ran):
-            on_ran(t0, t1)
+            on_ran(starts, ends)

@@ -29,8 +29,10 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Callable
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 import torch
 
@@ -268,15 +270,38 @@ class InFlight:
     def add(self, call: _Call) -> None:
         self.calls.append(call)
 
-    def ran(self, t0: float, t1: float) -> None:
-        """An op ran from ``t0`` to ``t1`` (host seconds) while collectives were in flight."""
+    def ran(self, starts: Sequence[float], ends: Sequence[float]) -> None:
+        """Ops ran from ``starts[i]`` to ``ends[i]`` (host seconds, in order, one after the
+        other) while collectives were in flight: each call's share of them is added to its
+        ``overlapped``, from the ops' running total of seconds (two bisections a call, however
+        many ops). A call complete before the last op ends is dropped (no later op overlaps it).
+
+        >>> flight = InFlight()
+        >>> a, b = _Call("all_reduce", None, None, 0, 0, 1.0, 1.0), _Call("send", None, None, 0, 0, 2.5, 2.5)
+        >>> a.done = 3.5
+        >>> flight.add(a); flight.add(b)
+        >>> flight.ran([0.0, 2.0, 3.0], [1.5, 3.0, 4.0])  # a: 0.5 + 1.0 + 0.5; b: 0.5 + 1.0
+        >>> a.overlapped, b.overlapped, flight.calls == [b]
+        (2.0, 1.5, True)
+        """
+        if not starts:
+            return
+        total = [0.0, *accumulate(e - s for s, e in zip(starts, ends))]  # seconds of the ops before i
+        last = ends[-1]
         still = []
         for call in self.calls:
-            end = call.done if call.done is not None else t1
-            overlap = min(t1, end) - max(t0, call.issued)
-            if overlap > 0:
-                call.overlapped += overlap
-            if call.done is None or call.done > t1:  # later ops may still overlap it
+            issued, done = call.issued, call.done
+            i = bisect_right(ends, issued)  # the first op that ends after the call was issued
+            # and past the last that starts before it completes
+            j = len(starts) if done is None else bisect_left(starts, done)
+            if i < j:
+                # (an op's part before the issue and, of the last, after completion, are not inside it)
+                overlap = total[j] - total[i] - max(0.0, issued - starts[i])
+                if done is not None:
+                    overlap -= max(0.0, ends[j - 1] - done)
+                if overlap > 0:
+                    call.overlapped += overlap
+            if done is None or done > last:  # later ops may still overlap it
                 still.append(call)
         self.calls = still
 
@@ -377,12 +402,12 @@ class CollectivesSource:
         queue_in_groups(calls)
         return Communication(calls)
 
-    def _ran(self, t0: float, t1: float) -> None:
+    def _ran(self, starts: Sequence[float], ends: Sequence[float]) -> None:
         """An op ran while a collective was in flight (subscribed by :meth:`_collective`):
         compute overlapping communication. Once none is in flight, the ops are heard no more
         (a backend then merges their repeats and tells no listener of each)."""
         flight: InFlight = self.in_flight  # type: ignore[assignment]  # (set: the calls are claimed with it)
-        flight.ran(t0, t1)
+        flight.ran(starts, ends)
         if not flight.calls:
             self._ctx.events.ran.remove(self._ran)
 

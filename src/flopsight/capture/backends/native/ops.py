@@ -248,6 +248,8 @@ class NativeCountingSource:
         self._on_values: set[str] = set()  # the operators costed on their own values
         self._running = False
         self._by_address: dict | None = None
+        self._actions: dict[int, Callable[[], None]] = {}  # in_order's, by their marks' numbers
+        self._next_action = 0
         self._pending = recorder.pending_view().cast("q")  # records not yet charged
         #: the batches drained and set aside uncharged, in order: (rows, values, the phase they
         #: ran in, whether they count, the profiler's own seconds when drained)
@@ -392,8 +394,16 @@ class NativeCountingSource:
             self._charge_aside()
 
     def in_order(self, action: Callable[[], None]) -> None:
-        """Do ``action`` where it falls among the records: once every batch set aside before
-        now is charged, before the records of the batch open now are (at once if none waits)."""
+        """Do ``action`` where it falls among the records: while the recorder runs, a mark in
+        its stream that :meth:`_charge` does it at (no drain: a claimed op's handler does this
+        for every collective); else once every batch set aside before now is charged (at once
+        if none waits)."""
+        if self._defers and self._running and (self._pending[0] or self._aside):
+            self._next_action += 1
+            self._actions[self._next_action] = action
+            self._rec.mark(0, self._next_action)
+            return
+        self.settle_later()
         if self._aside:
             self._in_order.append((self._drained, action))
         else:
@@ -429,6 +439,7 @@ class NativeCountingSource:
             if ctx.attribution is None:  # the session was let go uncollected (abandoned): nothing reads them
                 self._aside.clear()
                 self._in_order.clear()
+                self._actions.clear()
                 RECORDER.uncharged.discard(self)
                 return
             h0 = ctx.overhead.begin() if self._running else None
@@ -463,15 +474,17 @@ class NativeCountingSource:
 
     def _charge(self, rows, counting: bool, overhead: float) -> None:
         """Charge the op runs (when ``counting``) and the memory runs, and replay the module
-        calls among them (``rows``: recorder.cpp's drain_runs)."""
-        attribution = self._ctx.attribution
+        calls and do the actions marked among them (``rows``: recorder.cpp's drain_runs)."""
+        ctx = self._ctx
+        attribution = ctx.attribution
         place_at = attribution.place_at
         replay_call = self.replay_call
         costs, offset = self._tables.costs, self._offset
         stamp: Callable[[], int] = self._stamp  # type: ignore[assignment]  # set where offset is None, its one use
-        events = self._ctx.events
-        ran = events.ran  # listeners to each op's interval (ops overlapping collectives)
-        waits = self._ctx.hidden_waits
+        ran = ctx.events.ran  # listeners to the ops' intervals (ops overlapping collectives), told once below
+        starts: list[float] = []
+        ends: list[float] = []
+        waits = ctx.hidden_waits
         seen, node = (NO_NODE, 0), None  # the last op's node: the ops of a node come in a row
         for op_id, sig, node_seq, seq_before, seq_after, t0, t1, variable, count, ns in rows:
             if op_id < 0:
@@ -479,13 +492,16 @@ class NativeCountingSource:
                     self._memory_run(sig, node_seq, seq_before, seq_after, t0, t1, variable, count, ns)
                 elif op_id == RELEASED:  # (run, bytes, temporary)
                     if sig not in self._not_model:
-                        for listener in self._ctx.events.allocations:
+                        for listener in ctx.events.allocations:
                             listener.freed(node_seq, seq_before == 1)
                 elif op_id == RELEASED_BEFORE:  # (0, bytes, address)
-                    for listener in self._ctx.events.allocations:
+                    for listener in ctx.events.allocations:
                         listener.freed_before(node_seq, seq_before)
-                elif op_id == MARK:  # a redistribution begins or ends
-                    self._ctx.redistribution += sig
+                elif op_id == MARK:  # a redistribution begins or ends, or an action of in_order's
+                    if seq_before:
+                        self._actions.pop(seq_before)()
+                    else:
+                        ctx.redistribution += sig
                 else:  # a module call entered or left (recorder.cpp's kEnter, kExit)
                     # (recorded only where the C++ hooks track the calls: their tracker set replay_call)
                     replay_call(op_id, sig, node_seq, seq_before, t0 * 1e-9 + offset, overhead)  # type: ignore[misc]
@@ -517,11 +533,11 @@ class NativeCountingSource:
             else:  # a unit: (unit, cost, read, backward cost, written)
                 attribution.charge_whole_costed(node, seq_after, entry, t0, t1, cost, backward, nbytes, written,
                                                 seq_before, seq_after)
-            if ran:  # (one listener, the collectives source's, as a rule)
-                if len(ran) == 1:
-                    ran[0](t0, t1)
-                else:
-                    events.publish_ran(t0, t1)
+            if ran:
+                starts.append(t0)
+                ends.append(t1)
+        if starts and ran:
+            ctx.events.publish_ran_many(starts, ends)
 
     def _memory_run(self, run: int, node_seq: int, accumulated: int, change: int, peak: int, largest: int,
                     op_id: int, temporaries: int, temporaries_peak: int) -> None:
