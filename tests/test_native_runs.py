@@ -49,6 +49,47 @@ def test_repeated_ops_count_as_many_calls_each_with_its_cost_and_time():
     assert mm.latency == pytest.approx(PRODUCTS * 1e-3)
 
 
+class TakingTurns(nn.Module):
+    """Three rounds of a product then a scaling: two operators taking turns, one module call
+    (an optimizer's step runs its ops the same way, once per parameter)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(4, 4))
+
+    def forward(self, x):
+        for _ in range(3):
+            x = (x @ self.w) * 0.5
+        return x
+
+
+@needs_native
+def test_ops_taking_turns_outside_the_nodes_merge_into_one_run_each(monkeypatch):
+    from flopsight.capture.backends.native import ops
+
+    rows = []
+    charge = ops.NativeCountingSource._charge
+
+    def kept(self, batch, counting, overhead):
+        batch = list(batch)
+        rows.extend(row for row in batch if row[0] >= 0)  # the op runs
+        return charge(self, iter(batch), counting, overhead)
+
+    monkeypatch.setattr(ops.NativeCountingSource, "_charge", kept)
+    results = {}
+    for backend in ("native", "python"):
+        model, x = TakingTurns(), torch.ones(4, 4)
+        with torch.no_grad(), flopsight.Profiler(model, backend=backend) as prof:
+            model(x)
+        results[backend] = prof.result.ops()
+    # two runs, of 3 calls each (row field 8: the count), however the ops alternate
+    assert sorted(row[8] for row in rows) == [3, 3]
+    # each product: 4 * 4 * 4 = 64 MACs; each scaling: 16 multiplications, 16 FLOPs
+    for found in results.values():
+        assert (found["aten.mm"].macs, found["aten.mm"].calls) == (3 * 64, 3)
+        assert (found["aten.mul"].flops, found["aten.mul"].calls) == (3 * 16, 3)
+
+
 @pytest.mark.parametrize("backend", ["python", pytest.param("native", marks=needs_native)])
 def test_the_blocks_of_repeated_ops_give_the_peak_of_each_in_turn(backend):
     """Each product's output is 4 * 4 * 4 = 64 bytes and the one before it is released once

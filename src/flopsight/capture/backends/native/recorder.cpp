@@ -1655,9 +1655,10 @@ py::tuple drain(int32_t ops_known) {
 // left and no unit among them is charged under one state on the Python side: where its ops
 // and blocks go does not change inside it, so the order between its ops and its blocks does
 // not matter. Inside such a stretch:
-// * consecutive op records of one signature (and, in a backward node, one sequence counter
-//   after) become one row with their count and summed time, when Python asks for it (no
-//   listener needs each op's interval);
+// * op records of one signature become one row with their count and summed time, when Python
+//   asks for it (no listener needs each op's interval): outside the nodes, wherever they fall
+//   in the stretch (where they go does not change inside it); in a backward node, those in a
+//   row with one sequence counter after (an op that made nodes changes where later ones go);
 // * the blocks allocated, and those of them released, become one memory run: the figures the
 //   memory source needs from them in order (live bytes' change and peak, the largest block,
 //   the temporaries' change and peak), as if each were reported in turn. A block released
@@ -1689,9 +1690,13 @@ std::vector<Row> runs_of(const std::vector<Record>& records, int64_t batch, bool
   bool in_stretch = false;
   int64_t node = 0, accumulated = 0;
   int64_t memory = -1, last_op = -1;  // the open memory run's row, the op row a repeat merges into
+  // outside the nodes, the row of each (op, signature) in the stretch: a repeat merges into it
+  // wherever it falls (an optimizer's step runs each op once per parameter, in turn)
+  std::unordered_map<int64_t, int64_t> row_of;
   auto end_stretch = [&] {
     in_stretch = false;
     memory = last_op = -1;
+    if (!row_of.empty()) row_of.clear();
   };
   auto stretch = [&](int64_t n, int64_t a) {  // a record under context (n, a)
     if (!in_stretch || n != node || a != accumulated) {
@@ -1747,9 +1752,19 @@ std::vector<Row> runs_of(const std::vector<Record>& records, int64_t batch, bool
     } else {  // an op
       stretch(r.node_seq, r.accumulated);
       bool unit = r.op >= 0 && static_cast<size_t>(r.op) < g_ops.size() && g_ops[r.op].unit;
-      if (merge && !unit && last_op >= 0 && r.sig >= 0) {
-        int64_t* o = rows[last_op].v;
-        if (o[0] == r.op && o[1] == r.sig && (r.node_seq == kNoNode || o[4] == r.seq_after)) {
+      int64_t key = (static_cast<int64_t>(r.op) << 32) | static_cast<uint32_t>(r.sig);
+      bool outside = r.node_seq == kNoNode;
+      if (merge && !unit && r.sig >= 0) {
+        int64_t into = -1;
+        if (outside) {
+          auto found = row_of.find(key);
+          if (found != row_of.end()) into = found->second;
+        } else if (last_op >= 0) {  // in a node: a repeat in a row that made no node in between
+          const int64_t* o = rows[last_op].v;
+          if (o[0] == r.op && o[1] == r.sig && o[4] == r.seq_after) into = last_op;
+        }
+        if (into >= 0) {
+          int64_t* o = rows[into].v;
           o[8] += 1;
           o[9] += r.t1 - r.t0;
           continue;
@@ -1760,6 +1775,7 @@ std::vector<Row> runs_of(const std::vector<Record>& records, int64_t batch, bool
         end_stretch();  // a unit changes what later nodes are charged to
       } else {
         last_op = static_cast<int64_t>(rows.size()) - 1;
+        if (merge && outside && r.sig >= 0) row_of.emplace(key, last_op);
       }
     }
   }
