@@ -262,17 +262,19 @@ def test_in_flight_credits_a_batch_of_ops_as_it_credits_them_one_by_one():
         c = _Call("recv", "", "backward", 4, 2, issued=7.0, returned=7.1)  # after every op
         a.done = 3.0
         return a, b, c
-    one_by_one, batch = InFlight(), InFlight()
+    one_by_one, batch, shuffled = InFlight(), InFlight(), InFlight()
     heard = {}
-    for flight in (one_by_one, batch):
+    for flight in (one_by_one, batch, shuffled):
         heard[flight] = calls()
         for call in heard[flight]:
             flight.add(call)
     for t0, t1 in zip(starts, ends):
         one_by_one.ran([t0], [t1])
     batch.ran(starts, ends)
+    # two threads' ops, not one after another: the same (op by op, in the order heard)
+    shuffled.ran([starts[1], starts[0], *starts[2:]], [ends[1], ends[0], *ends[2:]])
     # a (1.0..3.0): 0.2 + 0.5 + 0.5 = 1.2; b (1.8..open): 0.2 + 1.0 + 0.4 + 1.0 = 2.6; c: none
-    for flight in (one_by_one, batch):
+    for flight in (one_by_one, batch, shuffled):
         assert [round(c.overlapped, 9) for c in heard[flight]] == [1.2, 2.6, 0.0]
         assert [c.kind for c in flight.calls] == ["send", "recv"]  # a done before the last op ended: dropped
 

@@ -33,6 +33,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
+from operator import le
 
 import torch
 
@@ -274,7 +275,8 @@ class InFlight:
         """Ops ran from ``starts[i]`` to ``ends[i]`` (host seconds, in order, one after the
         other) while collectives were in flight: each call's share of them is added to its
         ``overlapped``, from the ops' running total of seconds (two bisections a call, however
-        many ops). A call complete before the last op ends is dropped (no later op overlaps it).
+        many ops; op by op where they overlap, as two threads' may). A call complete before the
+        last op ends is dropped (no later op overlaps it).
 
         >>> flight = InFlight()
         >>> a, b = _Call("all_reduce", None, None, 0, 0, 1.0, 1.0), _Call("send", None, None, 0, 0, 2.5, 2.5)
@@ -285,6 +287,10 @@ class InFlight:
         (2.0, 1.5, True)
         """
         if not starts:
+            return
+        if not all(map(le, ends, starts[1:])):  # not one after another (ops of two threads): op by op
+            for t0, t1 in zip(starts, ends):
+                self._ran_one(t0, t1)
             return
         total = [0.0, *accumulate(e - s for s, e in zip(starts, ends))]  # seconds of the ops before i
         last = ends[-1]
@@ -302,6 +308,17 @@ class InFlight:
                 if overlap > 0:
                     call.overlapped += overlap
             if done is None or done > last:  # later ops may still overlap it
+                still.append(call)
+        self.calls = still
+
+    def _ran_one(self, t0: float, t1: float) -> None:
+        still = []
+        for call in self.calls:
+            end = call.done if call.done is not None else t1
+            overlap = min(t1, end) - max(t0, call.issued)
+            if overlap > 0:
+                call.overlapped += overlap
+            if call.done is None or call.done > t1:
                 still.append(call)
         self.calls = still
 
