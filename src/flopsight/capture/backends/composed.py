@@ -45,12 +45,6 @@ class CallsAndOps:
         self.settle_later()  # (what ran before it charged first: a part may hold it)
         action()
 
-    def redistributing(self, ctx, change: int) -> None:
-        """A DTensor redistribution begins (``change`` 1) or ends (-1): the ops charged until
-        it ends cost under ``redistribute:<op>`` (``ctx.redistribution``; the Python path
-        charges each op as it runs)."""
-        ctx.redistribution += change
-
     def unrecorded(self) -> contextlib.AbstractContextManager:
         raise NotImplementedError
 

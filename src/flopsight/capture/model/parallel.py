@@ -111,8 +111,9 @@ class _Params(NamedTuple):
 def _walked(model: Any) -> _Params:
     if not isinstance(model, torch.nn.Module):
         return _Params([], {}, set())
-    params = list({id(p): p for m in walk(model) for p in m._parameters.values() if p is not None}.values())
-    fsdp = fsdp_managed(walk(model)) if params else set()
+    modules = walk(model)
+    params = list({id(p): p for m in modules for p in m._parameters.values() if p is not None}.values())
+    fsdp = fsdp_managed(modules) if params else set()
     return _Params(params, {id(p): model_dims(p, id(p) in fsdp) for p in params}, fsdp)
 
 

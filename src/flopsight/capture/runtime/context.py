@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -70,9 +71,6 @@ class NoBackend:
 
     def in_order(self, action) -> None:
         action()
-
-    def redistributing(self, ctx, change: int) -> None:
-        ctx.redistribution += change
 
     def innermost_module(self, stack: list) -> str | None:
         return innermost_path(stack)
@@ -150,9 +148,12 @@ class CaptureContext:
         return was
 
     def redistributing(self, change: int) -> None:
-        """A redistribution begins (``change`` 1) or ends (-1): the backend changes
-        ``redistribution`` in order with the ops it charges."""
-        self.backend.redistributing(self, change)
+        """A redistribution begins (``change`` 1) or ends (-1): ``redistribution`` changes in
+        order with the ops the backend charges (:meth:`~.backends.Backend.in_order`)."""
+        self.backend.in_order(functools.partial(self._redistributed, change))
+
+    def _redistributed(self, change: int) -> None:
+        self.redistribution += change
 
     def boundary(self) -> tuple:
         """A span's boundary: what ran so far is charged (under the state it ran in), then the

@@ -288,9 +288,9 @@ class InFlight:
         """
         if not starts:
             return
-        if not all(map(le, ends, starts[1:])):  # not one after another (ops of two threads): op by op
+        if len(starts) > 1 and not all(map(le, ends, starts[1:])):  # (ops of two threads): op by op
             for t0, t1 in zip(starts, ends):
-                self._ran_one(t0, t1)
+                self.ran((t0,), (t1,))
             return
         total = [0.0, *accumulate(e - s for s, e in zip(starts, ends))]  # seconds of the ops before i
         last = ends[-1]
@@ -308,17 +308,6 @@ class InFlight:
                 if overlap > 0:
                     call.overlapped += overlap
             if done is None or done > last:  # later ops may still overlap it
-                still.append(call)
-        self.calls = still
-
-    def _ran_one(self, t0: float, t1: float) -> None:
-        still = []
-        for call in self.calls:
-            end = call.done if call.done is not None else t1
-            overlap = min(t1, end) - max(t0, call.issued)
-            if overlap > 0:
-                call.overlapped += overlap
-            if call.done is None or call.done > t1:
                 still.append(call)
         self.calls = still
 

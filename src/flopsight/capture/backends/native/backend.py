@@ -69,12 +69,6 @@ class NativeBackend(CallsAndOps):
                     "(it runs one at a time); profile on this thread with backend='python'")
             super().start(ctx)
 
-    def redistributing(self, ctx, change: int) -> None:
-        if self.ops is None:
-            super().redistributing(ctx, change)
-        else:  # in its records' order: they are charged later
-            self.ops.redistributing(change)
-
     def collect(self, ctx) -> tuple:
         parts = super().collect(ctx)
         return (*parts, self.stamps.collect()) if self.stamps is not None else parts

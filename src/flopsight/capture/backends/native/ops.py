@@ -65,7 +65,7 @@ NO_NODE = -(2**63)  # the recorder's node sequence number for an op outside the 
 MEMORY = -3  # a memory run's row (recorder.cpp's kMemory)
 RELEASED = -4  # a block released outside the memory run it was allocated in (kReleased)
 RELEASED_BEFORE = -5  # a block allocated before the session, released (kReleasedBefore)
-MARK = -6  # a change of ctx.redistribution, in order with the ops (kMark: (MARK, change, ...))
+MARK = -6  # an action of in_order's, in order with the ops (kMark: (MARK, 0, NO_NODE, its number, ...))
 ROWS = struct.Struct("=10q")  # drain_runs' rows
 
 
@@ -364,17 +364,6 @@ class NativeCountingSource:
             overhead.end(h0)
 
     # -- charging -------------------------------------------------------------------------
-    def redistributing(self, change: int) -> None:
-        """A DTensor redistribution begins (``change`` 1) or ends (-1): a mark in the record
-        stream, which :meth:`_charge` replays onto ``ctx.redistribution`` in order with the
-        ops (on a test's clock, which charges at once, the context's state now)."""
-        if self._defers:
-            if self._running:
-                self._rec.mark(change)
-        else:
-            self.settle()
-            self._ctx.redistribution += change
-
     def settle_later(self) -> None:
         """The state that decides where a cost goes is about to change: what was recorded so
         far is set aside with the state it ran under, and charged at the next :meth:`settle`
@@ -396,12 +385,12 @@ class NativeCountingSource:
     def in_order(self, action: Callable[[], None]) -> None:
         """Do ``action`` where it falls among the records: while the recorder runs, a mark in
         its stream that :meth:`_charge` does it at (no drain: a claimed op's handler does this
-        for every collective); else once every batch set aside before now is charged (at once
-        if none waits)."""
+        for every collective, a DTensor redistribution as it begins and ends); else once every
+        batch set aside before now is charged (at once if none waits)."""
         if self._defers and self._running and (self._pending[0] or self._aside):
             self._next_action += 1
             self._actions[self._next_action] = action
-            self._rec.mark(0, self._next_action)
+            self._rec.mark(self._next_action)
             return
         self.settle_later()
         if self._aside:
@@ -497,11 +486,8 @@ class NativeCountingSource:
                 elif op_id == RELEASED_BEFORE:  # (0, bytes, address)
                     for listener in ctx.events.allocations:
                         listener.freed_before(node_seq, seq_before)
-                elif op_id == MARK:  # a redistribution begins or ends, or an action of in_order's
-                    if seq_before:
-                        self._actions.pop(seq_before)()
-                    else:
-                        ctx.redistribution += sig
+                elif op_id == MARK:  # an action of in_order's
+                    self._actions.pop(seq_before)()
                 else:  # a module call entered or left (recorder.cpp's kEnter, kExit)
                     # (recorded only where the C++ hooks track the calls: their tracker set replay_call)
                     replay_call(op_id, sig, node_seq, seq_before, t0 * 1e-9 + offset, overhead)  # type: ignore[misc]
@@ -536,7 +522,7 @@ class NativeCountingSource:
             if ran:
                 starts.append(t0)
                 ends.append(t1)
-        if starts and ran:
+        if starts:
             ctx.events.publish_ran_many(starts, ends)
 
     def _memory_run(self, run: int, node_seq: int, accumulated: int, change: int, peak: int, largest: int,

@@ -1667,14 +1667,14 @@ py::tuple drain(int32_t ops_known) {
 // Each row is 10 int64:
 //   op run:      op, sig, node_seq, seq_before, seq_after, t0, t1 (the first op's), accumulated, count, ns summed
 //   call:        kEnter or kExit, module, recompute, seq, seq, t, t, 0, 0, 0
-//   mark:        kMark, change, kNoNode, action, 0, t, t, 0, 0, 0
+//   mark:        kMark, 0, kNoNode, action, 0, t, t, 0, 0, 0
 //   memory run:  kMemory, run, node_seq, accumulated, live change, live peak, largest block, its op,
 //                temporaries' change, their peak (peaks: kNoPeak when none was allocated)
 //   released:    kReleased, run, bytes, temporary, 0...
 //   released, allocated before the session: kReleasedBefore, 0, bytes, the block's address, 0...
 constexpr int32_t kReleased = -4;
 constexpr int32_t kReleasedBefore = -5;
-constexpr int32_t kMark = -6;  // a change of the state Python charges by, in order (see mark)
+constexpr int32_t kMark = -6;  // an action of Python's, in order with the ops (see mark)
 constexpr int64_t kNoPeak = INT64_MIN;
 
 struct Row {
@@ -1789,14 +1789,14 @@ std::vector<Row> runs_of(const std::vector<Record>& records, int64_t batch, bool
 }
 
 // drain() in runs (see above): (rows as bytes, values, ops); ``merge``: merge repeated ops
-// (with the GIL held) a change of the state Python charges the ops after it by (``change``: +1
-// as DTensor begins a redistribution, -1 as it ends), or Python's ``action`` (> 0: its number)
-// to do where it falls among the ops, in the record stream: no drain needed
-void mark(int32_t change, int64_t action) {
+// (with the GIL held) Python's ``action`` (> 0: its number) to do where it falls among the ops
+// (place a collective, change the state it charges the ops after by), in the record stream:
+// no drain needed
+void mark(int64_t action) {
   int64_t t = now_ns();
   std::lock_guard<std::mutex> guard(g_lock);
   if (!g_on.load(std::memory_order_relaxed)) return;
-  g_records.push_back(Record{kMark, change, kNoNode, action, 0, t, t, 0});
+  g_records.push_back(Record{kMark, 0, kNoNode, action, 0, t, t, 0});
   g_pending = static_cast<int64_t>(g_records.size());
 }
 
@@ -1867,8 +1867,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_transparent", &set_transparent, py::arg("cls"), py::arg("skip_fake"),
         "Ops on tensors of class cls (DTensor; None: none) are not recorded, their parts are; skip_fake: ops "
         "under a fake tensor mode are not recorded, nor their parts (see recorder.cpp).");
-  m.def("mark", &mark, py::arg("change"), py::arg("action") = 0,
-        "A change of the charging state, or an action of Python's, in the record stream.");
+  m.def("mark", &mark, py::arg("action"), "An action of Python's, numbered, in the record stream.");
   m.def("set_unread", &set_unread, py::arg("keys"), "The signatures whose ops keep no values (all of them).");
   m.def("add_unread", &add_unread, py::arg("key"), "One more signature whose ops keep no values.");
   m.def("signature", &signature, py::arg("sig"), "A signature's key.");
